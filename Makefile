@@ -1,0 +1,140 @@
+# Threadline: the local cluster (Kafka + PostgreSQL + the four services + the fake model server).
+#
+# With a Docker engine (`docker info` works) the cluster runs from compose.yaml; without
+# one it runs natively from deploy/native/*.sh (Kafka jars from Maven Central, PostgreSQL
+# from the OS packages). Force either with THREADLINE_DOCKER=1 or THREADLINE_DOCKER=0.
+#
+#   make up N_WORKERS=3      install, start infra, migrate, start the services
+#   make ps | logs [SERVICE=processor_worker-1] | down | clean | test | demo
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+ROOT   := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+export PY ?= $(ROOT)/.venv/bin/python
+NATIVE := $(ROOT)/deploy/native
+UV_VERSION := 0.13.8
+LINES  ?= 40
+
+# Instances per service (scaled by adding consumers to each service's group).
+N_INGRESS       ?= 1
+N_ORCHESTRATORS ?= 1
+N_WORKERS       ?= 1
+N_SCHEDULERS    ?= 1
+export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS
+
+# Where the services find the cluster; values already in the environment win.
+export THREADLINE_KAFKA_PORT      ?= 19092
+export THREADLINE_PG_PORT         ?= 55432
+export THREADLINE_MODEL_PORT      ?= 18080
+export THREADLINE_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(THREADLINE_KAFKA_PORT)
+export THREADLINE_PG_DSN          ?= postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT)/threadline
+export THREADLINE_MODEL_API_BASE  ?= http://127.0.0.1:$(THREADLINE_MODEL_PORT)/v1
+export LITELLM_LOCAL_MODEL_COST_MAP ?= True
+
+# Docker engine or native? (evaluated once per make run)
+ifeq ($(origin THREADLINE_DOCKER),undefined)
+THREADLINE_DOCKER := $(shell timeout 15 docker info >/dev/null 2>&1 && echo 1 || echo 0)
+endif
+COMPOSE := docker compose -f $(ROOT)/compose.yaml
+SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
+           --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
+
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test bench clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
+	@echo "  mode: $$( [[ $(THREADLINE_DOCKER) == 1 ]] && echo docker || echo native)"
+
+install: ## Python deps into .venv (uv sync --frozen; pip-installs uv if missing)
+	@if command -v uv >/dev/null 2>&1; then uv=uv; \
+	elif python3 -m uv --version >/dev/null 2>&1; then uv="python3 -m uv"; \
+	else \
+	  echo "installing uv==$(UV_VERSION) with pip"; \
+	  python3 -m pip install -q "uv==$(UV_VERSION)" 2>/dev/null || \
+	    python3 -m pip install -q --break-system-packages "uv==$(UV_VERSION)"; \
+	  uv="python3 -m uv"; \
+	fi; \
+	cd $(ROOT) && $$uv sync --frozen --quiet
+
+infra-up: ## start Kafka and PostgreSQL (no-op when running)
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) up -d --wait kafka postgres
+else
+	@bash $(NATIVE)/kafka.sh start
+	@bash $(NATIVE)/postgres.sh start
+endif
+
+infra-down: ## stop Kafka and PostgreSQL (data kept)
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) stop kafka postgres
+else
+	@bash $(NATIVE)/kafka.sh stop
+	@bash $(NATIVE)/postgres.sh stop
+endif
+
+migrate: ## apply the database migrations
+	cd $(ROOT) && $(PY) -m threadline.cli migrate
+
+up: ## install + infra-up + migrate + start the services (N_WORKERS=3 ...)
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) up -d --build $(SCALE)
+else
+	@$(MAKE) install
+	@$(MAKE) infra-up
+	@$(MAKE) migrate
+	@bash $(NATIVE)/services.sh start
+endif
+
+down: ## stop the services, then the infra
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) down
+else
+	@bash $(NATIVE)/services.sh stop
+	@$(MAKE) infra-down
+endif
+
+ps: ## every process: name, pid, alive
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) ps
+else
+	@printf '%-28s %-8s %s\n' NAME PID STATE
+	@bash $(NATIVE)/kafka.sh status || true
+	@bash $(NATIVE)/postgres.sh status || true
+	@bash $(NATIVE)/services.sh status || true
+endif
+
+logs: ## last LINES=40 lines of every log, or of one: SERVICE=processor_worker-1
+ifeq ($(THREADLINE_DOCKER),1)
+	@svc="$(SERVICE)"; svc="$${svc%-[0-9]*}"; $(COMPOSE) logs --tail=$(LINES) $${svc//_/-}
+else
+	@cd $(ROOT)/.run/logs 2>/dev/null || { echo "no logs yet (.run/logs)"; exit 0; }; \
+	if [[ -n "$(SERVICE)" ]]; then \
+	  [[ -e "$(SERVICE).log" ]] || { echo "no log .run/logs/$(SERVICE).log; have: $$(ls | sed 's/\.log$$//' | tr '\n' ' ')"; exit 1; }; \
+	  tail -n $(LINES) "$(SERVICE).log"; \
+	else \
+	  for f in *.log; do [[ -e "$$f" ]] || continue; echo "==> $${f%.log} <=="; tail -n $(LINES) "$$f"; echo; done; \
+	fi
+endif
+
+demo: ## the example conversation against the running cluster (runs `up` first if needed)
+	@if [[ $(THREADLINE_DOCKER) == 1 ]] || ! bash $(NATIVE)/services.sh status >/dev/null 2>&1 || \
+	    ! bash $(NATIVE)/kafka.sh status >/dev/null 2>&1 || ! bash $(NATIVE)/postgres.sh status >/dev/null 2>&1; then \
+	  $(MAKE) up; fi
+	cd $(ROOT) && $(PY) -m threadline.examples.demo
+
+test: install ## the test suite (the tests start the native cluster themselves)
+	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+bench: ## benchmarks
+	@echo "bench: not yet"
+
+clean: ## down, delete all data (Kafka, PostgreSQL) and .run/
+ifeq ($(THREADLINE_DOCKER),1)
+	$(COMPOSE) down -v
+else
+	@$(MAKE) down
+	@bash $(NATIVE)/postgres.sh destroy
+endif
+	rm -rf $(ROOT)/.run

@@ -1,0 +1,49 @@
+"""ingress: validates requests from the ingress topic, routes them (wake / deliver / persist /
+discard / queue) atomically in Postgres, answers on the replies topic, commands the orchestrator."""
+
+from __future__ import annotations
+
+from threadline.errors import InvalidEventError
+from threadline.events import ErrorReply
+from threadline.events.codec import decode
+from threadline.events.ingress import INGRESS_ADAPTER
+from threadline.kafka.consumer import Record
+from threadline.kafka.handling import raw_field
+from threadline.logging import get_logger
+from threadline.runtime.registry import load_agents
+from threadline.service import Service
+from threadline.store.routing import route
+
+log = get_logger(__name__)
+
+
+class Ingress(Service):
+    name = "ingress"
+
+    async def setup(self) -> None:
+        self.agents = load_agents(self.settings.agents_module)
+
+    def topics_in(self) -> list[str]:
+        return [self.topics.ingress]
+
+    async def handle(self, record: Record) -> None:
+        req = decode(record.value, INGRESS_ADAPTER)
+        async with self.db.connection() as conn:
+            routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
+                                 agent_known=req.agent_id in self.agents)
+        await self.outbox.flush(routed.outbox_ids)
+        if routed.reply is not None:
+            log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,
+                     reply=routed.reply.type, action=getattr(routed.reply, "action", None),
+                     run_id=getattr(routed.reply, "run_id", None))
+
+    async def on_invalid(self, record: Record, exc: InvalidEventError) -> None:
+        request_id = raw_field(record, "event_id")
+        if not isinstance(request_id, str) or not request_id:
+            return  # nothing to correlate a reply with; the dead letter records it
+        reply_to = raw_field(record, "reply_to")
+        if not (isinstance(reply_to, str) and reply_to and len(reply_to) <= 249
+                and all(c.isalnum() or c in "._-" for c in reply_to)):
+            reply_to = self.topics.replies
+        reply = ErrorReply(request_id=request_id[:256], code=exc.code, message=str(exc)[:2000])
+        await self.producer.publish(reply_to, reply, key=request_id[:256])

@@ -1,0 +1,31 @@
+"""processor-worker: executes steps (processors, the model call through litellm, tools and their
+hooks), streams chunks to the thread's chunk topic and reports each step's result."""
+
+from __future__ import annotations
+
+from threadline.errors import InvalidEventError
+from threadline.events import StepTask
+from threadline.events.codec import decode
+from threadline.events.commands import INTERNAL_ADAPTER
+from threadline.kafka.consumer import Record
+from threadline.runtime.registry import load_agents
+from threadline.runtime.step import StepExecutor
+from threadline.service import Service
+
+
+class ProcessorWorker(Service):
+    name = "processor_worker"
+
+    async def setup(self) -> None:
+        self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
+                                     topics=self.topics, settings=self.settings,
+                                     agents=load_agents(self.settings.agents_module))
+
+    def topics_in(self) -> list[str]:
+        return [self.topics.step_tasks]
+
+    async def handle(self, record: Record) -> None:
+        task = decode(record.value, INTERNAL_ADAPTER)
+        if not isinstance(task, StepTask):
+            raise InvalidEventError(f"{task.type} does not belong on the step-task topic", code="wrong_topic")
+        await self.executor.execute(task)

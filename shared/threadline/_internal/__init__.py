@@ -1,0 +1,1 @@
+"""Helpers that are not public API."""

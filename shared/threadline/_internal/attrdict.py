@@ -1,0 +1,43 @@
+"""``AttrDict``: a dict whose keys read and write as attributes, so Mastra-shaped data (messages,
+chunks) can be used as ``msg.content.parts`` in processors and still be plain JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AttrDict(dict[str, Any]):
+    """A ``dict`` with attribute access; missing attributes read as ``None``."""
+
+    __slots__ = ()
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            if name.startswith("__"):
+                raise AttributeError(name) from None
+            return None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self[name] = value
+
+    def __delattr__(self, name: str) -> None:
+        self.pop(name, None)
+
+    def copy(self) -> AttrDict:  # type: ignore[override]
+        return AttrDict(self)
+
+
+def wrap(value: Any) -> Any:
+    """Recursively turn dicts into :class:`AttrDict` (lists are walked; other values kept)."""
+    if isinstance(value, AttrDict):
+        for k, v in value.items():
+            if isinstance(v, dict | list):
+                dict.__setitem__(value, k, wrap(v))
+        return value
+    if isinstance(value, dict):
+        return AttrDict({k: wrap(v) if isinstance(v, dict | list) else v for k, v in value.items()})
+    if isinstance(value, list):
+        return [wrap(v) if isinstance(v, dict | list) else v for v in value]
+    return value

@@ -1,0 +1,148 @@
+"""``threadline`` command line: drive a thread from a shell.
+
+    threadline send-message --resource R --thread T "text"      prints the accepted reply (JSON)
+    threadline subscribe --resource R --thread T [--from-beginning] [--until-finish]
+    threadline thread --resource R --thread T                   the stored messages (JSON lines)
+    threadline migrate                                           apply the Postgres migrations
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from typing import Annotated, Any
+
+import orjson
+import typer
+
+from threadline.config import get_settings
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Drive Threadline threads from a shell.")
+
+Resource = Annotated[str, typer.Option("--resource", "-r", help="resource id (owner of the thread)")]
+Thread = Annotated[str, typer.Option("--thread", "-t", help="thread id")]
+AgentOpt = Annotated[str, typer.Option("--agent", "-a", envvar="THREADLINE_AGENT",
+                                       help="agent id")]
+
+
+def _print(obj: Any) -> None:
+    if hasattr(obj, "dump"):
+        obj = obj.dump()
+    sys.stdout.write(orjson.dumps(obj, default=str).decode() + "\n")
+    sys.stdout.flush()
+
+
+def _fail(message: str, code: int = 1) -> None:
+    _print({"type": "error", "message": message})
+    raise typer.Exit(code)
+
+
+async def _send(kind: str, text: str, resource: str, thread: str, agent: str, **kw: Any) -> None:
+    from threadline.client.client import RequestFailed, ThreadlineClient
+
+    async with ThreadlineClient() as tl:
+        method = getattr(tl, kind)
+        result = await method(text, resource_id=resource, thread_id=thread, agent_id=agent, **kw)
+        try:
+            _print(await result.accepted)
+            if result.persisted is not None:
+                _print(await result.persisted)
+        except RequestFailed as exc:
+            _print(exc.reply)
+            raise typer.Exit(2) from None
+        except TimeoutError:
+            _fail("no reply from ingress (is the cluster up? `make up`)")
+
+
+@app.command("send-message")
+def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+                 if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
+                 if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake",
+                 max_steps: Annotated[int | None, typer.Option(help="max_steps of a woken run")] = None) -> None:
+    """Send a user message to a thread (seed ``sendMessage``); print the accepted reply."""
+    idle: dict[str, Any] = {"behavior": if_idle}
+    if max_steps is not None:
+        idle["stream_options"] = {"max_steps": max_steps}
+    asyncio.run(_send("send_message", text, resource, thread, agent, if_active={"behavior": if_active},
+                      if_idle=idle))
+
+
+@app.command("queue-message")
+def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
+    """Queue a user message as the thread's next turn (seed ``queueMessage``)."""
+    asyncio.run(_send("queue_message", text, resource, thread, agent))
+
+
+@app.command()
+def subscribe(resource: Resource, thread: Thread,
+              from_beginning: Annotated[bool, typer.Option("--from-beginning")] = False,
+              from_offset: Annotated[int | None, typer.Option("--from-offset")] = None,
+              until_finish: Annotated[bool, typer.Option("--until-finish",
+                                                         help="exit after the first finish chunk")] = False,
+              timeout: Annotated[float, typer.Option(help="give up after this many seconds (0 = never)")] = 0) -> None:
+    """Print the thread's chunks as JSON lines (seed ``subscribeToThread``)."""
+
+    async def main() -> None:
+        from threadline.client.client import ThreadlineClient
+
+        async with ThreadlineClient() as tl:
+            sub = await tl.subscribe_to_thread(resource, thread, from_beginning=from_beginning,
+                                               from_offset=from_offset)
+            try:
+                async def pump() -> None:
+                    async for chunk in sub.stream:
+                        _print(chunk)
+                        if until_finish and chunk.get("type") == "finish":
+                            return
+                await (asyncio.wait_for(pump(), timeout) if timeout else pump())
+            finally:
+                await sub.unsubscribe()
+
+    try:
+        asyncio.run(main())
+    except TimeoutError:
+        raise typer.Exit(3) from None
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("thread")
+def show_thread(resource: Resource, thread: Thread) -> None:
+    """Print the thread's stored messages (from Postgres) as JSON lines."""
+
+    async def main() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(get_settings().pg_dsn)
+        try:
+            owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", thread)
+            if owner is None or owner != resource:
+                _fail(f"no thread {thread!r} for resource {resource!r}")
+            rows = await conn.fetch("SELECT id, run_id, role, type, content::text AS content, created_at "
+                                    "FROM messages WHERE thread_id = $1 ORDER BY position", thread)
+            for r in rows:
+                _print({"id": r["id"], "runId": r["run_id"], "role": r["role"], "type": r["type"],
+                        "content": orjson.loads(r["content"]), "createdAt": r["created_at"]})
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
+@app.command()
+def migrate() -> None:
+    """Apply pending Postgres migrations."""
+    from threadline.store.migrate import migrate as run_migrations
+
+    applied = run_migrations(get_settings().pg_dsn)
+    _print({"applied": applied})
+
+
+def main() -> None:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    app()
+
+
+if __name__ == "__main__":
+    main()

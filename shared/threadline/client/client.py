@@ -1,0 +1,166 @@
+"""``ThreadlineClient``: the seed's Agent thread API over Kafka.
+
+    async with ThreadlineClient() as tl:
+        sub = await tl.subscribe_to_thread("user-123", "thread-abc")
+        result = await tl.send_message("hi", agent_id="support-agent",
+                                       resource_id="user-123", thread_id="thread-abc")
+        accepted = await result.accepted          # {action: "wake", run_id: ...}
+        async for chunk in sub.stream: ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from threadline.config import Settings, get_settings
+from threadline.errors import ThreadlineError
+from threadline.events import Accepted, ErrorReply, Generate, QueueMessage, RunResult, SendMessage, Stream
+from threadline.events.base import Event
+from threadline.client.replies import ReplyListener
+from threadline.client.subscription import ThreadSubscription
+from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.producer import Producer
+from threadline.topics import Topics, thread_key
+
+
+class RequestFailed(ThreadlineError):
+    """Ingress answered a request with an error reply (``code``, ``message``)."""
+
+    def __init__(self, reply: ErrorReply) -> None:
+        super().__init__(f"{reply.code}: {reply.message}")
+        self.code = reply.code
+        self.reply = reply
+
+
+@dataclass
+class SendResult:
+    """Return of ``send_message`` / ``queue_message`` (seed: ``{accepted, signal, persisted?}``).
+
+    ``accepted`` resolves to the :class:`Accepted` reply (raises :class:`RequestFailed` on an
+    error reply); ``persisted`` resolves when a ``persist`` message is durable.
+    """
+
+    request_id: str
+    accepted: asyncio.Future[Accepted]
+    persisted: asyncio.Future[Any] | None = None
+
+
+class ThreadlineClient:
+    """Publishes requests to the ingress topic and reads replies and chunk topics."""
+
+    def __init__(self, settings: Settings | None = None, *, default_agent: str | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.topics = Topics(self.settings.topic_prefix)
+        self.default_agent = default_agent
+        self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0)
+        self._admin = TopicAdmin(self.settings.kafka_bootstrap)
+        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies)
+        self._started = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        await self._producer.start()
+        await self._admin.start()
+        await self._admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
+        await self._replies.start()
+        self._started = True
+
+    async def stop(self) -> None:
+        if not self._started:
+            return
+        self._started = False
+        await self._replies.stop()
+        await self._admin.stop()
+        await self._producer.stop()
+
+    async def __aenter__(self) -> ThreadlineClient:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # --- requests -------------------------------------------------------------------------------
+    async def publish(self, request: Event) -> None:
+        """Publish a raw request event to the ingress topic, keyed by its thread."""
+        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]
+        await self._producer.publish(self.topics.ingress, request, key=key)
+
+    def _agent(self, agent_id: str | None) -> str:
+        agent = agent_id or self.default_agent
+        if not agent:
+            raise ValueError("agent_id is required (or set default_agent)")
+        return agent
+
+    async def _send(self, request: Any) -> SendResult:
+        accepted = self._replies.expect(request.event_id, "accepted")
+        persisted = self._replies.expect(request.event_id, "persisted") \
+            if getattr(getattr(request, "if_idle", None), "behavior", None) == "persist" \
+            or getattr(getattr(request, "if_active", None), "behavior", None) == "persist" else None
+        await self.publish(request)
+        return SendResult(request.event_id, _checked(accepted, self.settings.reply_timeout_s),
+                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None)
+
+    async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                           run_id: str | None = None, if_active: dict[str, Any] | None = None,
+                           if_idle: dict[str, Any] | None = None) -> SendResult:
+        """``sendMessage``: deliver into the active run, or wake the idle thread (seed 004)."""
+        req = SendMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                          message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
+        return await self._send(req)
+
+    async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
+                            agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
+        """``queueMessage``: the next turn after the active run, or a run now (seed 004)."""
+        req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                           message=message, **_opts(if_idle=if_idle))
+        return await self._send(req)
+
+    async def stream(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                     options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None) -> SendResult:
+        """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's topic."""
+        req = Stream(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                     message=message, options=options or {}, thread=thread)
+        return await self._send(req)
+
+    async def generate(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                       options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None,
+                       timeout_s: float = 300.0) -> RunResult:
+        """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps)."""
+        req = Generate(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                       message=message, options=options or {}, thread=thread)
+        result = self._replies.expect(req.event_id, "result")
+        sent = await self._send(req)
+        await sent.accepted
+        reply = await asyncio.wait_for(result, timeout_s)
+        if isinstance(reply, ErrorReply):
+            raise RequestFailed(reply)
+        return reply
+
+    # --- streams --------------------------------------------------------------------------------
+    async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
+                                  from_offset: int | None = None) -> ThreadSubscription:
+        """Follow the thread's chunk topic (created now if it does not exist yet)."""
+        topic = self.topics.chunks(resource_id, thread_id)
+        await self._admin.ensure_one(topic, config={"retention.ms": str(self.settings.chunk_retention_ms)})
+        sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
+                                 from_offset=from_offset)
+        await sub.start()
+        return sub
+
+
+def _opts(**kw: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def _checked(fut: asyncio.Future[Any], timeout_s: float) -> asyncio.Future[Any]:
+    async def wait() -> Any:
+        reply = await asyncio.wait_for(fut, timeout_s)
+        if isinstance(reply, ErrorReply):
+            raise RequestFailed(reply)
+        return reply
+
+    return asyncio.ensure_future(wait())

@@ -1,0 +1,87 @@
+"""Listening for replies: one consumer on the replies topic (no group, every partition, from
+the end when the client starts) that resolves the future of each request id."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from threadline.events.codec import decode
+from threadline.events.replies import REPLY_ADAPTER
+from threadline.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class ReplyListener:
+    """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._consumer: AIOKafkaConsumer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._waiting: dict[tuple[str, str], asyncio.Future[Any]] = {}
+        self._early: dict[tuple[str, str], Any] = {}
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                    group_id=None, fetch_max_wait_ms=20)
+        await consumer.start()
+        partitions = None
+        for _ in range(100):
+            partitions = consumer.partitions_for_topic(self._topic)
+            if partitions:
+                break
+            await consumer._client.force_metadata_update()  # topic may be brand new
+            await asyncio.sleep(0.05)
+        tps = [TopicPartition(self._topic, p) for p in sorted(partitions or [0])]
+        consumer.assign(tps)
+        await consumer.seek_to_end(*tps)
+        for tp in tps:
+            await consumer.position(tp)  # resolve now, so no reply slips in before we listen
+        self._consumer = consumer
+        self._task = asyncio.create_task(self._loop(), name="reply-listener")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    def expect(self, request_id: str, kind: str) -> asyncio.Future[Any]:
+        """A future resolved by the reply of type ``kind`` (``accepted``, ``error`` counts too)."""
+        key = (request_id, kind)
+        fut = asyncio.get_running_loop().create_future()
+        if key in self._early:
+            fut.set_result(self._early.pop(key))
+        elif (request_id, "error") in self._early:
+            fut.set_result(self._early[(request_id, "error")])
+        else:
+            self._waiting[key] = fut
+        return fut
+
+    async def _loop(self) -> None:
+        assert self._consumer is not None
+        async for record in self._consumer:
+            try:
+                reply = decode(record.value, REPLY_ADAPTER)
+            except Exception:  # noqa: BLE001 - not ours to judge; ingress dead-letters bad input
+                continue
+            keys = [(reply.request_id, reply.type)]
+            if reply.type == "error":  # an error answers whatever was awaited
+                keys = [k for k in self._waiting if k[0] == reply.request_id] or keys
+            for key in keys:
+                fut = self._waiting.pop(key, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(reply)
+                else:
+                    self._early[key] = reply
+                    if len(self._early) > 10000:
+                        self._early.pop(next(iter(self._early)))

@@ -1,0 +1,95 @@
+"""``subscribe_to_thread``: follow a thread's chunk topic, run after run (seed 004
+``subscribeToThread``). Duplicates are dropped by ``(runId, seq)`` and chunks of attempts
+declared dead (``attempt-discarded``) are dropped, so the stream shows every chunk once."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+TERMINAL = ("finish",)
+
+
+class ThreadSubscription:
+    """Chunks of one thread.
+
+    Attributes:
+        stream: async iterator of chunk dicts (``type``, ``runId``, ``step``, ``attempt``,
+            ``seq``, ``payload``…), in topic order, without duplicates or dead attempts.
+    """
+
+    def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
+                 from_offset: int | None = None) -> None:
+        self._bootstrap = bootstrap
+        self.topic = topic
+        self._from_beginning = from_beginning
+        self._from_offset = from_offset
+        self._consumer: AIOKafkaConsumer | None = None
+        self._seen: dict[str, int] = {}  # run id → highest seq delivered
+        self._dead: set[tuple[str, int, int]] = set()
+        self._active: str | None = None
+        self.last_offset: int | None = None
+
+    async def start(self) -> None:
+        consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                    group_id=None, fetch_max_wait_ms=10)
+        await consumer.start()
+        tp = TopicPartition(self.topic, 0)
+        consumer.assign([tp])
+        if self._from_offset is not None:
+            consumer.seek(tp, self._from_offset)
+        elif self._from_beginning:
+            await consumer.seek_to_beginning(tp)
+        else:
+            await consumer.seek_to_end(tp)
+        await consumer.position(tp)
+        self._consumer = consumer
+
+    def active_run_id(self) -> str | None:
+        """The run currently streaming on the thread, as far as this subscriber has seen."""
+        return self._active
+
+    async def unsubscribe(self) -> None:
+        """Stop reading (the runs go on)."""
+        if self._consumer is not None:
+            await self._consumer.stop()
+            self._consumer = None
+
+    @property
+    def stream(self) -> AsyncIterator[dict[str, Any]]:
+        return self._iterate()
+
+    def accept(self, chunk: dict[str, Any]) -> bool:
+        """Dedupe/dead-attempt filter for one chunk; True if it should be shown."""
+        run_id = chunk.get("runId")
+        if not isinstance(run_id, str):
+            return False
+        if chunk.get("type") == "attempt-discarded":
+            p = chunk.get("payload") or {}
+            self._dead.add((run_id, int(p.get("step", -1)), int(p.get("attempt", -1))))
+        if (run_id, chunk.get("step"), chunk.get("attempt")) in self._dead and chunk.get("type") != "attempt-discarded":
+            return False
+        seq = chunk.get("seq")
+        if not isinstance(seq, int) or seq <= self._seen.get(run_id, -1):
+            return False
+        self._seen[run_id] = seq
+        if chunk.get("type") in TERMINAL:
+            if self._active == run_id:
+                self._active = None
+        else:
+            self._active = run_id
+        return True
+
+    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+        assert self._consumer is not None, "call start() first"
+        async for record in self._consumer:
+            self.last_offset = record.offset
+            try:
+                chunk = orjson.loads(record.value)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(chunk, dict) and self.accept(chunk):
+                yield chunk

@@ -1,0 +1,62 @@
+"""Settings shared by every service, read once from the environment (prefix ``THREADLINE_``).
+
+Every field has a default that matches the local cluster started by ``make up``; a deployment
+overrides them with environment variables, e.g. ``THREADLINE_KAFKA_BOOTSTRAP=broker:9092``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Threadline configuration. Units are in the field names (``_s`` seconds, ``_ms`` ms)."""
+
+    model_config = SettingsConfigDict(env_prefix="THREADLINE_", extra="ignore")
+
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    """Kafka bootstrap servers, comma separated."""
+    pg_dsn: str = "postgresql://threadline:threadline@127.0.0.1:55432/threadline"
+    """PostgreSQL connection string (libpq URI)."""
+    pg_statement_cache: bool = True
+    """asyncpg's prepared-statement cache; turn off behind a transaction-pooling PgBouncer."""
+    pg_pool_max: int = 10
+    """Connections per service instance."""
+    pg_pool_timeout_s: float = 10.0
+    """Longest wait for a pooled connection before the event is retried."""
+    topic_prefix: str = "threadline"
+    """Prefix of every topic and consumer group, so several clusters can share one broker."""
+    partitions: int = 12
+    """Partitions of the internal and ingress topics (created on first start)."""
+    chunk_retention_ms: int = 7 * 24 * 3600 * 1000
+    """Retention of the per-thread chunk topics."""
+    agents_module: str = "threadline.examples.support"
+    """Python module that defines the agents (``Agent`` instances at module level or ``agents``)."""
+    model: str = "openai/threadline-fake"
+    """Default model (litellm ``provider/model`` string) for agents that name none."""
+    model_api_base: str | None = "http://127.0.0.1:18080/v1"
+    """Base URL of the local model server; used only for ``*/threadline-*`` model names."""
+    model_timeout_s: float = 120.0
+    """Per-read timeout of a model call."""
+    instance_id: str = "local"
+    """Name of this service instance (logs, lease holder names)."""
+    lease_ttl_s: float = 30.0
+    """Expiry of a thread lease that its run stops renewing."""
+    max_in_flight: int = 2000
+    """Records a consumer holds in flight before it pauses fetching."""
+    commit_interval_s: float = 0.2
+    """How often a consumer commits the offsets of finished records."""
+    reply_timeout_s: float = 30.0
+    """How long the client waits for a reply from ingress."""
+    log_level: str = Field(default="INFO")
+    log_json: bool = False
+    """Render logs as JSON lines (default: console key=value)."""
+
+
+@functools.cache
+def get_settings() -> Settings:
+    """Return the process-wide settings (read from the environment on first call)."""
+    return Settings()

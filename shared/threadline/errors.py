@@ -1,0 +1,70 @@
+"""Threadline's errors, split by who must act.
+
+    ThreadlineError
+    ├── ConfigurationError      a developer's mistake, raised at startup or when an agent is built
+    ├── InvalidEventError       bad input on the wire: answered with an error reply and dead-lettered
+    │   └── UnknownEventError   unknown event type or a newer schema version than we speak
+    ├── NotConnectedError       a resource used before it was started (null object)
+    ├── StaleWriterError        a write fenced off by a newer lease epoch
+    └── RunError                a run failed; carries ``run_id`` and ``thread_key``
+        └── ModelCallError      the model call failed; carries the mapped ``kind``
+
+``TripWire`` (in ``threadline.runtime.processor``) is a control signal, not a failure, and does
+not derive from ``ThreadlineError``.
+"""
+
+from __future__ import annotations
+
+
+class ThreadlineError(Exception):
+    """Root of every error Threadline raises on purpose."""
+
+
+class ConfigurationError(ThreadlineError, ValueError):
+    """An agent, processor or setting is wrong; fix the code or the configuration."""
+
+
+class InvalidEventError(ThreadlineError, ValueError):
+    """An event failed validation. ``code`` is a stable machine-readable reason."""
+
+    def __init__(self, message: str, *, code: str = "invalid_event") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class UnknownEventError(InvalidEventError):
+    """An event type or schema version this service does not speak."""
+
+
+class NotConnectedError(ThreadlineError, RuntimeError):
+    """A producer, consumer or store was used before ``start()`` or after ``stop()``."""
+
+
+class StaleWriterError(ThreadlineError):
+    """A run's write was rejected because its lease epoch is no longer current."""
+
+    def __init__(self, run_id: str, epoch: int) -> None:
+        super().__init__(f"stale writer: run {run_id} epoch {epoch} no longer holds the thread")
+        self.run_id = run_id
+        self.epoch = epoch
+
+
+class RunError(ThreadlineError):
+    """A run failed."""
+
+    def __init__(self, message: str, *, run_id: str | None = None, thread_key: str | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.thread_key = thread_key
+
+
+class ModelCallError(RunError):
+    """The model call failed. ``kind`` is one of ``threadline.runtime.llm.ERROR_KINDS``."""
+
+    def __init__(self, message: str, *, kind: str, status_code: int | None = None,
+                 retry_after_s: float | None = None, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
+        self.retryable = retryable

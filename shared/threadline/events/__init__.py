@@ -1,0 +1,52 @@
+"""Versioned pydantic models for every event on the wire.
+
+Families, one module each: ``ingress`` (requests users publish), ``replies`` (answers to them),
+``commands`` (run commands, step tasks and step results between the internal services),
+``lifecycle`` (run and thread lifecycle), ``chunks`` (the per-thread stream) and ``dead_letters``.
+``codec`` turns them into Kafka records (key, headers, JSON value) and back.
+"""
+
+from threadline.events.base import SCHEMA_VERSION, SCHEMA_VERSIONS, Event
+from threadline.events.chunks import Chunk
+from threadline.events.commands import AbortRun, InternalEvent, RunCommand, StartRun, StepResult, StepTask
+from threadline.events.dead_letters import DeadLetter
+from threadline.events.ingress import (
+    Generate,
+    IfActive,
+    IfIdle,
+    IngressRequest,
+    MessageObject,
+    QueueMessage,
+    SendMessage,
+    Stream,
+)
+from threadline.events.lifecycle import LifecycleEvent
+from threadline.events.replies import Accepted, ErrorReply, Persisted, Reply, RunResult
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "SCHEMA_VERSIONS",
+    "AbortRun",
+    "Accepted",
+    "Chunk",
+    "DeadLetter",
+    "ErrorReply",
+    "Event",
+    "Generate",
+    "IfActive",
+    "IfIdle",
+    "IngressRequest",
+    "InternalEvent",
+    "LifecycleEvent",
+    "MessageObject",
+    "Persisted",
+    "QueueMessage",
+    "Reply",
+    "RunCommand",
+    "RunResult",
+    "SendMessage",
+    "StartRun",
+    "StepResult",
+    "StepTask",
+    "Stream",
+]

@@ -1,0 +1,64 @@
+"""Internal events between ingress, the run-orchestrator and processor-workers (keyed by thread)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from threadline.events.base import Event
+
+
+class _RunEvent(Event):
+    run_id: str
+    resource_id: str
+    thread_id: str
+
+
+class StartRun(_RunEvent):
+    """Ingress → orchestrator: a run was created (lease taken) and must be scheduled."""
+
+    type: Literal["start_run"] = "start_run"
+    epoch: int
+    """Fencing epoch of the thread lease the run holds."""
+
+
+class AbortRun(_RunEvent):
+    """Ingress → orchestrator: end the run with ``abort``."""
+
+    type: Literal["abort_run"] = "abort_run"
+
+
+class StepTask(_RunEvent):
+    """Orchestrator → worker: execute step ``step`` (attempt ``attempt``) of the run."""
+
+    type: Literal["step_task"] = "step_task"
+    step: int
+    attempt: int
+    epoch: int
+
+
+class StepResult(_RunEvent):
+    """Worker → orchestrator: the step ended. ``outcome`` says what the orchestrator does next.
+
+    ``continue``: schedule step + 1. ``finished`` / ``failed`` / ``tripwire`` / ``aborted``: the
+    run is over (the worker already emitted ``finish``).
+    """
+
+    type: Literal["step_result"] = "step_result"
+    step: int
+    attempt: int
+    epoch: int
+    outcome: Literal["continue", "finished", "failed", "tripwire", "aborted"]
+    finish_reason: str | None = None
+    text: str | None = None
+    usage: dict[str, Any] = Field(default_factory=dict)
+    error: dict[str, Any] | None = None
+    tripwire: dict[str, Any] | None = None
+
+
+RunCommand = Annotated[StartRun | AbortRun | StepResult, Field(discriminator="type")]
+"""What the orchestrator consumes (run commands and step results)."""
+
+InternalEvent = Annotated[StartRun | AbortRun | StepTask | StepResult, Field(discriminator="type")]
+INTERNAL_ADAPTER: TypeAdapter[InternalEvent] = TypeAdapter(InternalEvent)

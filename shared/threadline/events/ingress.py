@@ -1,0 +1,109 @@
+"""Requests users publish to the ingress topic (keyed by thread key).
+
+Seed ``004``: ``sendMessage`` / ``queueMessage`` (thread signals) and ``generate`` / ``stream``
+with ``memory: {resource, thread}``. Every request names its thread by ``resource_id`` and
+``thread_id`` (DECISIONS 16) and may name a ``reply_to`` topic for its replies.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from threadline.events.base import Event
+
+_ID_MAX = 256
+
+
+class MessageObject(BaseModel):
+    """``{contents, attributes, metadata, provider_options}`` form of a message (seed ``sendMessage``)."""
+
+    model_config = ConfigDict(extra="forbid")
+    contents: str | list[dict[str, Any]]
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    provider_options: dict[str, Any] | None = None
+
+
+MessageInput = str | list[dict[str, Any]] | MessageObject
+"""A user message: a string, a list of text/file parts, or a :class:`MessageObject`."""
+
+
+class IfActive(BaseModel):
+    """What to do when the thread has an active run (default: deliver into it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    behavior: Literal["deliver", "persist", "discard"] = "deliver"
+    attributes: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
+class IfIdle(BaseModel):
+    """What to do when the thread is idle (default: wake a run with the message)."""
+
+    model_config = ConfigDict(extra="forbid")
+    behavior: Literal["wake", "persist", "discard"] = "wake"
+    attributes: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    stream_options: dict[str, Any] = Field(default_factory=dict)
+    """Options of the run a wake starts (e.g. ``{"max_steps": 3}``)."""
+
+
+class _ThreadRequest(Event):
+    agent_id: str = Field(min_length=1, max_length=_ID_MAX)
+    """Id of the agent (as defined in the agents module)."""
+    resource_id: str = Field(min_length=1, max_length=_ID_MAX)
+    """Owner of the thread (Mastra's ``resourceId``)."""
+    thread_id: str = Field(min_length=1, max_length=_ID_MAX)
+    """The conversation (Mastra's ``threadId``)."""
+    reply_to: str | None = Field(default=None, max_length=249)
+    """Topic for the replies to this request (default: the cluster's replies topic)."""
+
+    @field_validator("reply_to")
+    @classmethod
+    def _topic_name(cls, value: str | None) -> str | None:
+        if value is not None and not all(c.isalnum() or c in "._-" for c in value):
+            raise ValueError("reply_to must be a Kafka topic name ([a-zA-Z0-9._-])")
+        return value
+
+
+class SendMessage(_ThreadRequest):
+    """``sendMessage(message, options)``: deliver into the active run, or wake the idle thread."""
+
+    type: Literal["send_message"] = "send_message"
+    message: MessageInput
+    run_id: str | None = None
+    if_active: IfActive = Field(default_factory=IfActive)
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
+class QueueMessage(_ThreadRequest):
+    """``queueMessage(message, options)``: the next turn after the active run, or a run now."""
+
+    type: Literal["queue_message"] = "queue_message"
+    message: MessageInput
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
+class Stream(_ThreadRequest):
+    """``agent.stream(message, {memory: {resource, thread}, ...options})``."""
+
+    type: Literal["stream"] = "stream"
+    message: MessageInput
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Execution options, e.g. ``max_steps``, ``max_processor_retries``."""
+    thread: dict[str, Any] | None = None
+    """``{title, metadata}`` to create or update the thread row (seed: ``memory.thread`` object)."""
+
+
+class Generate(Stream):
+    """``agent.generate(...)``: like ``stream``; the run's result is also sent as a reply."""
+
+    type: Literal["generate"] = "generate"  # type: ignore[assignment]
+
+
+IngressRequest = Annotated[
+    SendMessage | QueueMessage | Stream | Generate, Field(discriminator="type")
+]
+"""Every request the ingress topic accepts, tagged by ``type``."""
+
+INGRESS_ADAPTER: TypeAdapter[IngressRequest] = TypeAdapter(IngressRequest)

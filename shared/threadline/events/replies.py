@@ -1,0 +1,57 @@
+"""Replies on the replies topic (or the request's ``reply_to``), keyed by request id."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, TypeAdapter
+
+from threadline.events.base import Event
+
+
+class _ReplyBase(Event):
+    request_id: str
+    """``event_id`` of the request this answers."""
+
+
+class Accepted(_ReplyBase):
+    """The routing decision (seed: the ``accepted`` promise of ``sendMessage``)."""
+
+    type: Literal["accepted"] = "accepted"
+    action: Literal["wake", "deliver", "persist", "discard"]
+    run_id: str | None = None
+    """The run that handles the message (``wake`` and ``deliver`` only)."""
+    signal_id: str | None = None
+    """Id of the stored signal / message."""
+
+
+class Persisted(_ReplyBase):
+    """The ``persisted`` confirmation: a ``persist`` message is durable in the thread."""
+
+    type: Literal["persisted"] = "persisted"
+    signal_id: str
+
+
+class ErrorReply(_ReplyBase):
+    """The request could not be routed; ``code`` is stable, ``message`` is for people."""
+
+    type: Literal["error"] = "error"
+    code: str
+    message: str
+
+
+class RunResult(_ReplyBase):
+    """Result of a ``generate`` request (seed: ``generate()`` return value)."""
+
+    type: Literal["result"] = "result"
+    run_id: str
+    text: str = ""
+    finish_reason: str
+    usage: dict[str, Any] = Field(default_factory=dict)
+    steps: list[dict[str, Any]] = Field(default_factory=list)
+    tripwire: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult, Field(discriminator="type")]
+REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)

@@ -1,0 +1,133 @@
+"""``make demo``: a support conversation through the running cluster, as a user would drive it.
+
+Publishes two user turns to the ingress topic, prints the live stream from the thread's chunk
+topic (text as it arrives, the tool call and result, the data chunk, finish), then the stored
+thread from Postgres. Exits non-zero if anything fails.
+
+With the default local model the demo scripts the model's replies; with ``THREADLINE_MODEL``
+set to a real model (and its key, e.g. ``OPENAI_API_KEY``) the same demo runs on that model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+import asyncpg
+
+from threadline.client import ThreadlineClient, ThreadSubscription
+from threadline.config import get_settings
+from threadline.runtime.llm import LOCAL_MARKER
+
+AGENT = "support-agent"
+TURNS = [
+    ("How is customer C-1001 doing? Anything open?",
+     [{"tool_calls": [{"name": "lookup_customer", "arguments": {"customer_id": "C-1001"}, "pieces": 3}],
+       "chunk_delay": 0.02},
+      {"chunks": ["Ada Lovelace ", "(C-1001) ", "is on the ", "pro plan ", "and has ", "2 open tickets."],
+       "chunk_delay": 0.05}]),
+    ("Thanks! Can you summarise that in one line?",
+     [{"chunks": ["C-1001: ", "pro plan, ", "2 open tickets."], "chunk_delay": 0.05}]),
+]
+
+
+def out(line: str = "", end: str = "\n") -> None:
+    sys.stdout.write(line + end)
+    sys.stdout.flush()
+
+
+async def script_local_model(model: str, scripts: list[dict[str, Any]]) -> None:
+    import httpx
+
+    base = get_settings().model_api_base or ""
+    async with httpx.AsyncClient(timeout=10) as http:
+        response = await http.post(base.removesuffix("/v1") + "/_fake/script",
+                                   json={"scripts": scripts, "model": model.split("/", 1)[-1]})
+        response.raise_for_status()
+
+
+async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Print one run's chunks as they arrive; return its finish chunk."""
+    deadline = time.monotonic() + timeout_s
+    async for chunk in sub.stream:
+        kind, payload = chunk["type"], chunk.get("payload") or {}
+        if kind == "start":
+            out(f"  [run {chunk['runId']} started]")
+        elif kind == "data-user-message":
+            out(f"  user> {chunk['data'].get('contents')}")
+        elif kind == "text-start":
+            out("  agent> ", end="")
+        elif kind == "text-delta":
+            out(payload["text"], end="")
+        elif kind == "text-end":
+            out()
+        elif kind == "tool-call":
+            out(f"  [tool call] {payload['toolName']}({payload.get('args')})")
+        elif kind == "tool-result":
+            out(f"  [tool result] {payload.get('result')}")
+        elif kind.startswith("data-"):
+            out(f"  [{kind}] {chunk.get('data')}")
+        elif kind in ("tripwire", "error"):
+            out(f"  [{kind}] {payload}")
+        elif kind == "finish":
+            out(f"  [finish] reason={payload.get('finishReason')} usage={payload.get('output', {}).get('usage')}")
+            return chunk
+        if time.monotonic() > deadline:
+            break
+    raise RuntimeError("the run did not finish in time")
+
+
+async def main() -> int:
+    settings = get_settings()
+    model = os.environ.get("THREADLINE_MODEL", settings.model)
+    local = LOCAL_MARKER in model
+    resource, thread = "demo-user", f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    out(f"Threadline demo: agent {AGENT}, model {model}, thread {resource}/{thread}")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(resource, thread)
+        try:
+            for text, scripts in TURNS:
+                if local:
+                    await script_local_model(model, scripts)
+                out(f"\n> publishing send_message to {tl.topics.ingress}: {text!r}")
+                sent = await tl.send_message(text, agent_id=AGENT, resource_id=resource, thread_id=thread)
+                accepted = await sent.accepted
+                out(f"  accepted: {accepted.dump()}")
+                finish = await show_run(sub)
+                if finish["payload"].get("finishReason") not in ("stop", "length"):
+                    out(f"run ended with {finish['payload']}", end="\n")
+                    return 1
+        finally:
+            await sub.unsubscribe()
+    out(f"\nStored thread {thread} (Postgres):")
+    conn = await asyncpg.connect(settings.pg_dsn)
+    try:
+        stored = await conn.fetch("SELECT role, content FROM messages WHERE thread_id = $1 ORDER BY position", thread)
+    finally:
+        await conn.close()
+    import orjson
+
+    for row in stored:
+        content = orjson.loads(row["content"]) if isinstance(row["content"], str) else row["content"]
+        parts = []
+        for p in content.get("parts", []):
+            if p["type"] == "text":
+                parts.append(repr(p["text"]))
+            elif p["type"] == "tool-invocation":
+                inv = p["toolInvocation"]
+                parts.append(f"{inv['toolName']}({inv.get('args')}) -> {inv.get('result')}")
+            elif p["type"].startswith("data-"):
+                parts.append(f"{p['type']} {p.get('data')}")
+        out(f"  {row['role']:<9} " + " | ".join(parts))
+    if len(stored) != 4:
+        out(f"expected 4 stored messages, found {len(stored)}")
+        return 1
+    out("\ndemo OK")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

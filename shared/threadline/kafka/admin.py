@@ -1,0 +1,77 @@
+"""Topic administration: the fixed topics at start, per-thread chunk topics on demand."""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import TopicAlreadyExistsError
+
+from threadline.logging import get_logger
+
+log = get_logger(__name__)
+
+
+class TopicAdmin:
+    """Creates topics once per process (a cache avoids asking the broker again)."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self._bootstrap = bootstrap
+        self._client: AIOKafkaAdminClient | None = None
+        self._known: set[str] = set()
+        self._lock = asyncio.Lock()
+        self._pending: dict[str, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        if self._client is None:
+            self._client = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+            await self._client.start()
+
+    async def stop(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def ensure(self, topics: list[str], *, partitions: int = 1,
+                     config: dict[str, str] | None = None) -> None:
+        """Create the topics that do not exist yet (idempotent, safe under races)."""
+        missing = [t for t in topics if t not in self._known]
+        if not missing:
+            return
+        assert self._client is not None, "TopicAdmin not started"
+        new = [NewTopic(name=t, num_partitions=partitions, replication_factor=1,
+                        topic_configs=config or {}) for t in missing]
+        try:
+            result = await self._client.create_topics(new)
+            for name, code, *_ in getattr(result, "topic_errors", []) or []:
+                if code not in (0, 36):  # 36 = TOPIC_ALREADY_EXISTS
+                    raise RuntimeError(f"creating topic {name} failed with error code {code}")
+        except TopicAlreadyExistsError:
+            pass
+        self._known.update(missing)
+        log.debug("topics ensured", topics=missing)
+
+    async def ensure_one(self, topic: str, *, config: dict[str, str] | None = None) -> None:
+        """Create one single-partition topic, sharing the request among concurrent callers."""
+        if topic in self._known:
+            return
+        task = self._pending.get(topic)
+        if task is None:
+            task = asyncio.ensure_future(self.ensure([topic], partitions=1, config=config))
+            self._pending[topic] = task
+            task.add_done_callback(lambda _t: self._pending.pop(topic, None))
+        await asyncio.shield(task)
+        # the broker needs a moment before a brand-new topic has a leader
+        await self._wait_leader(topic)
+
+    async def _wait_leader(self, topic: str) -> None:
+        assert self._client is not None
+        for _ in range(50):
+            try:
+                meta = await self._client.describe_topics([topic])
+                parts = meta[0].get("partitions") if meta else None
+                if parts and all(p.get("leader", -1) >= 0 for p in parts):
+                    return
+            except Exception:  # noqa: BLE001 - metadata may lag right after creation
+                pass
+            await asyncio.sleep(0.05)

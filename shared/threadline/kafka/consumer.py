@@ -1,0 +1,252 @@
+"""Concurrent, key-ordered Kafka consumption with safe offset commits (invariants 1, 3 and 6).
+
+FastStream's subscribers handle one record at a time per subscriber, or acknowledge each record
+by committing its own offset, which commits past records still in flight. Threadline's workers
+run hundreds of long steps at once, so consumption is this small mechanism over aiokafka:
+
+1. one poll loop fetches batches (``getmany``) and never waits on a handler;
+2. each record goes to the *lane* of its key (the thread key): records of one key run one after
+   another, in offset order; different keys run concurrently;
+3. per partition, an :class:`OffsetTracker` knows which offsets are unfinished; the committed
+   position is the lowest unfinished offset, so a commit never passes a record still in flight;
+4. when more than ``max_in_flight`` records are unfinished, fetching pauses (backpressure) and
+   resumes below half;
+5. a handler that raises is logged and the record counted as finished: handlers own their retry
+   and dead-lettering (see :func:`threadline.kafka.handling.guarded`), so one bad record never
+   stops the partition;
+6. on rebalance, finished offsets of revoked partitions are committed; a commit that fails because
+   the group moved on is expected and only logged. Records still running for a revoked partition
+   finish (their effects are idempotent and fenced) but no longer move its offset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.structs import OffsetAndMetadata
+
+from threadline.logging import get_logger
+
+log = get_logger(__name__)
+
+Record = Any  # aiokafka ConsumerRecord
+Handler = Callable[[Record], Awaitable[None]]
+
+
+class OffsetTracker:
+    """Unfinished offsets of one partition; ``position`` is the next offset safe to commit."""
+
+    __slots__ = ("_done", "_next", "_pending")
+
+    def __init__(self) -> None:
+        self._pending: deque[int] = deque()  # offsets in fetch order (increasing)
+        self._done: set[int] = set()
+        self._next: int | None = None  # committed-safe position
+
+    def add(self, offset: int) -> None:
+        """Record that ``offset`` was fetched and is now in flight."""
+        if self._next is None:
+            self._next = offset
+        self._pending.append(offset)
+
+    def finish(self, offset: int) -> None:
+        """Record that ``offset`` is finished; advance the position over finished offsets."""
+        self._done.add(offset)
+        pending, done = self._pending, self._done
+        while pending and pending[0] in done:
+            off = pending.popleft()
+            done.discard(off)
+            self._next = off + 1
+
+    @property
+    def position(self) -> int | None:
+        """Offset to commit (all offsets below it are finished), or ``None`` if nothing yet."""
+        return self._next
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._pending)
+
+
+class _Rebalance(ConsumerRebalanceListener):
+    def __init__(self, owner: KeyedConsumer) -> None:
+        self._owner = owner
+
+    async def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._owner._on_revoked(revoked)
+
+    async def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._owner._on_assigned(assigned)
+
+
+class KeyedConsumer:
+    """Consume ``topics`` in consumer group ``group_id``; call ``handler`` per record.
+
+    Args:
+        topics: topics to subscribe to.
+        group_id: consumer group (one per service).
+        handler: ``async (record) -> None``; exceptions are logged, not raised.
+        max_in_flight: unfinished records before fetching pauses.
+        commit_interval_s: how often finished offsets are committed.
+    """
+
+    def __init__(self, *, bootstrap: str, topics: list[str], group_id: str, handler: Handler,
+                 client_id: str = "threadline", max_in_flight: int = 2000,
+                 commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
+                 max_poll_interval_ms: int = 300000) -> None:
+        self._topics = topics
+        self._handler = handler
+        self._max_in_flight = max_in_flight
+        self._commit_interval_s = commit_interval_s
+        self._consumer = AIOKafkaConsumer(
+            bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
+            enable_auto_commit=False, auto_offset_reset="earliest",
+            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
+            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=50,
+        )
+        self._trackers: dict[TopicPartition, OffsetTracker] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._lanes: dict[bytes | None, deque[tuple[Record, OffsetTracker]]] = {}
+        self._lane_tasks: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
+        self._paused = False
+        self._resume = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    async def start(self) -> None:
+        """Join the group and start the poll and commit loops."""
+        await self._consumer.start()
+        self._consumer.subscribe(self._topics, listener=_Rebalance(self))
+        self._tasks = [asyncio.create_task(self._poll_loop(), name="kafka-poll"),
+                       asyncio.create_task(self._commit_loop(), name="kafka-commit")]
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop fetching, let in-flight records finish for up to ``grace_s``, commit, leave."""
+        self._stopping = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), grace_s)
+        for task in list(self._lane_tasks):
+            task.cancel()
+        await self._commit()
+        await self._consumer.stop()
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    async def _poll_loop(self) -> None:
+        while not self._stopping:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=100, max_records=1000)
+            except (KafkaError, IllegalStateError) as exc:
+                log.warning("kafka fetch failed; retrying", error=repr(exc))
+                await asyncio.sleep(0.5)
+                continue
+            for tp, records in batches.items():
+                tracker = self._trackers.get(tp)
+                if tracker is None:
+                    tracker = self._trackers[tp] = OffsetTracker()
+                for record in records:
+                    tracker.add(record.offset)
+                    self._dispatch(record, tracker)
+            if self._in_flight >= self._max_in_flight and not self._paused:
+                self._consumer.pause(*self._consumer.assignment())
+                self._paused = True
+                self._resume.clear()
+                log.info("consumer paused (backpressure)", in_flight=self._in_flight)
+            if self._paused:
+                await self._resume.wait()
+
+    def _dispatch(self, record: Record, tracker: OffsetTracker) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+        lane = self._lanes.get(record.key)
+        if lane is not None:
+            lane.append((record, tracker))
+            return
+        lane = self._lanes[record.key] = deque([(record, tracker)])
+        task = asyncio.create_task(self._run_lane(record.key, lane))
+        self._lane_tasks.add(task)
+        task.add_done_callback(self._lane_tasks.discard)
+
+    async def _run_lane(self, key: bytes | None, lane: deque[tuple[Record, OffsetTracker]]) -> None:
+        try:
+            while lane:
+                record, tracker = lane[0]
+                try:
+                    await self._handler(record)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # noqa: BLE001 - a handler bug must not stop the partition
+                    log.exception("handler raised; record counted as finished",
+                                  topic=record.topic, partition=record.partition, offset=record.offset)
+                lane.popleft()
+                self._finish(tracker, record.offset)
+        finally:
+            if self._lanes.get(key) is lane:
+                del self._lanes[key]
+
+    def _finish(self, tracker: OffsetTracker, offset: int) -> None:
+        # the tracker captured at fetch time: after a revocation it is an orphan and finishing
+        # on it moves no offset of the partition's new owner
+        self._in_flight -= 1
+        tracker.finish(offset)
+        if self._paused and self._in_flight <= self._max_in_flight // 2:
+            assigned = self._consumer.assignment()
+            if assigned:
+                self._consumer.resume(*assigned)
+            self._paused = False
+            self._resume.set()
+        if self._in_flight == 0:
+            self._idle.set()
+
+    async def _commit_loop(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(self._commit_interval_s)
+            await self._commit()
+
+    async def _commit(self, only: list[TopicPartition] | None = None) -> None:
+        offsets = {}
+        for tp, tracker in list(self._trackers.items()):
+            if only is not None and tp not in only:
+                continue
+            pos = tracker.position
+            if pos is not None and self._committed.get(tp) != pos:
+                offsets[tp] = OffsetAndMetadata(pos, "")
+        if not offsets:
+            return
+        try:
+            await self._consumer.commit(offsets)
+            for tp, om in offsets.items():
+                self._committed[tp] = om.offset
+        except (CommitFailedError, IllegalStateError) as exc:
+            log.info("offset commit rejected (rebalance in progress); will be redelivered",
+                     error=repr(exc))
+        except KafkaError as exc:
+            log.warning("offset commit failed; retrying later", error=repr(exc))
+
+    async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        await self._commit(only=list(revoked))
+        for tp in revoked:
+            self._trackers.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        for tp in assigned:
+            self._trackers.setdefault(tp, OffsetTracker())
+        if self._paused:
+            self._consumer.pause(*assigned)

@@ -1,0 +1,115 @@
+"""Record handling shared by every service: decode, dedupe, retry transient faults, dead-letter.
+
+Invariant 8: bad input is answered, never dropped, never fatal. A record that cannot be decoded
+gets a dead-letter record with the reason (and an error reply when it names a reply target); a
+record whose handling keeps failing after retries is dead-lettered the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import asyncpg
+from aiokafka.errors import KafkaError
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+from threadline.errors import InvalidEventError
+from threadline.events.dead_letters import DeadLetter
+from threadline.kafka.consumer import Handler, Record
+from threadline.kafka.producer import Producer
+from threadline.logging import get_logger
+
+log = get_logger(__name__)
+
+TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, asyncpg.PostgresConnectionError,
+             asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
+             asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+"""Faults worth retrying: connections, timeouts, serialisation conflicts."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for faults that a retry can cure."""
+    return isinstance(exc, TRANSIENT)
+
+
+class DeadLetters:
+    """Writes dead-letter records for one service."""
+
+    def __init__(self, producer: Producer, topic: str, service: str) -> None:
+        self._producer = producer
+        self._topic = topic
+        self._service = service
+
+    async def write(self, record: Record, *, code: str, reason: str,
+                    request_id: str | None = None) -> None:
+        """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement."""
+        value: bytes = record.value or b""
+        try:
+            raw, encoding = value.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            raw, encoding = base64.b64encode(value).decode(), "base64"
+        key = record.key.decode(errors="replace") if record.key else None
+        letter = DeadLetter(service=self._service, source_topic=record.topic,
+                            partition=record.partition, offset=record.offset, key=key, code=code,
+                            reason=reason[:2000], raw=raw, raw_encoding=encoding,
+                            request_id=request_id)
+        await self._producer.publish(self._topic, letter, key=key)
+        log.warning("dead-lettered", code=code, reason=reason[:300], topic=record.topic,
+                    partition=record.partition, offset=record.offset)
+
+
+def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
+            on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
+            attempts: int = 6, max_wait_s: float = 5.0) -> Handler:
+    """Wrap ``handler`` so the consumer always goes on.
+
+    1. ``InvalidEventError`` → ``on_invalid`` (e.g. an error reply) and a dead letter;
+    2. transient faults → retried with exponential backoff, ``attempts`` times in all;
+    3. anything else, or retries spent → dead letter with the reason.
+    """
+
+    async def run(record: Record) -> None:
+        try:
+            async for attempt in AsyncRetrying(
+                retry=retry_if_exception(is_transient), stop=stop_after_attempt(attempts),
+                wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True,
+            ):
+                with attempt:
+                    await handler(record)
+        except InvalidEventError as exc:
+            if on_invalid is not None:
+                try:
+                    await on_invalid(record, exc)
+                except Exception:  # noqa: BLE001 - the dead letter below still records it
+                    log.exception("error reply failed")
+            await dead_letters.write(record, code=exc.code, reason=str(exc),
+                                     request_id=_request_id(record))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - dead-letter and go on
+            log.exception("handling failed; dead-lettering")
+            await dead_letters.write(record, code="handler_failed", reason=f"{type(exc).__name__}: {exc}",
+                                     request_id=_request_id(record))
+
+    return run
+
+
+def _request_id(record: Record) -> str | None:
+    for key, value in record.headers or ():
+        if key == "tl-event-id":
+            return value.decode(errors="replace")
+    return None
+
+
+def raw_field(record: Record, name: str) -> Any:
+    """Best-effort read of a top-level JSON field of an undecodable record (for error replies)."""
+    import orjson
+
+    try:
+        body = orjson.loads(record.value)
+    except Exception:  # noqa: BLE001
+        return None
+    return body.get(name) if isinstance(body, dict) else None

@@ -1,0 +1,114 @@
+"""The ``Agent`` (seed 004, "Agent 類別"): instructions, model, tools and hooks, processors,
+default options. Defined in plain Python in the agents module and loaded by every service.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from threadline.errors import ConfigurationError
+from threadline.runtime.processor import check_processor_list
+from threadline.runtime.tools import Tool, ToolHooks
+
+_OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processor_retries",
+                   "toolChoice": "tool_choice", "modelSettings": "model_settings",
+                   "providerOptions": "provider_options", "activeTools": "active_tools",
+                   "requestContext": "request_context"}
+
+
+def normalize_options(options: dict[str, Any] | None) -> dict[str, Any]:
+    """Execution options with Mastra's camelCase names mapped to Python names."""
+    return {_OPTION_ALIASES.get(k, k): v for k, v in (options or {}).items()}
+
+
+def normalize_instructions(instructions: Any) -> list[dict[str, Any]]:
+    """Instructions (string, list of strings, system message, list of system messages) →
+    system messages ``[{role: "system", content, providerOptions?}]``."""
+    if instructions is None or instructions == "":
+        return []
+    items = instructions if isinstance(instructions, list) else [instructions]
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append({"role": "system", "content": item})
+        elif isinstance(item, dict) and item.get("role", "system") == "system" and "content" in item:
+            msg = {"role": "system", "content": item["content"]}
+            opts = item.get("providerOptions") or item.get("provider_options")
+            if opts:
+                msg["providerOptions"] = opts
+            out.append(msg)
+        else:
+            raise ConfigurationError("instructions must be a string, a system message "
+                                     "{role: 'system', content}, or a list of them")
+    return out
+
+
+class Agent:
+    """An agent definition.
+
+    Args:
+        id: unique id; requests name it as ``agent_id``.
+        name: display name (defaults to ``id``).
+        description: what the agent is for.
+        instructions: a string, list of strings, ``{role: "system", content, providerOptions}``,
+            a list of those, or a function ``(request_context) -> any of these``.
+        model: litellm router string ``provider/model`` (credentials from the environment);
+            ``None`` uses ``THREADLINE_MODEL``.
+        tools: list of :class:`Tool` or ``{name: Tool}``.
+        hooks: :class:`ToolHooks` or ``{"before_tool_call": f, "after_tool_call": g}``.
+        input_processors, output_processors, error_processors: processor lists, or functions
+            ``(request_context) -> list``.
+        default_options: defaults for every run (``max_steps``, …; camelCase accepted).
+        max_processor_retries: cap on processor-requested retries (seed 000).
+
+    Raises:
+        ConfigurationError: a processor in a list whose methods it does not implement, a bad
+            tool or instructions.
+    """
+
+    def __init__(self, *, id: str, name: str | None = None, description: str | None = None,
+                 instructions: Any = "", model: str | Callable[..., str] | None = None,
+                 tools: list[Tool] | dict[str, Tool] | None = None, hooks: Any = None,
+                 input_processors: Any = None, output_processors: Any = None,
+                 error_processors: Any = None, default_options: dict[str, Any] | None = None,
+                 max_processor_retries: int | None = None,
+                 metadata: dict[str, Any] | None = None) -> None:
+        if not id:
+            raise ConfigurationError("an agent needs an id")
+        self.id = id
+        self.name = name or id
+        self.description = description
+        self.metadata = metadata or {}
+        self._instructions = instructions
+        if not callable(instructions):
+            self._system = normalize_instructions(instructions)
+        self.model = model
+        if isinstance(tools, dict):
+            tools = [t if t.id == k else Tool(id=k, description=t.description, execute=t.execute,
+                                              input_schema=t.input_schema) for k, t in tools.items()]
+        self.tools: dict[str, Tool] = {}
+        for t in tools or []:
+            if not isinstance(t, Tool):
+                raise ConfigurationError(f"agent {id}: tools must be Tool instances, got {type(t).__name__}")
+            self.tools[t.id] = t
+        self.hooks = ToolHooks.of(hooks)
+        self.input_processors = check_processor_list(input_processors, "input", agent_id=id)
+        self.output_processors = check_processor_list(output_processors, "output", agent_id=id)
+        self.error_processors = check_processor_list(error_processors, "error", agent_id=id)
+        self.default_options = normalize_options(default_options)
+        self.max_processor_retries = max_processor_retries
+
+    def system_messages(self, request_context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """The agent's instructions as system messages."""
+        if callable(self._instructions):
+            return normalize_instructions(self._instructions(request_context or {}))
+        return [dict(m) for m in self._system]
+
+    def resolve_model(self, default: str, request_context: dict[str, Any] | None = None) -> str:
+        """The model string for a run."""
+        model = self.model(request_context or {}) if callable(self.model) else self.model
+        return model or default
+
+    def __repr__(self) -> str:
+        return f"Agent(id={self.id!r})"

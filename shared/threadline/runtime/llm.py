@@ -1,0 +1,213 @@
+"""The one adapter around litellm (K5): streams Mastra chunks, assembles tool calls by index,
+decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
+and maps every litellm exception to a small set of error kinds before processors see it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+import litellm  # noqa: E402
+from litellm import exceptions as lx  # noqa: E402
+
+litellm.suppress_debug_info = True
+litellm.drop_params = True
+
+from threadline.errors import ModelCallError  # noqa: E402
+
+ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
+               "timeout", "authentication", "not_found", "server_error", "connection")
+"""What processors see in ``error.kind``."""
+
+_FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
+           "length": "length", "content_filter": "content-filter"}
+LOCAL_MARKER = "threadline-"
+"""Model names containing this (e.g. ``openai/threadline-fake``) go to the local model server."""
+
+
+@dataclass(slots=True)
+class ModelOutcome:
+    """What one model call produced (filled while streaming)."""
+
+    text: str = ""
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    finish_reason: str = "other"
+    usage: dict[str, Any] | None = None
+    raw_finish_reason: str | None = None
+
+
+def classify(exc: BaseException) -> ModelCallError:
+    """Map a litellm / openai exception to a :class:`ModelCallError` with a ``kind``."""
+    original = exc
+    if isinstance(exc, lx.MidStreamFallbackError):
+        inner = getattr(exc, "original_exception", None)
+        if inner is not None and not isinstance(inner, lx.MidStreamFallbackError):
+            mapped = classify(inner)
+            if mapped.kind != "connection" or getattr(exc, "status_code", None) == 500:
+                return mapped
+    status = getattr(exc, "status_code", None)
+    message = str(getattr(exc, "message", None) or exc)[:500]
+    retry_after = _retry_after(exc)
+    if isinstance(exc, lx.ContextWindowExceededError):
+        kind, retryable = "context_length_exceeded", False
+    elif isinstance(exc, lx.RateLimitError) or status == 429:
+        kind, retryable = "rate_limit", True
+    elif isinstance(exc, lx.Timeout):
+        kind, retryable = "timeout", True
+    elif isinstance(exc, lx.AuthenticationError | lx.PermissionDeniedError):
+        kind, retryable = "authentication", False
+    elif isinstance(exc, lx.NotFoundError):
+        kind, retryable = "not_found", False
+    elif isinstance(exc, lx.BadRequestError | lx.UnprocessableEntityError):
+        kind, retryable = "bad_request", False
+    elif isinstance(exc, lx.ServiceUnavailableError) or status == 503:
+        kind, retryable = "service_unavailable", True
+    elif isinstance(exc, lx.InternalServerError) or (isinstance(status, int) and status >= 500):
+        kind, retryable = "server_error", True
+    elif isinstance(exc, lx.APIConnectionError):
+        kind, retryable = "connection", True
+    else:
+        kind, retryable = "server_error", True
+    err = ModelCallError(message, kind=kind, status_code=status, retry_after_s=retry_after,
+                         retryable=retryable)
+    err.__cause__ = original
+    return err
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    for name in ("retry-after", "Retry-After"):
+        value = headers.get(name)
+        if value:
+            try:
+                return float(value)
+            except ValueError:
+                return None
+    ms = headers.get("retry-after-ms")
+    return float(ms) / 1000 if ms else None
+
+
+def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
+    """litellm arguments that route ``model``: local model names go to ``api_base``."""
+    kwargs: dict[str, Any] = {"model": model, "timeout": timeout_s, "num_retries": 0, "max_retries": 0}
+    if api_base and LOCAL_MARKER in model:
+        kwargs["api_base"] = api_base
+        kwargs["api_key"] = "threadline-local"
+    return kwargs
+
+
+async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                       tool_choice: Any, model_settings: dict[str, Any] | None,
+                       provider_options: dict[str, Any] | None, api_base: str | None,
+                       timeout_s: float, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
+    """Call the model and yield Mastra chunks (``{type, payload}``); fill ``outcome``.
+
+    Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
+    ``tool-call-input-streaming-start``/``tool-call-delta``/``tool-call-input-streaming-end`` and
+    ``tool-call`` (with parsed ``args``). The finish reason is ``tool-calls`` whenever tool calls
+    were streamed, whatever the provider said (C13).
+
+    Raises:
+        ModelCallError: any failure, before or during the stream (in-band errors included).
+    """
+    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
+    kwargs.update(messages=messages, stream=True, stream_options={"include_usage": True})
+    if tools:
+        kwargs["tools"] = tools
+        if tool_choice is not None:
+            kwargs["tool_choice"] = _tool_choice(tool_choice)
+    for key, value in (model_settings or {}).items():
+        if value is not None and key not in ("max_retries", "timeout"):
+            kwargs[_SETTINGS.get(key, key)] = value
+    if provider_options:
+        kwargs.update(provider_options.get(model.split("/", 1)[0], {}))
+    text_open = False
+    calls: dict[int, dict[str, Any]] = {}
+    try:
+        response = await litellm.acompletion(**kwargs)
+        async for chunk in response:
+            usage = getattr(chunk, "usage", None)
+            if usage:
+                outcome.usage = _usage(usage)
+            choices = getattr(chunk, "choices", None) or []
+            if not choices:
+                continue
+            choice = choices[0]
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                reasoning = getattr(delta, "reasoning_content", None)
+                if reasoning:
+                    yield {"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}}
+                content = getattr(delta, "content", None)
+                if content:
+                    if not text_open:
+                        text_open = True
+                        yield {"type": "text-start", "payload": {"id": "t0"}}
+                    outcome.text += content
+                    yield {"type": "text-delta", "payload": {"id": "t0", "text": content}}
+                for tc in getattr(delta, "tool_calls", None) or []:
+                    index = getattr(tc, "index", 0) or 0
+                    fn = getattr(tc, "function", None)
+                    entry = calls.get(index)
+                    if entry is None:
+                        entry = calls[index] = {"toolCallId": getattr(tc, "id", None) or f"call_{index}",
+                                                "toolName": getattr(fn, "name", None) or "", "argsText": ""}
+                        yield {"type": "tool-call-input-streaming-start",
+                               "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}}
+                    elif getattr(fn, "name", None) and not entry["toolName"]:
+                        entry["toolName"] = fn.name
+                    args = getattr(fn, "arguments", None)
+                    if args:
+                        entry["argsText"] += args
+                        yield {"type": "tool-call-delta",
+                               "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
+                                           "toolName": entry["toolName"]}}
+            if getattr(choice, "finish_reason", None):
+                outcome.raw_finish_reason = choice.finish_reason
+    except ModelCallError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every provider failure is mapped
+        raise classify(exc) from exc
+    if text_open:
+        yield {"type": "text-end", "payload": {"id": "t0"}}
+    for entry in calls.values():
+        try:
+            args = orjson.loads(entry["argsText"]) if entry["argsText"].strip() else {}
+        except orjson.JSONDecodeError:
+            args = {"__raw": entry["argsText"]}
+        call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"], "args": args}
+        outcome.tool_calls.append(call)
+        yield {"type": "tool-call-input-streaming-end", "payload": {"toolCallId": entry["toolCallId"]}}
+        yield {"type": "tool-call", "payload": dict(call)}
+    raw = outcome.raw_finish_reason
+    if calls and raw != "length":
+        outcome.finish_reason = "tool-calls"
+    else:
+        outcome.finish_reason = _FINISH.get(raw or "", "other")
+
+
+_SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, dict) and choice.get("type") == "tool":
+        return {"type": "function", "function": {"name": choice.get("toolName") or choice.get("tool_name")}}
+    return choice
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    get = usage.get if isinstance(usage, dict) else lambda k, d=None: getattr(usage, k, d)
+    inp, out = get("prompt_tokens", None), get("completion_tokens", None)
+    total = get("total_tokens", None)
+    return {"inputTokens": inp, "outputTokens": out,
+            "totalTokens": total if total is not None else (inp or 0) + (out or 0)}

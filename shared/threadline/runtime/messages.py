@@ -1,0 +1,295 @@
+"""Mastra's message shapes and the ``MessageList`` (seed 000, "messages vs messageList").
+
+A message is a ``MastraDBMessage``: ``{id, role, createdAt, threadId, resourceId, type?,
+content: {format: 2, parts: [...], content?, metadata?}}``, held as an :class:`AttrDict` so both
+``msg.content.parts`` and ``msg["content"]["parts"]`` work. Parts: ``text``, ``reasoning``,
+``file``, ``step-start``, ``tool-invocation {toolInvocation: {state, toolCallId, toolName, args,
+result?}}``, ``data-<name> {data}``, ``error``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import orjson
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline.errors import ConfigurationError
+from threadline.ids import new_id
+
+Source = Literal["memory", "input", "response", "context"]
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
+
+
+def make_message(role: str, parts: list[dict[str, Any]], *, id: str | None = None,
+                 thread_id: str | None = None, resource_id: str | None = None,
+                 metadata: dict[str, Any] | None = None, type: str | None = None) -> AttrDict:
+    """Build a ``MastraDBMessage`` (format 2)."""
+    content: dict[str, Any] = {"format": 2, "parts": parts}
+    if metadata:
+        content["metadata"] = metadata
+    msg: dict[str, Any] = {"id": id or new_id("msg"), "role": role, "createdAt": now_iso(),
+                           "content": content}
+    if thread_id is not None:
+        msg["threadId"] = thread_id
+    if resource_id is not None:
+        msg["resourceId"] = resource_id
+    if type is not None:
+        msg["type"] = type
+    return wrap(msg)
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """Text of a message: its ``text`` parts joined, else the legacy ``content.content`` string."""
+    content = message.get("content") or {}
+    text = "".join(p.get("text", "") for p in content.get("parts") or ()
+                   if p.get("type") == "text" and isinstance(p.get("text"), str))
+    if not text and isinstance(content.get("content"), str):
+        text = content["content"]
+    return text
+
+
+def system_text(message: Any) -> str:
+    """Text of a system message given as a string, ``{role, content}`` or a DB message."""
+    if isinstance(message, str):
+        return message
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, dict):
+        return text_of(message)
+    return ""
+
+
+class _View:
+    """A filtered view of the list: ``db()``, ``ui()``, ``core()`` formats."""
+
+    def __init__(self, owner: MessageList, sources: tuple[str, ...] | None) -> None:
+        self._owner = owner
+        self._sources = sources
+
+    def db(self) -> list[AttrDict]:
+        """Messages in Mastra's DB shape (the live objects: in-place edits are kept)."""
+        return [m for m, s in self._owner._entries if self._sources is None or s in self._sources]
+
+    def ui(self) -> list[dict[str, Any]]:
+        """UI messages: ``{id, role, parts, metadata?}``."""
+        out = []
+        for m in self.db():
+            ui = {"id": m["id"], "role": "user" if m["role"] == "signal" else m["role"],
+                  "parts": list(m["content"].get("parts") or [])}
+            if m["content"].get("metadata"):
+                ui["metadata"] = m["content"]["metadata"]
+            out.append(ui)
+        return out
+
+    def core(self) -> list[dict[str, Any]]:
+        """Provider (OpenAI chat) messages, without system messages."""
+        return to_core(self.db())
+
+
+class _Get:
+    def __init__(self, owner: MessageList) -> None:
+        self.all = _View(owner, None)
+        self.input = _View(owner, ("input",))
+        self.response = _View(owner, ("response",))
+        self.remembered = _View(owner, ("memory",))
+
+
+class MessageList:
+    """The live conversation of one run (Mastra's ``MessageList``).
+
+    Holds chat messages with their *source* (``memory`` = thread history, ``input`` = new user
+    input and signals, ``response`` = what the agent produced) and the system messages (untagged,
+    plus tagged buckets owned by processors). Views: ``get.all``, ``get.input``,
+    ``get.response``, ``get.remembered``; formats: ``db()``, ``ui()``, ``core()``.
+    """
+
+    def __init__(self, *, thread_id: str | None = None, resource_id: str | None = None) -> None:
+        self.thread_id = thread_id
+        self.resource_id = resource_id
+        self._entries: list[tuple[AttrDict, str]] = []
+        self._system: list[AttrDict] = []  # untagged
+        self._tagged: dict[str, list[AttrDict]] = {}
+        self.get = _Get(self)
+
+    # --- chat messages -------------------------------------------------------------------
+    def add(self, messages: Any, source: Source = "input") -> MessageList:
+        """Append messages (a message, a string = user text, or a list of either)."""
+        items = messages if isinstance(messages, list) else [messages]
+        for item in items:
+            msg = self._coerce(item)
+            if msg["role"] == "system":
+                self.add_system(system_text(msg))
+                continue
+            self.remove_by_ids([msg["id"]])
+            self._entries.append((msg, source))
+        return self
+
+    def _coerce(self, item: Any) -> AttrDict:
+        if isinstance(item, str):
+            return make_message("user", [{"type": "text", "text": item}],
+                                thread_id=self.thread_id, resource_id=self.resource_id)
+        if isinstance(item, dict):
+            msg = wrap(dict(item)) if not isinstance(item, AttrDict) else item
+            if isinstance(msg.get("content"), str):  # CoreMessage-like {role, content: str}
+                msg["content"] = wrap({"format": 2, "parts": [{"type": "text", "text": msg["content"]}]})
+            msg.setdefault("id", new_id("msg"))
+            msg.setdefault("createdAt", now_iso())
+            return msg
+        raise ConfigurationError(f"cannot add {type(item).__name__} to a MessageList")
+
+    def source_of(self, message_id: str) -> str | None:
+        """Source of the message with this id, or ``None``."""
+        for m, s in self._entries:
+            if m["id"] == message_id:
+                return s
+        return None
+
+    def remove_by_ids(self, ids: Iterable[str]) -> list[AttrDict]:
+        """Remove messages by id; return the removed ones."""
+        wanted = set(ids)
+        removed = [m for m, _ in self._entries if m["id"] in wanted]
+        if removed:
+            self._entries = [(m, s) for m, s in self._entries if m["id"] not in wanted]
+        return removed
+
+    def replace(self, message_id: str, message: dict[str, Any]) -> bool:
+        """Replace the message with ``message_id`` in place (keeps its position and source)."""
+        for i, (m, s) in enumerate(self._entries):
+            if m["id"] == message_id:
+                new = wrap(dict(message))
+                new.setdefault("id", message_id)
+                self._entries[i] = (new, s)
+                return True
+        return False
+
+    def get_by_id(self, message_id: str) -> AttrDict | None:
+        for m, _ in self._entries:
+            if m["id"] == message_id:
+                return m
+        return None
+
+    def update_tool_invocation(self, part: dict[str, Any]) -> bool:
+        """Replace the tool invocation with the same ``toolCallId`` (newest message first).
+
+        ``part`` is ``{type: "tool-invocation", toolInvocation: {state, toolCallId, toolName,
+        args, result}}``. Returns ``True`` if an invocation was found and updated.
+        """
+        inv = part.get("toolInvocation") or {}
+        call_id = inv.get("toolCallId")
+        for msg, _ in reversed(self._entries):
+            for i, p in enumerate(msg["content"].get("parts") or []):
+                if p.get("type") == "tool-invocation" and p["toolInvocation"].get("toolCallId") == call_id:
+                    msg["content"]["parts"][i] = wrap({**p, **part,
+                                                       "toolInvocation": {**p["toolInvocation"], **inv}})
+                    return True
+        return False
+
+    # --- system messages -----------------------------------------------------------------
+    def add_system(self, message: Any, tag: str | None = None) -> MessageList:
+        """Add a system message (untagged, or in the bucket ``tag``)."""
+        msg = wrap({"role": "system", "content": system_text(message)} if not isinstance(message, dict)
+                   else {"role": "system", "content": system_text(message),
+                         **({"providerOptions": message["providerOptions"]}
+                            if message.get("providerOptions") else {})})
+        if tag is None:
+            self._system.append(msg)
+        else:
+            self._tagged.setdefault(tag, []).append(msg)
+        return self
+
+    def get_system_messages(self, tag: str | None = None) -> list[AttrDict]:
+        """Untagged system messages, or those of bucket ``tag``."""
+        return list(self._system if tag is None else self._tagged.get(tag, []))
+
+    def replace_all_system_messages(self, messages: list[Any]) -> None:
+        """Replace the untagged system messages."""
+        self._system = []
+        for m in messages:
+            self.add_system(m)
+
+    def all_system_messages(self) -> list[AttrDict]:
+        """Untagged then tagged system messages, as sent to the model."""
+        out = list(self._system)
+        for bucket in self._tagged.values():
+            out.extend(bucket)
+        return out
+
+    # --- state -------------------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """JSON-ready snapshot (carried between steps in Postgres)."""
+        return {"entries": [[m, s] for m, s in self._entries], "system": self._system,
+                "tagged": self._tagged}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any], *, thread_id: str | None = None,
+                   resource_id: str | None = None) -> MessageList:
+        ml = cls(thread_id=thread_id, resource_id=resource_id)
+        ml._entries = [(wrap(m), s) for m, s in state.get("entries", [])]
+        ml._system = [wrap(m) for m in state.get("system", [])]
+        ml._tagged = {k: [wrap(m) for m in v] for k, v in state.get("tagged", {}).items()}
+        return ml
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+def _json(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+
+
+def to_core(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
+
+    Signal messages (role ``signal``) become user messages rendered as XML (seed 004).
+    """
+    from threadline.runtime.signals import render_for_model  # local: signals imports messages
+
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        role = msg["role"]
+        parts = msg["content"].get("parts") or []
+        if role in ("user", "signal"):
+            out.append({"role": "user", "content": render_for_model(msg)})
+            continue
+        if role != "assistant":
+            continue
+        text: list[str] = []
+        calls: list[dict[str, Any]] = []
+        results: list[dict[str, Any]] = []
+
+        def flush() -> None:
+            if text or calls:
+                entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+                if calls:
+                    entry["tool_calls"] = list(calls)
+                out.append(entry)
+                out.extend(results)
+            text.clear()
+            calls.clear()
+            results.clear()
+
+        for p in parts:
+            kind = p.get("type")
+            if kind == "step-start":
+                flush()
+            elif kind == "text":
+                text.append(p.get("text") or "")
+            elif kind == "tool-invocation":
+                inv = p["toolInvocation"]
+                if inv.get("state") not in ("result", "output-error"):
+                    continue  # incomplete calls are never sent back
+                calls.append({"id": inv["toolCallId"], "type": "function",
+                              "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
+                result = inv.get("result") if inv.get("state") == "result" else {"error": inv.get("errorText")}
+                results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
+        if not parts and isinstance(msg["content"].get("content"), str):
+            text.append(msg["content"]["content"])
+        flush()
+    return out

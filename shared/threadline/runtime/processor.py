@@ -1,0 +1,417 @@
+"""The Processor contract (seed 000): the base class, ``abort()`` tripwires, and the runner that
+calls the nine methods at their fixed points with the per-processor ``state``.
+
+Methods (Python name ← Mastra name): ``process_input`` ← processInput, ``process_input_step`` ←
+processInputStep, ``process_llm_request`` ← processLLMRequest, ``process_llm_response`` ←
+processLLMResponse, ``process_api_error`` ← processAPIError, ``process_output_stream`` ←
+processOutputStream, ``process_output_step`` ← processOutputStep, ``process_tool_result`` ←
+processToolResult, ``process_output_result`` ← processOutputResult. Each may be sync or async and
+takes keyword arguments; a method receives only the arguments it names (or all with ``**kwargs``).
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline.errors import ConfigurationError
+from threadline.logging import get_logger
+from threadline.runtime.messages import MessageList, system_text
+
+log = get_logger(__name__)
+
+INPUT_METHODS = ("process_input", "process_input_step", "process_llm_request", "process_llm_response")
+OUTPUT_METHODS = ("process_output_stream", "process_output_step", "process_output_result",
+                  "process_tool_result")
+ERROR_METHODS = ("process_api_error",)
+_LIST_METHODS = {"input": INPUT_METHODS, "output": OUTPUT_METHODS, "error": ERROR_METHODS}
+
+
+class TripWire(Exception):  # noqa: N818 - Mastra's name
+    """Raised by ``abort()``: stops the run (or, with ``retry=True`` and budget, retries the step).
+
+    Attributes: ``reason``, ``retry``, ``metadata``, ``processor_id``.
+    """
+
+    def __init__(self, reason: str, *, retry: bool = False, metadata: Any = None,
+                 processor_id: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.retry = retry
+        self.metadata = metadata
+        self.processor_id = processor_id
+
+    def payload(self) -> dict[str, Any]:
+        """The tripwire chunk payload ``{reason, retry, metadata, processorId}``."""
+        return {"reason": self.reason, "retry": self.retry, "metadata": self.metadata,
+                "processorId": self.processor_id}
+
+
+class Processor:
+    """Base class for processors. Set ``id`` (required); implement any of the nine methods.
+
+    Attributes:
+        id: unique id (also the key of the processor's ``state``).
+        name: display name (defaults to ``id``).
+        description: for tracing.
+        processor_index: position in the run's list; set on a per-run copy by the runtime.
+        process_data_parts: when True, ``process_output_stream`` also receives ``data-*`` chunks.
+        on_violation: optional ``(violation) -> None`` called on every abort of this processor.
+    """
+
+    id: str = ""
+    name: str | None = None
+    description: str | None = None
+    processor_index: int | None = None
+    process_data_parts: bool = False
+    on_violation: Callable[[Any], Any] | None = None
+
+
+def implements(processor: Any, method: str) -> bool:
+    return callable(getattr(processor, method, None))
+
+
+def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> Any:
+    """Validate a processor list at agent build time (functions are checked at run time).
+
+    Raises:
+        ConfigurationError: a processor without an id, or with none of the methods of its list.
+    """
+    if processors is None:
+        return []
+    if callable(processors) and not isinstance(processors, list):
+        return processors
+    for p in processors:
+        _check_one(p, kind, agent_id)
+    return list(processors)
+
+
+def _check_one(p: Any, kind: str, agent_id: str) -> None:
+    pid = getattr(p, "id", None)
+    if not pid or not isinstance(pid, str):
+        raise ConfigurationError(f"agent {agent_id}: processor {type(p).__name__} has no id")
+    methods = _LIST_METHODS[kind]
+    if not any(implements(p, m) for m in methods):
+        raise ConfigurationError(
+            f"agent {agent_id}: processor {pid!r} is in {kind}_processors but implements none of "
+            f"{', '.join(methods)}")
+
+
+def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], agent_id: str) -> list[Any]:
+    """Resolve a list (or a function of ``request_context``) into per-run copies with
+    ``processor_index`` set (DECISIONS 8: never on a shared instance)."""
+    items = processors(request_context) if callable(processors) else list(processors or [])
+    out = []
+    for i, p in enumerate(items):
+        _check_one(p, kind, agent_id)
+        c = copy.copy(p)
+        c.processor_index = i
+        out.append(c)
+    return out
+
+
+_SIG_CACHE: dict[Any, tuple[bool, frozenset[str]]] = {}
+
+
+def _accepted(fn: Callable[..., Any]) -> tuple[bool, frozenset[str]]:
+    key = getattr(fn, "__func__", fn)
+    hit = _SIG_CACHE.get(key)
+    if hit is None:
+        params = inspect.signature(fn).parameters.values()
+        var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+        names = frozenset(p.name for p in params if p.kind in (inspect.Parameter.KEYWORD_ONLY,
+                                                                inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        hit = _SIG_CACHE[key] = (var_kw, names)
+    return hit
+
+
+class _AbortRecord:
+    __slots__ = ("tripwire",)
+
+    def __init__(self) -> None:
+        self.tripwire: TripWire | None = None
+
+
+class ProcessorRunner:
+    """Calls processors for one run. Holds per-processor ``state`` (one dict per processor id,
+    shared by all its methods, carried across steps in Postgres) and the retry count."""
+
+    def __init__(self, *, input_processors: list[Any], output_processors: list[Any],
+                 error_processors: list[Any], states: dict[str, dict[str, Any]],
+                 request_context: dict[str, Any] | None = None, writer: Any = None,
+                 retry_count: int = 0) -> None:
+        self.input = input_processors
+        self.output = output_processors
+        self.error = error_processors
+        self.states = states
+        self.request_context = request_context or {}
+        self.writer = writer
+        self.retry_count = retry_count
+        self.stream_parts: dict[str, list[Any]] = {}
+        self._stream_chain = [p for p in output_processors if implements(p, "process_output_stream")]
+
+    def state_of(self, processor: Any) -> dict[str, Any]:
+        state = self.states.get(processor.id)
+        if state is None:
+            state = self.states[processor.id] = AttrDict()
+        elif not isinstance(state, AttrDict):
+            state = self.states[processor.id] = wrap(state)
+        return state
+
+    async def call(self, processor: Any, method: str, default_reason: str, **kwargs: Any) -> Any:
+        """Call ``processor.method`` with the arguments it accepts; enforce ``abort()``.
+
+        The abort is recorded before it raises and checked after the call returns, so an
+        ``except`` in the processor cannot swallow it (K1).
+
+        Raises:
+            TripWire: the processor aborted.
+        """
+        record = _AbortRecord()
+        pid = processor.id
+
+        def abort(reason: str | None = None, options: dict[str, Any] | None = None, *,
+                  retry: bool | None = None, metadata: Any = None) -> None:
+            opts = options or {}
+            tw = TripWire(reason or default_reason.format(id=pid),
+                          retry=bool(retry if retry is not None else opts.get("retry", False)),
+                          metadata=metadata if metadata is not None else opts.get("metadata"),
+                          processor_id=pid)
+            record.tripwire = tw
+            raise tw
+
+        fn = getattr(processor, method)
+        kwargs.update(abort=abort, retry_count=self.retry_count, request_context=self.request_context,
+                      state=self.state_of(processor), writer=self.writer)
+        var_kw, names = _accepted(fn)
+        args = kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}
+        try:
+            result = fn(**args)
+            if inspect.isawaitable(result):
+                result = await result
+        except TripWire as tw:
+            tw.processor_id = tw.processor_id or pid
+            await self._violation(processor, tw)
+            raise
+        except Exception:
+            if record.tripwire is not None:  # user code turned the abort into another error
+                await self._violation(processor, record.tripwire)
+                raise record.tripwire from None
+            raise
+        if record.tripwire is not None:  # the abort was caught and swallowed inside the method
+            await self._violation(processor, record.tripwire)
+            raise record.tripwire
+        return result
+
+    async def _violation(self, processor: Any, tw: TripWire) -> None:
+        handler = getattr(processor, "on_violation", None)
+        if not callable(handler):
+            return
+        try:
+            out = handler(wrap({"processorId": tw.processor_id, "message": tw.reason,
+                                "detail": tw.metadata}))
+            if inspect.isawaitable(out):
+                await out
+        except Exception:  # noqa: BLE001 - seed: errors from on_violation are swallowed
+            log.warning("on_violation raised; ignored", processor_id=processor.id, exc_info=True)
+
+    # --- message-returning phases --------------------------------------------------------------
+    def apply_messages(self, ml: MessageList, result: Any, *, before_ids: list[str],
+                       default_source: str, split_system: bool = True) -> None:
+        """Apply a processor's return value to the list (seed "持久保存"; merge rule 1.4).
+
+        Raises:
+            ConfigurationError: a different ``MessageList`` instance was returned.
+        """
+        if result is None or result is ml:
+            return
+        if isinstance(result, MessageList):
+            raise ConfigurationError("a processor returned a different MessageList instance; "
+                                     "mutate the one it was given")
+        system = None
+        if isinstance(result, dict) and ("messages" in result or "system_messages" in result
+                                         or "systemMessages" in result):
+            system = result.get("system_messages", result.get("systemMessages"))
+            messages = result.get("messages")
+            if result.get("message_list") is not None and result.get("message_list") is not ml:
+                raise ConfigurationError("a processor returned a different MessageList instance")
+        elif isinstance(result, list):
+            messages = result
+        else:
+            raise ConfigurationError(f"unsupported processor return value {type(result).__name__}")
+        if system is not None:
+            ml.replace_all_system_messages([m for m in system])
+        if messages is None:
+            return
+        returned_ids = {m.get("id") for m in messages if isinstance(m, dict)}
+        ml.remove_by_ids([i for i in before_ids if i not in returned_ids])
+        for m in messages:
+            if split_system and isinstance(m, dict) and m.get("role") == "system":
+                ml.add_system(system_text(m))
+                continue
+            source = ml.source_of(m.get("id")) if isinstance(m, dict) and m.get("id") else None
+            ml.add(m, source or default_source)  # type: ignore[arg-type]
+
+    async def process_input(self, ml: MessageList) -> None:
+        """``processInput``: once, before the loop, over the chat messages (no system ones)."""
+        for p in self.input:
+            if not implements(p, "process_input"):
+                continue
+            messages = ml.get.all.db()
+            before = [m["id"] for m in messages]
+            result = await self.call(p, "process_input", "Tripwire triggered by {id}",
+                                     messages=messages, message_list=ml,
+                                     system_messages=ml.get_system_messages())
+            self.apply_messages(ml, result, before_ids=before, default_source="input")
+
+    async def process_input_step(self, ml: MessageList, step_input: dict[str, Any], *,
+                                 step_number: int, steps: list[Any]) -> dict[str, Any]:
+        """``processInputStep``: every step, chained; returns the folded step overrides."""
+        for p in self.input:
+            if not implements(p, "process_input_step"):
+                continue
+            messages = ml.get.all.db()
+            before = [m["id"] for m in messages]
+            result = await self.call(
+                p, "process_input_step", "Tripwire triggered by {id}", messages=messages,
+                message_list=ml, step_number=step_number, steps=steps,
+                system_messages=ml.get_system_messages(), model=step_input.get("model"),
+                tool_choice=step_input.get("tool_choice"), active_tools=step_input.get("active_tools"),
+                tools=step_input.get("tools"), provider_options=step_input.get("provider_options"),
+                model_settings=step_input.get("model_settings"),
+                structured_output=step_input.get("structured_output"))
+            if result is None or result is ml:
+                continue
+            if isinstance(result, list | MessageList):
+                self.apply_messages(ml, result, before_ids=before, default_source="input")
+                continue
+            if not isinstance(result, dict):
+                raise ConfigurationError(f"process_input_step of {p.id} returned {type(result).__name__}")
+            result = dict(result)
+            if "messages" in result and result.get("message_list") is not None:
+                raise ConfigurationError(f"process_input_step of {p.id} returned both messages and "
+                                         "message_list")
+            if result.get("message_list") is not None and result["message_list"] is not ml:
+                raise ConfigurationError(f"process_input_step of {p.id} returned a different MessageList")
+            result.pop("message_list", None)
+            messages = result.pop("messages", None)
+            system = result.pop("system_messages", result.pop("systemMessages", None))
+            if messages is not None or system is not None:
+                self.apply_messages(ml, {"messages": messages, "system_messages": system},
+                                    before_ids=before, default_source="input")
+            for key, value in result.items():
+                step_input[_snake(key)] = value  # key present → override; None clears (DECISIONS 6)
+        return step_input
+
+    async def process_llm_request(self, prompt: list[dict[str, Any]], *, model: str, step_number: int,
+                                  steps: list[Any]) -> tuple[list[dict[str, Any]], Any]:
+        """``processLLMRequest``: returns ``(prompt, cached_response_or_None)``; first response wins."""
+        response = None
+        for p in self.input:
+            if not implements(p, "process_llm_request"):
+                continue
+            result = await self.call(p, "process_llm_request", "Tripwire triggered by {id}",
+                                     prompt=prompt, model=model, step_number=step_number, steps=steps)
+            if isinstance(result, dict):
+                if "prompt" in result:
+                    prompt = result["prompt"]
+                if result.get("response") and response is None:
+                    response = result["response"]
+        return prompt, response
+
+    async def process_llm_response(self, chunks: list[Any], *, model: str, step_number: int,
+                                   steps: list[Any], from_cache: bool) -> None:
+        """``processLLMResponse``: after the stream, with the collected chunks."""
+        for p in self.input:
+            if implements(p, "process_llm_response"):
+                await self.call(p, "process_llm_response", "Tripwire triggered by {id}", chunks=chunks,
+                                model=model, step_number=step_number, steps=steps, from_cache=from_cache)
+
+    async def process_output_stream(self, part: AttrDict, ml: MessageList | None = None) -> AttrDict | None:
+        """``processOutputStream`` for one chunk: returns the chunk to emit, or ``None`` to drop.
+
+        ``data-*`` chunks reach only processors with ``process_data_parts``. A non-tripwire
+        exception is logged and the chunk continues unchanged to the next processor.
+        """
+        is_data = part["type"].startswith("data-")
+        for p in self._stream_chain:
+            if is_data and not p.process_data_parts:
+                continue
+            seen = self.stream_parts.setdefault(p.id, [])
+            seen.append(part)
+            try:
+                out = await self.call(p, "process_output_stream", "Stream part blocked by {id}",
+                                      part=part, stream_parts=seen, message_list=ml)
+            except TripWire:
+                raise
+            except Exception:  # noqa: BLE001 - seed: the chunk continues unchanged
+                log.warning("process_output_stream raised; chunk passed on unchanged",
+                            processor_id=p.id, exc_info=True)
+                continue
+            if out is None:
+                return None
+            part = out if isinstance(out, AttrDict) else wrap(dict(out))
+        return part
+
+    async def process_output_step(self, ml: MessageList, *, step_number: int, steps: list[Any],
+                                  finish_reason: str, tool_calls: list[Any] | None, text: str,
+                                  usage: Any) -> None:
+        """``processOutputStep``: after the model's step, before its tools run."""
+        for p in self.output:
+            if not implements(p, "process_output_step"):
+                continue
+            messages = ml.get.all.db()
+            before = [m["id"] for m in messages]
+            result = await self.call(p, "process_output_step", "Tripwire triggered by {id}",
+                                     messages=messages, message_list=ml, step_number=step_number,
+                                     steps=steps, finish_reason=finish_reason, tool_calls=tool_calls,
+                                     text=text, usage=usage, system_messages=ml.get_system_messages())
+            self.apply_messages(ml, result, before_ids=before, default_source="response")
+
+    async def process_tool_result(self, ml: MessageList, *, step_number: int, steps: list[Any],
+                                  tool_name: str, tool_call_id: str, args: Any, result: Any) -> None:
+        """``processToolResult``: after a tool returned, before its result enters the list."""
+        for p in self.output:
+            if implements(p, "process_tool_result"):
+                await self.call(p, "process_tool_result", "Tripwire triggered by {id}",
+                                messages=ml.get.all.db(), message_list=ml, step_number=step_number,
+                                steps=steps, tool_name=tool_name, tool_call_id=tool_call_id, args=args,
+                                result=result, provider_executed=None,
+                                system_messages=ml.get_system_messages())
+
+    async def process_output_result(self, ml: MessageList, *, result: dict[str, Any]) -> None:
+        """``processOutputResult``: once at the end, over the response messages."""
+        for p in self.output:
+            if not implements(p, "process_output_result"):
+                continue
+            messages = ml.get.response.db()
+            before = [m["id"] for m in messages]
+            out = await self.call(p, "process_output_result", "Tripwire triggered by {id}",
+                                  messages=messages, message_list=ml, result=wrap(dict(result)))
+            self.apply_messages(ml, out, before_ids=before, default_source="response", split_system=False)
+
+    async def process_api_error(self, ml: MessageList, *, error: Any, step_number: int,
+                                steps: list[Any]) -> bool:
+        """``processAPIError`` of the error processors: True if one asked for a retry."""
+        for p in self.error:
+            if not implements(p, "process_api_error"):
+                continue
+            try:
+                out = await self.call(p, "process_api_error", "Tripwire triggered by {id}", error=error,
+                                      messages=ml.get.all.db(), message_list=ml,
+                                      step_number=step_number, steps=steps)
+            except TripWire:
+                raise
+            except Exception:  # noqa: BLE001 - seed: errors of error processors are swallowed
+                log.warning("process_api_error raised; ignored", processor_id=p.id, exc_info=True)
+                continue
+            if isinstance(out, dict) and out.get("retry"):
+                return True
+        return False
+
+
+def _snake(key: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in key)

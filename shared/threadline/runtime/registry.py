@@ -1,0 +1,41 @@
+"""Loading the agents module named by configuration (invariant 7)."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from threadline.errors import ConfigurationError
+from threadline.runtime.agent import Agent
+
+
+def load_agents(module_name: str) -> dict[str, Agent]:
+    """Import ``module_name`` and collect its agents.
+
+    The module may define ``agents`` (a list or ``{id: Agent}``); otherwise every module-level
+    :class:`Agent` is taken.
+
+    Raises:
+        ConfigurationError: the module cannot be imported, defines no agent, or two agents share an id.
+    """
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(f"cannot import agents module {module_name!r}: {exc}") from exc
+    found: Any = getattr(module, "agents", None)
+    if isinstance(found, dict):
+        items = list(found.values())
+    elif isinstance(found, list | tuple):
+        items = list(found)
+    else:
+        items = [v for v in vars(module).values() if isinstance(v, Agent)]
+    out: dict[str, Agent] = {}
+    for agent in items:
+        if not isinstance(agent, Agent):
+            raise ConfigurationError(f"{module_name}.agents holds a {type(agent).__name__}, not an Agent")
+        if agent.id in out and out[agent.id] is not agent:
+            raise ConfigurationError(f"two agents share the id {agent.id!r}")
+        out[agent.id] = agent
+    if not out:
+        raise ConfigurationError(f"agents module {module_name!r} defines no Agent")
+    return out

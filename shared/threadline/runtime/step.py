@@ -1,0 +1,445 @@
+"""Executing one step of a run on a processor-worker (seed 000, "execution order in the agentic
+loop"). Any worker can take any step: everything a step needs is read from Postgres and
+everything the next step needs is written back, fenced by the thread lease.
+
+One step:
+ 1. step 0: load the thread history, add the instructions, emit ``start``;
+ 2. drain signals addressed to the run into the list (echo chunks; a new response message id
+    after step 0);
+ 3. step 0: ``process_input``; every step: system messages reset, ``process_input_step``;
+ 4. ``process_llm_request``; the model call (or a cached response) streamed chunk by chunk
+    through ``process_output_stream`` onto the thread's chunk topic;
+ 5. ``process_llm_response``; the response message built from the *processed* chunks;
+ 6. ``process_output_step`` (before any tool runs), then each tool with its hooks and
+    ``process_tool_result``; the ``tool-result`` chunk through ``process_output_stream``;
+ 7. ``step-finish``; on the last step ``process_output_result`` and ``finish``;
+ 8. chunks acknowledged, then the effects and the step result written in one transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline.config import Settings
+from threadline.errors import ModelCallError, StaleWriterError
+from threadline.events import StepResult, StepTask
+from threadline.ids import new_id
+from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.producer import Producer
+from threadline.logging import get_logger
+from threadline.runtime.agent import Agent
+from threadline.runtime.chunk_writer import ChunkWriter
+from threadline.runtime.llm import ModelOutcome, stream_model
+from threadline.runtime.messages import MessageList, make_message
+from threadline.runtime.processor import ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.signals import echo_chunk, signal_to_message
+from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
+from threadline.runtime.tools import ToolContext
+from threadline.store import leases
+from threadline.store.db import Database
+from threadline.store.outbox import Outbox
+from threadline.store.steps import has_pending, load_history, pending_signals, persist_step
+from threadline.topics import Topics, thread_key
+
+log = get_logger(__name__)
+DEFAULT_MAX_STEPS = 5
+
+
+class _Writer:
+    """``writer.custom(chunk)`` for processors and tools (seed 000, "發出自訂資料 chunk")."""
+
+    def __init__(self, step: _Step, *, through_processors: bool) -> None:
+        self._step = step
+        self._through = through_processors
+
+    async def custom(self, chunk: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+        await self._step.custom_chunk(dict(chunk), through_processors=self._through)
+
+
+@dataclass
+class _Step:
+    """Mutable state of one step execution."""
+
+    run: asyncpg.Record
+    agent: Agent
+    writer: ChunkWriter
+    ml: MessageList
+    runner: ProcessorRunner
+    response_id: str
+    steps: list[dict[str, Any]]
+    state: dict[str, Any]
+    usage_total: dict[str, Any] = field(default_factory=dict)
+
+    async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
+        """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
+        part = wrap(chunk)
+        if processed:
+            part = await self.runner.process_output_stream(part, self.ml)
+            if part is None:
+                return None
+        await self.writer.emit(part)
+        return part
+
+    async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
+        if not str(chunk.get("type", "")).startswith("data-"):
+            raise ValueError("writer.custom chunks must have a type starting with 'data-'")
+        transient = bool(chunk.get("transient"))
+        part = await self.emit(chunk, processed=through_processors)
+        if part is None or transient or not str(part.get("type", "")).startswith("data-"):
+            return
+        msg = self.response_message()
+        msg["content"]["parts"].append(wrap({"type": part["type"], "data": part.get("data")}))
+
+    def response_message(self) -> AttrDict:
+        msg = self.ml.get_by_id(self.response_id)
+        if msg is None:
+            msg = make_message("assistant", [], id=self.response_id, thread_id=self.run["thread_id"],
+                               resource_id=self.run["resource_id"])
+            self.ml.add(msg, "response")
+            msg = self.ml.get_by_id(self.response_id)
+        assert msg is not None
+        return msg
+
+
+class StepExecutor:
+    """Runs step tasks for the agents of this process."""
+
+    def __init__(self, *, db: Database, producer: Producer, admin: TopicAdmin, outbox: Outbox,
+                 topics: Topics, settings: Settings, agents: dict[str, Agent]) -> None:
+        self._db = db
+        self._producer = producer
+        self._admin = admin
+        self._outbox = outbox
+        self._topics = topics
+        self._settings = settings
+        self._agents = agents
+
+    async def execute(self, task: StepTask) -> None:
+        """Execute ``task`` unless it is stale or already done (redelivery is harmless)."""
+        run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
+        if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
+                or run["step"] != task.step or run["steps_done"] > task.step:
+            log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
+            return
+        agent = self._agents.get(run["agent_id"])
+        topic = self._topics.chunks(run["resource_id"], run["thread_id"])
+        await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
+        writer = ChunkWriter(self._producer, topic, run_id=run["run_id"], step=task.step,
+                             attempt=task.attempt, seq=run["next_seq"],
+                             key=thread_key(run["resource_id"], run["thread_id"]))
+        renewer = asyncio.create_task(self._renew(run))
+        try:
+            await self._execute(run, agent, writer)
+        except StaleWriterError as exc:
+            log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    async def _renew(self, run: asyncpg.Record) -> None:
+        interval = self._settings.lease_ttl_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                async with self._db.connection() as conn:
+                    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"],
+                                       renew_s=self._settings.lease_ttl_s)
+            except StaleWriterError:
+                log.warning("lease lost while the step runs", run_id=run["run_id"])
+                return
+            except Exception:  # noqa: BLE001 - try again next interval
+                log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
+
+    async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter) -> None:
+        step_no, run_id = run["step"], run["run_id"]
+        state: dict[str, Any] = copy.deepcopy(run["state"]) or {}
+        options = {**(agent.default_options if agent else {}), **(run["options"] or {})}
+        request_context = {**(options.get("request_context") or {}), "thread_id": run["thread_id"],
+                           "resource_id": run["resource_id"]}
+        if agent is None:
+            await self._fail_unknown_agent(run, writer, state)
+            return
+        runner = ProcessorRunner(
+            input_processors=resolve_list(options.get("input_processors", agent.input_processors), "input",
+                                          request_context, agent.id),
+            output_processors=resolve_list(options.get("output_processors", agent.output_processors),
+                                           "output", request_context, agent.id),
+            error_processors=resolve_list(options.get("error_processors", agent.error_processors), "error",
+                                          request_context, agent.id),
+            states=state.setdefault("processor_state", {}), request_context=request_context,
+            retry_count=state.get("retry_count", 0))
+        async with self._db.connection() as conn:
+            history = await load_history(conn, run["thread_id"], run_id) if step_no == 0 else []
+            signals = await pending_signals(conn, run_id)
+        if step_no == 0:
+            ml = MessageList(thread_id=run["thread_id"], resource_id=run["resource_id"])
+            ml.add(history, "memory")
+            for sm in agent.system_messages(request_context):
+                ml.add_system(sm)
+            response_id = new_id("msg")
+        else:
+            ml = MessageList.from_state(state["message_list"], thread_id=run["thread_id"],
+                                        resource_id=run["resource_id"])
+            response_id = state["response_message_id"]
+            if signals:  # a drained signal starts a new assistant message after it
+                response_id = new_id("msg")
+        step = _Step(run=run, agent=agent, writer=writer, ml=ml, runner=runner, response_id=response_id,
+                     steps=state.setdefault("steps", []), state=state,
+                     usage_total=state.setdefault("usage", {}))
+        runner.writer = _Writer(step, through_processors=False)
+        if step_no == 0:
+            await writer.emit({"type": "start", "from": "AGENT",
+                               "payload": {"id": agent.id, "messageId": response_id}})
+        consumed = []
+        for sig in signals:
+            ml.add(signal_to_message(sig["payload"], thread_id=run["thread_id"],
+                                     resource_id=run["resource_id"]), "input")
+            await writer.emit(echo_chunk(sig["payload"]))
+            consumed.append(sig["id"])
+        outcome, final, finish_reason, error, tripwire = "continue", False, None, None, None
+        try:
+            finish_reason, final = await self._step(step, options, consumed)
+            outcome = "finished" if final else "continue"
+        except TripWire as tw:
+            final, outcome, finish_reason, tripwire = True, "tripwire", "other", tw.payload()
+            log.info("tripwire", run_id=run_id, processor_id=tw.processor_id, reason=tw.reason)
+            for msg in ml.get.response.db():  # the reply of a blocked run is not stored
+                ml.remove_by_ids([msg["id"]])
+            await writer.emit({"type": "tripwire", "from": "AGENT", "payload": tripwire})
+            await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=tripwire)
+        except ModelCallError as exc:
+            final, outcome, finish_reason = True, "failed", "error"
+            error = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
+            await self._fail(step, error)
+        except Exception as exc:  # noqa: BLE001 - a failing step fails its run, never the worker
+            log.exception("step failed", run_id=run_id, step=step_no)
+            final, outcome, finish_reason = True, "failed", "error"
+            error = {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
+            await self._fail(step, error)
+        await writer.flush()
+        state["message_list"] = ml.to_state()
+        state["response_message_id"] = step.response_id
+        text = _final_text(step) if final else None
+        result = StepResult(run_id=run_id, resource_id=run["resource_id"], thread_id=run["thread_id"],
+                            step=step_no, attempt=writer.attempt, epoch=run["epoch"], outcome=outcome,
+                            finish_reason=finish_reason, text=text, usage=step.usage_total, error=error,
+                            tripwire=tripwire)
+        final_fields = None
+        if final:
+            final_fields = {"status": {"finished": "finished", "failed": "failed",
+                                       "tripwire": "tripwire"}[outcome],
+                            "finish_reason": finish_reason, "text": text, "usage": step.usage_total,
+                            "error": error, "tripwire": tripwire}
+        async with self._db.transaction() as conn:
+            box_id = await persist_step(conn, topics=self._topics, run=run, entries=ml._entries,
+                                        consumed=consumed, state=state, next_seq=writer.seq, result=result,
+                                        final_fields=final_fields, lease_ttl_s=self._settings.lease_ttl_s)
+        await self._outbox.flush([box_id])
+
+    async def _step(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
+        """Steps 3–7 of the module docstring; returns ``(finish_reason, is_final)``."""
+        run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
+        step_no = run["step"]
+        if step_no == 0:
+            await runner.process_input(ml)
+            step.state["system_snapshot"] = [dict(m) for m in ml.get_system_messages()]
+        else:
+            ml.replace_all_system_messages(step.state.get("system_snapshot", []))
+        step_input: dict[str, Any] = {
+            "model": agent.resolve_model(self._settings.model, runner.request_context),
+            "tools": dict(agent.tools), "tool_choice": options.get("tool_choice"),
+            "active_tools": options.get("active_tools"), "provider_options": options.get("provider_options"),
+            "model_settings": options.get("model_settings"), "structured_output": options.get("structured_output"),
+        }
+        step_input = await runner.process_input_step(ml, step_input, step_number=step_no, steps=step.steps)
+        model = step_input.get("model") or self._settings.model
+        tools = dict(step_input.get("tools") or {})
+        if step_input.get("active_tools") is not None:
+            tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
+        prompt = [{"role": "system", "content": m["content"]} for m in ml.all_system_messages()] + ml.get.all.core()
+        prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
+                                                          steps=step.steps)
+        await step.writer.emit({"type": "step-start", "from": "AGENT", "payload": {"messageId": step.response_id}})
+        before = copy.deepcopy(step.response_message().get("content"))
+        outcome = ModelOutcome()
+        processed: list[AttrDict] = []
+        if cached:
+            source: Any = _replay(cached, outcome)
+        else:
+            source = stream_model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
+                                  tool_choice=step_input.get("tool_choice"),
+                                  model_settings=step_input.get("model_settings"),
+                                  provider_options=step_input.get("provider_options"),
+                                  api_base=self._settings.model_api_base,
+                                  timeout_s=self._settings.model_timeout_s, outcome=outcome)
+        raw_chunks: list[dict[str, Any]] = []
+        try:
+            async for chunk in source:
+                raw_chunks.append(chunk)
+                chunk["from"] = "AGENT"
+                part = await step.emit(chunk)
+                if part is not None:
+                    processed.append(part)
+        except ModelCallError as exc:
+            if await runner.process_api_error(ml, error=_error_view(exc), step_number=step_no, steps=step.steps):
+                log.info("error processor asked for a retry (not yet supported across attempts)",
+                         run_id=run["run_id"])
+            step.response_message()["content"] = wrap(before)
+            raise
+        await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
+                                          from_cache=bool(cached))
+        text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
+        calls = [dict(p["payload"]) for p in processed if p["type"] == "tool-call"]
+        msg = step.response_message()
+        parts = msg["content"]["parts"]
+        parts.append(wrap({"type": "step-start"}))
+        if text:
+            parts.append(wrap({"type": "text", "text": text}))
+        for call in calls:
+            parts.append(wrap({"type": "tool-invocation", "toolInvocation": {
+                "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
+                "args": call.get("args") or {}}}))
+        usage = outcome.usage
+        _add_usage(step.usage_total, usage)
+        await runner.process_output_step(ml, step_number=step_no, steps=step.steps,
+                                         finish_reason=outcome.finish_reason,
+                                         tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
+        results = []
+        if outcome.finish_reason == "tool-calls":
+            results = await self._run_tools(step, calls, tools, options)
+        step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
+                           "finishReason": outcome.finish_reason, "usage": usage})
+        async with self._db.connection() as conn:
+            more = await has_pending(conn, run["run_id"], consumed)
+        max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
+        continued = (bool(results) or more) and step_no + 1 < max_steps
+        await step.emit({"type": "step-finish", "from": "AGENT", "payload": {
+            "messageId": step.response_id,
+            "stepResult": {"reason": outcome.finish_reason, "isContinued": continued},
+            "output": {"text": text, "usage": usage}}}, processed=False)
+        if not continued:
+            await self._output_result(step, outcome.finish_reason)
+            await self._finish_chunk(step, outcome.finish_reason, finish_reason=outcome.finish_reason)
+        return outcome.finish_reason, not continued
+
+    async def _run_tools(self, step: _Step, calls: list[dict[str, Any]], tools: dict[str, Any],
+                         options: dict[str, Any]) -> list[dict[str, Any]]:
+        run, ml = step.run, step.ml
+        hooks = step.agent.hooks.merged(type(step.agent.hooks).of(options.get("hooks")))
+        results = []
+        for call in calls:
+            ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run["run_id"], thread_id=run["thread_id"],
+                              resource_id=run["resource_id"], agent_id=step.agent.id, step=run["step"],
+                              idempotency_key=f"{run['run_id']}:{call['toolCallId']}",
+                              writer=_Writer(step, through_processors=True),
+                              request_context=step.runner.request_context)
+            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
+                                                agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
+                                                            "agent_name": step.agent.name})
+            if error is not None:
+                set_invocation(ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
+                await step.emit({"type": "tool-error", "from": "AGENT", "payload": {
+                    "toolCallId": call["toolCallId"], "toolName": call["toolName"], "args": call.get("args"),
+                    "error": error}})
+                results.append({"toolCallId": call["toolCallId"], "toolName": call["toolName"], "error": error})
+                continue
+            await step.runner.process_tool_result(ml, step_number=run["step"], steps=step.steps,
+                                                  tool_name=call["toolName"], tool_call_id=call["toolCallId"],
+                                                  args=call.get("args"), result=output)
+            found, replaced = read_result(ml, call["toolCallId"])
+            final = replaced if found else output
+            set_invocation(ml, step.response_id, call["toolCallId"], state="result", result=final)
+            await step.emit({"type": "tool-result", "from": "AGENT", "payload": {
+                "toolCallId": call["toolCallId"], "toolName": call["toolName"], "args": call.get("args"),
+                "result": final}})
+            results.append({"toolCallId": call["toolCallId"], "toolName": call["toolName"], "result": final})
+        return results
+
+    async def _output_result(self, step: _Step, finish_reason: str) -> None:
+        await step.runner.process_output_result(step.ml, result={
+            "text": _final_text(step), "usage": step.usage_total, "finishReason": finish_reason,
+            "steps": step.steps})
+
+    async def _finish_chunk(self, step: _Step, reason: str, *, finish_reason: str,
+                            tripwire: dict[str, Any] | None = None, error: Any = None) -> None:
+        payload: dict[str, Any] = {"stepResult": {"reason": reason}, "finishReason": finish_reason,
+                                   "output": {"usage": step.usage_total}}
+        if tripwire is not None:
+            payload["tripwire"] = tripwire
+        chunk = wrap({"type": "finish", "from": "AGENT", "payload": payload})
+        try:  # processors see the terminal chunk but cannot drop or block it
+            await step.runner.process_output_stream(chunk, step.ml)
+        except TripWire as tw:
+            log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
+        await step.writer.emit(chunk)
+
+    async def _fail(self, step: _Step, error: dict[str, Any]) -> None:
+        await step.writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
+        try:
+            await self._output_result(step, "error")
+        except Exception:  # noqa: BLE001 - the run is failing already
+            log.warning("process_output_result raised on a failed run", exc_info=True)
+        await self._finish_chunk(step, "error", finish_reason="error")
+
+    async def _fail_unknown_agent(self, run: asyncpg.Record, writer: ChunkWriter, state: dict[str, Any]) -> None:
+        error = {"kind": "configuration", "message": f"no agent {run['agent_id']!r} in this worker"}
+        await writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
+        await writer.emit({"type": "finish", "from": "AGENT",
+                           "payload": {"stepResult": {"reason": "error"}, "finishReason": "error"}})
+        await writer.flush()
+        result = StepResult(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
+                            step=run["step"], attempt=writer.attempt, epoch=run["epoch"], outcome="failed",
+                            finish_reason="error", error=error)
+        async with self._db.transaction() as conn:
+            box_id = await persist_step(conn, topics=self._topics, run=run, entries=[], consumed=[], state=state,
+                                        next_seq=writer.seq, result=result,
+                                        final_fields={"status": "failed", "finish_reason": "error", "error": error},
+                                        lease_ttl_s=self._settings.lease_ttl_s)
+        await self._outbox.flush([box_id])
+
+
+def _final_text(step: _Step) -> str:
+    for msg in reversed(step.ml.get.response.db()):
+        if msg["role"] == "assistant":
+            texts = [p.get("text", "") for p in msg["content"].get("parts") or () if p.get("type") == "text"]
+            if texts:
+                return texts[-1]
+    return ""
+
+
+def _add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
+    if usage is None:
+        total["partial"] = True
+        return
+    for key in ("inputTokens", "outputTokens", "totalTokens"):
+        if usage.get(key) is not None:
+            total[key] = (total.get(key) or 0) + usage[key]
+
+
+def _error_view(exc: ModelCallError) -> AttrDict:
+    return wrap({"kind": exc.kind, "message": str(exc), "status_code": exc.status_code,
+                 "retry_after_s": exc.retry_after_s, "retryable": exc.retryable})
+
+
+async def _replay(cached: Any, outcome: ModelOutcome) -> Any:
+    """Replay a cached response ``{chunks: [...]}`` as if it streamed (DECISIONS 7)."""
+    chunks = cached.get("chunks") if isinstance(cached, dict) else cached
+    for chunk in chunks or []:
+        chunk = dict(chunk)
+        payload = chunk.get("payload") or {}
+        if chunk.get("type") == "text-delta":
+            outcome.text += payload.get("text", "")
+        elif chunk.get("type") == "tool-call":
+            outcome.tool_calls.append(dict(payload))
+        elif chunk.get("type") == "finish":
+            continue
+        yield chunk
+    outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"

@@ -1,0 +1,78 @@
+"""Executing one tool call: hooks around it, ``process_tool_result`` after it, the result into
+the message list and onto the stream (seed 004 "Tool hook", seed 000 ``processToolResult``)."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline.logging import get_logger
+from threadline.runtime.messages import MessageList
+from threadline.runtime.tools import Tool, ToolContext, ToolHooks
+
+log = get_logger(__name__)
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value
+
+
+async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+                        context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+    """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
+    the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``)."""
+    name, args = call["toolName"], call.get("args") or {}
+    hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
+                     "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,
+                                 "thread_id": context.thread_id, "resource_id": context.resource_id},
+                     "metadata": agent_meta})
+    if hooks.before_tool_call is not None:
+        decision = await _maybe_await(hooks.before_tool_call(hook_ctx))
+        if isinstance(decision, dict) and decision.get("proceed") is False:
+            output = decision.get("output")
+            await _after(hooks, hook_ctx, output, None)
+            return output, None
+    tool = tools.get(name)
+    output: Any = None
+    error: str | None = None
+    if tool is None:
+        error = f"unknown tool {name!r}"
+    else:
+        try:
+            output = await tool.run(args, context)
+        except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model
+            error = f"{type(exc).__name__}: {exc}"
+            log.info("tool raised", tool=name, error=error)
+    await _after(hooks, hook_ctx, output, error)
+    return output, error
+
+
+async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None) -> None:
+    if hooks.after_tool_call is None:
+        return
+    ctx["output"] = output
+    ctx["error"] = error
+    await _maybe_await(hooks.after_tool_call(ctx))
+
+
+def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: Any) -> AttrDict | None:
+    """Update the ``tool-invocation`` part of ``call_id`` in the response message; return it."""
+    msg = ml.get_by_id(message_id)
+    if msg is None:
+        return None
+    for part in msg["content"]["parts"]:
+        if part.get("type") == "tool-invocation" and part["toolInvocation"]["toolCallId"] == call_id:
+            part["toolInvocation"].update(fields)
+            return part["toolInvocation"]
+    return None
+
+
+def read_result(ml: MessageList, call_id: str) -> tuple[bool, Any]:
+    """Newest ``result``-state invocation of ``call_id`` (after ``update_tool_invocation``)."""
+    for msg in reversed(ml.get.all.db()):
+        for part in msg["content"].get("parts") or ():
+            inv = part.get("toolInvocation") if part.get("type") == "tool-invocation" else None
+            if inv and inv.get("toolCallId") == call_id and inv.get("state") == "result":
+                return True, inv.get("result")
+    return False, None

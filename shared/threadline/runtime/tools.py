@@ -1,0 +1,156 @@
+"""Tools with pydantic input schemas, and the tool hooks (seed 004, "Tool hook").
+
+A tool's ``execute(input, context)`` may be sync or async; ``input`` is an instance of the tool's
+``input_schema`` (validated from the model's arguments), ``context`` a :class:`ToolContext`.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from threadline.errors import ConfigurationError
+
+
+@dataclass(slots=True)
+class ToolContext:
+    """What a running tool gets besides its input.
+
+    Attributes:
+        tool_call_id: the model's id for this call.
+        run_id, thread_id, resource_id, agent_id, step: where the call happens.
+        idempotency_key: stable across re-executions of the same call (``run_id:tool_call_id``);
+            pass it to external systems that deduplicate.
+        writer: ``await context.writer.custom({"type": "data-…", "data": …, "transient"?: bool})``
+            streams a custom data chunk.
+        request_context: the request's context dict.
+    """
+
+    tool_call_id: str
+    run_id: str
+    thread_id: str
+    resource_id: str
+    agent_id: str
+    step: int
+    idempotency_key: str
+    writer: Any
+    request_context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Tool:
+    """A tool the model can call (Mastra's ``createTool``).
+
+    Attributes:
+        id: the name the model sees.
+        description: what the tool does, for the model.
+        input_schema: a pydantic model class (or a JSON Schema dict) for the arguments.
+        execute: ``(input, context) -> result``; the result must be JSON-serialisable (pydantic
+            models are dumped).
+    """
+
+    id: str
+    description: str
+    execute: Callable[..., Any]
+    input_schema: type[BaseModel] | dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
+            raise ConfigurationError(f"tool id {self.id!r} must match [a-zA-Z0-9_-]+")
+        self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
+
+    def parameters(self) -> dict[str, Any]:
+        """JSON Schema of the arguments."""
+        if self.input_schema is None:
+            return {"type": "object", "properties": {}}
+        if isinstance(self.input_schema, dict):
+            return self.input_schema
+        return self.input_schema.model_json_schema()
+
+    def spec(self) -> dict[str, Any]:
+        """OpenAI-style function spec (what litellm sends to the provider)."""
+        return {"type": "function", "function": {"name": self.id, "description": self.description,
+                                                 "parameters": self.parameters()}}
+
+    def parse(self, args: Any) -> Any:
+        """Validate the model's arguments. Raises ``ValueError`` with the reason."""
+        if isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel):
+            try:
+                return self.input_schema.model_validate(args or {})
+            except ValidationError as exc:
+                raise ValueError(f"invalid arguments for tool {self.id}: {exc.errors()[:3]}") from exc
+        return args
+
+    async def run(self, args: Any, context: ToolContext) -> Any:
+        """Validate ``args``, execute, and return a JSON-ready result."""
+        parsed = self.parse(args)
+        out = self.execute(parsed, context) if self._takes_context else self.execute(parsed)
+        if inspect.isawaitable(out):
+            out = await out
+        return to_jsonable(out)
+
+
+def to_jsonable(value: Any) -> Any:
+    """Pydantic models and dataclass-likes to plain JSON values (Mastra's ``ensureSerializable``)."""
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_jsonable(v) for v in value]
+    return value
+
+
+def create_tool(*, id: str, description: str, execute: Callable[..., Any],
+                input_schema: type[BaseModel] | dict[str, Any] | None = None) -> Tool:
+    """Mastra's ``createTool``."""
+    return Tool(id=id, description=description, execute=execute, input_schema=input_schema)
+
+
+def tool(id: str | None = None, *, description: str | None = None,
+         input_schema: type[BaseModel] | None = None) -> Callable[[Callable[..., Any]], Tool]:
+    """Decorator form: ``@tool(description=..., input_schema=Model)`` over ``execute``."""
+
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        return Tool(id=id or fn.__name__, description=description or (fn.__doc__ or "").strip(),
+                    execute=fn, input_schema=input_schema)
+
+    return wrap
+
+
+HookFn = Callable[[Any], Any | Awaitable[Any]]
+
+
+@dataclass
+class ToolHooks:
+    """``hooks.beforeToolCall`` / ``hooks.afterToolCall`` (seed 004).
+
+    ``before_tool_call(ctx)`` gets ``ctx.tool_name``, ``ctx.input``, ``ctx.context``,
+    ``ctx.metadata`` (``agent_id``, ``agent_name``); returning ``{"proceed": False, "output": x}``
+    skips the tool and uses ``x`` as its result. ``after_tool_call(ctx)`` also gets ``ctx.output``
+    and ``ctx.error`` (set when the tool raised; then ``output`` is ``None``).
+    """
+
+    before_tool_call: HookFn | None = None
+    after_tool_call: HookFn | None = None
+
+    @classmethod
+    def of(cls, hooks: Any) -> ToolHooks:
+        """Accept a ``ToolHooks``, a dict (snake or camel keys) or ``None``."""
+        if hooks is None:
+            return cls()
+        if isinstance(hooks, ToolHooks):
+            return hooks
+        if isinstance(hooks, dict):
+            return cls(before_tool_call=hooks.get("before_tool_call") or hooks.get("beforeToolCall"),
+                       after_tool_call=hooks.get("after_tool_call") or hooks.get("afterToolCall"))
+        raise ConfigurationError("hooks must be a ToolHooks or a dict")
+
+    def merged(self, override: ToolHooks) -> ToolHooks:
+        """Call-level hooks replace the matching agent-level hook."""
+        return ToolHooks(before_tool_call=override.before_tool_call or self.before_tool_call,
+                         after_tool_call=override.after_tool_call or self.after_tool_call)

@@ -1,0 +1,121 @@
+"""What every service shares: settings, logging, the Postgres pool, the producer, topic admin,
+the outbox relay, dead letters, the keyed consumer, and the FastStream application shell
+(lifespan and signal handling). A service subclasses :class:`Service` and implements ``handle``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import structlog
+from faststream import FastStream
+from faststream.kafka import KafkaBroker
+
+from threadline.config import Settings, get_settings
+from threadline.errors import InvalidEventError
+from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.consumer import KeyedConsumer, Record
+from threadline.kafka.handling import DeadLetters, guarded
+from threadline.kafka.producer import Producer
+from threadline.logging import configure, get_logger
+from threadline.store.db import Database
+from threadline.store.migrate import migrate
+from threadline.store.outbox import Outbox, OutboxRelay
+from threadline.topics import Topics
+
+log = get_logger(__name__)
+
+
+class Service:
+    """Base of the four services. Subclasses set ``name`` and implement :meth:`topics_in` and
+    :meth:`handle`; :meth:`on_invalid` may answer bad input."""
+
+    name = "service"
+
+    def __init__(self, settings: Settings | None = None) -> None:
+        self.settings = settings or get_settings()
+        self.topics = Topics(self.settings.topic_prefix)
+        self.db = Database(self.settings.pg_dsn, statement_cache=self.settings.pg_statement_cache,
+                           max_size=self.settings.pg_pool_max,
+                           acquire_timeout_s=self.settings.pg_pool_timeout_s)
+        self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}")
+        self.admin = TopicAdmin(self.settings.kafka_bootstrap)
+        self.outbox = Outbox(self.db, self.producer)
+        self.relay = OutboxRelay(self.outbox)
+        self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)
+        self.consumer: KeyedConsumer | None = None
+
+    def topics_in(self) -> list[str]:
+        raise NotImplementedError
+
+    async def handle(self, record: Record) -> None:
+        raise NotImplementedError
+
+    async def on_invalid(self, record: Record, exc: InvalidEventError) -> None:
+        """Answer an event that failed validation (default: nothing beyond the dead letter)."""
+
+    async def setup(self) -> None:
+        """Service-specific start-up (after the shared resources are up)."""
+
+    async def start(self) -> None:
+        """Migrate, connect, create topics, start the relay and the consumer."""
+        structlog.contextvars.bind_contextvars(instance=self.settings.instance_id)
+        applied = await asyncio.to_thread(migrate, self.settings.pg_dsn)
+        if applied:
+            log.info("migrations applied", ids=applied)
+        await self.db.start()
+        await self.producer.start()
+        await self.admin.start()
+        await self.admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
+        await self.setup()
+        await self.relay.start()
+        self.consumer = KeyedConsumer(
+            bootstrap=self.settings.kafka_bootstrap, topics=self.topics_in(),
+            group_id=self.topics.group(self.name.replace("_", "-")),
+            client_id=f"{self.name}-{self.settings.instance_id}",
+            handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid),
+            max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s)
+        await self.consumer.start()
+        log.info("service started", service=self.name, topics=self.topics_in(),
+                 statement_cache=self.settings.pg_statement_cache)
+
+    async def stop(self) -> None:
+        """Drain in-flight records, then close everything."""
+        if self.consumer is not None:
+            await self.consumer.stop()
+        await self.relay.stop()
+        await self.admin.stop()
+        await self.producer.stop()
+        await self.db.stop()
+        log.info("service stopped", service=self.name)
+
+
+def build_app(service: Service) -> FastStream:
+    """The FastStream application of ``service``: its lifespan starts and stops the service.
+
+    FastStream provides the process shell (signals, lifespan, logging of start and stop); the
+    consumption itself is :class:`KeyedConsumer` because FastStream's Kafka subscribers cannot
+    run one partition's records concurrently while committing only finished offsets.
+    """
+    broker = KafkaBroker(service.settings.kafka_bootstrap, client_id=f"{service.name}-faststream")
+
+    @asynccontextmanager
+    async def lifespan(*_: Any, **__: Any) -> AsyncIterator[None]:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.stop()
+
+    return FastStream(broker, lifespan=lifespan)
+
+
+def run(service_cls: type[Service]) -> None:
+    """Entry point of ``python -m services.<name>``."""
+    settings = get_settings()
+    configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
+    app = build_app(service_cls(settings))
+    asyncio.run(app.run())

@@ -1,0 +1,69 @@
+"""The per-thread lease (invariant 2, DECISIONS 13): one active run per thread, enforced by a
+row lock and a fencing epoch that every write of a run checks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import asyncpg
+
+from threadline.errors import StaleWriterError
+
+
+@dataclass(slots=True)
+class Lease:
+    thread_id: str
+    resource_id: str
+    run_id: str | None
+    epoch: int
+    active: bool
+
+
+async def lock_thread(conn: asyncpg.Connection, resource_id: str, thread_id: str) -> Lease:
+    """Create the thread's lease row if missing and lock it (``FOR UPDATE``) for this
+    transaction. ``active`` is true while a run holds an unexpired lease."""
+    await conn.execute(
+        "INSERT INTO thread_leases (thread_id, resource_id) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+        thread_id, resource_id)
+    row = await conn.fetchrow(
+        "SELECT run_id, epoch, (run_id IS NOT NULL AND expires_at > now()) AS active "
+        "FROM thread_leases WHERE thread_id = $1 FOR UPDATE", thread_id)
+    return Lease(thread_id, resource_id, row["run_id"], row["epoch"], row["active"])
+
+
+async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:
+    """Give the (locked) lease to ``run_id``; return the new epoch (previous + 1)."""
+    epoch = await conn.fetchval(
+        "UPDATE thread_leases SET run_id = $2, epoch = epoch + 1, "
+        "expires_at = now() + make_interval(secs => $3), updated_at = now() "
+        "WHERE thread_id = $1 RETURNING epoch", lease.thread_id, run_id, ttl_s)
+    lease.run_id, lease.epoch, lease.active = run_id, epoch, True
+    return epoch
+
+
+async def check(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: int, *,
+                renew_s: float | None = None) -> None:
+    """Fence: raise unless ``run_id`` still holds the thread at ``epoch``; optionally renew.
+
+    Raises:
+        StaleWriterError: the lease moved on (the run was aborted or superseded).
+    """
+    if renew_s is None:
+        ok = await conn.fetchval(
+            "SELECT 1 FROM thread_leases WHERE thread_id = $1 AND run_id = $2 AND epoch = $3 FOR UPDATE",
+            thread_id, run_id, epoch)
+    else:
+        ok = await conn.fetchval(
+            "UPDATE thread_leases SET expires_at = now() + make_interval(secs => $4), updated_at = now() "
+            "WHERE thread_id = $1 AND run_id = $2 AND epoch = $3 RETURNING 1",
+            thread_id, run_id, epoch, renew_s)
+    if not ok:
+        raise StaleWriterError(run_id, epoch)
+
+
+async def release(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: int) -> bool:
+    """Free the lease if ``run_id`` still holds it at ``epoch`` (a stale release changes nothing)."""
+    status = await conn.execute(
+        "UPDATE thread_leases SET run_id = NULL, expires_at = NULL, updated_at = now() "
+        "WHERE thread_id = $1 AND run_id = $2 AND epoch = $3", thread_id, run_id, epoch)
+    return status.endswith(" 1")

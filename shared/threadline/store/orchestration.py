@@ -1,0 +1,124 @@
+"""The run state machine's writes (run-orchestrator): schedule steps, end runs, release or hand
+over the lease, and start the next queued turn — each transition in one transaction with its
+outgoing events in the outbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from threadline.events import LifecycleEvent, RunResult, StartRun, StepResult, StepTask
+from threadline.events.base import Event
+from threadline.ids import new_id
+from threadline.store import leases, outbox
+from threadline.store.routing import create_run
+from threadline.topics import Topics, thread_key
+
+TERMINAL = {"finished": "run_finished", "failed": "run_failed", "tripwire": "run_tripwire",
+            "aborted": "run_aborted"}
+
+
+async def _first_time(conn: asyncpg.Connection, event_id: str) -> bool:
+    return await conn.fetchval(
+        "INSERT INTO processed_events (consumer, event_id) VALUES ('orchestrator', $1) "
+        "ON CONFLICT DO NOTHING RETURNING true", event_id) is not None
+
+
+async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> list[int]:
+    """Schedule step 0 of a new run; announce ``run_started`` / ``thread_active``."""
+    ids: list[int] = []
+    async with conn.transaction():
+        if not await _first_time(conn, cmd.event_id):
+            return ids
+        run = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", cmd.run_id)
+        if run is None or run["status"] != "running" or run["epoch"] != cmd.epoch or run["steps_done"] > 0:
+            return ids
+        key = thread_key(run["resource_id"], run["thread_id"])
+        task = StepTask(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
+                        step=0, attempt=run["attempt"], epoch=run["epoch"])
+        ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
+        for kind in ("thread_active", "run_started"):
+            ids.append(await outbox.add(conn, topics.lifecycle, _life(kind, run), key=key))
+    return ids
+
+
+async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topics,
+                         lease_ttl_s: float) -> list[int]:
+    """Schedule the next step, or end the run and hand the thread to what is queued."""
+    ids: list[int] = []
+    async with conn.transaction():
+        if not await _first_time(conn, res.event_id):
+            return ids
+        run = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", res.run_id)
+        if run is None or run["epoch"] != res.epoch:
+            return ids
+        key = thread_key(run["resource_id"], run["thread_id"])
+        if res.outcome == "continue":
+            updated = await conn.fetchval(
+                "UPDATE runs SET step = step + 1, attempt = 1, updated_at = now() WHERE run_id = $1 "
+                "AND step = $2 AND steps_done = $2 + 1 AND status = 'running' RETURNING step",
+                res.run_id, res.step)
+            if updated is None:
+                return ids
+            await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
+            task = StepTask(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
+                            step=updated, attempt=1, epoch=run["epoch"])
+            ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
+            ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=res.step),
+                                        key=key))
+            return ids
+        # the run is over
+        ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=res.step), key=key))
+        ids.append(await outbox.add(conn, topics.lifecycle, _life(
+            TERMINAL[res.outcome], run, finish_reason=res.finish_reason, error=res.error,
+            tripwire=res.tripwire), key=key))
+        if run["kind"] == "generate" and run["request_id"]:
+            reply = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=res.text or "",
+                              finish_reason=res.finish_reason or "other", usage=res.usage,
+                              steps=(run["state"] or {}).get("steps", []), tripwire=res.tripwire,
+                              error=res.error)
+            ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
+        await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
+        started = await start_next(conn, run, topics, lease_ttl_s)
+        if started is not None:
+            ids.append(started)
+        else:
+            ids.append(await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None), key=key))
+    return ids
+
+
+async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Topics,
+                     lease_ttl_s: float) -> int | None:
+    """Start a run for the oldest waiting input of the thread: signals delivered to ``prev``
+    after its last drain first, then queued turns. Returns the StartRun outbox id."""
+    sig = await conn.fetchrow(
+        "SELECT * FROM signals WHERE thread_id = $1 AND status = 'pending' "
+        "AND (run_id = $2 OR (mode = 'queue' AND run_id IS NULL)) ORDER BY (mode = 'queue'), seq LIMIT 1",
+        prev["thread_id"], prev["run_id"])
+    if sig is None:
+        return None
+    lease = await leases.lock_thread(conn, prev["resource_id"], prev["thread_id"])
+    if lease.active:
+        return None  # someone else holds the thread; it will drain when it ends
+    run_id = new_id("run")
+    epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
+    opts: dict[str, Any] = dict(sig["options"] or {})
+    kind = opts.pop("kind", None)
+    reply_to = opts.pop("reply_to", None)
+    options = opts if sig["mode"] == "queue" else dict(prev["options"] or {})
+    await create_run(conn, run_id=run_id, agent_id=sig["agent_id"] or prev["agent_id"],
+                     resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch,
+                     options=options, kind="generate" if kind == "generate" else "stream",
+                     request_id=sig["request_id"], reply_to=reply_to or topics.replies)
+    await conn.execute("UPDATE signals SET run_id = $2 WHERE id = $1", sig["id"], run_id)
+    start = StartRun(run_id=run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch)
+    return await outbox.add(conn, topics.run_commands, start,
+                            key=thread_key(prev["resource_id"], prev["thread_id"]))
+
+
+def _life(kind: str, run: asyncpg.Record, **fields: Any) -> Event:
+    base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],
+            "agent_id": run["agent_id"]}
+    base.update(fields)
+    return LifecycleEvent(type=kind, **base)  # type: ignore[arg-type]

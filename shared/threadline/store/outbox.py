@@ -1,0 +1,101 @@
+"""Transactional outbox: events written in the same transaction as the effect they announce.
+
+``add`` inserts within the caller's transaction; after commit the caller calls
+:meth:`Outbox.flush` with the returned ids (low latency), and :class:`OutboxRelay` publishes
+whatever a crash left behind. A record may be published twice (crash between publish and
+mark); consumers drop duplicate event ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import asyncpg
+
+from threadline.events.base import Event
+from threadline.events.codec import encode
+from threadline.kafka.producer import Producer
+from threadline.logging import get_logger
+from threadline.store.db import Database
+
+log = get_logger(__name__)
+
+
+async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> int:
+    """Insert ``event`` for ``topic`` in the current transaction; return the outbox id."""
+    value, headers = encode(event)
+    return await conn.fetchval(
+        "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
+        topic, key, [[k, v.decode()] for k, v in headers], value)
+
+
+class Outbox:
+    """Publishes outbox rows and marks them published."""
+
+    def __init__(self, db: Database, producer: Producer) -> None:
+        self._db = db
+        self._producer = producer
+
+    async def flush(self, ids: list[int]) -> None:
+        """Publish the given rows (in id order), wait for acks, mark them published."""
+        if not ids:
+            return
+        rows = await self._db.fetch(
+            "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
+            "AND published_at IS NULL ORDER BY id", ids)
+        await self._publish(rows)
+
+    async def _publish(self, rows: list[asyncpg.Record]) -> None:
+        if not rows:
+            return
+        futures = [await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
+                                                 headers=[(k, v.encode()) for k, v in r["headers"]])
+                   for r in rows]
+        await asyncio.gather(*futures)
+        await self._db.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",
+                               [r["id"] for r in rows])
+
+    async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
+        """Publish rows left unpublished for ``older_than_s``; return how many."""
+        async with self._db.transaction() as conn:
+            rows = await conn.fetch(
+                "SELECT id, topic, key, headers, value FROM outbox WHERE published_at IS NULL "
+                "AND created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2 "
+                "FOR UPDATE SKIP LOCKED", older_than_s, limit)
+            if not rows:
+                return 0
+            futures = [await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
+                                                     headers=[(k, v.encode()) for k, v in r["headers"]])
+                       for r in rows]
+            await asyncio.gather(*futures)
+            await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",
+                               [r["id"] for r in rows])
+        log.info("outbox relay published leftovers", count=len(rows))
+        return len(rows)
+
+
+class OutboxRelay:
+    """Background task: every ``interval_s``, publish what a crash left in the outbox."""
+
+    def __init__(self, outbox: Outbox, *, interval_s: float = 1.0) -> None:
+        self._outbox = outbox
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="outbox-relay")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self._outbox.relay_once()
+            except Exception:  # noqa: BLE001 - keep relaying
+                log.exception("outbox relay failed")

@@ -1,0 +1,187 @@
+"""Ingress's routing decision, made atomically in Postgres (seed 004 ``sendMessage`` /
+``queueMessage``; DECISIONS 12–13): with the thread's lease row locked, decide wake / deliver /
+persist / discard, store the signal, create the run on a wake, and write the reply and the
+orchestrator command to the outbox, all in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from threadline.events import Accepted, ErrorReply, Persisted, StartRun
+from threadline.events.base import Event
+from threadline.ids import new_id
+from threadline.runtime.agent import normalize_options
+from threadline.runtime.signals import signal_from_message, signal_to_message
+from threadline.store import leases, outbox
+from threadline.topics import Topics, thread_key
+
+
+@dataclass(slots=True)
+class Routed:
+    """Outcome of routing one request: outbox ids to flush after commit, and the reply."""
+
+    outbox_ids: list[int] = field(default_factory=list)
+    reply: Event | None = None
+    duplicate: bool = False
+
+
+class RequestRejected(Exception):  # noqa: N818 - control flow, not a failure of ours
+    """The request is well-formed but cannot be routed (answered with an error reply)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+async def ensure_thread(conn: asyncpg.Connection, resource_id: str, thread_id: str,
+                        thread: dict[str, Any] | None = None) -> None:
+    """Create the thread row if missing; reject a thread owned by another resource (DECISIONS 16)."""
+    title = (thread or {}).get("title")
+    metadata = (thread or {}).get("metadata")
+    owner = await conn.fetchval(
+        "INSERT INTO threads (thread_id, resource_id, title, metadata) "
+        "VALUES ($1, $2, $3, coalesce($4::jsonb, '{}'::jsonb)) "
+        "ON CONFLICT (thread_id) DO UPDATE SET "
+        "  title = coalesce(EXCLUDED.title, threads.title), "
+        "  metadata = CASE WHEN $4::jsonb IS NULL THEN threads.metadata "
+        "                  ELSE threads.metadata || $4::jsonb END, "
+        "  updated_at = CASE WHEN $3 IS NULL AND $4::jsonb IS NULL THEN threads.updated_at ELSE now() END "
+        "RETURNING resource_id", thread_id, resource_id, title, metadata)
+    if owner != resource_id:
+        raise RequestRejected("thread_owned_by_other_resource",
+                              f"thread {thread_id!r} belongs to another resource")
+
+
+async def _seen(conn: asyncpg.Connection, event_id: str) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        "INSERT INTO processed_events (consumer, event_id) VALUES ('ingress', $1) "
+        "ON CONFLICT DO NOTHING RETURNING event_id", event_id)
+    if row is not None:
+        return None
+    return await conn.fetchval(
+        "SELECT result FROM processed_events WHERE consumer = 'ingress' AND event_id = $1", event_id) or {}
+
+
+async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl_s: float,
+                agent_known: bool) -> Routed:
+    """Route ``req`` (SendMessage, QueueMessage, Stream or Generate) inside one transaction.
+
+    Returns:
+        :class:`Routed` with the outbox ids to publish after commit.
+    Raises:
+        RequestRejected: unknown agent, thread of another resource, bad message.
+    """
+    key = thread_key(req.resource_id, req.thread_id)
+    reply_topic = req.reply_to or topics.replies
+    routed = Routed()
+    async with conn.transaction():
+        if await _seen(conn, req.event_id) is not None:
+            routed.duplicate = True
+            return routed
+        try:
+            if not agent_known:
+                raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
+            await ensure_thread(conn, req.resource_id, req.thread_id, getattr(req, "thread", None))
+            signal = signal_from_message(req.message)
+        except RequestRejected as exc:
+            reply = ErrorReply(request_id=req.event_id, code=exc.code, message=exc.message)
+            routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+            routed.reply = reply
+            await _remember(conn, req.event_id, reply)
+            return routed
+        lease = await leases.lock_thread(conn, req.resource_id, req.thread_id)
+        kind = req.type
+        if lease.active:
+            behavior = {"send_message": req.if_active.behavior if kind == "send_message" else "deliver",
+                        "queue_message": "queue", "stream": "queue", "generate": "queue"}[kind]
+            attributes = req.if_active.attributes if kind == "send_message" else {}
+        else:
+            behavior = req.if_idle.behavior if kind in ("send_message", "queue_message") else "wake"
+            if kind == "queue_message":
+                behavior = "wake"  # queueMessage on an idle thread always starts a run (S22)
+            attributes = req.if_idle.attributes if kind in ("send_message", "queue_message") else {}
+        if attributes:
+            signal["attributes"] = {**signal["attributes"], **attributes}
+        options = _run_options(req)
+        if behavior == "discard":
+            reply: Event = Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"])
+            await _insert_signal(conn, req, signal, mode="discard", status="discarded", run_id=None)
+        elif behavior == "persist":
+            await _insert_signal(conn, req, signal, mode="persist", status="persisted", run_id=None)
+            message = signal_to_message(signal, thread_id=req.thread_id, resource_id=req.resource_id)
+            await conn.execute(
+                "INSERT INTO messages (id, thread_id, resource_id, role, type, content) "
+                "VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING",
+                message["id"], req.thread_id, req.resource_id, message["role"], message.get("type"),
+                message["content"])
+            reply = Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"])
+            persisted = Persisted(request_id=req.event_id, signal_id=signal["id"])
+            routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+            routed.outbox_ids.append(await outbox.add(conn, reply_topic, persisted, key=req.event_id))
+            await _remember(conn, req.event_id, reply)
+            routed.reply = reply
+            return routed
+        elif behavior == "deliver":
+            await _insert_signal(conn, req, signal, mode="deliver", status="pending", run_id=lease.run_id)
+            reply = Accepted(request_id=req.event_id, action="deliver", run_id=lease.run_id,
+                             signal_id=signal["id"])
+        elif behavior == "queue":
+            await _insert_signal(conn, req, signal, mode="queue", status="pending", run_id=None,
+                                 options=options)
+            # the queued turn gets its run id when it starts; answer with the active run for now
+            reply = Accepted(request_id=req.event_id, action="deliver", run_id=lease.run_id,
+                             signal_id=signal["id"])
+        else:  # wake
+            run_id = new_id("run")
+            epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
+            await create_run(conn, run_id=run_id, agent_id=req.agent_id, resource_id=req.resource_id,
+                             thread_id=req.thread_id, epoch=epoch, options=options,
+                             kind="generate" if kind == "generate" else "stream",
+                             request_id=req.event_id, reply_to=reply_topic)
+            await _insert_signal(conn, req, signal, mode="wake", status="pending", run_id=run_id)
+            reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"])
+            start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id,
+                             epoch=epoch)
+            routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+            routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, start, key=key))
+            await _remember(conn, req.event_id, reply)
+            routed.reply = reply
+            return routed
+        routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+        await _remember(conn, req.event_id, reply)
+        routed.reply = reply
+        return routed
+
+
+def _run_options(req: Any) -> dict[str, Any]:
+    if req.type in ("send_message", "queue_message"):
+        return normalize_options(req.if_idle.stream_options)
+    return normalize_options(req.options)
+
+
+async def _remember(conn: asyncpg.Connection, event_id: str, reply: Event) -> None:
+    await conn.execute("UPDATE processed_events SET result = $2 WHERE consumer = 'ingress' AND event_id = $1",
+                       event_id, reply.dump())
+
+
+async def _insert_signal(conn: asyncpg.Connection, req: Any, signal: dict[str, Any], *, mode: str,
+                         status: str, run_id: str | None, options: dict[str, Any] | None = None) -> None:
+    await conn.execute(
+        "INSERT INTO signals (id, thread_id, resource_id, agent_id, type, mode, status, run_id, "
+        "request_id, payload, options) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        signal["id"], req.thread_id, req.resource_id, req.agent_id, signal["type"], mode, status, run_id,
+        req.event_id, signal, {**(options or {}), "reply_to": req.reply_to, "kind": req.type})
+
+
+async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, resource_id: str,
+                     thread_id: str, epoch: int, options: dict[str, Any], kind: str,
+                     request_id: str | None, reply_to: str | None) -> None:
+    """Insert a ``running`` run row."""
+    await conn.execute(
+        "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, "
+        "options) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, options)

@@ -1,0 +1,99 @@
+"""What a processor-worker reads and writes around one step (all writes fenced by the lease)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from threadline.events import StepResult
+from threadline.store import leases, outbox
+from threadline.topics import Topics, thread_key
+
+_STORABLE = ("input", "response")
+
+
+async def load_history(conn: asyncpg.Connection, thread_id: str, run_id: str, limit: int = 200) -> list[dict[str, Any]]:
+    """The thread's stored messages (oldest first, at most ``limit``), excluding this run's."""
+    rows = await conn.fetch(
+        "SELECT id, role, type, content, created_at, thread_id, resource_id FROM ("
+        "  SELECT * FROM messages WHERE thread_id = $1 AND (run_id IS NULL OR run_id <> $2) "
+        "  ORDER BY position DESC LIMIT $3) m ORDER BY position", thread_id, run_id, limit)
+    out = []
+    for r in rows:
+        msg = {"id": r["id"], "role": r["role"], "content": r["content"],
+               "createdAt": r["created_at"].isoformat(), "threadId": r["thread_id"],
+               "resourceId": r["resource_id"]}
+        if r["type"]:
+            msg["type"] = r["type"]
+        out.append(msg)
+    return out
+
+
+async def pending_signals(conn: asyncpg.Connection, run_id: str) -> list[asyncpg.Record]:
+    """Signals addressed to ``run_id`` and not yet consumed, in arrival order."""
+    return await conn.fetch("SELECT id, payload, mode FROM signals WHERE run_id = $1 AND status = 'pending' "
+                            "ORDER BY seq", run_id)
+
+
+async def has_pending(conn: asyncpg.Connection, run_id: str, exclude: list[str]) -> bool:
+    return bool(await conn.fetchval(
+        "SELECT 1 FROM signals WHERE run_id = $1 AND status = 'pending' AND NOT (id = ANY($2::text[])) LIMIT 1",
+        run_id, exclude))
+
+
+def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
+    parts = [p for p in content.get("parts") or []
+             if not (p.get("type") == "tool-invocation"
+                     and p["toolInvocation"].get("state") in ("call", "partial-call"))]
+    return {**content, "parts": parts}
+
+
+async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg.Record,
+                       entries: list[tuple[dict[str, Any], str]], consumed: list[str],
+                       state: dict[str, Any], next_seq: int, result: StepResult,
+                       final_fields: dict[str, Any] | None, lease_ttl_s: float) -> int:
+    """Write the step's effects in the caller's transaction, fenced by the lease epoch.
+
+    Stores the run's ``input``/``response`` messages as they are in the list (memory messages
+    are never written back, C09), deletes this run's rows no longer in the list, marks consumed
+    signals, saves the run's working state, and queues the step result in the outbox.
+
+    Raises:
+        StaleWriterError: the run no longer holds the thread.
+    Returns:
+        The outbox id of the step result.
+    """
+    run_id, thread_id = run["run_id"], run["thread_id"]
+    await leases.check(conn, thread_id, run_id, run["epoch"], renew_s=lease_ttl_s)
+    keep: list[str] = []
+    for msg, source in entries:
+        if source not in _STORABLE or msg["role"] == "system":
+            continue
+        content = _strip_incomplete(msg["content"])
+        if msg["role"] == "assistant" and not content["parts"]:
+            continue
+        keep.append(msg["id"])
+        await conn.execute(
+            "INSERT INTO messages (id, thread_id, resource_id, run_id, role, type, content) "
+            "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, "
+            "role = EXCLUDED.role, updated_at = now() WHERE messages.run_id = EXCLUDED.run_id "
+            "AND messages.content IS DISTINCT FROM EXCLUDED.content",
+            msg["id"], thread_id, run["resource_id"], run_id, msg["role"], msg.get("type"), content)
+    await conn.execute("DELETE FROM messages WHERE run_id = $1 AND NOT (id = ANY($2::text[]))", run_id, keep)
+    if consumed:
+        await conn.execute("UPDATE signals SET status = 'consumed', consumed_by_run = $2, consumed_at = now() "
+                           "WHERE id = ANY($1::text[]) AND status = 'pending'", consumed, run_id)
+    fields = final_fields or {}
+    await conn.execute(
+        "UPDATE runs SET state = $2, next_seq = $3, steps_done = $4, updated_at = now(), "
+        "status = coalesce($5, status), finish_reason = coalesce($6, finish_reason), "
+        "text = coalesce($7, text), usage = coalesce($8, usage), error = coalesce($9, error), "
+        "tripwire = coalesce($10, tripwire), tripwire_processor_id = coalesce($11, tripwire_processor_id), "
+        "finished_at = CASE WHEN $5 IS NULL THEN finished_at ELSE now() END "
+        "WHERE run_id = $1 AND epoch = $12",
+        run_id, state, next_seq, run["step"] + 1, fields.get("status"), fields.get("finish_reason"),
+        fields.get("text"), fields.get("usage"), fields.get("error"), fields.get("tripwire"),
+        (fields.get("tripwire") or {}).get("processorId"), run["epoch"])
+    return await outbox.add(conn, topics.step_results, result,
+                            key=thread_key(run["resource_id"], thread_id))

@@ -1,0 +1,98 @@
+"""Test session wiring.
+
+Integration and end-to-end tests run against a real Kafka and a real PostgreSQL: containers
+(testcontainers) when a Docker engine answers, else the native cluster of ``make infra-up``
+(started here if it is not running). Every session gets its own topic prefix and its own
+database, so tests can share a cluster with a running ``make up``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass
+class Cluster:
+    bootstrap: str
+    admin_dsn: str  # the cluster's main database
+    dsn: str  # this session's database
+    prefix: str
+
+
+def _docker_engine() -> bool:
+    if os.environ.get("THREADLINE_DOCKER") == "0" or shutil.which("docker") is None:
+        return False
+    return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
+
+
+def _port_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    containers = []
+    if _docker_engine():
+        from testcontainers.kafka import KafkaContainer
+        from testcontainers.postgres import PostgresContainer
+
+        kafka = KafkaContainer("apache/kafka:4.1.1").with_kraft()
+        pg = PostgresContainer("postgres:15", username="threadline", password="threadline", dbname="threadline")
+        kafka.start()
+        pg.start()
+        containers = [kafka, pg]
+        bootstrap = kafka.get_bootstrap_server()
+        admin_dsn = pg.get_connection_url(driver=None)
+    else:
+        kport = int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
+        pport = int(os.environ.get("THREADLINE_PG_PORT", "55432"))
+        if not (_port_open("127.0.0.1", kport) and _port_open("127.0.0.1", pport)):
+            subprocess.run(["make", "infra-up"], cwd=ROOT, check=True, timeout=900)
+        bootstrap = f"127.0.0.1:{kport}"
+        admin_dsn = f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline"
+    tag = uuid.uuid4().hex[:10]
+    dbname = f"tl_test_{tag}"
+    asyncio.run(_create_db(admin_dsn, dbname))
+    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + dbname
+    from threadline.store.migrate import migrate
+
+    migrate(dsn)
+    yield Cluster(bootstrap=bootstrap, admin_dsn=admin_dsn, dsn=dsn, prefix=f"tltest-{tag}")
+    asyncio.run(_drop_db(admin_dsn, dbname))
+    for c in containers:
+        c.stop()
+
+
+async def _create_db(admin_dsn: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+
+
+async def _drop_db(admin_dsn: str, name: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
