@@ -119,9 +119,14 @@ else
 endif
 
 demo: ## the example conversation against the running cluster (runs `up` first if needed)
-	@if [[ $(THREADLINE_DOCKER) == 1 ]] || ! bash $(NATIVE)/services.sh status >/dev/null 2>&1 || \
+ifeq ($(THREADLINE_DOCKER),1)
+	@$(MAKE) install
+	@$(MAKE) up
+else
+	@if ! bash $(NATIVE)/services.sh status >/dev/null 2>&1 || \
 	    ! bash $(NATIVE)/kafka.sh status >/dev/null 2>&1 || ! bash $(NATIVE)/postgres.sh status >/dev/null 2>&1; then \
 	  $(MAKE) up; fi
+endif
 	cd $(ROOT) && $(PY) -m threadline.examples.demo
 
 test: install ## the test suite (the tests start the native cluster themselves)

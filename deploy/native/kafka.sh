@@ -23,7 +23,7 @@ KAFKA_STORAGE_TOOL=kafka.tools.StorageTool
 HOST=127.0.0.1
 PORT="${THREADLINE_KAFKA_PORT:-19092}"
 CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-19093}"
-HEAP="${KAFKA_HEAP_OPTS:--Xmx768m -Xms256m}"
+read -ra HEAP <<<"${KAFKA_HEAP_OPTS:--Xmx768m -Xms256m}"   # JVM heap flags (array)
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 
@@ -70,7 +70,7 @@ install() {
   [[ -f "$tmp/kafka_2.13-$KAFKA_VERSION.jar" ]] || die "kafka_2.13-$KAFKA_VERSION.jar missing after resolve"
   rm -rf "$LIBS" && mv "$tmp" "$LIBS"   # publish atomically for other clones
   touch "$CACHE_DIR/.complete"
-  log "installed $(ls "$LIBS" | wc -l) jars ($(du -sh "$LIBS" | cut -f1))"
+  log "installed $(find "$LIBS" -name "*.jar" | wc -l) jars ($(du -sh "$LIBS" | cut -f1))"
 }
 
 # --- config ----------------------------------------------------------------
@@ -185,8 +185,8 @@ start() {
   write_config
   format_storage
   local mark; mark=$(wc -l 2>/dev/null <"$LOGFILE" || echo 0)
-  log "starting Kafka $KAFKA_VERSION on $HOST:$PORT (log: ${LOGFILE#$REPO_ROOT/})"
-  spawn "$PIDFILE" "$LOGFILE" java $HEAP -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+  log "starting Kafka $KAFKA_VERSION on $HOST:$PORT (log: ${LOGFILE#"$REPO_ROOT"/})"
+  spawn "$PIDFILE" "$LOGFILE" java "${HEAP[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$LOG4J" \
     -cp "$LIBS/*" "$KAFKA_MAIN" "$CONFIG"
   local pid; pid="$(read_pid "$PIDFILE")"

@@ -1,4 +1,5 @@
 # Shared helpers for deploy/native/*.sh (sourced, not run).
+# shellcheck disable=SC2034  # the variables below are used by the scripts that source this
 # Paths: everything a run leaves behind lives under $RUN_DIR (.run/ in the repo),
 # except PostgreSQL's data, which must be readable by the `postgres` OS user.
 
@@ -21,7 +22,7 @@ pid_alive() {
 }
 
 # read_pid FILE -> prints the pid stored in FILE (empty when none)
-read_pid() { [[ -f "$1" ]] && head -n1 "$1" 2>/dev/null | tr -dc '0-9' || true; }
+read_pid() { if [[ -f "$1" ]]; then head -n1 "$1" 2>/dev/null | tr -dc '0-9'; fi; }
 
 # port_open HOST PORT -> 0 when something accepts TCP connections there
 port_open() { (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; }
@@ -47,8 +48,10 @@ spawn() {
   local pidfile="$1" logfile="$2"; shift 2
   mkdir -p "$(dirname "$pidfile")" "$(dirname "$logfile")"
   rm -f "$pidfile"
+  printf '==== %s start: %s\n' "$(date '+%F %T')" "$*" >>"$logfile"   # logs are appended
+  # shellcheck disable=SC2016  # $$ and $@ belong to the inner bash
   setsid bash -c 'echo $$ > "$1"; shift; exec "$@"' spawn "$pidfile" "$@" \
-    </dev/null >>"$logfile" 2>&1 &
+    </dev/null >>"$logfile" 2>&1 9>&- &   # 9: with_lock's fd, must not outlive us
   local i
   for ((i = 0; i < 50; i++)); do [[ -s "$pidfile" ]] && return 0; sleep 0.05; done
   die "could not start: $*"

@@ -28,10 +28,10 @@ DB_USER=threadline DB_PASS=threadline DB_NAME=threadline
 if [[ $(id -u) -eq 0 ]]; then
   PG_OS_USER=postgres
   # (from / : the repo may be a folder the postgres user cannot enter)
-  as_pg() { (cd / && runuser -u postgres -- "$@"); }
+  as_pg() { (cd / && runuser -u postgres -- "$@" 9>&-); }
 else
   PG_OS_USER="$(id -un)"
-  as_pg() { "$@"; }
+  as_pg() { "$@" 9>&-; }   # 9>&-: the server must not inherit with_lock's fd
 fi
 
 find_bindir() {
@@ -44,8 +44,9 @@ find_bindir() {
 
 install() {
   find_bindir >/dev/null && return 0
-  [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null ||
+  if [[ $(id -u) -ne 0 ]] || ! command -v apt-get >/dev/null; then
     die "PostgreSQL $PG_MAJOR server not found; install postgresql-$PG_MAJOR or set THREADLINE_PG_BINDIR"
+  fi
   log "installing postgresql-$PG_MAJOR with apt-get"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "postgresql-$PG_MAJOR" >/dev/null

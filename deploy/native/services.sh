@@ -140,7 +140,7 @@ stop() {
   # reverse start order: the model server goes last
   for ((i = ${#SERVICES[@]} - 1; i >= 0; i--)); do
     IFS='|' read -r svc mod count args <<<"${SERVICES[$i]}"
-    names+=($(instances_of "$svc"))
+    mapfile -t -O "${#names[@]}" names < <(instances_of "$svc")
   done
   ((${#names[@]} == 0)) || stop_instances "${names[@]}"
 }

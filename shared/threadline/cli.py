@@ -131,6 +131,28 @@ def show_thread(resource: Resource, thread: Thread) -> None:
 
 
 @app.command()
+def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-thread chunk topics")] = False) -> None:
+    """List this cluster's topics (Kafka admin API), one JSON line each."""
+
+    async def main() -> None:
+        from aiokafka.admin import AIOKafkaAdminClient
+
+        settings = get_settings()
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        await admin.start()
+        try:
+            names = sorted(await admin.list_topics())
+        finally:
+            await admin.close()
+        prefix = f"{settings.topic_prefix}.chunks." if chunks_only else f"{settings.topic_prefix}."
+        for name in names:
+            if name.startswith(prefix):
+                _print({"topic": name})
+
+    asyncio.run(main())
+
+
+@app.command()
 def migrate() -> None:
     """Apply pending Postgres migrations."""
     from threadline.store.migrate import migrate as run_migrations

@@ -74,3 +74,31 @@ async def test_blocked_word_is_a_tripwire_with_no_model_call(services, settings,
     assert model.requests(model="threadline-fake") == []
     run = (await rows(cluster.dsn, "SELECT status, tripwire_processor_id FROM runs WHERE thread_id = $1", thread))[0]
     assert (run["status"], run["tripwire_processor_id"]) == ("tripwire", "blocked-words")
+
+
+async def test_generate_replies_with_the_result_and_updates_the_thread_row(services, settings, model, cluster):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    model.queue([ms.text("Four.", usage={"prompt_tokens": 42, "completion_tokens": 17})], model="threadline-fake")
+    async with ThreadlineClient(settings) as tl:
+        result = await tl.generate("What is 2 + 2?", agent_id="support-agent", resource_id="res-1",
+                                   thread_id=thread, thread={"title": "Maths", "metadata": {"topic": "sums"}},
+                                   timeout_s=60)
+    assert (result.text, result.finish_reason) == ("Four.", "stop")
+    assert result.usage["inputTokens"] == 42 and result.usage["outputTokens"] == 17
+    assert result.tripwire is None and len(result.steps) == 1
+    row = (await rows(cluster.dsn, "SELECT resource_id, title, metadata FROM threads WHERE thread_id = $1", thread))[0]
+    assert (row["resource_id"], row["title"], row["metadata"]) == ("res-1", "Maths", {"topic": "sums"})
+
+
+async def test_a_thread_of_another_resource_is_rejected(services, settings, model):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    async with ThreadlineClient(settings) as tl:
+        first = await tl.send_message("hi", agent_id="echo-agent", resource_id="owner", thread_id=thread)
+        assert (await first.accepted).action == "wake"
+        other = await tl.send_message("let me in", agent_id="echo-agent", resource_id="intruder", thread_id=thread)
+        try:
+            await other.accepted
+        except Exception as exc:  # RequestFailed
+            assert getattr(exc, "code", None) == "thread_owned_by_other_resource"
+        else:
+            raise AssertionError("a foreign resource was let into the thread")

@@ -246,6 +246,7 @@ class KeyedConsumer:
             self._committed.pop(tp, None)
 
     def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        log.info("partitions assigned", partitions=sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
         for tp in assigned:
             self._trackers.setdefault(tp, OffsetTracker())
         if self._paused:

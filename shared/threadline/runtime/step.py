@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.config import Settings
@@ -136,7 +137,10 @@ class StepExecutor:
                              key=thread_key(run["resource_id"], run["thread_id"]))
         renewer = asyncio.create_task(self._renew(run))
         try:
-            await self._execute(run, agent, writer)
+            with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
+                                                         step=task.step, attempt=task.attempt):
+                outcome = await self._execute(run, agent, writer)
+                log.info("step done", outcome=outcome, chunks=writer.seq - run["next_seq"])
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
         finally:
@@ -158,7 +162,7 @@ class StepExecutor:
             except Exception:  # noqa: BLE001 - try again next interval
                 log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
 
-    async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter) -> None:
+    async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter) -> str:
         step_no, run_id = run["step"], run["run_id"]
         state: dict[str, Any] = copy.deepcopy(run["state"]) or {}
         options = {**(agent.default_options if agent else {}), **(run["options"] or {})}
@@ -166,7 +170,7 @@ class StepExecutor:
                            "resource_id": run["resource_id"]}
         if agent is None:
             await self._fail_unknown_agent(run, writer, state)
-            return
+            return "failed"
         runner = ProcessorRunner(
             input_processors=resolve_list(options.get("input_processors", agent.input_processors), "input",
                                           request_context, agent.id),
@@ -243,6 +247,7 @@ class StepExecutor:
                                         consumed=consumed, state=state, next_seq=writer.seq, result=result,
                                         final_fields=final_fields, lease_ttl_s=self._settings.lease_ttl_s)
         await self._outbox.flush([box_id])
+        return outcome
 
     async def _step(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
         """Steps 3–7 of the module docstring; returns ``(finish_reason, is_final)``."""
