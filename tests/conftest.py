@@ -51,7 +51,7 @@ def cluster() -> Iterator[Cluster]:
         from testcontainers.kafka import KafkaContainer
         from testcontainers.postgres import PostgresContainer
 
-        kafka = KafkaContainer("apache/kafka:4.1.1").with_kraft()
+        kafka = KafkaContainer("apache/kafka:4.4.0").with_kraft()
         pg = PostgresContainer("postgres:15", username="threadline", password="threadline", dbname="threadline")
         kafka.start()
         pg.start()

@@ -143,11 +143,17 @@ format_storage() {
 
 # --- readiness ---------------------------------------------------------------
 
-# 0 when the broker answers a metadata request (aiokafka from the project's venv);
-# falls back to the broker's own "started" log line when the venv is not there yet.
+# started_since MARK: 0 once *our* broker logged that it started (log lines after
+# MARK), so a broker of another clone answering on the same port is not mistaken for ours.
+started_since() {
+  awk -v m="$1" 'NR > m && /Kafka Server started/ { ok = 1 } END { exit !ok }' "$LOGFILE" 2>/dev/null
+}
+
+# 0 when the broker answers a metadata request (aiokafka from the project's venv;
+# skipped while the venv is not there yet).
 broker_answers() {
-  if [[ -x "$PY" ]] && "$PY" -c 'import aiokafka' 2>/dev/null; then
-    "$PY" - "$HOST:$PORT" <<'EOF' >/dev/null 2>&1
+  [[ -x "$PY" ]] && "$PY" -c 'import aiokafka' 2>/dev/null || return 0
+  "$PY" - "$HOST:$PORT" <<'EOF' >/dev/null 2>&1
 import asyncio, sys
 from aiokafka.admin import AIOKafkaAdminClient
 
@@ -161,9 +167,6 @@ async def main():
 
 asyncio.run(main())
 EOF
-  else
-    grep -q 'Kafka Server started' "$LOGFILE" 2>/dev/null
-  fi
 }
 
 # --- commands ----------------------------------------------------------------
@@ -191,7 +194,7 @@ start() {
     -cp "$LIBS/*" "$KAFKA_MAIN" "$CONFIG"
   local pid; pid="$(read_pid "$PIDFILE")"
   local deadline=$((SECONDS + START_TIMEOUT))
-  until port_open "$HOST" "$PORT" && broker_answers; do
+  until pid_alive "$pid" && started_since "$mark" && port_open "$HOST" "$PORT" && broker_answers; do
     if ! pid_alive "$pid"; then
       tail -n +"$((mark + 1))" "$LOGFILE" | tail -n 30 >&2
       rm -f "$PIDFILE"

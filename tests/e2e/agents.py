@@ -1,9 +1,151 @@
-"""Agents of the end-to-end tests (loaded by the services as ``tests.e2e.agents``)."""
+"""Agents of the end-to-end tests (loaded by the services as ``tests.e2e.agents``).
+
+Each case agent has its own model name, so the fake model's scripts of one test never reach
+another agent. Processors record what they saw in their ``state`` (stored with the run).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel
 
 from threadline.examples.support import support_agent
-from threadline.runtime import Agent
+from threadline.runtime import Agent, Processor, create_tool
 
 echo_agent = Agent(id="echo-agent", instructions="Repeat what the user says.", model="openai/threadline-echo")
-support = support_agent
 
-agents = [echo_agent, support]
+
+# --- C01: an abort swallowed by the processor's own `except` --------------------------------
+class Scrub(Processor):
+    id = "scrub"
+
+    async def process_output_stream(self, *, part, abort, **_):
+        try:
+            if part.type == "text-delta" and "SYSTEM PROMPT:" in part.payload.text:
+                abort("system prompt leak", metadata={"rule": "sp-1"})
+        except Exception:  # "fail open"
+            return part
+        return part
+
+
+class Tail(Processor):
+    id = "tail"
+
+    async def process_output_stream(self, *, part, state, **_):
+        state.setdefault("parts", []).append({"type": part.type, "payload": part.payload})
+        return part
+
+
+a1 = Agent(id="a1", model="openai/threadline-a1", output_processors=[Scrub(), Tail()])
+
+
+# --- C03: tripwire in process_input -------------------------------------------------------------
+class Pii(Processor):
+    id = "pii"
+
+    def process_input(self, *, messages, message_list, abort, **_):
+        for m in message_list.get.input.db():  # the new input (``messages`` also holds the history)
+            if m.role == "user" and any("@" in (p.text or "") for p in m.content.parts if p.type == "text"):
+                abort("PII in input", metadata={"category": "pii"})
+        return messages
+
+
+a3 = Agent(id="a3", model="openai/threadline-a3", input_processors=[Pii()])
+
+
+# --- C05: retry budgets -------------------------------------------------------------------------
+class AlwaysRetry(Processor):
+    id = "ar"
+
+    def process_api_error(self, *, error, retry_count, state, **_):
+        state.setdefault("seen", []).append(retry_count)
+        state.setdefault("kinds", []).append(error.kind)
+        return {"retry": True}
+
+
+class RetryStep(Processor):
+    id = "q"
+
+    def process_output_step(self, *, abort, **_):
+        abort("try again", retry=True)
+
+
+a5 = Agent(id="a5", model="openai/threadline-a5", error_processors=[AlwaysRetry()])
+a5c = Agent(id="a5c", model="openai/threadline-a5c", output_processors=[RetryStep()])
+
+
+# --- C07: tool results and tool-written data chunks go through the output processors ------------
+class LookupInput(BaseModel):
+    id: str
+
+
+async def lookup_customer(input: LookupInput, context: Any) -> dict[str, Any]:
+    await context.writer.custom({"type": "data-progress", "data": {"pct": 50}, "transient": True})
+    await context.writer.custom({"type": "data-progress", "data": {"pct": 100}, "transient": True})
+    return {"name": "Ann", "ssn": "123-45-6789", "email": "a@b.c"}
+
+
+class Redact(Processor):
+    id = "redact"
+
+    async def process_tool_result(self, *, tool_name, tool_call_id, args, result, message_list, **_):
+        if tool_name != "lookup_customer":
+            return
+        message_list.update_tool_invocation({"type": "tool-invocation", "toolInvocation": {
+            "state": "result", "toolCallId": tool_call_id, "toolName": tool_name, "args": args,
+            "result": {**result, "ssn": "[REDACTED]", "email": "[REDACTED]"}}})
+
+
+class Watch(Processor):
+    id = "watch"
+    process_data_parts = True
+
+    async def process_output_stream(self, *, part, state, **_):
+        counts = state.setdefault("counts", {})
+        counts[part.type] = counts.get(part.type, 0) + 1
+        if part.type == "data-progress" and part.data["pct"] < 100:
+            return None
+        return part
+
+
+class Plain(Processor):
+    id = "plain"
+
+    async def process_output_stream(self, *, part, state, **_):
+        state.setdefault("types", []).append(part.type)
+        return part
+
+
+a7 = Agent(id="a7", model="openai/threadline-a7",
+           tools=[create_tool(id="lookup_customer", description="look up", input_schema=LookupInput,
+                              execute=lookup_customer)],
+           output_processors=[Redact(), Watch(), Plain()])
+
+
+# --- C14: errors inside a 200 stream; processors never see raw errors ----------------------------
+class Rl(Processor):
+    id = "rl"
+
+    def process_api_error(self, *, error, retry_count, state, **_):
+        state.setdefault("errors", []).append({"kind": error.kind, "status": error.status_code,
+                                               "retry_count": retry_count})
+        return {"retry": error.kind == "rate_limit" and retry_count == 0}
+
+
+class Obs(Processor):
+    id = "obs"
+
+    async def process_output_stream(self, *, part, state, **_):
+        state.setdefault("types", []).append(part.type)
+        return part
+
+    async def process_output_result(self, *, result, state, **_):
+        state.setdefault("results", []).append(result.finishReason)
+
+
+a14 = Agent(id="a14", model="openai/threadline-a14", error_processors=[Rl()], output_processors=[Obs()])
+a14c = Agent(id="a14c", model="openai/threadline-a14c", output_processors=[Obs()])
+
+support = support_agent
+agents = [echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c]

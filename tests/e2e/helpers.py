@@ -39,3 +39,46 @@ async def rows(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
         return await conn.fetch(query, *args)
     finally:
         await conn.close()
+
+
+async def run_stream(settings: Any, agent: str, text: str, *, thread: str | None = None, resource: str = "res-1",
+                     options: dict[str, Any] | None = None, timeout_s: float = 60.0) -> tuple[str, list[dict[str, Any]]]:
+    """Publish a ``stream`` request on a fresh (or given) thread; return (run id, its chunks)."""
+    import uuid
+
+    from threadline.client import ThreadlineClient
+
+    thread = thread or f"th-{uuid.uuid4().hex[:8]}"
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(resource, thread)
+        sent = await tl.stream(text, agent_id=agent, resource_id=resource, thread_id=thread, options=options)
+        accepted = await sent.accepted
+        chunks = await collect_run(sub, timeout_s=timeout_s)
+        await sub.unsubscribe()
+    return accepted.run_id, chunks
+
+
+async def run_row(dsn: str, run_id: str, *, settle_s: float = 10.0) -> asyncpg.Record:
+    """The run's row once its status is terminal (the worker writes it right after ``finish``)."""
+    deadline = asyncio.get_running_loop().time() + settle_s
+    while True:
+        row = (await rows(dsn, "SELECT * FROM runs WHERE run_id = $1", run_id))[0]
+        if row["status"] != "running" or asyncio.get_running_loop().time() > deadline:
+            return row
+        await asyncio.sleep(0.1)
+
+
+def content(chunks: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """The chunks that carry content, as (type, essence): text, tools, data, tripwire, error, finish."""
+    out = []
+    for c in chunks:
+        t, p = c["type"], c.get("payload") or {}
+        if t == "text-delta":
+            out.append((t, p["text"]))
+        elif t in ("tool-call", "tool-result", "tool-error", "tripwire", "error", "attempt-discarded"):
+            out.append((t, p))
+        elif t.startswith("data-") and t not in ("data-user-message", "data-signal"):
+            out.append((t, c.get("data")))
+        elif t == "finish":
+            out.append((t, p.get("stepResult", {}).get("reason")))
+    return out

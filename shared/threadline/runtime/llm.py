@@ -43,15 +43,51 @@ class ModelOutcome:
     raw_finish_reason: str | None = None
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    out, stack, seen = [], [exc], set()
+    while stack:
+        x = stack.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        out.append(x)
+        stack += [getattr(x, "original_exception", None), x.__cause__, x.__context__]
+    return out
+
+
+def _embedded_status(exc: BaseException) -> int | None:
+    """Status code of an in-band stream error (``data: {"error": {"code": 429, …}}``), which
+    litellm drops from the exception it raises but keeps on the wrapped openai error."""
+    for x in _chain(exc):
+        for candidate in (getattr(x, "code", None), (getattr(x, "body", None) or {}).get("code")
+                          if isinstance(getattr(x, "body", None), dict) else None):
+            try:
+                code = int(candidate)  # type: ignore[arg-type]
+            except (TypeError, ValueError):
+                continue
+            if 400 <= code <= 599:
+                return code
+    return None
+
+
 def classify(exc: BaseException) -> ModelCallError:
-    """Map a litellm / openai exception to a :class:`ModelCallError` with a ``kind``."""
+    """Map a litellm / openai exception to a :class:`ModelCallError` with a ``kind``.
+
+    Mid-stream failures (litellm's ``MidStreamFallbackError``) are classified by the error they
+    wrap, including the status code of an in-band error event.
+    """
     original = exc
     if isinstance(exc, lx.MidStreamFallbackError):
         inner = getattr(exc, "original_exception", None)
-        if inner is not None and not isinstance(inner, lx.MidStreamFallbackError):
+        embedded = _embedded_status(exc)
+        if isinstance(inner, lx.ContextWindowExceededError | lx.RateLimitError):
             mapped = classify(inner)
-            if mapped.kind != "connection" or getattr(exc, "status_code", None) == 500:
-                return mapped
+            mapped.__cause__ = original
+            return mapped
+        if embedded is not None:
+            mapped = _by_status(embedded, str(getattr(exc, "message", None) or exc)[:500], _retry_after(exc))
+            mapped.__cause__ = original
+            return mapped
     status = getattr(exc, "status_code", None)
     message = str(getattr(exc, "message", None) or exc)[:500]
     retry_after = _retry_after(exc)
@@ -79,6 +115,23 @@ def classify(exc: BaseException) -> ModelCallError:
                          retryable=retryable)
     err.__cause__ = original
     return err
+
+
+def _by_status(status: int, message: str, retry_after: float | None) -> ModelCallError:
+    if status == 429:
+        kind, retryable = "rate_limit", True
+    elif status == 503:
+        kind, retryable = "service_unavailable", True
+    elif status in (400, 413, 422):
+        kind, retryable = "bad_request", False
+    elif status in (401, 403):
+        kind, retryable = "authentication", False
+    elif status == 404:
+        kind, retryable = "not_found", False
+    else:
+        kind, retryable = "server_error", True
+    return ModelCallError(message, kind=kind, status_code=status, retry_after_s=retry_after,
+                          retryable=retryable)
 
 
 def _retry_after(exc: BaseException) -> float | None:

@@ -27,6 +27,8 @@ INPUT_METHODS = ("process_input", "process_input_step", "process_llm_request", "
 OUTPUT_METHODS = ("process_output_stream", "process_output_step", "process_output_result",
                   "process_tool_result")
 ERROR_METHODS = ("process_api_error",)
+BOUNDARY_CHUNKS = frozenset({"text-start", "text-end", "reasoning-start", "reasoning-end"})
+"""Content-free boundary markers: emitted as they are, never given to ``process_output_stream``."""
 _LIST_METHODS = {"input": INPUT_METHODS, "output": OUTPUT_METHODS, "error": ERROR_METHODS}
 
 
@@ -336,7 +338,10 @@ class ProcessorRunner:
         ``data-*`` chunks reach only processors with ``process_data_parts``. A non-tripwire
         exception is logged and the chunk continues unchanged to the next processor.
         """
-        is_data = part["type"].startswith("data-")
+        kind = part["type"]
+        if kind in BOUNDARY_CHUNKS:
+            return part
+        is_data = kind.startswith("data-")
         for p in self._stream_chain:
             if is_data and not p.process_data_parts:
                 continue

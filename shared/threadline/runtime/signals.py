@@ -134,3 +134,12 @@ def render_for_model(msg: dict[str, Any]) -> str:
         return text
     tag = meta.get("tagName") or msg.get("type") or ("user" if msg["role"] == "user" else "system-reminder")
     return render_markup(tag, attrs, "\n".join(texts))
+
+
+def retry_feedback(tripwire: Any) -> AttrDict:
+    """The feedback of a processor retry (DECISIONS 3): a user-role
+    ``<system-reminder type="processor-retry" processor="ID">reason</system-reminder>``."""
+    signal = {"id": f"retry-feedback-{tripwire.processor_id}", "type": "reactive", "tagName": "system-reminder",
+              "contents": tripwire.reason, "createdAt": now_iso(),
+              "attributes": {"type": "processor-retry", "processor": tripwire.processor_id}}
+    return signal_to_message(signal, thread_id="", resource_id="")

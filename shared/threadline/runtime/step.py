@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
+import orjson
 import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
@@ -40,7 +41,7 @@ from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.processor import ProcessorRunner, TripWire, resolve_list
-from threadline.runtime.signals import echo_chunk, signal_to_message
+from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext
 from threadline.store import leases
@@ -77,6 +78,7 @@ class _Step:
     steps: list[dict[str, Any]]
     state: dict[str, Any]
     usage_total: dict[str, Any] = field(default_factory=dict)
+    echoes: list[dict[str, Any]] = field(default_factory=list)
 
     async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
         """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
@@ -206,13 +208,14 @@ class StepExecutor:
         for sig in signals:
             ml.add(signal_to_message(sig["payload"], thread_id=run["thread_id"],
                                      resource_id=run["resource_id"]), "input")
-            await writer.emit(echo_chunk(sig["payload"]))
             consumed.append(sig["id"])
+        step.echoes = [echo_chunk(sig["payload"]) for sig in signals]
         outcome, final, finish_reason, error, tripwire = "continue", False, None, None, None
         try:
             finish_reason, final = await self._step(step, options, consumed)
             outcome = "finished" if final else "continue"
         except TripWire as tw:
+            ml = step.ml
             final, outcome, finish_reason, tripwire = True, "tripwire", "other", tw.payload()
             log.info("tripwire", run_id=run_id, processor_id=tw.processor_id, reason=tw.reason)
             for msg in ml.get.response.db():  # the reply of a blocked run is not stored
@@ -229,7 +232,9 @@ class StepExecutor:
             error = {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
             await self._fail(step, error)
         await writer.flush()
+        ml = step.ml
         state["message_list"] = ml.to_state()
+        state["retry_count"] = runner.retry_count
         state["response_message_id"] = step.response_id
         text = _final_text(step) if final else None
         result = StepResult(run_id=run_id, resource_id=run["resource_id"], thread_id=run["thread_id"],
@@ -250,14 +255,72 @@ class StepExecutor:
         return outcome
 
     async def _step(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
-        """Steps 3–7 of the module docstring; returns ``(finish_reason, is_final)``."""
+        """Steps 3–7 of the module docstring, with processor retries; returns
+        ``(finish_reason, is_final)``.
+
+        A retry (``abort(..., retry=True)`` or ``process_api_error`` → ``{retry: True}``) happens
+        only while ``retry_count < cap`` (DECISIONS 1): the attempt is declared dead on the
+        stream (``attempt-discarded``), its output is rolled back, a tripwire's reason is added
+        as feedback (DECISIONS 3), and the step runs again under the next attempt number.
+        """
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
-        step_no = run["step"]
-        if step_no == 0:
+        if run["step"] == 0:
             await runner.process_input(ml)
             step.state["system_snapshot"] = [dict(m) for m in ml.get_system_messages()]
-        else:
-            ml.replace_all_system_messages(step.state.get("system_snapshot", []))
+        for echo in step.echoes:  # drained signals are echoed once input checks have passed
+            await step.writer.emit(echo)
+        cap = self._retry_cap(options, agent, runner)
+        while True:
+            saved = orjson.loads(orjson.dumps(ml.to_state()))
+            try:
+                finish_reason, continued = await self._attempt(step, options, consumed)
+                break
+            except TripWire as tw:
+                if not tw.retry or cap is None or runner.retry_count >= cap:
+                    raise
+                feedback: TripWire | None = tw
+            except ModelCallError as exc:
+                if cap is None or runner.retry_count >= cap or not await runner.process_api_error(
+                        ml, error=_error_view(exc), step_number=run["step"], steps=step.steps):
+                    raise
+                feedback = None
+            step.ml = ml = MessageList.from_state(saved, thread_id=run["thread_id"], resource_id=run["resource_id"])
+            runner.retry_count += 1
+            dead = step.writer.attempt
+            step.writer.attempt += 1
+            await self._save_attempt(run, step.writer.attempt, runner.retry_count)
+            await step.writer.emit({"type": "attempt-discarded", "from": "AGENT",
+                                    "payload": {"step": run["step"], "attempt": dead,
+                                                "reason": feedback.reason if feedback else "api-error"}})
+            if feedback is not None:
+                ml.add(retry_feedback(feedback), "context")
+            log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt)
+        runner.retry_count = 0  # consecutive retries only (P24)
+        if not continued:
+            await self._output_result(step, finish_reason)
+            await self._finish_chunk(step, finish_reason, finish_reason=finish_reason)
+        return finish_reason, not continued
+
+    def _retry_cap(self, options: dict[str, Any], agent: Agent, runner: ProcessorRunner) -> int | None:
+        cap = options.get("max_processor_retries", agent.max_processor_retries)
+        if cap is None and runner.error:
+            cap = 10
+            log.warning("implicit retry cap applied: error processors and no max_processor_retries",
+                        cap=cap)
+        return cap
+
+    async def _save_attempt(self, run: asyncpg.Record, attempt: int, retry_count: int) -> None:
+        async with self._db.transaction() as conn:
+            await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"])
+            await conn.execute(
+                "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
+                "updated_at = now() WHERE run_id = $1", run["run_id"], attempt, retry_count)
+
+    async def _attempt(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
+        """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
+        run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
+        step_no = run["step"]
+        ml.replace_all_system_messages(step.state.get("system_snapshot", []))
         step_input: dict[str, Any] = {
             "model": agent.resolve_model(self._settings.model, runner.request_context),
             "tools": dict(agent.tools), "tool_choice": options.get("tool_choice"),
@@ -273,7 +336,7 @@ class StepExecutor:
         prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
                                                           steps=step.steps)
         await step.writer.emit({"type": "step-start", "from": "AGENT", "payload": {"messageId": step.response_id}})
-        before = copy.deepcopy(step.response_message().get("content"))
+        step.response_message()
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
         if cached:
@@ -293,18 +356,13 @@ class StepExecutor:
                 part = await step.emit(chunk)
                 if part is not None:
                     processed.append(part)
-        except ModelCallError as exc:
-            if await runner.process_api_error(ml, error=_error_view(exc), step_number=step_no, steps=step.steps):
-                log.info("error processor asked for a retry (not yet supported across attempts)",
-                         run_id=run["run_id"])
-            step.response_message()["content"] = wrap(before)
-            raise
+        finally:
+            await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
         await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
                                           from_cache=bool(cached))
         text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
         calls = [dict(p["payload"]) for p in processed if p["type"] == "tool-call"]
-        msg = step.response_message()
-        parts = msg["content"]["parts"]
+        parts = step.response_message()["content"]["parts"]
         parts.append(wrap({"type": "step-start"}))
         if text:
             parts.append(wrap({"type": "text", "text": text}))
@@ -313,13 +371,13 @@ class StepExecutor:
                 "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
                 "args": call.get("args") or {}}}))
         usage = outcome.usage
-        _add_usage(step.usage_total, usage)
         await runner.process_output_step(ml, step_number=step_no, steps=step.steps,
                                          finish_reason=outcome.finish_reason,
                                          tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
         results = []
         if outcome.finish_reason == "tool-calls":
             results = await self._run_tools(step, calls, tools, options)
+        _add_usage(step.usage_total, usage)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
                            "finishReason": outcome.finish_reason, "usage": usage})
         async with self._db.connection() as conn:
@@ -329,11 +387,8 @@ class StepExecutor:
         await step.emit({"type": "step-finish", "from": "AGENT", "payload": {
             "messageId": step.response_id,
             "stepResult": {"reason": outcome.finish_reason, "isContinued": continued},
-            "output": {"text": text, "usage": usage}}}, processed=False)
-        if not continued:
-            await self._output_result(step, outcome.finish_reason)
-            await self._finish_chunk(step, outcome.finish_reason, finish_reason=outcome.finish_reason)
-        return outcome.finish_reason, not continued
+            "output": {"text": text, "usage": usage}}})
+        return outcome.finish_reason, continued
 
     async def _run_tools(self, step: _Step, calls: list[dict[str, Any]], tools: dict[str, Any],
                          options: dict[str, Any]) -> list[dict[str, Any]]:
