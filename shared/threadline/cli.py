@@ -163,6 +163,9 @@ def migrate() -> None:
 
 def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    from threadline.logging import configure
+
+    configure(level=os.environ.get("THREADLINE_CLI_LOG_LEVEL", "WARNING"))
     app()
 
 

@@ -130,4 +130,7 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    from threadline.logging import configure
+
+    configure(level="WARNING")
     sys.exit(asyncio.run(main()))
