@@ -8,7 +8,7 @@ from threadline.events import StepTask
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.kafka.consumer import Record
-from threadline.runtime.registry import load_agents
+from threadline.runtime.registry import load_agents, load_catalogue
 from threadline.runtime.step import StepExecutor
 from threadline.service import Service
 
@@ -17,9 +17,10 @@ class ProcessorWorker(Service):
     name = "processor_worker"
 
     async def setup(self) -> None:
+        agents = load_agents(self.settings.agents_module)
         self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
-                                     topics=self.topics, settings=self.settings,
-                                     agents=load_agents(self.settings.agents_module))
+                                     topics=self.topics, settings=self.settings, agents=agents,
+                                     catalogue=load_catalogue(self.settings.agents_module, agents))
 
     def topics_in(self) -> list[str]:
         return [self.topics.step_tasks]

@@ -147,5 +147,31 @@ class Obs(Processor):
 a14 = Agent(id="a14", model="openai/threadline-a14", error_processors=[Rl()], output_processors=[Obs()])
 a14c = Agent(id="a14c", model="openai/threadline-a14c", output_processors=[Obs()])
 
+# --- processor state carried across steps that run on different workers --------------------------
+class ChunkCounter(Processor):
+    id = "chunk-counter"
+
+    async def process_output_stream(self, *, part, state, **_):
+        state["count"] = state.get("count", 0) + 1
+        return part
+
+    async def process_output_step(self, *, step_number, state, **_):
+        state.setdefault("per_step", []).append([step_number, state.get("count", 0)])
+
+
+class SlowInput(BaseModel):
+    seconds: float
+
+
+async def slow(input: SlowInput) -> dict[str, Any]:
+    import asyncio
+
+    await asyncio.sleep(input.seconds)
+    return {"slept": input.seconds}
+
+
+stateful = Agent(id="stateful", model="openai/threadline-stateful", output_processors=[ChunkCounter()],
+                 tools=[create_tool(id="slow", description="sleeps", input_schema=SlowInput, execute=slow)])
+
 support = support_agent
-agents = [echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c]
+agents = [echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c, stateful]

@@ -65,11 +65,19 @@ class Processor:
     """
 
     id: str = ""
-    name: str | None = None
     description: str | None = None
     processor_index: int | None = None
     process_data_parts: bool = False
     on_violation: Callable[[Any], Any] | None = None
+
+    @property
+    def name(self) -> str:
+        """Display name; defaults to ``id``."""
+        return self.__dict__.get("_name") or self.id
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.__dict__["_name"] = value
 
 
 def implements(processor: Any, method: str) -> bool:
@@ -102,12 +110,25 @@ def _check_one(p: Any, kind: str, agent_id: str) -> None:
             f"{', '.join(methods)}")
 
 
-def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], agent_id: str) -> list[Any]:
+def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], agent_id: str,
+                 catalogue: dict[str, Any] | None = None) -> list[Any]:
     """Resolve a list (or a function of ``request_context``) into per-run copies with
-    ``processor_index`` set (DECISIONS 8: never on a shared instance)."""
+    ``processor_index`` set (DECISIONS 8: never on a shared instance).
+
+    A call-level list travels in a JSON request, so it names processors by id; ids are looked
+    up in ``catalogue`` (the agents module's ``processors`` and the agent's own).
+
+    Raises:
+        ConfigurationError: an unknown processor id, or a processor in the wrong list.
+    """
     items = processors(request_context) if callable(processors) else list(processors or [])
     out = []
     for i, p in enumerate(items):
+        if isinstance(p, str):
+            found = (catalogue or {}).get(p)
+            if found is None:
+                raise ConfigurationError(f"agent {agent_id}: no processor with id {p!r} for {kind}_processors")
+            p = found
         _check_one(p, kind, agent_id)
         c = copy.copy(p)
         c.processor_index = i
@@ -374,6 +395,8 @@ class ProcessorRunner:
                                      messages=messages, message_list=ml, step_number=step_number,
                                      steps=steps, finish_reason=finish_reason, tool_calls=tool_calls,
                                      text=text, usage=usage, system_messages=ml.get_system_messages())
+            if isinstance(result, list) and not result:
+                continue  # seed's QualityGuardrail returns [] when the step passes: no change
             self.apply_messages(ml, result, before_ids=before, default_source="response")
 
     async def process_tool_result(self, ml: MessageList, *, step_number: int, steps: list[Any],
@@ -416,6 +439,21 @@ class ProcessorRunner:
             if isinstance(out, dict) and out.get("retry"):
                 return True
         return False
+
+
+class PrepareStep(Processor):
+    """The agent's ``prepare_step`` callback, run after the input processors as part of the
+    ``process_input_step`` chain (seed 000, "execution order in the agentic loop")."""
+
+    id = "prepare-step"
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self._fn = fn
+
+    async def process_input_step(self, **kwargs: Any) -> Any:
+        var_kw, names = _accepted(self._fn)
+        out = self._fn(**(kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}))
+        return await out if inspect.isawaitable(out) else out
 
 
 def _snake(key: str) -> str:

@@ -6,7 +6,10 @@ import importlib
 from typing import Any
 
 from threadline.errors import ConfigurationError
+from dataclasses import dataclass, field
+
 from threadline.runtime.agent import Agent
+from threadline.runtime.tools import ToolHooks
 
 
 def load_agents(module_name: str) -> dict[str, Agent]:
@@ -39,3 +42,34 @@ def load_agents(module_name: str) -> dict[str, Agent]:
     if not out:
         raise ConfigurationError(f"agents module {module_name!r} defines no Agent")
     return out
+
+
+@dataclass
+class Catalogue:
+    """What call-level options may name by id: processors and tool hooks.
+
+    A request travels as JSON, so ``input_processors: ["pii"]`` or ``hooks: "audit"`` name
+    objects defined in the agents module (``processors`` = list or dict, ``hooks`` = dict of
+    :class:`ToolHooks`); the agents' own processors are included.
+    """
+
+    processors: dict[str, Any] = field(default_factory=dict)
+    hooks: dict[str, ToolHooks] = field(default_factory=dict)
+
+
+def load_catalogue(module_name: str, agents: dict[str, Agent]) -> Catalogue:
+    """Collect the processors and hooks that call-level options can name."""
+    module = importlib.import_module(module_name)
+    cat = Catalogue()
+    for agent in agents.values():
+        for plist in (agent.input_processors, agent.output_processors, agent.error_processors):
+            if isinstance(plist, list):
+                for p in plist:
+                    cat.processors.setdefault(p.id, p)
+    found = getattr(module, "processors", None)
+    items = found.values() if isinstance(found, dict) else (found or [])
+    for p in items:
+        cat.processors[p.id] = p
+    for name, hooks in (getattr(module, "hooks", None) or {}).items():
+        cat.hooks[name] = ToolHooks.of(hooks)
+    return cat

@@ -40,10 +40,11 @@ from threadline.runtime.agent import Agent
 from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList, make_message
-from threadline.runtime.processor import ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
 from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
-from threadline.runtime.tools import ToolContext
+from threadline.runtime.registry import Catalogue
+from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
@@ -115,7 +116,8 @@ class StepExecutor:
     """Runs step tasks for the agents of this process."""
 
     def __init__(self, *, db: Database, producer: Producer, admin: TopicAdmin, outbox: Outbox,
-                 topics: Topics, settings: Settings, agents: dict[str, Agent]) -> None:
+                 topics: Topics, settings: Settings, agents: dict[str, Agent],
+                 catalogue: Catalogue | None = None) -> None:
         self._db = db
         self._producer = producer
         self._admin = admin
@@ -123,6 +125,7 @@ class StepExecutor:
         self._topics = topics
         self._settings = settings
         self._agents = agents
+        self._catalogue = catalogue or Catalogue()
 
     async def execute(self, task: StepTask) -> None:
         """Execute ``task`` unless it is stale or already done (redelivery is harmless)."""
@@ -141,6 +144,7 @@ class StepExecutor:
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
+                log.info("step started")
                 outcome = await self._execute(run, agent, writer)
                 log.info("step done", outcome=outcome, chunks=writer.seq - run["next_seq"])
         except StaleWriterError as exc:
@@ -173,13 +177,17 @@ class StepExecutor:
         if agent is None:
             await self._fail_unknown_agent(run, writer, state)
             return "failed"
+        cat = self._catalogue.processors
+        inputs = resolve_list(options.get("input_processors", agent.input_processors), "input",
+                              request_context, agent.id, cat)
+        if callable(options.get("prepare_step")):  # seed: runs after the input processors
+            inputs.append(PrepareStep(options["prepare_step"]))
         runner = ProcessorRunner(
-            input_processors=resolve_list(options.get("input_processors", agent.input_processors), "input",
-                                          request_context, agent.id),
+            input_processors=inputs,
             output_processors=resolve_list(options.get("output_processors", agent.output_processors),
-                                           "output", request_context, agent.id),
+                                           "output", request_context, agent.id, cat),
             error_processors=resolve_list(options.get("error_processors", agent.error_processors), "error",
-                                          request_context, agent.id),
+                                          request_context, agent.id, cat),
             states=state.setdefault("processor_state", {}), request_context=request_context,
             retry_count=state.get("retry_count", 0))
         async with self._db.connection() as conn:
@@ -393,7 +401,10 @@ class StepExecutor:
     async def _run_tools(self, step: _Step, calls: list[dict[str, Any]], tools: dict[str, Any],
                          options: dict[str, Any]) -> list[dict[str, Any]]:
         run, ml = step.run, step.ml
-        hooks = step.agent.hooks.merged(type(step.agent.hooks).of(options.get("hooks")))
+        call_hooks = options.get("hooks")
+        if isinstance(call_hooks, str):  # named in a JSON request: looked up in the catalogue
+            call_hooks = self._catalogue.hooks.get(call_hooks)
+        hooks = step.agent.hooks.merged(ToolHooks.of(call_hooks))
         results = []
         for call in calls:
             ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run["run_id"], thread_id=run["thread_id"],
