@@ -173,5 +173,90 @@ async def slow(input: SlowInput) -> dict[str, Any]:
 stateful = Agent(id="stateful", model="openai/threadline-stateful", output_processors=[ChunkCounter()],
                  tools=[create_tool(id="slow", description="sleeps", input_schema=SlowInput, execute=slow)])
 
+# --- C09: input filtering must not rewrite stored history -----------------------------------------
+class NoTools(Processor):
+    id = "notools"
+
+    def process_input(self, *, messages, **_):
+        out = []
+        for m in messages:
+            parts = [p for p in m.content.parts if p.type != "tool-invocation"]
+            out.append({**m, "content": {**m.content, "parts": parts}})
+        return out
+
+
+a9 = Agent(id="a9", model="openai/threadline-a9", input_processors=[NoTools()])
+
+
+# --- C10: gating before side effects ---------------------------------------------------------------
+SENT_EMAILS: list[dict[str, Any]] = []  # lives in the worker process; the test reads the tool's rows
+
+
+class EmailInput(BaseModel):
+    to: str
+
+
+async def send_email(input: EmailInput, context: Any) -> dict[str, Any]:
+    import asyncpg
+
+    from threadline.config import get_settings
+
+    conn = await asyncpg.connect(get_settings().pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+        await conn.execute("INSERT INTO sent_emails VALUES ($1, $2)", context.run_id, input.to)
+    finally:
+        await conn.close()
+    return {"sent": True}
+
+
+class SlowGate(Processor):
+    id = "slowgate"
+
+    async def process_input(self, *, abort, **_):
+        import asyncio
+
+        await asyncio.sleep(0.5)
+        abort("blocked topic")
+
+
+class StepGate(Processor):
+    id = "stepgate"
+
+    def process_output_step(self, *, tool_calls, abort, **_):
+        if any(c.toolName == "send_email" for c in tool_calls or []):
+            abort("no emails")
+
+
+async def record_hook(ctx: Any) -> None:
+    import asyncpg
+
+    from threadline.config import get_settings
+
+    conn = await asyncpg.connect(get_settings().pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
+        await conn.execute("INSERT INTO hook_calls VALUES ($1)", ctx.tool_name)
+    finally:
+        await conn.close()
+
+
+_email_tool = create_tool(id="send_email", description="send an email", input_schema=EmailInput, execute=send_email)
+a10a = Agent(id="a10a", model="openai/threadline-a10", tools=[_email_tool], input_processors=[SlowGate()],
+             hooks={"before_tool_call": record_hook})
+a10b = Agent(id="a10b", model="openai/threadline-a10", tools=[_email_tool], output_processors=[StepGate()],
+             hooks={"before_tool_call": record_hook})
+
+
+# --- C13: a tool-call step whose stream says "stop"; usage missing or late ---------------------------
+class AddInput(BaseModel):
+    a: int
+    b: int
+
+
+a13 = Agent(id="a13", model="openai/threadline-a13", default_options={"max_steps": 3},
+            tools=[create_tool(id="add", description="add two numbers", input_schema=AddInput,
+                               execute=lambda i: i.a + i.b)])
+
 support = support_agent
-agents = [echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c, stateful]
+agents = [a9, a10a, a10b, a13, echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c, stateful]

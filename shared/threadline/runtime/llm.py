@@ -188,9 +188,10 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     calls: dict[int, dict[str, Any]] = {}
     try:
         response = await litellm.acompletion(**kwargs)
+        reported = _spy_usage(response)
         async for chunk in response:
             usage = getattr(chunk, "usage", None)
-            if usage:
+            if usage and reported["usage"]:  # litellm invents usage the provider never sent (C13)
                 outcome.usage = _usage(usage)
             choices = getattr(chunk, "choices", None) or []
             if not choices:
@@ -247,6 +248,25 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         outcome.finish_reason = "tool-calls"
     else:
         outcome.finish_reason = _FINISH.get(raw or "", "other")
+
+
+def _spy_usage(response: Any) -> dict[str, bool]:
+    """Watch the provider's raw stream for a usage report, so a usage that litellm computed
+    itself is not mistaken for one the provider reported."""
+    seen = {"usage": False}
+    raw = getattr(response, "completion_stream", None)
+    if raw is None:
+        seen["usage"] = True  # not a wrapper we can watch: trust what litellm hands over
+        return seen
+
+    async def spy() -> Any:
+        async for chunk in raw:
+            if getattr(chunk, "usage", None) or (isinstance(chunk, dict) and chunk.get("usage")):
+                seen["usage"] = True
+            yield chunk
+
+    response.completion_stream = spy()
+    return seen
 
 
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
