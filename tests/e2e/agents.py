@@ -260,3 +260,31 @@ a13 = Agent(id="a13", model="openai/threadline-a13", default_options={"max_steps
 
 support = support_agent
 agents = [a9, a10a, a10b, a13, echo_agent, support, a1, a3, a5, a5c, a7, a14, a14c, stateful]
+
+
+# --- chunk and memory vectors (C1, C2, C5, C8, M1, P29) ---------------------------------------------
+class Cache(Processor):
+    """Replays a cached response instead of calling the model (DECISIONS 7)."""
+
+    id = "cache"
+
+    def process_llm_request(self, **_):
+        return {"response": {"chunks": [{"type": "text-delta", "payload": {"id": "t0", "text": "cached "}},
+                                        {"type": "text-delta", "payload": {"id": "t0", "text": "answer"}}]}}
+
+    def process_llm_response(self, *, from_cache, state, **_):
+        state.setdefault("from_cache", []).append(from_cache)
+
+
+class Upper(Processor):
+    id = "upper"
+
+    async def process_output_stream(self, *, part, **_):
+        if part.type == "text-delta":
+            part.payload.text = part.payload.text.upper()
+        return part
+
+
+vectors = Agent(id="vectors", model="openai/threadline-vectors")
+cached = Agent(id="cached", model="openai/threadline-cached", input_processors=[Cache()], output_processors=[Upper()])
+agents += [vectors, cached]

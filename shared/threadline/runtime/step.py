@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -343,7 +344,10 @@ class StepExecutor:
         prompt = [{"role": "system", "content": m["content"]} for m in ml.all_system_messages()] + ml.get.all.core()
         prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
                                                           steps=step.steps)
-        await step.writer.emit({"type": "step-start", "from": "AGENT", "payload": {"messageId": step.response_id}})
+        start_payload: dict[str, Any] = {"messageId": step.response_id}
+        if not cached:
+            start_payload["startedAt"] = int(time.time() * 1000)  # absent on a cached replay (C8)
+        await step.writer.emit({"type": "step-start", "from": "AGENT", "payload": start_payload})
         step.response_message()
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
@@ -366,6 +370,9 @@ class StepExecutor:
                     processed.append(part)
         finally:
             await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+        if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
+            raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
+                                 kind="server_error", retryable=True)
         await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
                                           from_cache=bool(cached))
         text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
@@ -454,6 +461,9 @@ class StepExecutor:
 
     async def _fail(self, step: _Step, error: dict[str, Any]) -> None:
         await step.writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
+        await step.writer.emit({"type": "step-finish", "from": "AGENT", "payload": {
+            "messageId": step.response_id, "stepResult": {"reason": "error", "isContinued": False},
+            "output": {"usage": None}}})
         try:
             await self._output_result(step, "error")
         except Exception:  # noqa: BLE001 - the run is failing already
