@@ -13,6 +13,7 @@ from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
 from threadline.store.routing import route
+from threadline.topics import thread_key
 
 log = get_logger(__name__)
 
@@ -28,6 +29,10 @@ class Ingress(Service):
 
     async def handle(self, record: Record) -> None:
         req = decode(record.value, INGRESS_ADAPTER)
+        expected = thread_key(req.resource_id, req.thread_id)
+        if record.key is None or record.key.decode(errors="replace") != expected:
+            # per-thread order rests on the key: a wrongly keyed request could overtake its thread
+            raise InvalidEventError(f"record key must be the thread key {expected!r}", code="wrong_key")
         async with self.db.connection() as conn:
             routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
                                  agent_known=req.agent_id in self.agents)

@@ -89,6 +89,8 @@ def subscribe(resource: Resource, thread: Thread,
         async with ThreadlineClient() as tl:
             sub = await tl.subscribe_to_thread(resource, thread, from_beginning=from_beginning,
                                                from_offset=from_offset)
+            sys.stderr.write(orjson.dumps({"type": "subscribed", "topic": sub.topic}).decode() + "\n")
+            sys.stderr.flush()
             try:
                 async def pump() -> None:
                     async for chunk in sub.stream:

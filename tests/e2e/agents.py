@@ -288,3 +288,11 @@ class Upper(Processor):
 vectors = Agent(id="vectors", model="openai/threadline-vectors")
 cached = Agent(id="cached", model="openai/threadline-cached", input_processors=[Cache()], output_processors=[Upper()])
 agents += [vectors, cached]
+
+
+def _broken_instructions(request_context):
+    raise RuntimeError("instructions exploded")
+
+
+broken = Agent(id="broken", model="openai/threadline-broken", instructions=_broken_instructions)
+agents += [broken]

@@ -9,20 +9,26 @@ import uuid
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from tests.e2e.helpers import collect_run
+from tests.e2e.helpers import collect_run, rows
 from threadline.client import ThreadlineClient
 from threadline.topics import Topics
 
-BAD = [
-    (b"{not json", "invalid_json", None),
-    (orjson.dumps({"event_id": "bad-type-1", "type": "launch_missiles"}), "unknown_type", "bad-type-1"),
+BAD = [  # (record, dead-letter code or None, request id, error-reply code)
+    (b"{not json", "invalid_json", None, None),
+    (orjson.dumps({"event_id": "bad-type-1", "type": "launch_missiles"}), "unknown_type", "bad-type-1", "unknown_type"),
     (orjson.dumps({"event_id": "bad-field-1", "type": "send_message", "agent_id": "support-agent",
-                   "resource_id": "r"}), "validation_failed", "bad-field-1"),
+                   "resource_id": "r"}), "validation_failed", "bad-field-1", "validation_failed"),
     (orjson.dumps({"event_id": "bad-version-1", "type": "send_message", "schema_version": 7}),
-     "unsupported_version", "bad-version-1"),
+     "unsupported_version", "bad-version-1", "unsupported_version"),
+    (orjson.dumps({"event_id": "bad-key-1", "type": "send_message", "agent_id": "echo-agent",
+                   "resource_id": "other", "thread_id": "t-other", "message": "hi"}), "wrong_key", "bad-key-1",
+     "wrong_key"),
     (orjson.dumps({"event_id": "bad-agent-1", "type": "send_message", "agent_id": "nobody",
-                   "resource_id": "r", "thread_id": "t-bad", "message": "hi"}), None, "bad-agent-1"),
-    (b"\xff\xfe binary", "invalid_json", None),
+                   "resource_id": "r", "thread_id": "t-bad", "message": "hi"}), None, "bad-agent-1", "unknown_agent"),
+    (orjson.dumps({"event_id": "bad-parts-1", "type": "stream", "agent_id": "echo-agent", "resource_id": "r",
+                   "thread_id": "t-bad", "message": [{"role": "user", "content": "mastra shape"}]}),
+     None, "bad-parts-1", "invalid_parts"),
+    (b"\xff\xfe binary", "invalid_json", None, None),
 ]
 
 
@@ -48,9 +54,9 @@ async def test_bad_ingress_events_are_dead_lettered_answered_and_the_consumer_go
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
     await producer.start()
     async with ThreadlineClient(settings) as tl:
-        waiting = {rid: tl._replies.expect(rid, "error") for _, _, rid in BAD if rid}
+        waiting = {rid: tl._replies.expect(rid, "error") for _, _, rid, _ in BAD if rid}
         try:
-            for raw, _, _ in BAD:
+            for raw, *_ in BAD:
                 await producer.send_and_wait(topics.ingress, raw, key=b"r:t-bad")
         finally:
             await producer.stop()
@@ -62,15 +68,40 @@ async def test_bad_ingress_events_are_dead_lettered_answered_and_the_consumer_go
         chunks = await collect_run(sub)
         assert chunks[-1]["payload"]["finishReason"] == "stop"
         replies = {rid: await asyncio.wait_for(fut, 20) for rid, fut in waiting.items()}
-    for raw, code, rid in BAD:
+    for _, _, rid, reply_code in BAD:
         if rid:
-            assert replies[rid].type == "error"
-            assert replies[rid].code == (code or "unknown_agent")
-    letters = await _read_all(cluster.bootstrap, topics.dead_letters, want=sum(1 for _, c, _ in BAD if c))
-    by_code = [letter["code"] for letter in letters]
-    assert sorted(by_code) == sorted(c for _, c, _ in BAD if c)
+            assert replies[rid].type == "error" and replies[rid].code == reply_code, rid
+    letters = await _read_all(cluster.bootstrap, topics.dead_letters, want=sum(1 for _, c, _, _ in BAD if c))
+    assert sorted(letter["code"] for letter in letters) == sorted(c for _, c, _, _ in BAD if c)
     for letter in letters:
         assert letter["reason"] and letter["service"] == "ingress" and letter["source_topic"] == topics.ingress
+    # nothing was started for the rejected requests
+    runs = await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id IN ('t-bad', 't-other')")
+    assert runs[0]["n"] == 0
     binary = next(letter for letter in letters if letter["raw_encoding"] == "base64")
     assert binary["code"] == "invalid_json"
     assert all(services.alive().values())
+
+
+async def test_a_resent_request_is_answered_again_and_has_no_second_effect(services, settings, model, cluster):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    topics = Topics(cluster.prefix)
+    request = {"event_id": f"req-{thread}", "type": "send_message", "agent_id": "echo-agent",
+               "resource_id": "res-1", "thread_id": thread, "message": "hello"}
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
+    await producer.start()
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        first = tl._replies.expect(request["event_id"], "accepted")
+        await producer.send_and_wait(topics.ingress, orjson.dumps(request), key=f"res-1:{thread}".encode())
+        accepted = await asyncio.wait_for(first, 20)
+        await collect_run(sub)
+        again = tl._replies.expect(request["event_id"], "accepted")
+        await producer.send_and_wait(topics.ingress, orjson.dumps(request), key=f"res-1:{thread}".encode())
+        repeated = await asyncio.wait_for(again, 20)
+        await producer.stop()
+        await sub.unsubscribe()
+    assert repeated.action == accepted.action == "wake" and repeated.run_id == accepted.run_id
+    assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread))[0]["n"] == 1
+    assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM messages WHERE thread_id = $1 AND role = 'user'",
+                       thread))[0]["n"] == 1

@@ -58,10 +58,12 @@ async def test_processor_state_survives_a_step_moving_to_another_worker(services
         assert state["count"] > c1
         assert [c["seq"] for c in chunks] == list(range(chunks[0]["seq"], chunks[0]["seq"] + len(chunks)))
     finally:
-        for name in ("processor_worker-1", "processor_worker-2"):
-            proc = services.procs.get(name)
-            if proc is not None and proc.poll() is not None:
-                services.procs.pop(name)
+        if moved_from is not None:  # wait for the drained worker to exit before restoring the set
+            proc = services.procs.pop(moved_from)
+            try:
+                proc.wait(60)
+            except Exception:  # noqa: BLE001
+                proc.kill()
         if "processor_worker-2" in services.procs:
             services.stop("processor_worker-2")
         if "processor_worker-1" not in services.procs:

@@ -53,3 +53,27 @@ async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, mo
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
     assert [r["role"] for r in stored] == ["user", "assistant"]
     assert [p["type"] for p in stored[1]["content"]["parts"]].count("step-start") == 2
+
+
+async def test_a_step_that_cannot_run_fails_its_run_instead_of_orphaning_it(services, settings, model, cluster):
+    from threadline.client import ThreadlineClient
+
+    run_id, chunks = await run_stream(settings, "broken", "hi")
+    assert [c["type"] for c in chunks][-2:] == ["error", "finish"]
+    assert "instructions exploded" in chunks[-2]["payload"]["error"]["message"]
+    run = await run_row(cluster.dsn, run_id)
+    assert run["status"] == "failed"
+    lease = await rows(cluster.dsn, "SELECT l.run_id FROM thread_leases l JOIN runs r USING (thread_id) "
+                       "WHERE r.run_id = $1", run_id)
+    for _ in range(50):
+        if lease[0]["run_id"] is None:
+            break
+        import asyncio
+
+        await asyncio.sleep(0.1)
+        lease = await rows(cluster.dsn, "SELECT l.run_id FROM thread_leases l JOIN runs r USING (thread_id) "
+                           "WHERE r.run_id = $1", run_id)
+    assert lease[0]["run_id"] is None  # the thread is idle again
+    n = await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = (SELECT thread_id FROM runs "
+                   "WHERE run_id = $1)", run_id)
+    assert n[0]["n"] == 1  # the failed input did not wake run after run

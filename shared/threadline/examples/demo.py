@@ -84,7 +84,7 @@ async def main() -> int:
     settings = get_settings()
     model = os.environ.get("THREADLINE_MODEL", settings.model)
     local = LOCAL_MARKER in model
-    resource, thread = "demo-user", f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    resource, thread = "demo-user", f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
     out(f"Threadline demo: agent {AGENT}, model {model}, thread {resource}/{thread}")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread(resource, thread)

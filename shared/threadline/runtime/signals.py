@@ -78,7 +78,11 @@ def contents_parts(contents: Any) -> list[dict[str, Any]]:
     parts = []
     for p in contents or []:
         if not isinstance(p, dict) or p.get("type") not in ("text", "file"):
-            raise InvalidEventError("message parts must be text or file parts", code="invalid_parts")
+            raise InvalidEventError("message parts must be text or file parts ({type: 'text', text} or "
+                                    "{type: 'file', data, mimeType}); a message is a string, such parts, or "
+                                    "{contents, attributes, metadata}", code="invalid_parts")
+        if p["type"] == "text" and not isinstance(p.get("text"), str):
+            raise InvalidEventError("a text part needs a string 'text'", code="invalid_parts")
         parts.append(dict(p))
     return parts or [{"type": "text", "text": ""}]
 
@@ -95,6 +99,7 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
     kind = normalize_type(kind)
     tag = tag_name or DEFAULT_TAGS[kind]
     render_markup(tag, body.get("attributes"), "")  # validate names now, not at prompt time
+    contents_parts(body.get("contents", ""))  # likewise the parts
     return {"id": new_id("sig"), "type": kind, "tagName": tag, "contents": body.get("contents", ""),
             "attributes": dict(body.get("attributes") or {}), "metadata": dict(body.get("metadata") or {}),
             "createdAt": now_iso(),

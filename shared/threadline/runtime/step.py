@@ -146,7 +146,14 @@ class StepExecutor:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
                 log.info("step started")
-                outcome = await self._execute(run, agent, writer)
+                try:
+                    outcome = await self._execute(run, agent, writer)
+                except StaleWriterError:
+                    raise
+                except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
+                    log.exception("step could not run; failing the run")
+                    outcome = "failed"
+                    await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
                 log.info("step done", outcome=outcome, chunks=writer.seq - run["next_seq"])
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
@@ -176,7 +183,8 @@ class StepExecutor:
         request_context = {**(options.get("request_context") or {}), "thread_id": run["thread_id"],
                            "resource_id": run["resource_id"]}
         if agent is None:
-            await self._fail_unknown_agent(run, writer, state)
+            await self._fail_run(run, writer, {"kind": "configuration",
+                                               "message": f"no agent {run['agent_id']!r} in this worker"}, state)
             return "failed"
         cat = self._catalogue.processors
         inputs = resolve_list(options.get("input_processors", agent.input_processors), "input",
@@ -470,8 +478,9 @@ class StepExecutor:
             log.warning("process_output_result raised on a failed run", exc_info=True)
         await self._finish_chunk(step, "error", finish_reason="error")
 
-    async def _fail_unknown_agent(self, run: asyncpg.Record, writer: ChunkWriter, state: dict[str, Any]) -> None:
-        error = {"kind": "configuration", "message": f"no agent {run['agent_id']!r} in this worker"}
+    async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
+                        state: dict[str, Any] | None = None) -> None:
+        """End the run as failed when its step could not even run: ``error`` then ``finish``."""
         await writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
         await writer.emit({"type": "finish", "from": "AGENT",
                            "payload": {"stepResult": {"reason": "error"}, "finishReason": "error"}})
@@ -480,7 +489,10 @@ class StepExecutor:
                             step=run["step"], attempt=writer.attempt, epoch=run["epoch"], outcome="failed",
                             finish_reason="error", error=error)
         async with self._db.transaction() as conn:
-            box_id = await persist_step(conn, topics=self._topics, run=run, entries=[], consumed=[], state=state,
+            # what was addressed to the run ends with it; left pending it would wake the next run
+            consumed = [r["id"] for r in await pending_signals(conn, run["run_id"])]
+            box_id = await persist_step(conn, topics=self._topics, run=run, entries=[], consumed=consumed,
+                                        state=state if state is not None else (run["state"] or {}),
                                         next_seq=writer.seq, result=result,
                                         final_fields={"status": "failed", "finish_reason": "error", "error": error},
                                         lease_ttl_s=self._settings.lease_ttl_s)

@@ -11,7 +11,9 @@ from typing import Any
 import asyncpg
 
 from threadline.events import Accepted, ErrorReply, Persisted, StartRun
+from threadline.errors import InvalidEventError
 from threadline.events.base import Event
+from threadline.events.replies import REPLY_ADAPTER
 from threadline.ids import new_id
 from threadline.runtime.agent import normalize_options
 from threadline.runtime.signals import signal_from_message, signal_to_message
@@ -79,16 +81,23 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
     reply_topic = req.reply_to or topics.replies
     routed = Routed()
     async with conn.transaction():
-        if await _seen(conn, req.event_id) is not None:
+        previous = await _seen(conn, req.event_id)
+        if previous is not None:  # a redelivery or a resent request: answer as before, do nothing else
             routed.duplicate = True
+            if previous:
+                reply = REPLY_ADAPTER.validate_python(previous)
+                routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+                routed.reply = reply
             return routed
         try:
             if not agent_known:
                 raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-            await ensure_thread(conn, req.resource_id, req.thread_id, getattr(req, "thread", None))
             signal = signal_from_message(req.message)
-        except RequestRejected as exc:
-            reply = ErrorReply(request_id=req.event_id, code=exc.code, message=exc.message)
+            await ensure_thread(conn, req.resource_id, req.thread_id, getattr(req, "thread", None))
+        except (RequestRejected, InvalidEventError) as exc:
+            code = exc.code
+            message = exc.message if isinstance(exc, RequestRejected) else str(exc)
+            reply = ErrorReply(request_id=req.event_id, code=code, message=message)
             routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
             routed.reply = reply
             await _remember(conn, req.event_id, reply)
