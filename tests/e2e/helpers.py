@@ -82,3 +82,14 @@ def content(chunks: list[dict[str, Any]]) -> list[tuple[str, Any]]:
         elif t == "finish":
             out.append((t, p.get("stepResult", {}).get("reason")))
     return out
+
+
+async def wait_idle(dsn: str, thread_id: str, timeout_s: float = 10.0) -> bool:
+    """True once the thread's lease is free (the orchestrator ends a run just after its worker)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while asyncio.get_running_loop().time() < deadline:
+        lease = await rows(dsn, "SELECT run_id FROM thread_leases WHERE thread_id = $1", thread_id)
+        if lease and lease[0]["run_id"] is None:
+            return True
+        await asyncio.sleep(0.1)
+    return False

@@ -38,7 +38,8 @@ async def test_c09_input_filtering_does_not_rewrite_stored_history(services, set
     snapshot = await rows(cluster.dsn, "SELECT id, content::text AS c, updated_at, position FROM messages "
                           "WHERE thread_id = $1 ORDER BY position", thread)
     model.queue([ms.text("You're welcome.")], model="threadline-a9")
-    await run_stream(settings, "a9", "thanks", thread=thread)
+    run_id, _ = await run_stream(settings, "a9", "thanks", thread=thread)
+    await run_row(cluster.dsn, run_id)
     sent = model.requests(model="threadline-a9")[0]["body"]["messages"]
     assert not any(m.get("tool_calls") or m["role"] == "tool" for m in sent)
     after = await rows(cluster.dsn, "SELECT id, content::text AS c, updated_at, position FROM messages "
@@ -66,6 +67,7 @@ async def test_c10b_step_gate_blocks_the_tool_the_model_already_called(services,
     before_hooks = len(await rows(cluster.dsn, "SELECT * FROM hook_calls"))
     model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-a10")
     run_id, chunks = await run_stream(settings, "a10b", "email x")
+    await run_row(cluster.dsn, run_id)
     assert len(model.requests(model="threadline-a10")) == 1
     types = [c["type"] for c in chunks]
     assert "tool-call" in types and "tool-result" not in types

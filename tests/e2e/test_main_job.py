@@ -7,7 +7,7 @@ import uuid
 
 import orjson
 
-from tests.e2e.helpers import collect_run, rows
+from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -44,6 +44,7 @@ async def test_send_message_wakes_a_run_that_streams_and_stores_the_thread(servi
     second = model.requests(model="threadline-fake")[1]["body"]["messages"]
     assert any(m["role"] == "tool" and "Ada Lovelace" in m["content"] for m in second)
 
+    await run_row(cluster.dsn, accepted.run_id)  # stored with the last step, just after the finish chunk
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE thread_id = $1 ORDER BY position", thread)
     assert [r["role"] for r in stored] == ["user", "assistant"]
     parts = stored[1]["content"]["parts"]
@@ -53,8 +54,7 @@ async def test_send_message_wakes_a_run_that_streams_and_stores_the_thread(servi
     assert inv["state"] == "result" and inv["result"]["plan"] == "pro"
     run = (await rows(cluster.dsn, "SELECT status, finish_reason, text FROM runs WHERE run_id = $1", accepted.run_id))[0]
     assert (run["status"], run["finish_reason"]) == ("finished", "stop")
-    lease = (await rows(cluster.dsn, "SELECT run_id FROM thread_leases WHERE thread_id = $1", thread))[0]
-    assert lease["run_id"] is None  # released: the thread is idle
+    assert await wait_idle(cluster.dsn, thread)  # the lease was released: the thread is idle
     assert all(services.alive().values())
 
 
@@ -72,6 +72,7 @@ async def test_blocked_word_is_a_tripwire_with_no_model_call(services, settings,
                                "metadata": {"word": "password"}, "processorId": "blocked-words"}
     assert chunks[-1]["type"] == "finish" and chunks[-1]["payload"]["finishReason"] == "other"
     assert model.requests(model="threadline-fake") == []
+    await run_row(cluster.dsn, (await rows(cluster.dsn, "SELECT run_id FROM runs WHERE thread_id = $1", thread))[0]["run_id"])
     run = (await rows(cluster.dsn, "SELECT status, tripwire_processor_id FROM runs WHERE thread_id = $1", thread))[0]
     assert (run["status"], run["tripwire_processor_id"]) == ("tripwire", "blocked-words")
 

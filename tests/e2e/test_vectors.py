@@ -17,6 +17,7 @@ async def test_c1_m1_text_run_chunk_order_and_stored_messages(services, settings
     start = chunks[0]["payload"]
     assert start["id"] == "vectors" and chunks[2]["payload"]["messageId"] == start["messageId"]
     assert isinstance(chunks[2]["payload"]["startedAt"], int)
+    await run_row(cluster.dsn, run_id)  # stored with the run's last step, just after its finish chunk
     stored = await rows(cluster.dsn, "SELECT id, role FROM messages WHERE run_id = $1 ORDER BY position", run_id)
     assert [r["role"] for r in stored] == ["user", "assistant"] and stored[1]["id"] == start["messageId"]
 
@@ -50,6 +51,7 @@ async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, mo
     assert types.index("tool-result") < types.index("step-finish")
     finishes = [c["payload"]["stepResult"] for c in chunks if c["type"] == "step-finish"]
     assert finishes == [{"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
+    await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
     assert [r["role"] for r in stored] == ["user", "assistant"]
     assert [p["type"] for p in stored[1]["content"]["parts"]].count("step-start") == 2
