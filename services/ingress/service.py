@@ -4,7 +4,7 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 from __future__ import annotations
 
 from threadline.errors import InvalidEventError
-from threadline.events import ErrorReply
+from threadline.events import AbortRequest, ErrorReply
 from threadline.events.codec import decode
 from threadline.events.ingress import INGRESS_ADAPTER
 from threadline.kafka.consumer import Record
@@ -12,7 +12,7 @@ from threadline.kafka.handling import raw_field
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
-from threadline.store.routing import route
+from threadline.store.routing import route, route_abort
 from threadline.topics import thread_key
 
 log = get_logger(__name__)
@@ -34,8 +34,11 @@ class Ingress(Service):
             # per-thread order rests on the key: a wrongly keyed request could overtake its thread
             raise InvalidEventError(f"record key must be the thread key {expected!r}", code="wrong_key")
         async with self.db.connection() as conn:
-            routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
-                                 agent_known=req.agent_id in self.agents)
+            if isinstance(req, AbortRequest):
+                routed = await route_abort(conn, req, topics=self.topics)
+            else:
+                routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
+                                     agent_known=req.agent_id in self.agents)
         await self.outbox.flush(routed.outbox_ids)
         if routed.reply is not None:
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,

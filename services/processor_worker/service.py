@@ -11,6 +11,8 @@ from threadline.kafka.consumer import Record
 from threadline.runtime.registry import load_agents, load_catalogue
 from threadline.runtime.step import StepExecutor
 from threadline.service import Service
+from threadline.store.listen import Listener
+from threadline.store.orchestration import ABORT_CHANNEL
 
 
 class ProcessorWorker(Service):
@@ -21,6 +23,13 @@ class ProcessorWorker(Service):
         self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
                                      topics=self.topics, settings=self.settings, agents=agents,
                                      catalogue=load_catalogue(self.settings.agents_module, agents))
+        self.aborts = Listener(self.settings.pg_dsn, ABORT_CHANNEL, self.executor.on_abort,
+                               self.executor.catch_up_aborts)
+        await self.aborts.start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        await self.aborts.stop()
 
     def topics_in(self) -> list[str]:
         return [self.topics.step_tasks]

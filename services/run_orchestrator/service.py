@@ -3,13 +3,13 @@ steps, ends runs, releases or hands over the thread lease, starts queued turns."
 
 from __future__ import annotations
 
-from threadline.events import StartRun, StepResult
+from threadline.events import AbortRun, StartRun, StepResult
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.kafka.consumer import Record
 from threadline.logging import get_logger
 from threadline.service import Service
-from threadline.store.orchestration import on_step_result, start_run
+from threadline.store.orchestration import abort_run, on_step_result, start_run
 
 log = get_logger(__name__)
 
@@ -27,6 +27,8 @@ class RunOrchestrator(Service):
                 ids = await start_run(conn, event, self.topics)
             elif isinstance(event, StepResult):
                 ids = await on_step_result(conn, event, self.topics, self.settings.lease_ttl_s)
+            elif isinstance(event, AbortRun):
+                ids = await abort_run(conn, event, self.topics, self.settings.lease_ttl_s)
             else:
                 log.warning("event not handled by the orchestrator", type=event.type)
                 return

@@ -75,6 +75,25 @@ def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt
 
 
 @app.command()
+def abort(resource: Resource, thread: Thread,
+          run_id: Annotated[str | None, typer.Option("--run-id", help="only this run")] = None) -> None:
+    """Abort the thread's active run; queued messages still run (seed ``subscription.abort()``)."""
+
+    async def main() -> None:
+        from threadline.client.client import RequestFailed, ThreadlineClient
+
+        async with ThreadlineClient() as tl:
+            try:
+                _print({"type": "aborted", "aborted": await tl.abort(resource_id=resource, thread_id=thread,
+                                                                    run_id=run_id)})
+            except RequestFailed as exc:
+                _print(exc.reply)
+                raise typer.Exit(2) from None
+
+    asyncio.run(main())
+
+
+@app.command()
 def subscribe(resource: Resource, thread: Thread,
               from_beginning: Annotated[bool, typer.Option("--from-beginning")] = False,
               from_offset: Annotated[int | None, typer.Option("--from-offset")] = None,

@@ -296,3 +296,9 @@ def _broken_instructions(request_context):
 
 broken = Agent(id="broken", model="openai/threadline-broken", instructions=_broken_instructions)
 agents += [broken]
+
+a4 = Agent(id="a4", model="openai/threadline-a4")
+agents += [a4]
+
+a18 = Agent(id="a18", model="openai/threadline-a18")
+agents += [a18]

@@ -16,7 +16,7 @@ from typing import Any
 
 from threadline.config import Settings, get_settings
 from threadline.errors import ThreadlineError
-from threadline.events import Accepted, ErrorReply, Generate, QueueMessage, RunResult, SendMessage, Stream
+from threadline.events import AbortRequest, Accepted, ErrorReply, Generate, QueueMessage, RunResult, SendMessage, Stream
 from threadline.events.base import Event
 from threadline.client.replies import ReplyListener
 from threadline.client.subscription import ThreadSubscription
@@ -140,6 +140,21 @@ class ThreadlineClient:
             raise RequestFailed(reply)
         return reply
 
+    async def abort(self, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                    run_id: str | None = None) -> bool:
+        """Abort the thread's active run (or ``run_id``); True if a run was aborted.
+
+        What is queued behind the run still runs. Seed: ``subscription.abort()``.
+        """
+        req = AbortRequest(agent_id=agent_id or self.default_agent or "-", resource_id=resource_id,
+                           thread_id=thread_id, run_id=run_id)
+        answer = self._replies.expect(req.event_id, "aborted")
+        await self.publish(req)
+        reply = await asyncio.wait_for(answer, self.settings.reply_timeout_s)
+        if isinstance(reply, ErrorReply):
+            raise RequestFailed(reply)
+        return bool(reply.aborted)
+
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
                                   from_offset: int | None = None) -> ThreadSubscription:
@@ -147,7 +162,8 @@ class ThreadlineClient:
         topic = self.topics.chunks(resource_id, thread_id)
         await self._admin.ensure_one(topic, config={"retention.ms": str(self.settings.chunk_retention_ms)})
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
-                                 from_offset=from_offset)
+                                 from_offset=from_offset,
+                                 on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id))
         await sub.start()
         return sub
 

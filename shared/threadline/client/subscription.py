@@ -4,13 +4,13 @@ declared dead (``attempt-discarded``) are dropped, so the stream shows every chu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-TERMINAL = ("finish",)
+TERMINAL = ("finish",)  # every run ends with one finish (after abort / error / tripwire)
 
 
 class ThreadSubscription:
@@ -22,7 +22,9 @@ class ThreadSubscription:
     """
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
-                 from_offset: int | None = None) -> None:
+                 from_offset: int | None = None,
+                 on_abort: Callable[[], Awaitable[bool]] | None = None) -> None:
+        self._on_abort = on_abort
         self._bootstrap = bootstrap
         self.topic = topic
         self._from_beginning = from_beginning
@@ -51,6 +53,13 @@ class ThreadSubscription:
     def active_run_id(self) -> str | None:
         """The run currently streaming on the thread, as far as this subscriber has seen."""
         return self._active
+
+    async def abort(self) -> bool:
+        """Abort the thread's active run (it ends with ``abort`` then ``finish``); True if one
+        was running. Queued messages still run afterwards."""
+        if self._on_abort is None:
+            raise RuntimeError("this subscription was not made by a ThreadlineClient")
+        return await self._on_abort()
 
     async def unsubscribe(self) -> None:
         """Stop reading (the runs go on)."""

@@ -11,6 +11,7 @@ from threadline.events.chunks import Chunk
 from threadline.events.commands import AbortRun, InternalEvent, RunCommand, StartRun, StepResult, StepTask
 from threadline.events.dead_letters import DeadLetter
 from threadline.events.ingress import (
+    AbortRequest,
     Generate,
     IfActive,
     IfIdle,
@@ -21,11 +22,13 @@ from threadline.events.ingress import (
     Stream,
 )
 from threadline.events.lifecycle import LifecycleEvent
-from threadline.events.replies import Accepted, ErrorReply, Persisted, Reply, RunResult
+from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Reply, RunResult
 
 __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_VERSIONS",
+    "AbortRequest",
+    "Aborted",
     "AbortRun",
     "Accepted",
     "Chunk",

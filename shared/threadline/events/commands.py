@@ -23,10 +23,15 @@ class StartRun(_RunEvent):
     """Fencing epoch of the thread lease the run holds."""
 
 
-class AbortRun(_RunEvent):
-    """Ingress → orchestrator: end the run with ``abort``."""
+class AbortRun(Event):
+    """Ingress → orchestrator: end the thread's active run (or ``run_id``) with ``abort``."""
 
     type: Literal["abort_run"] = "abort_run"
+    resource_id: str
+    thread_id: str
+    run_id: str | None = None
+    request_id: str | None = None
+    reply_to: str | None = None
 
 
 class StepTask(_RunEvent):

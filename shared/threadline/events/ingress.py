@@ -101,8 +101,17 @@ class Generate(Stream):
     type: Literal["generate"] = "generate"  # type: ignore[assignment]
 
 
+class AbortRequest(_ThreadRequest):
+    """Abort the thread's active run (seed ``subscription.abort()``); what is queued behind it
+    still runs. Answered with an ``aborted`` reply (``aborted: false`` when nothing was running)."""
+
+    type: Literal["abort"] = "abort"
+    run_id: str | None = None
+    """Abort only this run (default: whatever run is active)."""
+
+
 IngressRequest = Annotated[
-    SendMessage | QueueMessage | Stream | Generate, Field(discriminator="type")
+    SendMessage | QueueMessage | Stream | Generate | AbortRequest, Field(discriminator="type")
 ]
 """Every request the ingress topic accepts, tagged by ``type``."""
 

@@ -53,5 +53,13 @@ class RunResult(_ReplyBase):
     error: dict[str, Any] | None = None
 
 
-Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult, Field(discriminator="type")]
+class Aborted(_ReplyBase):
+    """Answer to an ``abort`` request: whether a run was aborted, and which."""
+
+    type: Literal["aborted"] = "aborted"
+    aborted: bool
+    run_id: str | None = None
+
+
+Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted, Field(discriminator="type")]
 REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)

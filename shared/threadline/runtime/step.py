@@ -48,8 +48,9 @@ from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.store import leases
 from threadline.store.db import Database
+from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import has_pending, load_history, pending_signals, persist_step
+from threadline.store.steps import has_pending, load_history, mark_drained, pending_signals, persist_step
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -127,10 +128,31 @@ class StepExecutor:
         self._settings = settings
         self._agents = agents
         self._catalogue = catalogue or Catalogue()
+        self._running: dict[str, asyncio.Task[str]] = {}
+        self._aborted: set[str] = set()
+
+    def on_abort(self, run_id: str) -> None:
+        """The run was aborted (NOTIFY): stop its step now; the model call is closed."""
+        self._aborted.add(run_id)
+        task = self._running.get(run_id)
+        if task is not None:
+            task.cancel()
+
+    async def catch_up_aborts(self) -> None:
+        """After the LISTEN connection healed: stop steps of runs aborted meanwhile."""
+        if not self._running:
+            return
+        rows = await self._db.fetch("SELECT run_id FROM runs WHERE run_id = ANY($1::text[]) AND status = 'aborted'",
+                                    list(self._running))
+        for r in rows:
+            self.on_abort(r["run_id"])
 
     async def execute(self, task: StepTask) -> None:
         """Execute ``task`` unless it is stale or already done (redelivery is harmless)."""
         run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
+        if run is not None and run["status"] == "aborted" and not run["terminal_emitted"]:
+            await self._end_aborted(run, None)  # aborted while its step task was in flight
+            return
         if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
                 or run["step"] != task.step or run["steps_done"] > task.step:
             log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
@@ -146,9 +168,19 @@ class StepExecutor:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
                 log.info("step started")
+                child = asyncio.create_task(self._execute(run, agent, writer))
+                self._running[run["run_id"]] = child
                 try:
-                    outcome = await self._execute(run, agent, writer)
+                    outcome = await child
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if run["run_id"] not in self._aborted or (current is not None and current.cancelling()):
+                        raise  # shutdown, not an abort
+                    outcome = "aborted"
+                    await self._end_aborted(run, writer)
                 except StaleWriterError:
+                    if await self._db.fetchval("SELECT status FROM runs WHERE run_id = $1", run["run_id"]) == "aborted":
+                        await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
                     log.exception("step could not run; failing the run")
@@ -158,6 +190,8 @@ class StepExecutor:
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
         finally:
+            self._running.pop(run["run_id"], None)
+            self._aborted.discard(run["run_id"])
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
@@ -202,6 +236,7 @@ class StepExecutor:
         async with self._db.connection() as conn:
             history = await load_history(conn, run["thread_id"], run_id) if step_no == 0 else []
             signals = await pending_signals(conn, run_id)
+            await mark_drained(conn, [sig["id"] for sig in signals], step_no)
         if step_no == 0:
             ml = MessageList(thread_id=run["thread_id"], resource_id=run["resource_id"])
             ml.add(history, "memory")
@@ -477,6 +512,24 @@ class StepExecutor:
         except Exception:  # noqa: BLE001 - the run is failing already
             log.warning("process_output_result raised on a failed run", exc_info=True)
         await self._finish_chunk(step, "error", finish_reason="error")
+
+    async def _end_aborted(self, run: asyncpg.Record, writer: ChunkWriter | None) -> None:
+        """Emit the aborted run's ``abort`` + ``finish`` (if no one else has): after the chunks
+        this worker already published when it was mid-step, else from the stored sequence."""
+        async with self._db.transaction() as conn:
+            claimed = await claim_terminal(conn, run["run_id"])
+        if claimed is None:
+            return
+        if writer is None:
+            topic = self._topics.chunks(run["resource_id"], run["thread_id"])
+            writer = ChunkWriter(self._producer, topic, run_id=run["run_id"], step=claimed["step"],
+                                 attempt=claimed["attempt"], seq=claimed["next_seq"],
+                                 key=thread_key(run["resource_id"], run["thread_id"]))
+        for chunk in abort_chunks(run["run_id"], step=writer.step, attempt=writer.attempt, seq=writer.seq):
+            chunk.pop("seq"), chunk.pop("runId"), chunk.pop("step"), chunk.pop("attempt")
+            await writer.emit(chunk)
+        await writer.flush()
+        log.info("run aborted; terminal chunks emitted", run_id=run["run_id"])
 
     async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
                         state: dict[str, Any] | None = None) -> None:

@@ -8,9 +8,12 @@ from typing import Any
 
 import asyncpg
 
-from threadline.events import LifecycleEvent, RunResult, StartRun, StepResult, StepTask
+import orjson
+
+from threadline.events import Aborted, AbortRun, LifecycleEvent, RunResult, StartRun, StepResult, StepTask
 from threadline.events.base import Event
 from threadline.ids import new_id
+from threadline.runtime.signals import signal_to_message
 from threadline.store import leases, outbox
 from threadline.store.routing import create_run
 from threadline.topics import Topics, thread_key
@@ -51,8 +54,8 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
         if not await _first_time(conn, res.event_id):
             return ids
         run = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", res.run_id)
-        if run is None or run["epoch"] != res.epoch:
-            return ids
+        if run is None or run["epoch"] != res.epoch or run["status"] == "aborted":
+            return ids  # an aborted run was ended by abort_run
         key = thread_key(run["resource_id"], run["thread_id"])
         if res.outcome == "continue":
             updated = await conn.fetchval(
@@ -122,3 +125,88 @@ def _life(kind: str, run: asyncpg.Record, **fields: Any) -> Event:
             "agent_id": run["agent_id"]}
     base.update(fields)
     return LifecycleEvent(type=kind, **base)  # type: ignore[arg-type]
+
+
+ABORT_CHANNEL = "threadline_abort"
+"""Postgres NOTIFY channel: the id of every aborted run, so the worker running it stops now."""
+
+
+async def claim_terminal(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
+    """Claim the right to emit the run's terminal chunks (exactly one emitter per run)."""
+    return await conn.fetchrow(
+        "UPDATE runs SET terminal_emitted = true WHERE run_id = $1 AND NOT terminal_emitted "
+        "RETURNING next_seq, step, attempt", run_id)
+
+
+def abort_chunks(run_id: str, *, step: int, attempt: int, seq: int) -> list[dict[str, Any]]:
+    """``abort`` then ``finish {stepResult.reason: "abort"}`` (DECISIONS 15)."""
+    base = {"runId": run_id, "step": step, "attempt": attempt, "from": "AGENT"}
+    return [{**base, "type": "abort", "payload": {}, "seq": seq},
+            {**base, "type": "finish", "seq": seq + 1,
+             "payload": {"stepResult": {"reason": "abort"}, "finishReason": "abort"}}]
+
+
+async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lease_ttl_s: float) -> list[int]:
+    """End the thread's active run with ``abort`` (seed ``subscription.abort()``).
+
+    The run is marked aborted and the lease moves on (epoch + 1), so every later write of the
+    run is fenced; the worker running it is told through NOTIFY and stops its model call. The
+    run's terminal chunks are emitted here when no step is outstanding, else by that worker.
+    What was queued behind the run still runs (C18).
+    """
+    ids: list[int] = []
+    reply_topic = cmd.reply_to or topics.replies
+    key = thread_key(cmd.resource_id, cmd.thread_id)
+    async with conn.transaction():
+        if not await _first_time(conn, cmd.event_id):
+            return ids
+        lease = await leases.lock_thread(conn, cmd.resource_id, cmd.thread_id)
+        target = lease.run_id if lease.active else None
+        if cmd.run_id is not None and cmd.run_id != target:
+            target = None
+        run = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", target) if target else None
+        if run is None or run["status"] != "running":
+            if cmd.request_id:
+                ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=False),
+                                            key=cmd.request_id))
+            return ids
+        await conn.execute("UPDATE runs SET status = 'aborted', finish_reason = 'abort', finished_at = now(), "
+                           "updated_at = now() WHERE run_id = $1", run["run_id"])
+        await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
+                           "updated_at = now() WHERE thread_id = $1", run["thread_id"])
+        await conn.execute("SELECT pg_notify($1, $2)", ABORT_CHANNEL, run["run_id"])
+        # the run's own input, and what it already drained, end with it; messages delivered to
+        # it but not yet drained are answered by the runs that follow (C18)
+        ended = await conn.fetch(
+            "UPDATE signals SET status = 'consumed', consumed_by_run = run_id, consumed_at = now() "
+            "WHERE run_id = $1 AND status = 'pending' AND (mode IN ('wake', 'queue') OR drained_step IS NOT NULL) "
+            "RETURNING payload", run["run_id"])
+        for sig in ended:  # the user's words stay in the thread even though the run was stopped
+            msg = signal_to_message(sig["payload"], thread_id=run["thread_id"], resource_id=run["resource_id"])
+            await conn.execute(
+                "INSERT INTO messages (id, thread_id, resource_id, run_id, role, type, content) "
+                "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
+                msg["id"], run["thread_id"], run["resource_id"], run["run_id"], msg["role"], msg.get("type"),
+                msg["content"])
+        if run["steps_done"] == run["step"] + 1:  # no step outstanding: nobody else will end the stream
+            claimed = await claim_terminal(conn, run["run_id"])
+            if claimed is not None:
+                topic = topics.chunks(run["resource_id"], run["thread_id"])
+                for chunk in abort_chunks(run["run_id"], step=claimed["step"], attempt=claimed["attempt"],
+                                          seq=claimed["next_seq"]):
+                    ids.append(await outbox.add_raw(conn, topic, orjson.dumps(chunk), key=key,
+                                                    headers=[("tl-type", b"chunk")]))
+        ids.append(await outbox.add(conn, topics.lifecycle, _life("run_aborted", run, finish_reason="abort"), key=key))
+        if run["kind"] == "generate" and run["request_id"]:
+            result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",
+                               finish_reason="abort", steps=(run["state"] or {}).get("steps", []))
+            ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, result, key=run["request_id"]))
+        if cmd.request_id:
+            ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,
+                                                                   run_id=run["run_id"]), key=cmd.request_id))
+        started = await start_next(conn, run, topics, lease_ttl_s)
+        if started is not None:
+            ids.append(started)
+        else:
+            ids.append(await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None), key=key))
+    return ids

@@ -30,6 +30,14 @@ async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | 
         topic, key, [[k, v.decode()] for k, v in headers], value)
 
 
+async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: str | None,
+                  headers: list[tuple[str, bytes]]) -> int:
+    """Insert a ready record (e.g. a chunk) in the current transaction; return the outbox id."""
+    return await conn.fetchval(
+        "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
+        topic, key, [[k, v.decode()] for k, v in headers], value)
+
+
 class Outbox:
     """Publishes outbox rows and marks them published."""
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import asyncpg
 
-from threadline.events import Accepted, ErrorReply, Persisted, StartRun
+from threadline.events import AbortRun, Accepted, ErrorReply, Persisted, StartRun
 from threadline.errors import InvalidEventError
 from threadline.events.base import Event
 from threadline.events.replies import REPLY_ADAPTER
@@ -194,3 +194,25 @@ async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, re
         "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, "
         "options) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, options)
+
+
+async def route_abort(conn: asyncpg.Connection, req: Any, *, topics: Topics) -> Routed:
+    """Forward an ``abort`` request to the orchestrator (which owns run state and answers)."""
+    routed = Routed()
+    reply_topic = req.reply_to or topics.replies
+    async with conn.transaction():
+        if await _seen(conn, req.event_id) is not None:
+            routed.duplicate = True
+            return routed
+        owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", req.thread_id)
+        if owner is not None and owner != req.resource_id:
+            reply: Event = ErrorReply(request_id=req.event_id, code="thread_owned_by_other_resource",
+                                      message=f"thread {req.thread_id!r} belongs to another resource")
+            routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+            routed.reply = reply
+            return routed
+        cmd = AbortRun(resource_id=req.resource_id, thread_id=req.thread_id, run_id=req.run_id,
+                       request_id=req.event_id, reply_to=reply_topic)
+        routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, cmd,
+                                                  key=thread_key(req.resource_id, req.thread_id)))
+    return routed

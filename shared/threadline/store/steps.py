@@ -36,6 +36,14 @@ async def pending_signals(conn: asyncpg.Connection, run_id: str) -> list[asyncpg
                             "ORDER BY seq", run_id)
 
 
+async def mark_drained(conn: asyncpg.Connection, ids: list[str], step: int) -> None:
+    """Record that ``step`` drained these signals (they become consumed when the step is stored;
+    an abort in between consumes them too instead of handing them to a follow-up run)."""
+    if ids:
+        await conn.execute("UPDATE signals SET drained_step = $2 WHERE id = ANY($1::text[]) AND drained_step IS NULL",
+                           ids, step)
+
+
 async def has_pending(conn: asyncpg.Connection, run_id: str, exclude: list[str]) -> bool:
     return bool(await conn.fetchval(
         "SELECT 1 FROM signals WHERE run_id = $1 AND status = 'pending' AND NOT (id = ANY($2::text[])) LIMIT 1",
