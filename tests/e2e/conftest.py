@@ -42,9 +42,13 @@ class ServiceSet:
     log_dir: Path
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
 
-    def start(self, name: str, instance: str) -> None:
-        env = {**self.env, "THREADLINE_INSTANCE_ID": instance}
-        log = open(self.log_dir / f"{instance}.log", "ab")  # noqa: SIM115 - closed with the process
+    def start(self, name: str, instance: str, **extra_env: str) -> None:
+        env = {**self.env, "THREADLINE_INSTANCE_ID": instance, **extra_env}
+        path = self.log_dir / f"{instance}.log"
+        if path.exists():  # each start gets a fresh log, so waits never match an earlier process
+            n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
+            path.rename(self.log_dir / f"{instance}.{n}.log")
+        log = open(path, "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
@@ -53,6 +57,12 @@ class ServiceSet:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{instance} did not start:\n" + (self.log_dir / f"{instance}.log").read_text()[-3000:])
             time.sleep(0.1)
+
+    def kill(self, instance: str) -> None:
+        """``kill -9``: no drain, no commit, no goodbye."""
+        proc = self.procs.pop(instance)
+        proc.kill()
+        proc.wait()
 
     def stop(self, instance: str, sig: int = signal.SIGTERM) -> None:
         proc = self.procs.pop(instance)

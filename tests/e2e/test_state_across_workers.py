@@ -67,5 +67,4 @@ async def test_processor_state_survives_a_step_moving_to_another_worker(services
         if "processor_worker-2" in services.procs:
             services.stop("processor_worker-2")
         if "processor_worker-1" not in services.procs:
-            (services.log_dir / "processor_worker-1.log").rename(services.log_dir / "processor_worker-1.old.log")
             services.start("processor_worker", "processor_worker-1")

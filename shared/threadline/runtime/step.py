@@ -30,6 +30,7 @@ import orjson
 import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.faults import armed, pause_point
 from threadline.config import Settings
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
@@ -50,7 +51,7 @@ from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import has_pending, load_history, mark_drained, pending_signals, persist_step
+from threadline.store.steps import begin_attempt, has_pending, load_history, mark_drained, pending_signals, persist_step
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -160,15 +161,27 @@ class StepExecutor:
         agent = self._agents.get(run["agent_id"])
         topic = self._topics.chunks(run["resource_id"], run["thread_id"])
         await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
+        try:
+            async with self._db.transaction() as conn:
+                begun = await begin_attempt(conn, run, self._settings.lease_ttl_s)
+        except StaleWriterError:
+            begun = None
+        if begun is None:
+            log.info("step no longer ours; skipped", run_id=task.run_id, step=task.step)
+            return
         writer = ChunkWriter(self._producer, topic, run_id=run["run_id"], step=task.step,
-                             attempt=task.attempt, seq=run["next_seq"],
+                             attempt=begun["attempt"], seq=begun["seq_base"],
                              key=thread_key(run["resource_id"], run["thread_id"]))
+        if begun["restarted"]:  # an earlier attempt died mid-step: subscribers drop its chunks
+            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
+                               "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
+                                           "reason": "re-executed"}})
         renewer = asyncio.create_task(self._renew(run))
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
                 log.info("step started")
-                child = asyncio.create_task(self._execute(run, agent, writer))
+                child = asyncio.create_task(self._execute(run, agent, writer, bool(begun["restarted"])))
                 self._running[run["run_id"]] = child
                 try:
                     outcome = await child
@@ -210,7 +223,8 @@ class StepExecutor:
             except Exception:  # noqa: BLE001 - try again next interval
                 log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
 
-    async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter) -> str:
+    async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter,
+                       restarted: bool = False) -> str:
         step_no, run_id = run["step"], run["run_id"]
         state: dict[str, Any] = copy.deepcopy(run["state"]) or {}
         options = {**(agent.default_options if agent else {}), **(run["options"] or {})}
@@ -232,7 +246,8 @@ class StepExecutor:
             error_processors=resolve_list(options.get("error_processors", agent.error_processors), "error",
                                           request_context, agent.id, cat),
             states=state.setdefault("processor_state", {}), request_context=request_context,
-            retry_count=state.get("retry_count", 0))
+            retry_count=state.get("retry_count", 0) + (1 if restarted and state.get("retry_count", 0) else 0))
+        # a crashed retry attempt spent its share of the budget: requests stay capped (C05 d)
         async with self._db.connection() as conn:
             history = await load_history(conn, run["thread_id"], run_id) if step_no == 0 else []
             signals = await pending_signals(conn, run_id)
@@ -299,6 +314,7 @@ class StepExecutor:
                                        "tripwire": "tripwire"}[outcome],
                             "finish_reason": finish_reason, "text": text, "usage": step.usage_total,
                             "error": error, "tripwire": tripwire}
+        await pause_point("before_step_result_write")
         async with self._db.transaction() as conn:
             box_id = await persist_step(conn, topics=self._topics, run=run, entries=ml._entries,
                                         consumed=consumed, state=state, next_seq=writer.seq, result=result,
@@ -364,9 +380,11 @@ class StepExecutor:
     async def _save_attempt(self, run: asyncpg.Record, attempt: int, retry_count: int) -> None:
         async with self._db.transaction() as conn:
             await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"])
-            await conn.execute(
+            status = await conn.execute(
                 "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
-                "updated_at = now() WHERE run_id = $1", run["run_id"], attempt, retry_count)
+                "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run["run_id"], attempt, retry_count)
+            if not status.endswith(" 1"):
+                raise StaleWriterError(run["run_id"], run["epoch"])
 
     async def _attempt(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
         """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
@@ -429,6 +447,9 @@ class StepExecutor:
                 "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
                 "args": call.get("args") or {}}}))
         usage = outcome.usage
+        if armed("after_tool_call_chunk_published"):
+            await step.writer.flush()
+            await pause_point("after_tool_call_chunk_published")
         await runner.process_output_step(ml, step_number=step_no, steps=step.steps,
                                          finish_reason=outcome.finish_reason,
                                          tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)

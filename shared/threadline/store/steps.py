@@ -6,6 +6,7 @@ from typing import Any
 
 import asyncpg
 
+from threadline.errors import StaleWriterError
 from threadline.events import StepResult
 from threadline.store import leases, outbox
 from threadline.topics import Topics, thread_key
@@ -50,6 +51,29 @@ async def has_pending(conn: asyncpg.Connection, run_id: str, exclude: list[str])
         run_id, exclude))
 
 
+SEQ_BLOCK = 1_000_000
+"""Chunk sequence numbers reserved per attempt: a crashed attempt's chunks stay below the next
+attempt's, so ``seq`` never repeats or goes back within a run."""
+
+
+async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl_s: float) -> asyncpg.Record | None:
+    """Start executing the run's current step, fenced by the lease.
+
+    Returns ``(attempt, seq_base, restarted)``: ``restarted`` when an earlier attempt of this step
+    started and never finished (its worker died or was fenced off): this one gets the next
+    attempt number, and its chunks start after the dead attempt's reserved block. ``None`` when
+    the step is no longer this worker's to run.
+    """
+    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
+    return await conn.fetchrow(
+        "WITH old AS (SELECT step_started FROM runs WHERE run_id = $1 FOR UPDATE) "
+        "UPDATE runs r SET attempt = CASE WHEN old.step_started THEN r.attempt + 1 ELSE r.attempt END, "
+        "  step_started = true, next_seq = r.next_seq + $4, updated_at = now() FROM old "
+        "WHERE r.run_id = $1 AND r.epoch = $2 AND r.step = $3 AND r.steps_done = $3 AND r.status = 'running' "
+        "RETURNING r.attempt, r.next_seq - $4 AS seq_base, old.step_started AS restarted",
+        run["run_id"], run["epoch"], run["step"], SEQ_BLOCK)
+
+
 def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
     parts = [p for p in content.get("parts") or []
              if not (p.get("type") == "tool-invocation"
@@ -74,6 +98,9 @@ async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg
     """
     run_id, thread_id = run["run_id"], run["thread_id"]
     await leases.check(conn, thread_id, run_id, run["epoch"], renew_s=lease_ttl_s)
+    current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
+    if current != result.attempt:  # a later attempt of this step took over: this one is dead
+        raise StaleWriterError(run_id, run["epoch"])
     keep: list[str] = []
     for msg, source in entries:
         if source not in _STORABLE or msg["role"] == "system":
