@@ -302,3 +302,67 @@ agents += [a4]
 
 a18 = Agent(id="a18", model="openai/threadline-a18")
 agents += [a18]
+
+
+# --- retry feedback (P21), processor-added tools under hooks (item 14), call-level lists (item 13) ----
+class TooShort(Processor):
+    id = "too-short"
+
+    def process_output_step(self, *, text, retry_count, abort, state, **_):
+        state.setdefault("retry_counts", []).append(retry_count)
+        if len(text) < 10:
+            abort("too short", retry=True)
+
+
+class AddsTool(Processor):
+    id = "adds-tool"
+
+    def process_input_step(self, *, tools, **_):
+        extra = create_tool(id="secret_tool", description="added at run time", execute=lambda i: {"ok": True})
+        return {"tools": {**(tools or {}), "secret_tool": extra}}
+
+
+class Shout(Processor):
+    id = "shout"
+
+    async def process_output_stream(self, *, part, **_):
+        if part.type == "text-delta":
+            part.payload.text = part.payload.text.upper()
+        return part
+
+
+async def audit_hook(ctx):
+    import asyncpg
+
+    from threadline.config import get_settings
+
+    conn = await asyncpg.connect(get_settings().pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS hook_audit (hook text, tool text)")
+        await conn.execute("INSERT INTO hook_audit VALUES ($1, $2)", "agent" if "agent" in str(ctx.metadata) else "x",
+                           ctx.tool_name)
+    finally:
+        await conn.close()
+
+
+async def call_hook(ctx):
+    import asyncpg
+
+    from threadline.config import get_settings
+
+    conn = await asyncpg.connect(get_settings().pg_dsn)
+    try:
+        await conn.execute("CREATE TABLE IF NOT EXISTS hook_audit (hook text, tool text)")
+        await conn.execute("INSERT INTO hook_audit VALUES ('call', $1)", ctx.tool_name)
+    finally:
+        await conn.close()
+    return {"proceed": False, "output": {"blocked": True}}
+
+
+retrying = Agent(id="retrying", model="openai/threadline-retrying", output_processors=[TooShort()],
+                 max_processor_retries=2)
+hooked = Agent(id="hooked", model="openai/threadline-hooked", input_processors=[AddsTool()],
+               hooks={"before_tool_call": audit_hook})
+agents += [retrying, hooked]
+processors = [Shout()]                      # call-level lists name these by id
+hooks = {"blocking": {"before_tool_call": call_hook}}
