@@ -366,3 +366,89 @@ hooked = Agent(id="hooked", model="openai/threadline-hooked", input_processors=[
 agents += [retrying, hooked]
 processors = [Shout()]                      # call-level lists name these by id
 hooks = {"blocking": {"before_tool_call": call_hook}}
+
+
+# --- more vectors: data parts (P18–P20, M5), prompt edits (P30), system reset (P6, M7), ---------------
+# --- prepare_step + active tools (P9), tool-result abort (P33), output-result abort (P38, M6) ----------
+class DataTool(BaseModel):
+    n: int
+
+
+async def data_tool(input: DataTool, context: Any) -> dict[str, Any]:
+    await context.writer.custom({"type": "data-progress", "data": {"p": 1}})
+    await context.writer.custom({"type": "data-secret", "data": {"s": 1}})
+    await context.writer.custom({"type": "data-note", "data": 1, "transient": True})
+    return {"n": input.n}
+
+
+class DropSecret(Processor):
+    id = "drop-secret"
+    process_data_parts = True
+
+    async def process_output_stream(self, *, part, **_):
+        return None if part.type == "data-secret" else part
+
+
+class StripFirstUser(Processor):
+    """P30: edits only the provider prompt."""
+
+    id = "strip"
+
+    def process_llm_request(self, *, prompt, **_):
+        return {"prompt": [m for m in prompt if m.get("content") != "SECRET-CONTEXT"]}
+
+
+class StepSystem(Processor):
+    id = "step-system"
+
+    def process_input(self, *, message_list, **_):
+        message_list.add_system("added by process_input")
+        return message_list
+
+    def process_input_step(self, *, step_number, **_):
+        if step_number == 0:
+            return {"system_messages": [{"role": "system", "content": "STEP ZERO ONLY"}]}
+        return None
+
+
+class OnlyA(Processor):
+    id = "only-a"
+
+    def process_input_step(self, **_):
+        return {"active_tools": ["tool_a", "tool_b"]}
+
+
+def prepare_step(*, step_number, **_):
+    return {"active_tools": ["tool_b"]}
+
+
+class BlockT1(Processor):
+    id = "block-t1"
+
+    def process_tool_result(self, *, tool_call_id, abort, **_):
+        if tool_call_id == "t1":
+            abort("t1 result not allowed")
+
+
+class BlockResult(Processor):
+    id = "block-result"
+
+    def process_output_result(self, *, abort, **_):
+        abort("final answer rejected")
+
+
+def _echo_tool(name):
+    return create_tool(id=name, description=name, execute=lambda i: {"tool": name})
+
+
+data_agent = Agent(id="data-agent", model="openai/threadline-data", output_processors=[DropSecret()],
+                   tools=[create_tool(id="data_tool", description="d", input_schema=DataTool, execute=data_tool)])
+prompt_agent = Agent(id="prompt-agent", model="openai/threadline-prompt", input_processors=[StripFirstUser()])
+system_agent = Agent(id="system-agent", model="openai/threadline-system", instructions="ORIGINAL",
+                     input_processors=[StepSystem()], tools=[_echo_tool("tool_a")])
+active_agent = Agent(id="active-agent", model="openai/threadline-active", input_processors=[OnlyA()],
+                     tools=[_echo_tool("tool_a"), _echo_tool("tool_b")], default_options={"prepare_step": prepare_step})
+t1_agent = Agent(id="t1-agent", model="openai/threadline-t1", output_processors=[BlockT1()],
+                 tools=[_echo_tool("tool_a")])
+result_agent = Agent(id="result-agent", model="openai/threadline-result", output_processors=[BlockResult()])
+agents += [data_agent, prompt_agent, system_agent, active_agent, t1_agent, result_agent]

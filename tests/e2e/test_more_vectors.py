@@ -1,0 +1,114 @@
+"""More vectors of mastra-semantics end to end: P6, P9, P18–P20, P23, P30, P33, P38, P43,
+M3, M5–M7 (adapted per DECISIONS)."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.e2e.helpers import collect_run, content, rows, run_row, run_stream
+from threadline.client import ThreadlineClient
+from threadline.testing import model_script as ms
+
+
+async def test_p18_p19_p20_m5_data_parts_from_tools(services, settings, model, cluster):
+    model.queue([ms.tool_calls(ms.tool_call("data_tool", {"n": 1})), ms.text("ok")], model="threadline-data")
+    run_id, chunks = await run_stream(settings, "data-agent", "go")
+    data = [(c["type"], c.get("data")) for c in chunks if c["type"].startswith("data-") and c["type"] != "data-user-message"]
+    assert data == [("data-progress", {"p": 1}), ("data-note", 1)]  # data-secret dropped by the opted-in processor
+    await run_row(cluster.dsn, run_id)
+    stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'assistant'", run_id)
+    parts = [p for p in stored[0]["content"]["parts"] if p["type"].startswith("data-")]
+    assert parts == [{"type": "data-progress", "data": {"p": 1}}]  # the transient note and the dropped secret are not stored
+
+
+async def test_p30_prompt_edits_reach_only_the_provider(services, settings, model, cluster):
+    model.queue([ms.text("fine")], model="threadline-prompt")
+    run_id, _ = await run_stream(settings, "prompt-agent", "SECRET-CONTEXT")
+    sent = model.requests(model="threadline-prompt")[0]["body"]["messages"]
+    assert not any(m.get("content") == "SECRET-CONTEXT" for m in sent)
+    await run_row(cluster.dsn, run_id)
+    stored = await rows(cluster.dsn, "SELECT content::text AS c FROM messages WHERE run_id = $1 AND role = 'user'", run_id)
+    assert "SECRET-CONTEXT" in stored[0]["c"]  # the stored conversation is unchanged
+
+
+async def test_p6_m7_system_messages_reset_each_step_and_never_stored(services, settings, model, cluster):
+    model.queue([ms.tool_calls(ms.tool_call("tool_a", {})), ms.text("end")], model="threadline-system")
+    run_id, _ = await run_stream(settings, "system-agent", "hi")
+    first, second = (r["body"]["messages"] for r in model.requests(model="threadline-system"))
+    systems = lambda msgs: [m["content"] for m in msgs if m["role"] == "system"]  # noqa: E731
+    assert systems(first) == ["STEP ZERO ONLY"]
+    assert systems(second) == ["ORIGINAL", "added by process_input"]
+    await run_row(cluster.dsn, run_id)
+    stored = await rows(cluster.dsn, "SELECT role, content::text AS c FROM messages WHERE run_id = $1", run_id)
+    assert "system" not in [r["role"] for r in stored] and not any("ORIGINAL" in r["c"] for r in stored)
+
+
+async def test_p9_prepare_step_runs_after_the_processors(services, settings, model, cluster):
+    model.queue([ms.text("x")], model="threadline-active")
+    await run_stream(settings, "active-agent", "hi")
+    offered = [t["function"]["name"] for t in model.requests(model="threadline-active")[0]["body"]["tools"]]
+    assert offered == ["tool_b"]
+
+
+async def test_p33_abort_on_one_tool_result_ends_the_run_unstored(services, settings, model, cluster):
+    model.queue([ms.tool_calls(ms.tool_call("tool_a", {}, id="t1"), ms.tool_call("tool_a", {}, id="t2"))],
+                model="threadline-t1")
+    run_id, chunks = await run_stream(settings, "t1-agent", "go")
+    assert not any(c["type"] == "tool-result" for c in chunks)
+    assert content(chunks)[-2:] == [("tripwire", {"reason": "t1 result not allowed", "retry": False, "metadata": None,
+                                                  "processorId": "block-t1"}), ("finish", "tripwire")]
+    await run_row(cluster.dsn, run_id)
+    stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
+    assert [r["role"] for r in stored] == ["user"]
+
+
+async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(services, settings, model, cluster):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    model.queue([ms.text("first answer")], model="threadline-vectors")
+    first_run, _ = await run_stream(settings, "vectors", "first", thread=thread)
+    await run_row(cluster.dsn, first_run)
+    model.queue([ms.text("second answer")], model="threadline-result")
+    run_id, chunks = await run_stream(settings, "result-agent", "second", thread=thread)
+    assert content(chunks)[-2:] == [("tripwire", {"reason": "final answer rejected", "retry": False,
+                                                  "metadata": None, "processorId": "block-result"}),
+                                    ("finish", "tripwire")]
+    run = await run_row(cluster.dsn, run_id)
+    assert run["status"] == "tripwire"
+    stored = await rows(cluster.dsn, "SELECT role, content::text AS c FROM messages WHERE thread_id = $1 "
+                        "ORDER BY position", thread)
+    assert [r["role"] for r in stored] == ["user", "assistant", "user"]
+    assert "first answer" in stored[1]["c"] and not any("second answer" in r["c"] for r in stored)
+
+
+async def test_p43_length_with_a_truncated_tool_call_runs_no_tool(services, settings, model, cluster):
+    model.queue([{"tool_calls": [{"id": "t1", "name": "tool_a", "arguments": '{"x": '}], "finish_reason": "length"}],
+                model="threadline-t1")
+    run_id, chunks = await run_stream(settings, "t1-agent", "go")
+    assert not any(c["type"] in ("tool-result", "tool-error") for c in chunks)
+    assert [c["payload"]["stepResult"]["reason"] for c in chunks if c["type"] == "step-finish"] == ["length"]
+    assert len(model.requests(model="threadline-t1")) == 1
+
+
+async def test_m3_a_message_delivered_mid_run_is_stored_between_two_assistant_messages(services, settings, model, cluster):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    model.queue([{"tool_calls": [{"id": "s1", "name": "slow", "arguments": '{"seconds": 2}'}]},
+                 ms.text("saw it")], model="threadline-stateful")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        first = await (await tl.send_message("go", agent_id="stateful", resource_id="res-1", thread_id=thread)).accepted
+        async for chunk in sub.stream:
+            if chunk["type"] == "tool-call":
+                break
+        mid = await (await tl.send_message("also this", agent_id="stateful", resource_id="res-1",
+                                           thread_id=thread)).accepted
+        assert (mid.action, mid.run_id) == ("deliver", first.run_id)
+        chunks = await collect_run(sub)
+        await sub.unsubscribe()
+    echoes = [c for c in chunks if c["type"] == "data-user-message"]
+    assert echoes and echoes[0]["data"]["contents"] == "also this"
+    await run_row(cluster.dsn, first.run_id)
+    stored = await rows(cluster.dsn, "SELECT id, role FROM messages WHERE thread_id = $1 ORDER BY position", thread)
+    assert [r["role"] for r in stored] == ["user", "assistant", "user", "assistant"]
+    assert stored[1]["id"] != stored[3]["id"]
+    last_prompt = model.requests(model="threadline-stateful")[-1]["body"]["messages"]
+    assert last_prompt[-1] == {"role": "user", "content": "also this"}
