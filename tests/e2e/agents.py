@@ -452,3 +452,26 @@ t1_agent = Agent(id="t1-agent", model="openai/threadline-t1", output_processors=
                  tools=[_echo_tool("tool_a")])
 result_agent = Agent(id="result-agent", model="openai/threadline-result", output_processors=[BlockResult()])
 agents += [data_agent, prompt_agent, system_agent, active_agent, t1_agent, result_agent]
+
+
+class AlwaysRetryStep(Processor):
+    id = "always-retry"
+
+    def process_output_step(self, *, retry_count, state, abort, **_):
+        state.setdefault("seen", []).append(retry_count)
+        abort("again", retry=True)
+
+
+class StreamRetry(Processor):
+    id = "stream-retry"
+
+    async def process_output_stream(self, *, part, retry_count, abort, **_):
+        if part.type == "text-delta" and "BAD" in part.payload.text and retry_count == 0:
+            abort("no BAD words", retry=True)
+        return part
+
+
+cap1 = Agent(id="cap1", model="openai/threadline-cap1", output_processors=[AlwaysRetryStep()], max_processor_retries=1)
+stream_retry = Agent(id="stream-retry", model="openai/threadline-sretry", output_processors=[StreamRetry()],
+                     max_processor_retries=3)
+agents += [cap1, stream_retry]

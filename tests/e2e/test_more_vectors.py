@@ -112,3 +112,28 @@ async def test_m3_a_message_delivered_mid_run_is_stored_between_two_assistant_me
     assert stored[1]["id"] != stored[3]["id"]
     last_prompt = model.requests(model="threadline-stateful")[-1]["body"]["messages"]
     assert last_prompt[-1] == {"role": "user", "content": "also this"}
+
+
+async def test_p23_cap_one_always_retry_is_two_calls_then_a_tripwire(services, settings, model, cluster):
+    model.queue([ms.text("a", times=5)], model="threadline-cap1")
+    run_id, chunks = await run_stream(settings, "cap1", "x")
+    assert len(model.requests(model="threadline-cap1")) == 2
+    assert content(chunks)[-2:] == [("tripwire", {"reason": "again", "retry": True, "metadata": None,
+                                                  "processorId": "always-retry"}), ("finish", "tripwire")]
+    assert (await run_row(cluster.dsn, run_id))["state"]["processor_state"]["always-retry"]["seen"] == [0, 1]
+
+
+async def test_p34_adapted_stream_abort_with_retry_retries_the_step(services, settings, model, cluster):
+    model.queue([{"chunks": ["ok ", "BAD ", "rest"]}, {"chunks": ["clean answer"]}], model="threadline-sretry")
+    run_id, chunks = await run_stream(settings, "stream-retry", "x")
+    seq = content(chunks)
+    assert seq[0] == ("text-delta", "ok ") and seq[1][0] == "attempt-discarded"
+    assert seq[2:] == [("text-delta", "clean answer"), ("finish", "stop")]
+    assert len(model.requests(model="threadline-sretry")) == 2  # the first call was stopped, not read to the end
+
+
+async def test_p42_finish_other_without_output_is_an_error(services, settings, model, cluster):
+    model.queue([{"chunks": [], "finish_reason": "other"}], model="threadline-vectors")
+    run_id, chunks = await run_stream(settings, "vectors", "x")
+    assert content(chunks)[-1] == ("finish", "error")
+    assert "without producing any output" in next(c for c in chunks if c["type"] == "error")["payload"]["error"]["message"]
