@@ -475,3 +475,19 @@ cap1 = Agent(id="cap1", model="openai/threadline-cap1", output_processors=[Alway
 stream_retry = Agent(id="stream-retry", model="openai/threadline-sretry", output_processors=[StreamRetry()],
                      max_processor_retries=3)
 agents += [cap1, stream_retry]
+
+
+class Recorder(Processor):
+    id = "recorder"
+
+    def process_tool_result(self, *, tool_name, state, **_):
+        state.setdefault("results", []).append(tool_name)
+
+
+def _explode(_input):
+    raise RuntimeError("tool broke")
+
+
+raising = Agent(id="raising", model="openai/threadline-raising", output_processors=[Recorder()],
+                tools=[create_tool(id="boom", description="fails", execute=_explode), _echo_tool("fine")])
+agents += [raising]

@@ -137,3 +137,16 @@ async def test_p42_finish_other_without_output_is_an_error(services, settings, m
     run_id, chunks = await run_stream(settings, "vectors", "x")
     assert content(chunks)[-1] == ("finish", "error")
     assert "without producing any output" in next(c for c in chunks if c["type"] == "error")["payload"]["error"]["message"]
+
+
+async def test_process_tool_result_is_not_called_for_a_tool_that_raised(services, settings, model, cluster):
+    model.queue([ms.tool_calls(ms.tool_call("boom", {}), ms.tool_call("fine", {})), ms.text("noted")],
+                model="threadline-raising")
+    run_id, chunks = await run_stream(settings, "raising", "x")
+    errors = [c for c in chunks if c["type"] == "tool-error"]
+    assert len(errors) == 1 and "tool broke" in errors[0]["payload"]["error"]
+    assert [c["payload"]["toolName"] for c in chunks if c["type"] == "tool-result"] == ["fine"]
+    run = await run_row(cluster.dsn, run_id)
+    assert run["state"]["processor_state"]["recorder"]["results"] == ["fine"]
+    second = model.requests(model="threadline-raising")[1]["body"]["messages"]
+    assert any(m["role"] == "tool" and "tool broke" in m["content"] for m in second)  # the model is told

@@ -196,3 +196,15 @@ def test_processor_name_defaults_to_id():
     p = proc("abc")
     p.name = "Nice"
     assert p.name == "Nice"
+
+
+def test_processor_lists_may_be_functions_of_the_request_context():
+    def build(rc):
+        p = proc("cf", process_input=lambda self, **_: None)
+        p.words = rc.get("blockedWords", [])
+        return [p]
+
+    resolved = resolve_list(build, "input", {"blockedWords": ["x"]}, "agent")
+    assert resolved[0].words == ["x"] and resolved[0].processor_index == 0
+    with pytest.raises(ConfigurationError, match="implements none"):
+        resolve_list(lambda rc: [proc("o", process_output_step=lambda self, **_: None)], "input", {}, "agent")
