@@ -25,7 +25,7 @@ class Ingress(Service):
         self.agents = load_agents(self.settings.agents_module)
 
     def topics_in(self) -> list[str]:
-        return [self.topics.ingress]
+        return [self.settings.ingress_topic or self.topics.ingress]
 
     async def handle(self, record: Record) -> None:
         req = decode(record.value, INGRESS_ADAPTER)
@@ -39,6 +39,9 @@ class Ingress(Service):
             else:
                 routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
                                      agent_known=req.agent_id in self.agents)
+        if routed.chunk_topic is not None:
+            await self.admin.ensure_one(routed.chunk_topic,
+                                        config={"retention.ms": str(self.settings.chunk_retention_ms)})
         await self.outbox.flush(routed.outbox_ids)
         if routed.reply is not None:
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,

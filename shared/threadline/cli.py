@@ -68,6 +68,35 @@ def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt 
                       if_idle=idle))
 
 
+@app.command("send-signal")
+def send_signal(contents: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+                type: Annotated[str, typer.Option("--type", help="user|state|reactive|notification")] = "reactive",
+                tag_name: Annotated[str | None, typer.Option("--tag-name", help="XML tag the model sees")] = None,
+                attribute: Annotated[list[str] | None, typer.Option("--attr", help="k=v, repeatable")] = None,
+                if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
+                if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
+    """Send a signal to a thread (seed ``sendSignal``); print the accepted reply."""
+    signal = {"type": type, "contents": contents, "attributes": dict(a.split("=", 1) for a in attribute or [])}
+    if tag_name:
+        signal["tag_name"] = tag_name
+    asyncio.run(_send("send_signal", signal, resource, thread, agent, if_active={"behavior": if_active},
+                      if_idle={"behavior": if_idle}))
+
+
+@app.command("send-state-signal")
+def send_state_signal(contents: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+                      lane: Annotated[str, typer.Option("--id", help="state lane, e.g. browser")] = "state",
+                      cache_key: Annotated[str, typer.Option("--cache-key", help="producer's key of this value")] = "",
+                      mode: Annotated[str, typer.Option(help="snapshot|delta")] = "snapshot",
+                      value: Annotated[str | None, typer.Option(help="JSON value (snapshot) or delta")] = None,
+                      if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
+    """Send a state signal (seed ``sendStateSignal``); prints the accepted or skipped reply."""
+    state: dict[str, Any] = {"id": lane, "cache_key": cache_key or contents, "contents": contents, "mode": mode}
+    if value is not None:
+        state["value" if mode == "snapshot" else "delta"] = orjson.loads(value)
+    asyncio.run(_send("send_state_signal", state, resource, thread, agent, if_idle={"behavior": if_idle}))
+
+
 @app.command("queue-message")
 def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
     """Queue a user message as the thread's next turn (seed ``queueMessage``)."""

@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     """Base URL of the local model server; used only for ``*/threadline-*`` model names."""
     model_timeout_s: float = 120.0
     """Per-read timeout of a model call."""
+    ingress_topic: str | None = None
+    """Test hook: an ingress instance consuming another topic (and its own group), to race two
+    instances on one thread in spite of partition affinity (case C16)."""
     instance_id: str = "local"
     """Name of this service instance (logs, lease holder names)."""
     lease_ttl_s: float = 30.0

@@ -69,12 +69,14 @@ class Service:
         await self.db.start()
         await self.producer.start()
         await self.admin.start()
-        await self.admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
+        await self.admin.ensure(sorted({*self.topics.internal(), *self.topics_in()}),
+                                partitions=self.settings.partitions)
         await self.setup()
         await self.relay.start()
         self.consumer = KeyedConsumer(
             bootstrap=self.settings.kafka_bootstrap, topics=self.topics_in(),
-            group_id=self.topics.group(self.name.replace("_", "-")),
+            group_id=self.topics.group(self.name.replace("_", "-")) + (
+                f"-{self.settings.ingress_topic}" if self.settings.ingress_topic else ""),
             client_id=f"{self.name}-{self.settings.instance_id}",
             handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid),
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s)

@@ -491,3 +491,6 @@ def _explode(_input):
 raising = Agent(id="raising", model="openai/threadline-raising", output_processors=[Recorder()],
                 tools=[create_tool(id="boom", description="fails", execute=_explode), _echo_tool("fine")])
 agents += [raising]
+
+sig = Agent(id="sig", model="openai/threadline-sig")
+agents += [sig]

@@ -16,7 +16,18 @@ from typing import Any
 
 from threadline.config import Settings, get_settings
 from threadline.errors import ThreadlineError
-from threadline.events import AbortRequest, Accepted, ErrorReply, Generate, QueueMessage, RunResult, SendMessage, Stream
+from threadline.events import (
+    AbortRequest,
+    Accepted,
+    ErrorReply,
+    Generate,
+    QueueMessage,
+    RunResult,
+    SendMessage,
+    SendSignal,
+    SendStateSignal,
+    Stream,
+)
 from threadline.events.base import Event
 from threadline.client.replies import ReplyListener
 from threadline.client.subscription import ThreadSubscription
@@ -111,6 +122,31 @@ class ThreadlineClient:
         req = SendMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                           message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
         return await self._send(req)
+
+    async def send_signal(self, signal: dict[str, Any], *, resource_id: str, thread_id: str,
+                          agent_id: str | None = None, run_id: str | None = None,
+                          if_active: dict[str, Any] | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
+        """``sendSignal``: system context (``{type, contents, tag_name?, attributes?, metadata?}``)."""
+        req = SendSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                         signal=signal, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
+        return await self._send(req)
+
+    async def send_state_signal(self, state: dict[str, Any], *, resource_id: str, thread_id: str,
+                                agent_id: str | None = None, if_active: dict[str, Any] | None = None,
+                                if_idle: dict[str, Any] | None = None) -> SendResult:
+        """``sendStateSignal``: the lane's new value (``{id, cache_key, contents, mode?, value?|delta?}``).
+
+        ``accepted`` resolves to :class:`Accepted`, or to :class:`Skipped` when the cache key and
+        mode are already the lane's current value (nothing was sent).
+        """
+        req = SendStateSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                              state=state, **_opts(if_active=if_active, if_idle=if_idle))
+        first = self._replies.expect_first(req.event_id, ("accepted", "skipped"))
+        persisted = self._replies.expect(req.event_id, "persisted") if "persist" in (
+            (if_active or {}).get("behavior"), (if_idle or {}).get("behavior")) else None
+        await self.publish(req)
+        return SendResult(req.event_id, _checked(first, self.settings.reply_timeout_s),
+                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None)
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:

@@ -67,6 +67,22 @@ class ReplyListener:
             self._waiting[key] = fut
         return fut
 
+    def expect_first(self, request_id: str, kinds: tuple[str, ...]) -> asyncio.Future[Any]:
+        """A future resolved by the first reply of any of ``kinds`` (or an ``error``)."""
+        futures = [self.expect(request_id, k) for k in kinds]
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if not out.done() and not f.cancelled():
+                out.set_result(f.result())
+                for other in futures:
+                    if other is not f:
+                        self._waiting.pop((request_id, kinds[futures.index(other)]), None)
+
+        for f in futures:
+            f.add_done_callback(done)
+        return out
+
     async def _loop(self) -> None:
         assert self._consumer is not None
         async for record in self._consumer:

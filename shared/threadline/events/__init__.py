@@ -19,10 +19,14 @@ from threadline.events.ingress import (
     MessageObject,
     QueueMessage,
     SendMessage,
+    SendSignal,
+    SendStateSignal,
+    SignalInput,
+    StateInput,
     Stream,
 )
 from threadline.events.lifecycle import LifecycleEvent
-from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Reply, RunResult
+from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Reply, RunResult, Skipped
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -48,6 +52,11 @@ __all__ = [
     "RunCommand",
     "RunResult",
     "SendMessage",
+    "SendSignal",
+    "SendStateSignal",
+    "SignalInput",
+    "Skipped",
+    "StateInput",
     "StartRun",
     "StepResult",
     "StepTask",

@@ -101,6 +101,66 @@ class Generate(Stream):
     type: Literal["generate"] = "generate"  # type: ignore[assignment]
 
 
+class SignalInput(BaseModel):
+    """A signal (seed ``sendSignal``): ``type`` is the semantic category, ``tag_name`` the XML tag
+    the model sees (``{type: "notification", tag_name: "github-review"}`` → ``<github-review>``)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    type: str
+    """``user``, ``state``, ``reactive``, ``notification`` (legacy ``user-message`` and
+    ``system-reminder`` are normalised; anything else is rejected)."""
+    contents: str | list[dict[str, Any]] = ""
+    tag_name: str | None = Field(default=None, alias="tagName")
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    provider_options: dict[str, Any] | None = Field(default=None, alias="providerOptions")
+
+
+class SendSignal(_ThreadRequest):
+    """``sendSignal(signal, options)``: system-generated context for the thread."""
+
+    type: Literal["send_signal"] = "send_signal"
+    signal: SignalInput
+    run_id: str | None = None
+    if_active: IfActive = Field(default_factory=IfActive)
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
+class StateInput(BaseModel):
+    """A state signal (seed ``sendStateSignal``): the current value of a named lane."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    id: str = Field(min_length=1, max_length=_ID_MAX)
+    """The lane, e.g. ``browser`` or ``editor``."""
+    cache_key: str = Field(alias="cacheKey", min_length=1)
+    """Producer-owned key: the same key and mode as the lane's current value is skipped."""
+    contents: str | list[dict[str, Any]] = ""
+    mode: Literal["snapshot", "delta"] = "snapshot"
+    value: Any = None
+    delta: Any = None
+    attributes: dict[str, str | int | float | bool] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    tag_name: str | None = Field(default=None, alias="tagName")
+    transient: bool | None = None
+
+    @field_validator("transient")
+    @classmethod
+    def _not_transient(cls, value: bool | None) -> bool | None:
+        if value:
+            raise ValueError("state signals cannot be transient")
+        return value
+
+
+class SendStateSignal(_ThreadRequest):
+    """``sendStateSignal(state, options)``."""
+
+    type: Literal["send_state_signal"] = "send_state_signal"
+    state: StateInput
+    run_id: str | None = None
+    if_active: IfActive = Field(default_factory=IfActive)
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
 class AbortRequest(_ThreadRequest):
     """Abort the thread's active run (seed ``subscription.abort()``); what is queued behind it
     still runs. Answered with an ``aborted`` reply (``aborted: false`` when nothing was running)."""
@@ -111,7 +171,8 @@ class AbortRequest(_ThreadRequest):
 
 
 IngressRequest = Annotated[
-    SendMessage | QueueMessage | Stream | Generate | AbortRequest, Field(discriminator="type")
+    SendMessage | QueueMessage | SendSignal | SendStateSignal | Stream | Generate | AbortRequest,
+    Field(discriminator="type"),
 ]
 """Every request the ingress topic accepts, tagged by ``type``."""
 

@@ -61,5 +61,14 @@ class Aborted(_ReplyBase):
     run_id: str | None = None
 
 
-Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted, Field(discriminator="type")]
+class Skipped(_ReplyBase):
+    """A state signal whose cache key and mode are already the lane's current value: nothing sent
+    (seed: ``{skipped: true, reason: "unchanged"}``)."""
+
+    type: Literal["skipped"] = "skipped"
+    skipped: bool = True
+    reason: str = "unchanged"
+
+
+Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped, Field(discriminator="type")]
 REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)

@@ -10,13 +10,15 @@ from typing import Any
 
 import asyncpg
 
-from threadline.events import AbortRun, Accepted, ErrorReply, Persisted, StartRun
+from threadline.events import AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun
 from threadline.errors import InvalidEventError
 from threadline.events.base import Event
 from threadline.events.replies import REPLY_ADAPTER
 from threadline.ids import new_id
 from threadline.runtime.agent import normalize_options
-from threadline.runtime.signals import signal_from_message, signal_to_message
+import orjson
+
+from threadline.runtime.signals import echo_chunk, signal_from_message, signal_to_message
 from threadline.store import leases, outbox
 from threadline.topics import Topics, thread_key
 
@@ -28,6 +30,8 @@ class Routed:
     outbox_ids: list[int] = field(default_factory=list)
     reply: Event | None = None
     duplicate: bool = False
+    chunk_topic: str | None = None
+    """A chunk topic the outbox rows write to (must exist before they are published)."""
 
 
 class RequestRejected(Exception):  # noqa: N818 - control flow, not a failure of ours
@@ -92,8 +96,15 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
         try:
             if not agent_known:
                 raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-            signal = signal_from_message(req.message)
+            signal = _signal_of(req)
             await ensure_thread(conn, req.resource_id, req.thread_id, getattr(req, "thread", None))
+            if req.type == "send_state_signal":
+                skipped = await _state_lane(conn, req, signal)
+                if skipped is not None:
+                    routed.outbox_ids.append(await outbox.add(conn, reply_topic, skipped, key=req.event_id))
+                    routed.reply = skipped
+                    await _remember(conn, req.event_id, skipped)
+                    return routed
         except (RequestRejected, InvalidEventError) as exc:
             code = exc.code
             message = exc.message if isinstance(exc, RequestRejected) else str(exc)
@@ -104,15 +115,15 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
             return routed
         lease = await leases.lock_thread(conn, req.resource_id, req.thread_id)
         kind = req.type
+        targeted = kind in SIGNALLING
         if lease.active:
-            behavior = {"send_message": req.if_active.behavior if kind == "send_message" else "deliver",
-                        "queue_message": "queue", "stream": "queue", "generate": "queue"}[kind]
-            attributes = req.if_active.attributes if kind == "send_message" else {}
+            behavior = req.if_active.behavior if targeted else "queue"
+            attributes = req.if_active.attributes if targeted else {}
         else:
-            behavior = req.if_idle.behavior if kind in ("send_message", "queue_message") else "wake"
+            behavior = req.if_idle.behavior if targeted or kind == "queue_message" else "wake"
             if kind == "queue_message":
                 behavior = "wake"  # queueMessage on an idle thread always starts a run (S22)
-            attributes = req.if_idle.attributes if kind in ("send_message", "queue_message") else {}
+            attributes = req.if_idle.attributes if targeted or kind == "queue_message" else {}
         if attributes:
             signal["attributes"] = {**signal["attributes"], **attributes}
         options = _run_options(req)
@@ -129,6 +140,11 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
                 message["content"])
             reply = Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"])
             persisted = Persisted(request_id=req.event_id, signal_id=signal["id"])
+            if not lease.active:  # subscribers see it as a run with no model call (S5)
+                routed.chunk_topic = topics.chunks(req.resource_id, req.thread_id)
+                for chunk in persisted_run_chunks(signal, agent_id=req.agent_id):
+                    routed.outbox_ids.append(await outbox.add_raw(conn, routed.chunk_topic, orjson.dumps(chunk),
+                                                                  key=key, headers=[("tl-type", b"chunk")]))
             routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
             routed.outbox_ids.append(await outbox.add(conn, reply_topic, persisted, key=req.event_id))
             await _remember(conn, req.event_id, reply)
@@ -166,8 +182,65 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
         return routed
 
 
+SIGNALLING = ("send_message", "send_signal", "send_state_signal")
+"""Requests with ``if_active`` / ``if_idle`` behaviours (deliver into an active run)."""
+
+
+def _signal_of(req: Any) -> dict[str, Any]:
+    """The signal a request carries (seed 004: messages are ``user`` signals)."""
+    if req.type == "send_signal":
+        sig = req.signal
+        return signal_from_message({"contents": sig.contents, "attributes": sig.attributes,
+                                    "metadata": sig.metadata, "provider_options": sig.provider_options},
+                                   kind=sig.type, tag_name=sig.tag_name)
+    if req.type == "send_state_signal":
+        st = req.state
+        return signal_from_message({"contents": st.contents, "attributes": st.attributes, "metadata": st.metadata},
+                                   kind="state", tag_name=st.tag_name)
+    return signal_from_message(req.message)
+
+
+async def _state_lane(conn: asyncpg.Connection, req: Any, signal: dict[str, Any]) -> Event | None:
+    """Track the lane (seed ``sendStateSignal``): skip an unchanged value, else bump its version
+    and stamp ``metadata.state`` on the signal. Returns the ``skipped`` reply or ``None``."""
+    st = req.state
+    lane = await conn.fetchrow("SELECT * FROM state_lanes WHERE thread_id = $1 AND lane_id = $2 FOR UPDATE",
+                               req.thread_id, st.id)
+    if lane is not None and lane["current_cache_key"] == st.cache_key and lane["current_mode"] == st.mode:
+        return Skipped(request_id=req.event_id)
+    version = (lane["version"] if lane else 0) + 1
+    state_meta: dict[str, Any] = {"id": st.id, "threadId": req.thread_id, "cacheKey": st.cache_key,
+                                  "version": version, "mode": st.mode}
+    if st.mode == "snapshot" and st.value is not None:
+        state_meta["value"] = st.value
+    if st.mode == "delta" and st.delta is not None:
+        state_meta["delta"] = st.delta
+    signal["metadata"] = {**signal["metadata"], "state": state_meta}
+    await conn.execute(
+        "INSERT INTO state_lanes (thread_id, lane_id, current_cache_key, current_mode, version, last_signal_id, "
+        "last_snapshot_signal_id) VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $4 = 'snapshot' THEN $6 END) "
+        "ON CONFLICT (thread_id, lane_id) DO UPDATE SET current_cache_key = EXCLUDED.current_cache_key, "
+        "current_mode = EXCLUDED.current_mode, version = EXCLUDED.version, last_signal_id = EXCLUDED.last_signal_id, "
+        "last_snapshot_signal_id = CASE WHEN EXCLUDED.current_mode = 'snapshot' THEN EXCLUDED.last_signal_id "
+        "ELSE state_lanes.last_snapshot_signal_id END, updated_at = now()",
+        req.thread_id, st.id, st.cache_key, st.mode, version, signal["id"])
+    return None
+
+
+def persisted_run_chunks(signal: dict[str, Any], *, agent_id: str) -> list[dict[str, Any]]:
+    """``start``, the signal's echo and ``finish`` of a run that made no model call (Mastra's
+    synthetic run for an idle ``persist``); it has its own run id."""
+    run_id = new_id("run")
+    base = {"runId": run_id, "step": 0, "attempt": 1, "from": "AGENT"}
+    return [{**base, "seq": 0, "type": "start", "payload": {"id": agent_id, "messageId": signal["id"]}},
+            {**base, "seq": 1, **echo_chunk(signal)},
+            {**base, "seq": 2, "type": "finish", "payload": {
+                "stepResult": {"reason": "stop"}, "finishReason": "stop",
+                "output": {"usage": {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}}}}]
+
+
 def _run_options(req: Any) -> dict[str, Any]:
-    if req.type in ("send_message", "queue_message"):
+    if req.type in ("queue_message", *SIGNALLING):
         return normalize_options(req.if_idle.stream_options)
     return normalize_options(req.options)
 
