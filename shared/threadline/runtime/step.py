@@ -251,6 +251,8 @@ class StepExecutor:
         async with self._db.connection() as conn:
             history = await load_history(conn, run["thread_id"], run_id) if step_no == 0 else []
             signals = await pending_signals(conn, run_id)
+            if step_no == 0:  # the first request answers what woke the run; deliveries join at the next boundary
+                signals = [sig for sig in signals if sig["mode"] != "deliver"]
             await mark_drained(conn, [sig["id"] for sig in signals], step_no)
         if step_no == 0:
             ml = MessageList(thread_id=run["thread_id"], resource_id=run["resource_id"])

@@ -114,7 +114,9 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
                      resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch,
                      options=options, kind="generate" if kind == "generate" else "stream",
                      request_id=sig["request_id"], reply_to=reply_to or topics.replies)
-    await conn.execute("UPDATE signals SET run_id = $2 WHERE id = $1", sig["id"], run_id)
+    # the signal is the new run's input now (a leftover delivery becomes a wake)
+    await conn.execute("UPDATE signals SET run_id = $2, mode = CASE WHEN mode = 'deliver' THEN 'wake' ELSE mode END "
+                       "WHERE id = $1", sig["id"], run_id)
     start = StartRun(run_id=run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch)
     return await outbox.add(conn, topics.run_commands, start,
                             key=thread_key(prev["resource_id"], prev["thread_id"]))
