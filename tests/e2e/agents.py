@@ -494,3 +494,6 @@ agents += [raising]
 
 sig = Agent(id="sig", model="openai/threadline-sig")
 agents += [sig]
+
+fanout = Agent(id="fanout", model="openai/threadline-fanout")
+agents += [fanout]

@@ -23,14 +23,15 @@ class ThreadSubscription:
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
                  from_offset: int | None = None,
-                 on_abort: Callable[[], Awaitable[bool]] | None = None) -> None:
+                 on_abort: Callable[[], Awaitable[bool]] | None = None,
+                 after: dict[str, int] | None = None) -> None:
         self._on_abort = on_abort
         self._bootstrap = bootstrap
         self.topic = topic
         self._from_beginning = from_beginning
         self._from_offset = from_offset
         self._consumer: AIOKafkaConsumer | None = None
-        self._seen: dict[str, int] = {}  # run id → highest seq delivered
+        self._seen: dict[str, int] = dict(after or {})  # run id → highest seq delivered
         self._dead: set[tuple[str, int, int]] = set()
         self._active: str | None = None
         self.last_offset: int | None = None
@@ -49,6 +50,11 @@ class ThreadSubscription:
             await consumer.seek_to_end(tp)
         await consumer.position(tp)
         self._consumer = consumer
+
+    def cursor(self) -> dict[str, int]:
+        """Highest ``seq`` delivered per run: pass it back as ``after=`` to resume without
+        duplicates or gaps (together with ``from_offset=last_offset + 1``)."""
+        return dict(self._seen)
 
     def active_run_id(self) -> str | None:
         """The run currently streaming on the thread, as far as this subscriber has seen."""
