@@ -167,7 +167,7 @@ async def test_queued_messages_run_in_order_one_run_each(services, settings, mod
         await sub.unsubscribe()
     assert q1.action == q2.action == "deliver"
     runs = [c["runId"] for c in chunks if c["type"] == "finish"]
-    assert len(runs) == 3 and runs[0] == run.run_id
+    assert runs == [run.run_id, q1.run_id, q2.run_id]  # the queued replies named the runs that answered
     requests = model.requests(model="threadline-sig")
     assert [_users(r)[-1] for r in requests[1:]] == ["first queued", "second queued"]
     assert "second queued" not in str(requests[1]["body"])  # never mixed into another turn
@@ -178,3 +178,35 @@ async def test_queued_messages_run_in_order_one_run_each(services, settings, mod
                                            if_idle={"behavior": "discard"})).accepted
         assert q3.action == "wake"
     await asyncio.sleep(0)
+
+
+async def test_s8_another_agents_run_is_not_interrupted(services, settings, model, cluster):
+    thread = _thread()
+    async with ThreadlineClient(settings) as tl:
+        sub, run = await _start_slow_run(tl, model, thread, deltas=10, delay=0.05)
+        model.queue([{"chunks": ["echo side"]}], model="threadline-echo")
+        other = await (await tl.send_message("for the echo agent", agent_id="echo-agent", resource_id="res-1",
+                                             thread_id=thread)).accepted
+        chunks = await collect_run(sub, runs=2, timeout_s=60)
+        await sub.unsubscribe()
+    assert other.action == "deliver" and other.run_id != run.run_id
+    assert [c["runId"] for c in chunks if c["type"] == "finish"] == [run.run_id, other.run_id]
+    assert "for the echo agent" not in str(model.requests(model="threadline-sig"))
+
+
+async def test_s35_hide_signals_per_subscriber(services, settings, model, cluster):
+    thread = _thread()
+    model.queue([{"chunks": ["a"]}, {"chunks": ["b"]}], model="threadline-sig")
+    async with ThreadlineClient(settings) as tl:
+        plain = await tl.subscribe_to_thread("res-1", thread)
+        hiding = await tl.subscribe_to_thread("res-1", thread, hide_signals=["user"])
+        await (await tl.send_message("hi", agent_id="sig", resource_id="res-1", thread_id=thread)).accepted
+        first_plain, first_hiding = await collect_run(plain), await collect_run(hiding)
+        await (await tl.send_signal({"type": "reactive", "contents": "ctx"}, agent_id="sig", resource_id="res-1",
+                                    thread_id=thread)).accepted
+        second_hiding = await collect_run(hiding)
+        for sub in (plain, hiding):
+            await sub.unsubscribe()
+    assert "data-user-message" in [c["type"] for c in first_plain]
+    assert "data-user-message" not in [c["type"] for c in first_hiding]
+    assert "data-signal" in [c["type"] for c in second_hiding]

@@ -194,7 +194,8 @@ class ThreadlineClient:
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
                                   from_offset: int | None = None,
-                                  after: dict[str, int] | None = None) -> ThreadSubscription:
+                                  after: dict[str, int] | None = None,
+                                  hide_signals: bool | list[str] = False) -> ThreadSubscription:
         """Follow the thread's chunk topic (created now if it does not exist yet).
 
         Args:
@@ -202,13 +203,14 @@ class ThreadlineClient:
             from_offset: start at this Kafka offset of the chunk topic.
             after: ``{run_id: seq}`` already seen (a previous subscription's ``cursor()``):
                 those chunks are not shown again.
+            hide_signals: hide the signal echo chunks (all, or of the listed signal types).
         """
         topic = self.topics.chunks(resource_id, thread_id)
         await self._admin.ensure_one(topic, config={"retention.ms": str(self.settings.chunk_retention_ms)})
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
                                  from_offset=from_offset,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
-                                 after=after)
+                                 after=after, hide_signals=hide_signals)
         await sub.start()
         return sub
 

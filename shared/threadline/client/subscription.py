@@ -24,8 +24,9 @@ class ThreadSubscription:
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
                  from_offset: int | None = None,
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
-                 after: dict[str, int] | None = None) -> None:
+                 after: dict[str, int] | None = None, hide_signals: bool | list[str] = False) -> None:
         self._on_abort = on_abort
+        self._hide = hide_signals
         self._bootstrap = bootstrap
         self.topic = topic
         self._from_beginning = from_beginning
@@ -106,5 +107,11 @@ class ThreadSubscription:
                 chunk = orjson.loads(record.value)
             except orjson.JSONDecodeError:
                 continue
-            if isinstance(chunk, dict) and self.accept(chunk):
+            if isinstance(chunk, dict) and self.accept(chunk) and not self._hidden(chunk):
                 yield chunk
+
+    def _hidden(self, chunk: dict[str, Any]) -> bool:
+        """``hide_signals``: True hides every signal echo, a list hides those signal types."""
+        if not self._hide or chunk.get("type") not in ("data-user-message", "data-signal"):
+            return False
+        return self._hide is True or (chunk.get("data") or {}).get("type") in self._hide

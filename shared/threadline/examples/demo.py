@@ -32,6 +32,14 @@ TURNS = [
     ("Thanks! Can you summarise that in one line?",
      [{"chunks": ["C-1001: ", "pro plan, ", "2 open tickets."], "chunk_delay": 0.05}]),
 ]
+# turn 3: a message sent while the agent answers joins the running run; a queued one is the next turn
+LIVE = ("Draft a short reply to Ada about her tickets.",
+        "Also mention that we answer within a day.",
+        "Thanks, that is all for today.",
+        [{"chunks": ["Dear Ada, ", "we are looking ", "into your two ", "open tickets ", "and will ", "update you ",
+                     "soon."], "chunk_delay": 0.25},
+         {"chunks": ["Dear Ada, ", "we are on your two tickets ", "and answer within a day."], "chunk_delay": 0.05},
+         {"chunks": ["You're welcome, ", "have a good day!"], "chunk_delay": 0.05}])
 
 
 def out(line: str = "", end: str = "\n") -> None:
@@ -49,9 +57,10 @@ async def script_local_model(model: str, scripts: list[dict[str, Any]]) -> None:
         response.raise_for_status()
 
 
-async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0) -> dict[str, Any]:
-    """Print one run's chunks as they arrive; return its finish chunk."""
+async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after: int = 1) -> dict[str, Any]:
+    """Print run chunks as they arrive until ``stop_after`` runs finished; return the last finish."""
     deadline = time.monotonic() + timeout_s
+    finished = 0
     async for chunk in sub.stream:
         kind, payload = chunk["type"], chunk.get("payload") or {}
         if kind == "start":
@@ -74,7 +83,9 @@ async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0) -> dict[st
             out(f"  [{kind}] {payload}")
         elif kind == "finish":
             out(f"  [finish] reason={payload.get('finishReason')} usage={payload.get('output', {}).get('usage')}")
-            return chunk
+            finished += 1
+            if finished >= stop_after:
+                return chunk
         if time.monotonic() > deadline:
             break
     raise RuntimeError("the run did not finish in time")
@@ -100,6 +111,27 @@ async def main() -> int:
                 if finish["payload"].get("finishReason") not in ("stop", "length"):
                     out(f"run ended with {finish['payload']}", end="\n")
                     return 1
+            first, deliver, queued, scripts = LIVE
+            if local:
+                await script_local_model(model, scripts)
+            out(f"\n> send_message: {first!r}")
+            accepted = await (await tl.send_message(first, agent_id=AGENT, resource_id=resource,
+                                                     thread_id=thread)).accepted
+            out(f"  accepted: action={accepted.action} run_id={accepted.run_id}")
+            live = asyncio.ensure_future(show_run(sub, stop_after=2))
+            await asyncio.sleep(0.6)  # the agent is answering now
+            out(f"\n> send_message while the run is active: {deliver!r}")
+            delivered = await (await tl.send_message(deliver, agent_id=AGENT, resource_id=resource,
+                                                      thread_id=thread)).accepted
+            out(f"  accepted: action={delivered.action} run_id={delivered.run_id} (the running run)")
+            out(f"> queue_message: {queued!r}")
+            queued_ok = await (await tl.queue_message(queued, agent_id=AGENT, resource_id=resource,
+                                                       thread_id=thread)).accepted
+            out(f"  accepted: action={queued_ok.action} run_id={queued_ok.run_id} (the next turn)\n")
+            await live
+            if delivered.run_id != accepted.run_id or queued_ok.run_id == accepted.run_id:
+                out("unexpected routing of the live messages")
+                return 1
         finally:
             await sub.unsubscribe()
     out(f"\nStored thread {thread} (Postgres):")
@@ -122,8 +154,8 @@ async def main() -> int:
             elif p["type"].startswith("data-"):
                 parts.append(f"{p['type']} {p.get('data')}")
         out(f"  {row['role']:<9} " + " | ".join(parts))
-    if len(stored) != 4:
-        out(f"expected 4 stored messages, found {len(stored)}")
+    if len(stored) != 10:
+        out(f"expected 10 stored messages, found {len(stored)}")
         return 1
     out("\ndemo OK")
     return 0

@@ -104,9 +104,9 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
     lease = await leases.lock_thread(conn, prev["resource_id"], prev["thread_id"])
     if lease.active:
         return None  # someone else holds the thread; it will drain when it ends
-    run_id = new_id("run")
-    epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
     opts: dict[str, Any] = dict(sig["options"] or {})
+    run_id = opts.pop("run_id", None) or new_id("run")  # a queued turn keeps the id its reply named
+    epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
     kind = opts.pop("kind", None)
     reply_to = opts.pop("reply_to", None)
     options = opts if sig["mode"] == "queue" else dict(prev["options"] or {})

@@ -117,7 +117,10 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
         kind = req.type
         targeted = kind in SIGNALLING
         if lease.active:
-            behavior = req.if_active.behavior if targeted else "queue"
+            active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id)
+            same_agent = active_agent == req.agent_id
+            # another agent's run is never interrupted: the message waits for the thread (S8)
+            behavior = req.if_active.behavior if targeted and same_agent else "queue"
             attributes = req.if_active.attributes if targeted else {}
         else:
             behavior = req.if_idle.behavior if targeted or kind == "queue_message" else "wake"
@@ -155,10 +158,10 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
             reply = Accepted(request_id=req.event_id, action="deliver", run_id=lease.run_id,
                              signal_id=signal["id"])
         elif behavior == "queue":
+            queued_run = new_id("run")  # the run that will answer it, after the active one (S21)
             await _insert_signal(conn, req, signal, mode="queue", status="pending", run_id=None,
-                                 options=options)
-            # the queued turn gets its run id when it starts; answer with the active run for now
-            reply = Accepted(request_id=req.event_id, action="deliver", run_id=lease.run_id,
+                                 options={**options, "run_id": queued_run})
+            reply = Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
                              signal_id=signal["id"])
         else:  # wake
             run_id = new_id("run")
