@@ -203,6 +203,20 @@ def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-
 
 
 @app.command()
+def schemas(out: Annotated[str, typer.Option(help="directory to write <name>.json into")] = "docs/schemas") -> None:
+    """Write the JSON Schema of every public event (the contract) to ``out``."""
+    from pathlib import Path
+
+    from threadline.events.schemas import schemas as all_schemas
+
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, schema in all_schemas().items():
+        (folder / f"{name}.json").write_bytes(orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+    _print({"written": sorted(all_schemas()), "to": str(folder)})
+
+
+@app.command()
 def migrate() -> None:
     """Apply pending Postgres migrations."""
     from threadline.store.migrate import migrate as run_migrations
