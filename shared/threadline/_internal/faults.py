@@ -12,6 +12,7 @@ import os
 
 _POINTS = frozenset(p for p in os.environ.get("THREADLINE_PAUSE_POINTS", "").split(",") if p)
 _FILE = os.environ.get("THREADLINE_PAUSE_FILE")
+_SECONDS = float(os.environ.get("THREADLINE_PAUSE_SECONDS", "3600"))
 
 
 def armed(name: str) -> bool:
@@ -20,10 +21,10 @@ def armed(name: str) -> bool:
 
 
 async def pause_point(name: str) -> None:
-    """Hold here (for up to an hour) if ``name`` is an armed pause point."""
+    """Hold here (``THREADLINE_PAUSE_SECONDS``, default an hour) if ``name`` is armed."""
     if name not in _POINTS:
         return
     if _FILE:
         with open(_FILE, "a") as fh:
             fh.write(name + "\n")
-    await asyncio.sleep(3600)
+    await asyncio.sleep(_SECONDS)

@@ -118,7 +118,8 @@ async def route(conn: asyncpg.Connection, req: Any, *, topics: Topics, lease_ttl
         targeted = kind in SIGNALLING
         if lease.active:
             active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id)
-            same_agent = active_agent == req.agent_id
+            # an explicit run_id targets that run whatever its agent (seed: options.runId)
+            same_agent = active_agent == req.agent_id or getattr(req, "run_id", None) == lease.run_id
             # another agent's run is never interrupted: the message waits for the thread (S8)
             behavior = req.if_active.behavior if targeted and same_agent else "queue"
             attributes = req.if_active.attributes if targeted else {}
