@@ -11,10 +11,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from threadline.client import ThreadlineClient
 
 
-async def _read(sub, *, until_finish: bool = True, limit: int | None = None, out: list | None = None) -> list[dict]:
+async def _read(sub, *, until_finish: bool = True, limit: int | None = None, out: list | None = None,
+                active: list | None = None) -> list[dict]:
     out = [] if out is None else out
     async for chunk in sub.stream:
         out.append(chunk)
+        if active is not None and len(out) == 1:
+            active.append(sub.active_run_id())  # known from the first chunk seen, start or not
         if limit is not None and len(out) >= limit:
             break
         if until_finish and chunk["type"] == "finish":
@@ -38,7 +41,8 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
             await asyncio.sleep(0.005)
         s3 = await tl.subscribe_to_thread("res-1", thread)                         # live only, missed the start
         s3_chunks: list[dict] = []
-        s3_task = asyncio.create_task(_read(s3, out=s3_chunks))
+        s3_active: list = []
+        s3_task = asyncio.create_task(_read(s3, out=s3_chunks, active=s3_active))
         s4 = await tl.subscribe_to_thread("res-1", thread, from_beginning=True)
         first_part = await _read(s4, until_finish=False, limit=13)                 # seq 0..12
         cursor, offset = s4.cursor(), s4.last_offset
@@ -58,9 +62,6 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
         await producer.stop()
         s4b = await tl.subscribe_to_thread("res-1", thread, from_offset=offset + 1, after=cursor)
         second_part = await _read(s4b)
-        while s3.active_run_id() is None and not s3_chunks:
-            await asyncio.sleep(0.01)
-        active_seen = s3.active_run_id()
         s1_all, s2_all, s3_all = await asyncio.wait_for(asyncio.gather(s1_task, s2_task, s3_task), 60)
         s5 = await tl.subscribe_to_thread("res-1", thread, from_beginning=True)    # full replay afterwards
         s5_all = await _read(s5)
@@ -72,7 +73,7 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
         assert [c["seq"] for c in other] == full and [c.get("payload") for c in other] == [c.get("payload") for c in s1_all]
     s3_seqs = [c["seq"] for c in s3_all]
     assert s3_seqs == list(range(s3_seqs[0], len(full))) and s3_seqs[0] > 0  # no gap from the join point
-    assert active_seen == run_id
+    assert s3_active == [run_id]
     assert [c["seq"] for c in first_part] == list(range(13))
     assert [c["seq"] for c in second_part] == list(range(13, len(full)))  # resumed once each (9 < 10 < 100)
     # on the topic: strictly increasing per run, apart from the injected duplicate
