@@ -322,13 +322,8 @@ class AddsTool(Processor):
         return {"tools": {**(tools or {}), "secret_tool": extra}}
 
 
-class Shout(Processor):
+class Shout(Upper):
     id = "shout"
-
-    async def process_output_stream(self, *, part, **_):
-        if part.type == "text-delta":
-            part.payload.text = part.payload.text.upper()
-        return part
 
 
 async def audit_hook(ctx):

@@ -66,14 +66,20 @@ class _ThreadRequest(Event):
         return value
 
 
-class SendMessage(_ThreadRequest):
+class _Targeted(_ThreadRequest):
+    """Requests that go into an active run or act on an idle thread (``ifActive`` / ``ifIdle``)."""
+
+    run_id: str | None = None
+    """Target this run directly (it must be the thread's active run)."""
+    if_active: IfActive = Field(default_factory=IfActive)
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
+class SendMessage(_Targeted):
     """``sendMessage(message, options)``: deliver into the active run, or wake the idle thread."""
 
     type: Literal["send_message"] = "send_message"
     message: MessageInput
-    run_id: str | None = None
-    if_active: IfActive = Field(default_factory=IfActive)
-    if_idle: IfIdle = Field(default_factory=IfIdle)
 
 
 class QueueMessage(_ThreadRequest):
@@ -116,14 +122,11 @@ class SignalInput(BaseModel):
     provider_options: dict[str, Any] | None = Field(default=None, alias="providerOptions")
 
 
-class SendSignal(_ThreadRequest):
+class SendSignal(_Targeted):
     """``sendSignal(signal, options)``: system-generated context for the thread."""
 
     type: Literal["send_signal"] = "send_signal"
     signal: SignalInput
-    run_id: str | None = None
-    if_active: IfActive = Field(default_factory=IfActive)
-    if_idle: IfIdle = Field(default_factory=IfIdle)
 
 
 class StateInput(BaseModel):
@@ -151,14 +154,11 @@ class StateInput(BaseModel):
         return value
 
 
-class SendStateSignal(_ThreadRequest):
+class SendStateSignal(_Targeted):
     """``sendStateSignal(state, options)``."""
 
     type: Literal["send_state_signal"] = "send_state_signal"
     state: StateInput
-    run_id: str | None = None
-    if_active: IfActive = Field(default_factory=IfActive)
-    if_idle: IfIdle = Field(default_factory=IfIdle)
 
 
 class AbortRequest(_ThreadRequest):

@@ -83,11 +83,7 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
                               error=res.error)
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
         await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
-        started = await start_next(conn, run, topics, lease_ttl_s)
-        if started is not None:
-            ids.append(started)
-        else:
-            ids.append(await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None), key=key))
+        ids.append(await _hand_over(conn, run, topics, lease_ttl_s))
     return ids
 
 
@@ -120,6 +116,15 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
     start = StartRun(run_id=run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch)
     return await outbox.add(conn, topics.run_commands, start,
                             key=thread_key(prev["resource_id"], prev["thread_id"]))
+
+
+async def _hand_over(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, lease_ttl_s: float) -> int:
+    """After a run ended: start what waits for the thread, or announce ``thread_idle``."""
+    started = await start_next(conn, run, topics, lease_ttl_s)
+    if started is not None:
+        return started
+    return await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None),
+                            key=thread_key(run["resource_id"], run["thread_id"]))
 
 
 def _life(kind: str, run: asyncpg.Record, **fields: Any) -> Event:
@@ -206,9 +211,5 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
         if cmd.request_id:
             ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,
                                                                    run_id=run["run_id"]), key=cmd.request_id))
-        started = await start_next(conn, run, topics, lease_ttl_s)
-        if started is not None:
-            ids.append(started)
-        else:
-            ids.append(await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None), key=key))
+        ids.append(await _hand_over(conn, run, topics, lease_ttl_s))
     return ids
