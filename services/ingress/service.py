@@ -4,7 +4,7 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 from __future__ import annotations
 
 from threadline.errors import InvalidEventError
-from threadline.events import AbortRequest, ErrorReply
+from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
 from threadline.events.codec import decode
 from threadline.events.ingress import INGRESS_ADAPTER
 from threadline.kafka.consumer import Record
@@ -12,7 +12,8 @@ from threadline.kafka.handling import raw_field
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
-from threadline.store.routing import route, route_abort
+from threadline.store.inbox import receive
+from threadline.store.routing import RequestRejected, route, route_abort
 from threadline.topics import thread_key
 
 log = get_logger(__name__)
@@ -33,6 +34,9 @@ class Ingress(Service):
         if record.key is None or record.key.decode(errors="replace") != expected:
             # per-thread order rests on the key: a wrongly keyed request could overtake its thread
             raise InvalidEventError(f"record key must be the thread key {expected!r}", code="wrong_key")
+        if isinstance(req, SendNotificationSignal):
+            await self._notify(req)
+            return
         async with self.db.connection() as conn:
             if isinstance(req, AbortRequest):
                 routed = await route_abort(conn, req, topics=self.topics)
@@ -47,6 +51,22 @@ class Ingress(Service):
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,
                      reply=routed.reply.type, action=getattr(routed.reply, "action", None),
                      run_id=getattr(routed.reply, "run_id", None))
+
+    async def _notify(self, req: SendNotificationSignal) -> None:
+        agent = self.agents.get(req.agent_id)
+        reply_to = req.reply_to or self.topics.replies
+        await self.admin.ensure_one(self.topics.chunks(req.resource_id, req.thread_id),
+                                    config={"retention.ms": str(self.settings.chunk_retention_ms)})
+        try:
+            async with self.db.connection() as conn:
+                ids, _ = await receive(conn, req, policy=agent.delivery_policy if agent else {}, topics=self.topics,
+                                       lease_ttl_s=self.settings.lease_ttl_s,
+                                       digest_window_s=self.settings.digest_window_s, agent_known=agent is not None)
+        except RequestRejected as exc:
+            await self.producer.publish(reply_to, ErrorReply(request_id=req.event_id, code=exc.code,
+                                                             message=exc.message), key=req.event_id)
+            return
+        await self.outbox.flush(ids)
 
     async def on_invalid(self, record: Record, exc: InvalidEventError) -> None:
         request_id = raw_field(record, "event_id")

@@ -1,15 +1,24 @@
-"""notification-scheduler: owns the notification inbox (issue 5). For now it follows the
-lifecycle topic and logs when threads go idle, the moment the inbox will flush held records."""
+"""notification-scheduler: owns the notification inbox. Delivers due records (``deliver_at`` /
+``summary_at`` reached) on a timer, and at once for a thread the lifecycle topic says went idle
+(held high notifications are delivered in full then). Several instances share the work: records
+are claimed with ``FOR UPDATE SKIP LOCKED``."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from pydantic import TypeAdapter
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
 from threadline.kafka.consumer import Record
 from threadline.logging import get_logger
 from threadline.service import Service
+from threadline.store.inbox import dispatch_due
 
 log = get_logger(__name__)
+_ADAPTER: TypeAdapter[LifecycleEvent] = TypeAdapter(LifecycleEvent)
 
 
 class NotificationScheduler(Service):
@@ -18,12 +27,35 @@ class NotificationScheduler(Service):
     def topics_in(self) -> list[str]:
         return [self.topics.lifecycle]
 
+    async def setup(self) -> None:
+        self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
+
+    async def stop(self) -> None:
+        self._ticker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._ticker
+        await super().stop()
+
     async def handle(self, record: Record) -> None:
         event = decode(record.value, _ADAPTER)
-        if event.type == "thread_idle":
-            log.debug("thread idle", thread_id=event.thread_id)
+        if event.type == "thread_idle":  # what waited for the thread to be idle goes now
+            await self.dispatch(thread_id=event.thread_id)
 
+    async def dispatch(self, thread_id: str | None = None) -> None:
+        async with self.db.connection() as conn:
+            ids, threads = await dispatch_due(conn, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
+                                              thread_id=thread_id)
+        for resource_id, tid in threads:
+            await self.admin.ensure_one(self.topics.chunks(resource_id, tid),
+                                        config={"retention.ms": str(self.settings.chunk_retention_ms)})
+        await self.outbox.flush(ids)
+        if ids:
+            log.info("inbox delivered", events=len(ids), threads=len(threads))
 
-from pydantic import TypeAdapter  # noqa: E402
-
-_ADAPTER: TypeAdapter[LifecycleEvent] = TypeAdapter(LifecycleEvent)
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.scheduler_interval_s)
+            try:
+                await self.dispatch()
+            except Exception:  # noqa: BLE001 - the next tick tries again
+                log.exception("inbox tick failed")

@@ -97,6 +97,56 @@ def send_state_signal(contents: str, resource: Resource, thread: Thread, agent: 
     asyncio.run(_send("send_state_signal", state, resource, thread, agent, if_idle={"behavior": if_idle}))
 
 
+@app.command()
+def notify(summary: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+           source: Annotated[str, typer.Option(help="e.g. github")] = "cli",
+           kind: Annotated[str, typer.Option(help="e.g. ci-status")] = "note",
+           priority: Annotated[str, typer.Option(help="low|medium|high|urgent")] = "medium",
+           dedupe_key: Annotated[str | None, typer.Option("--dedupe-key")] = None,
+           coalesce_key: Annotated[str | None, typer.Option("--coalesce-key")] = None) -> None:
+    """Send a notification to the thread's inbox (seed ``sendNotificationSignal``)."""
+
+    async def main() -> None:
+        from threadline.client.client import ThreadlineClient
+
+        note = {"source": source, "kind": kind, "summary": summary, "priority": priority,
+                "dedupe_key": dedupe_key, "coalesce_key": coalesce_key}
+        async with ThreadlineClient() as tl:
+            _print(await tl.send_notification_signal({k: v for k, v in note.items() if v is not None},
+                                                     resource_id=resource, thread_id=thread, agent_id=agent))
+
+    asyncio.run(main())
+
+
+@app.command()
+def inbox(resource: Resource, thread: Thread,
+          status: Annotated[str | None, typer.Option(help="pending|delivered|seen|...")] = None,
+          mark: Annotated[str | None, typer.Option(help="seen|dismissed|archived: applied to --id")] = None,
+          record_id: Annotated[str | None, typer.Option("--id", help="record id for --mark")] = None) -> None:
+    """List the thread's inbox records (JSON lines), or mark one seen / dismissed / archived."""
+
+    async def main() -> None:
+        import asyncpg
+
+        conn = await asyncpg.connect(get_settings().pg_dsn)
+        try:
+            if mark:
+                if mark not in ("seen", "dismissed", "archived") or not record_id:
+                    _fail("--mark takes seen|dismissed|archived, with --id")
+                await conn.execute(f"UPDATE notifications SET status = $3, {mark}_at = now(), updated_at = now() "
+                                   "WHERE id = $1 AND thread_id = $2", record_id, thread, mark)
+            rows = await conn.fetch("SELECT id, source, kind, priority, status, summary, coalesced_count, "
+                                    "delivery_reason, created_at FROM notifications WHERE thread_id = $1 AND "
+                                    "resource_id = $2 AND ($3::text IS NULL OR status = $3) ORDER BY created_at",
+                                    thread, resource, status)
+            for r in rows:
+                _print(dict(r))
+        finally:
+            await conn.close()
+
+    asyncio.run(main())
+
+
 @app.command("queue-message")
 def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
     """Queue a user message as the thread's next turn (seed ``queueMessage``)."""

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     ingress_topic: str | None = None
     """Test hook: an ingress instance consuming another topic (and its own group), to race two
     instances on one thread in spite of partition affinity (case C16)."""
+    digest_window_s: float = 0.0
+    """How long low and medium notifications wait to be batched into a digest."""
+    scheduler_interval_s: float = 1.0
+    """How often the notification-scheduler looks for due inbox records."""
     instance_id: str = "local"
     """Name of this service instance (logs, lease holder names)."""
     lease_ttl_s: float = 30.0

@@ -492,3 +492,19 @@ agents += [sig]
 
 fanout = Agent(id="fanout", model="openai/threadline-fanout")
 agents += [fanout]
+
+
+# --- notifications: the default policy, and the seed's custom policy --------------------------------
+def _seed_decide(record, **_):
+    from datetime import UTC, datetime, timedelta
+
+    if record.priority == "low":
+        return {"action": "summarize", "summary_at": datetime.now(UTC) + timedelta(minutes=30)}
+    return None
+
+
+notes = Agent(id="notes", model="openai/threadline-notes")
+notes_custom = Agent(id="notes-custom", model="openai/threadline-notes",
+                     notifications={"delivery_policy": {"priorities": {"urgent": "deliver"}, "decide": _seed_decide,
+                                                        "sources": {"spam": "discard"}}})
+agents += [notes, notes_custom]

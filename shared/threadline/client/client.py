@@ -24,6 +24,7 @@ from threadline.events import (
     QueueMessage,
     RunResult,
     SendMessage,
+    SendNotificationSignal,
     SendSignal,
     SendStateSignal,
     Stream,
@@ -147,6 +148,24 @@ class ThreadlineClient:
         await self.publish(req)
         return SendResult(req.event_id, _checked(first, self.settings.reply_timeout_s),
                           _checked(persisted, self.settings.reply_timeout_s) if persisted else None)
+
+    async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
+                                       thread_id: str, agent_id: str | None = None,
+                                       if_idle: dict[str, Any] | None = None) -> Any:
+        """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
+
+        Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
+        accepted?}``.
+        """
+        items = notification if isinstance(notification, list) else [notification]
+        req = SendNotificationSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                                     notifications=items, **_opts(if_idle=if_idle))
+        answer = self._replies.expect(req.event_id, "notified")
+        await self.publish(req)
+        reply = await asyncio.wait_for(answer, self.settings.reply_timeout_s)
+        if isinstance(reply, ErrorReply):
+            raise RequestFailed(reply)
+        return reply
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:

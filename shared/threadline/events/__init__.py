@@ -17,8 +17,10 @@ from threadline.events.ingress import (
     IfIdle,
     IngressRequest,
     MessageObject,
+    NotificationInput,
     QueueMessage,
     SendMessage,
+    SendNotificationSignal,
     SendSignal,
     SendStateSignal,
     SignalInput,
@@ -26,7 +28,7 @@ from threadline.events.ingress import (
     Stream,
 )
 from threadline.events.lifecycle import LifecycleEvent
-from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Reply, RunResult, Skipped
+from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Notified, Reply, RunResult, Skipped
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -51,7 +53,10 @@ __all__ = [
     "Reply",
     "RunCommand",
     "RunResult",
+    "Notified",
+    "NotificationInput",
     "SendMessage",
+    "SendNotificationSignal",
     "SendSignal",
     "SendStateSignal",
     "SignalInput",

@@ -161,6 +161,31 @@ class SendStateSignal(_Targeted):
     state: StateInput
 
 
+class NotificationInput(BaseModel):
+    """One notification (seed ``sendNotificationSignal``): ``summary`` is what the model sees,
+    ``payload`` is stored for tools and applications and never shown to the model."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    source: str = Field(min_length=1, max_length=_ID_MAX)
+    kind: str = Field(min_length=1, max_length=_ID_MAX)
+    summary: str
+    priority: Literal["low", "medium", "high", "urgent"] = "medium"
+    payload: Any = None
+    dedupe_key: str | None = Field(default=None, alias="dedupeKey")
+    coalesce_key: str | None = Field(default=None, alias="coalesceKey")
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SendNotificationSignal(_ThreadRequest):
+    """``sendNotificationSignal(notification | [notifications], options)``: create or merge inbox
+    records and apply the delivery policy. Answered with a ``notified`` reply."""
+
+    type: Literal["send_notification_signal"] = "send_notification_signal"
+    notifications: list[NotificationInput] = Field(min_length=1, max_length=100)
+    if_idle: IfIdle = Field(default_factory=IfIdle)
+
+
 class AbortRequest(_ThreadRequest):
     """Abort the thread's active run (seed ``subscription.abort()``); what is queued behind it
     still runs. Answered with an ``aborted`` reply (``aborted: false`` when nothing was running)."""
@@ -171,7 +196,8 @@ class AbortRequest(_ThreadRequest):
 
 
 IngressRequest = Annotated[
-    SendMessage | QueueMessage | SendSignal | SendStateSignal | Stream | Generate | AbortRequest,
+    SendMessage | QueueMessage | SendSignal | SendStateSignal | SendNotificationSignal | Stream | Generate
+    | AbortRequest,
     Field(discriminator="type"),
 ]
 """Every request the ingress topic accepts, tagged by ``type``."""

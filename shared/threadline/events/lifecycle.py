@@ -8,7 +8,7 @@ from threadline.events.base import Event
 
 LifecycleType = Literal[
     "run_started", "step_finished", "run_finished", "run_failed", "run_aborted", "run_tripwire",
-    "thread_active", "thread_idle", "signal_accepted",
+    "thread_active", "thread_idle", "signal_accepted", "notification_delivered", "summary_delivered",
 ]
 
 
@@ -25,3 +25,6 @@ class LifecycleEvent(Event):
     finish_reason: str | None = None
     error: dict[str, Any] | None = None
     tripwire: dict[str, Any] | None = None
+    notification_ids: list[str] | None = None
+    """``notification_delivered`` / ``summary_delivered``: the inbox records concerned."""
+    signal_id: str | None = None

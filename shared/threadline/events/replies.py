@@ -70,5 +70,14 @@ class Skipped(_ReplyBase):
     reason: str = "unchanged"
 
 
-Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped, Field(discriminator="type")]
+class Notified(_ReplyBase):
+    """Answer to ``send_notification_signal``: per notification, the stored ``record`` (id,
+    status, …), the policy's ``decision``, and the signal that went out now, if any."""
+
+    type: Literal["notified"] = "notified"
+    results: list[dict[str, Any]]
+
+
+Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped | Notified,
+                  Field(discriminator="type")]
 REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)

@@ -15,10 +15,12 @@ from threadline.events import (
     ErrorReply,
     Generate,
     LifecycleEvent,
+    Notified,
     Persisted,
     QueueMessage,
     RunResult,
     SendMessage,
+    SendNotificationSignal,
     SendSignal,
     SendStateSignal,
     Skipped,
@@ -29,7 +31,8 @@ from threadline.events.replies import Reply
 
 PUBLIC: dict[str, Any] = {
     "ingress-request": IngressRequest, "send_message": SendMessage, "queue_message": QueueMessage,
-    "send_signal": SendSignal, "send_state_signal": SendStateSignal, "stream": Stream, "generate": Generate,
+    "send_signal": SendSignal, "send_state_signal": SendStateSignal,
+    "send_notification_signal": SendNotificationSignal, "notified": Notified, "stream": Stream, "generate": Generate,
     "abort": AbortRequest, "reply": Reply, "accepted": Accepted, "persisted": Persisted, "skipped": Skipped,
     "aborted": Aborted, "result": RunResult, "error": ErrorReply, "chunk": Chunk, "lifecycle": LifecycleEvent,
     "dead-letter": DeadLetter,

@@ -61,6 +61,7 @@ class Agent:
             ``(request_context) -> list``.
         default_options: defaults for every run (``max_steps``, …; camelCase accepted).
         max_processor_retries: cap on processor-requested retries (seed 000).
+        notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (seed 004).
 
     Raises:
         ConfigurationError: a processor in a list whose methods it does not implement, a bad
@@ -73,13 +74,16 @@ class Agent:
                  input_processors: Any = None, output_processors: Any = None,
                  error_processors: Any = None, default_options: dict[str, Any] | None = None,
                  max_processor_retries: int | None = None,
-                 metadata: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None, notifications: dict[str, Any] | None = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         self.id = id
         self.name = name or id
         self.description = description
         self.metadata = metadata or {}
+        notifications = notifications or {}
+        self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
+                                                    or notifications.get("deliveryPolicy") or {})
         self._instructions = instructions
         if not callable(instructions):
             self._system = normalize_instructions(instructions)

@@ -1,0 +1,1 @@
+"""The notification inbox: delivery policies, rendering and digests (pure logic)."""

@@ -1,0 +1,111 @@
+"""Delivery policy (seed 004 ``sendNotificationSignal`` and ``notifications.deliveryPolicy``).
+
+The default, exactly as the seed states it:
+
+| priority | thread active | thread idle |
+|---|---|---|
+| urgent | deliver | deliver |
+| high | a summary now, the full notification when the thread goes idle | deliver |
+| medium | batched into a summary | deliver |
+| low | batched into a summary | batched into a summary that reaches subscribers but does not wake the model |
+
+An agent's ``notifications={"delivery_policy": {...}}`` may set ``default``, ``priorities``,
+``sources`` and ``decide(record, thread_state, now)``; the first that answers wins, in the order
+``decide`` → ``sources`` → ``priorities`` → ``default`` → the table above.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Literal
+
+from threadline.errors import ConfigurationError
+
+Action = Literal["deliver", "summarize", "defer", "persist", "discard", "queue", "hold"]
+ACTIONS = ("deliver", "summarize", "defer", "persist", "discard", "queue", "hold")
+PRIORITY_RANK = {"urgent": 0, "high": 1, "medium": 2, "low": 3}
+
+
+@dataclass(slots=True)
+class Decision:
+    """What to do with one record now."""
+
+    action: Action
+    reason: str
+    deliver_at: datetime | None = None
+    summary_at: datetime | None = None
+
+    def dump(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"action": self.action, "reason": self.reason}
+        if self.deliver_at:
+            out["deliverAt"] = self.deliver_at.isoformat()
+        if self.summary_at:
+            out["summaryAt"] = self.summary_at.isoformat()
+        return out
+
+
+def default_decision(priority: str, active: bool, now: datetime, *, digest_window_s: float = 0.0) -> Decision:
+    """The built-in table."""
+    later = now + timedelta(seconds=digest_window_s)
+    if priority == "urgent":
+        return Decision("deliver", "urgent")
+    if priority == "high":
+        return Decision("summarize", "active-high-summary-then-full", summary_at=now, deliver_at=now) if active \
+            else Decision("deliver", "idle-high")
+    if priority == "medium":
+        return Decision("summarize", "active-batch-summary", summary_at=later) if active \
+            else Decision("deliver", "idle-medium")
+    return Decision("summarize", "active-batch-summary" if active else "idle-low-summary", summary_at=later)
+
+
+def _coerce(value: Any, reason: str) -> Decision | None:
+    if value is None:
+        return None
+    if isinstance(value, Decision):
+        return value
+    if isinstance(value, str):
+        value = {"action": value}
+    if not isinstance(value, dict) or value.get("action") not in ACTIONS:
+        raise ConfigurationError(f"a delivery policy returned {value!r}; expected one of {ACTIONS}")
+    return Decision(value["action"], value.get("reason", reason),
+                    deliver_at=value.get("deliver_at") or value.get("deliverAt"),
+                    summary_at=value.get("summary_at") or value.get("summaryAt"))
+
+
+async def decide(policy: dict[str, Any] | None, record: dict[str, Any], *, active: bool, now: datetime,
+                 digest_window_s: float = 0.0) -> Decision:
+    """Resolve the decision for ``record`` (a dict with ``priority``, ``source``, …)."""
+    policy = policy or {}
+    fn = policy.get("decide")
+    if callable(fn):
+        from threadline._internal.attrdict import wrap
+
+        params = inspect.signature(fn).parameters
+        kwargs = {k: v for k, v in {"record": wrap(dict(record)), "thread_state": "active" if active else "idle",
+                                    "now": now}.items() if k in params or any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())}
+        out = fn(**kwargs)
+        if inspect.isawaitable(out):
+            out = await out
+        found = _coerce(out, "policy-decide")
+        if found:
+            return _fill(found, record, active, now, digest_window_s)
+    for table, reason, key in (("sources", "policy-source", record.get("source")),
+                               ("priorities", "policy-priority", record.get("priority"))):
+        found = _coerce((policy.get(table) or {}).get(key), reason)
+        if found:
+            return _fill(found, record, active, now, digest_window_s)
+    found = _coerce(policy.get("default"), "policy-default")
+    if found:
+        return _fill(found, record, active, now, digest_window_s)
+    return default_decision(record.get("priority", "medium"), active, now, digest_window_s=digest_window_s)
+
+
+def _fill(d: Decision, record: dict[str, Any], active: bool, now: datetime, window: float) -> Decision:
+    if d.action == "summarize" and d.summary_at is None:
+        d.summary_at = now + timedelta(seconds=window)
+    if d.action == "defer" and d.deliver_at is None:
+        d.deliver_at = now
+    return d

@@ -1,0 +1,34 @@
+"""How notifications and digests reach the model (mastra-semantics §3.9 "Rendering")."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from threadline.inbox.policy import PRIORITY_RANK
+
+
+def notification_signal(record: dict[str, Any]) -> dict[str, Any]:
+    """The ``notification`` signal of one record: caller attributes, then the built-ins (which win)."""
+    attrs = {**(record.get("attributes") or {}), "id": record["id"], "source": record["source"],
+             "type": record["kind"], "kind": record["kind"], "priority": record["priority"],
+             "status": record.get("status", "pending")}
+    if record.get("coalesced_count", 1) > 1:
+        attrs["coalescedCount"] = record["coalesced_count"]
+    meta = {**(record.get("metadata") or {}), "notification": {
+        "signal": "notification", "recordId": record["id"], "source": record["source"], "kind": record["kind"],
+        "priority": record["priority"]}}
+    return {"type": "notification", "contents": record["summary"], "attributes": attrs, "metadata": meta}
+
+
+def digest_signal(records: list[dict[str, Any]], *, pending: int) -> dict[str, Any]:
+    """One ``notification-summary`` signal for a batch: counts per source, pending, top priority."""
+    counts: dict[str, int] = {}
+    for r in records:
+        counts[r["source"]] = counts.get(r["source"], 0) + 1
+    contents = ", ".join(f"{src}: {n}" for src, n in sorted(counts.items())) or "No pending notifications"
+    top = min((r["priority"] for r in records), key=lambda p: PRIORITY_RANK[p], default="low")
+    return {"type": "notification", "tag_name": "notification-summary", "contents": contents,
+            "attributes": {"pending": pending, "priority": top},
+            "metadata": {"notification": {"signal": "summary", "pending": pending,
+                                          "groups": [{"source": s, "count": n} for s, n in sorted(counts.items())],
+                                          "notificationIds": [r["id"] for r in records], "priority": top}}}
