@@ -132,3 +132,38 @@ async def test_lifecycle_announces_deliveries(services, settings, model, cluster
     finally:
         await consumer.stop()
     assert len(found) == 1 and found[0]["notification_ids"] == [res["record"]["id"]]
+
+
+async def test_two_schedulers_deliver_each_of_1000_due_records_once(services, settings, cluster):
+    threads = [f"th-bulk-{uuid.uuid4().hex[:6]}-{i}" for i in range(50)]
+    import asyncpg
+
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        await conn.executemany("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-bulk')",
+                               [(t,) for t in threads])
+        await conn.executemany(
+            "INSERT INTO notifications (id, thread_id, resource_id, agent_id, source, kind, priority, summary, "
+            "summary_at) VALUES ($1, $2, 'res-bulk', 'notes', $3, 'k', 'low', 's', now() + interval '2 seconds')",
+            [(f"bulk-{i}", threads[i % len(threads)], f"src{i % 3}") for i in range(1000)])
+    finally:
+        await conn.close()
+    services.start("notification_scheduler", "notification_scheduler-2")
+    try:
+        for _ in range(120):
+            left = await rows(cluster.dsn, "SELECT count(*) AS n FROM notifications WHERE id LIKE 'bulk-%' "
+                              "AND summary_signal_id IS NULL")
+            if left[0]["n"] == 0:
+                break
+            await asyncio.sleep(0.5)
+        assert left[0]["n"] == 0
+    finally:
+        services.stop("notification_scheduler-2")
+    digests = await rows(cluster.dsn, "SELECT payload FROM signals WHERE resource_id = 'res-bulk'")
+    seen: dict[str, int] = {}
+    for d in digests:
+        for rid in d["payload"]["metadata"]["notification"]["notificationIds"]:
+            seen[rid] = seen.get(rid, 0) + 1
+    assert len(seen) == 1000 and set(seen.values()) == {1}  # each delivered exactly once
+    logs = [(services.log_dir / f"notification_scheduler-{n}.log").read_text() for n in (1, 2)]
+    assert all("inbox delivered" in text for text in logs), "both schedulers took part"
