@@ -17,16 +17,25 @@ async def test_c04_abort_ends_the_run_with_abort_not_a_tripwire(services, settin
         sub = await tl.subscribe_to_thread("res-1", thread)
         result_fut = asyncio.ensure_future(tl.generate("count slowly", agent_id="a4", resource_id="res-1",
                                                        thread_id=thread, timeout_s=60))
-        chunks, deltas, aborted_at = [], 0, None
-        async for chunk in sub.stream:
-            chunks.append(chunk)
-            if chunk["type"] == "text-delta":
-                deltas += 1
-                if deltas == 2:
-                    aborted_at = time.monotonic()
-                    assert await sub.abort() is True
-            if chunk["type"] == "finish":
-                break
+        chunks, aborted_at = [], None
+
+        async def follow() -> None:
+            nonlocal aborted_at
+            deltas = 0
+            async for chunk in sub.stream:
+                chunks.append(chunk)
+                if chunk["type"] == "text-delta":
+                    deltas += 1
+                    if deltas == 2:
+                        aborted_at = time.monotonic()
+                        assert await sub.abort() is True
+                if chunk["type"] == "finish":
+                    return
+
+        try:
+            await asyncio.wait_for(follow(), 60)
+        except TimeoutError:
+            raise AssertionError(f"no finish after the abort; saw {[c['type'] for c in chunks]}") from None
         result = await result_fut
         await sub.unsubscribe()
     types = [c["type"] for c in chunks]

@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import copy
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
@@ -41,9 +40,10 @@ from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome, stream_model
-from threadline.runtime.messages import MessageList, make_message
+from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
 from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
+from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
@@ -56,63 +56,6 @@ from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
 DEFAULT_MAX_STEPS = 5
-
-
-class _Writer:
-    """``writer.custom(chunk)`` for processors and tools (seed 000, "發出自訂資料 chunk")."""
-
-    def __init__(self, step: _Step, *, through_processors: bool) -> None:
-        self._step = step
-        self._through = through_processors
-
-    async def custom(self, chunk: dict[str, Any], options: dict[str, Any] | None = None) -> None:
-        await self._step.custom_chunk(dict(chunk), through_processors=self._through)
-
-
-@dataclass
-class _Step:
-    """Mutable state of one step execution."""
-
-    run: asyncpg.Record
-    agent: Agent
-    writer: ChunkWriter
-    ml: MessageList
-    runner: ProcessorRunner
-    response_id: str
-    steps: list[dict[str, Any]]
-    state: dict[str, Any]
-    usage_total: dict[str, Any] = field(default_factory=dict)
-    echoes: list[dict[str, Any]] = field(default_factory=list)
-
-    async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
-        """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
-        part = wrap(chunk)
-        if processed:
-            part = await self.runner.process_output_stream(part, self.ml)
-            if part is None:
-                return None
-        await self.writer.emit(part)
-        return part
-
-    async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
-        if not str(chunk.get("type", "")).startswith("data-"):
-            raise ValueError("writer.custom chunks must have a type starting with 'data-'")
-        transient = bool(chunk.get("transient"))
-        part = await self.emit(chunk, processed=through_processors)
-        if part is None or transient or not str(part.get("type", "")).startswith("data-"):
-            return
-        msg = self.response_message()
-        msg["content"]["parts"].append(wrap({"type": part["type"], "data": part.get("data")}))
-
-    def response_message(self) -> AttrDict:
-        msg = self.ml.get_by_id(self.response_id)
-        if msg is None:
-            msg = make_message("assistant", [], id=self.response_id, thread_id=self.run["thread_id"],
-                               resource_id=self.run["resource_id"])
-            self.ml.add(msg, "response")
-            msg = self.ml.get_by_id(self.response_id)
-        assert msg is not None
-        return msg
 
 
 class StepExecutor:
@@ -266,10 +209,10 @@ class StepExecutor:
             response_id = state["response_message_id"]
             if signals:  # a drained signal starts a new assistant message after it
                 response_id = new_id("msg")
-        step = _Step(run=run, agent=agent, writer=writer, ml=ml, runner=runner, response_id=response_id,
+        step = StepState(run=run, agent=agent, writer=writer, ml=ml, runner=runner, response_id=response_id,
                      steps=state.setdefault("steps", []), state=state,
                      usage_total=state.setdefault("usage", {}))
-        runner.writer = _Writer(step, through_processors=False)
+        runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await writer.emit({"type": "start", "from": "AGENT",
                                "payload": {"id": agent.id, "messageId": response_id}})
@@ -305,7 +248,7 @@ class StepExecutor:
         state["message_list"] = ml.to_state()
         state["retry_count"] = runner.retry_count
         state["response_message_id"] = step.response_id
-        text = _final_text(step) if final else None
+        text = final_text(step) if final else None
         result = StepResult(run_id=run_id, resource_id=run["resource_id"], thread_id=run["thread_id"],
                             step=step_no, attempt=writer.attempt, epoch=run["epoch"], outcome=outcome,
                             finish_reason=finish_reason, text=text, usage=step.usage_total, error=error,
@@ -324,7 +267,7 @@ class StepExecutor:
         await self._outbox.flush([box_id])
         return outcome
 
-    async def _step(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
+    async def _step(self, step: StepState, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
         """Steps 3–7 of the module docstring, with processor retries; returns
         ``(finish_reason, is_final)``.
 
@@ -351,7 +294,7 @@ class StepExecutor:
                 feedback: TripWire | None = tw
             except ModelCallError as exc:
                 if cap is None or runner.retry_count >= cap or not await runner.process_api_error(
-                        ml, error=_error_view(exc), step_number=run["step"], steps=step.steps):
+                        ml, error=error_view(exc), step_number=run["step"], steps=step.steps):
                     raise
                 feedback = None
             step.ml = ml = MessageList.from_state(saved, thread_id=run["thread_id"], resource_id=run["resource_id"])
@@ -388,7 +331,7 @@ class StepExecutor:
             if not status.endswith(" 1"):
                 raise StaleWriterError(run["run_id"], run["epoch"])
 
-    async def _attempt(self, step: _Step, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
+    async def _attempt(self, step: StepState, options: dict[str, Any], consumed: list[str]) -> tuple[str, bool]:
         """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
         step_no = run["step"]
@@ -415,7 +358,7 @@ class StepExecutor:
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
         if cached:
-            source: Any = _replay(cached, outcome)
+            source: Any = replay(cached, outcome)
         else:
             source = stream_model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
                                   tool_choice=step_input.get("tool_choice"),
@@ -458,7 +401,7 @@ class StepExecutor:
         results = []
         if outcome.finish_reason == "tool-calls":
             results = await self._run_tools(step, calls, tools, options)
-        _add_usage(step.usage_total, usage)
+        add_usage(step.usage_total, usage)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
                            "finishReason": outcome.finish_reason, "usage": usage})
         async with self._db.connection() as conn:
@@ -471,7 +414,7 @@ class StepExecutor:
             "output": {"text": text, "usage": usage}}})
         return outcome.finish_reason, continued
 
-    async def _run_tools(self, step: _Step, calls: list[dict[str, Any]], tools: dict[str, Any],
+    async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
                          options: dict[str, Any]) -> list[dict[str, Any]]:
         run, ml = step.run, step.ml
         call_hooks = options.get("hooks")
@@ -483,7 +426,7 @@ class StepExecutor:
             ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run["run_id"], thread_id=run["thread_id"],
                               resource_id=run["resource_id"], agent_id=step.agent.id, step=run["step"],
                               idempotency_key=f"{run['run_id']}:{call['toolCallId']}",
-                              writer=_Writer(step, through_processors=True),
+                              writer=StepWriter(step, through_processors=True),
                               request_context=step.runner.request_context)
             output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
                                                 agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
@@ -507,12 +450,12 @@ class StepExecutor:
             results.append({"toolCallId": call["toolCallId"], "toolName": call["toolName"], "result": final})
         return results
 
-    async def _output_result(self, step: _Step, finish_reason: str) -> None:
+    async def _output_result(self, step: StepState, finish_reason: str) -> None:
         await step.runner.process_output_result(step.ml, result={
-            "text": _final_text(step), "usage": step.usage_total, "finishReason": finish_reason,
+            "text": final_text(step), "usage": step.usage_total, "finishReason": finish_reason,
             "steps": step.steps})
 
-    async def _finish_chunk(self, step: _Step, reason: str, *, finish_reason: str,
+    async def _finish_chunk(self, step: StepState, reason: str, *, finish_reason: str,
                             tripwire: dict[str, Any] | None = None, error: Any = None) -> None:
         payload: dict[str, Any] = {"stepResult": {"reason": reason}, "finishReason": finish_reason,
                                    "output": {"usage": step.usage_total}}
@@ -525,7 +468,7 @@ class StepExecutor:
             log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
         await step.writer.emit(chunk)
 
-    async def _fail(self, step: _Step, error: dict[str, Any]) -> None:
+    async def _fail(self, step: StepState, error: dict[str, Any]) -> None:
         await step.writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
         await step.writer.emit({"type": "step-finish", "from": "AGENT", "payload": {
             "messageId": step.response_id, "stepResult": {"reason": "error", "isContinued": False},
@@ -573,42 +516,3 @@ class StepExecutor:
                                         final_fields={"status": "failed", "finish_reason": "error", "error": error},
                                         lease_ttl_s=self._settings.lease_ttl_s)
         await self._outbox.flush([box_id])
-
-
-def _final_text(step: _Step) -> str:
-    for msg in reversed(step.ml.get.response.db()):
-        if msg["role"] == "assistant":
-            texts = [p.get("text", "") for p in msg["content"].get("parts") or () if p.get("type") == "text"]
-            if texts:
-                return texts[-1]
-    return ""
-
-
-def _add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
-    if usage is None:
-        total["partial"] = True
-        return
-    for key in ("inputTokens", "outputTokens", "totalTokens"):
-        if usage.get(key) is not None:
-            total[key] = (total.get(key) or 0) + usage[key]
-
-
-def _error_view(exc: ModelCallError) -> AttrDict:
-    return wrap({"kind": exc.kind, "message": str(exc), "status_code": exc.status_code,
-                 "retry_after_s": exc.retry_after_s, "retryable": exc.retryable})
-
-
-async def _replay(cached: Any, outcome: ModelOutcome) -> Any:
-    """Replay a cached response ``{chunks: [...]}`` as if it streamed (DECISIONS 7)."""
-    chunks = cached.get("chunks") if isinstance(cached, dict) else cached
-    for chunk in chunks or []:
-        chunk = dict(chunk)
-        payload = chunk.get("payload") or {}
-        if chunk.get("type") == "text-delta":
-            outcome.text += payload.get("text", "")
-        elif chunk.get("type") == "tool-call":
-            outcome.tool_calls.append(dict(payload))
-        elif chunk.get("type") == "finish":
-            continue
-        yield chunk
-    outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"

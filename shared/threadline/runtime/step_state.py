@@ -1,0 +1,114 @@
+"""The mutable state of one step execution (``StepState``), the processors' and tools'
+``writer``, and small helpers of the step executor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline.errors import ModelCallError
+from threadline.runtime.agent import Agent
+from threadline.runtime.chunk_writer import ChunkWriter
+from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.messages import MessageList, make_message
+from threadline.runtime.processor import ProcessorRunner
+
+
+class StepWriter:
+    """``writer.custom(chunk)`` for processors and tools (seed 000, "發出自訂資料 chunk")."""
+
+    def __init__(self, step: StepState, *, through_processors: bool) -> None:
+        self._step = step
+        self._through = through_processors
+
+    async def custom(self, chunk: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+        await self._step.custom_chunk(dict(chunk), through_processors=self._through)
+
+
+@dataclass
+class StepState:
+    """Mutable state of one step execution: the run row, its message list, processors, the
+    response message being built, steps so far, usage totals."""
+
+    run: asyncpg.Record
+    agent: Agent
+    writer: ChunkWriter
+    ml: MessageList
+    runner: ProcessorRunner
+    response_id: str
+    steps: list[dict[str, Any]]
+    state: dict[str, Any]
+    usage_total: dict[str, Any] = field(default_factory=dict)
+    echoes: list[dict[str, Any]] = field(default_factory=list)
+
+    async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
+        """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
+        part = wrap(chunk)
+        if processed:
+            part = await self.runner.process_output_stream(part, self.ml)
+            if part is None:
+                return None
+        await self.writer.emit(part)
+        return part
+
+    async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
+        if not str(chunk.get("type", "")).startswith("data-"):
+            raise ValueError("writer.custom chunks must have a type starting with 'data-'")
+        transient = bool(chunk.get("transient"))
+        part = await self.emit(chunk, processed=through_processors)
+        if part is None or transient or not str(part.get("type", "")).startswith("data-"):
+            return
+        msg = self.response_message()
+        msg["content"]["parts"].append(wrap({"type": part["type"], "data": part.get("data")}))
+
+    def response_message(self) -> AttrDict:
+        msg = self.ml.get_by_id(self.response_id)
+        if msg is None:
+            msg = make_message("assistant", [], id=self.response_id, thread_id=self.run["thread_id"],
+                               resource_id=self.run["resource_id"])
+            self.ml.add(msg, "response")
+            msg = self.ml.get_by_id(self.response_id)
+        assert msg is not None
+        return msg
+
+
+def final_text(step: StepState) -> str:
+    for msg in reversed(step.ml.get.response.db()):
+        if msg["role"] == "assistant":
+            texts = [p.get("text", "") for p in msg["content"].get("parts") or () if p.get("type") == "text"]
+            if texts:
+                return texts[-1]
+    return ""
+
+
+def add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
+    if usage is None:
+        total["partial"] = True
+        return
+    for key in ("inputTokens", "outputTokens", "totalTokens"):
+        if usage.get(key) is not None:
+            total[key] = (total.get(key) or 0) + usage[key]
+
+
+def error_view(exc: ModelCallError) -> AttrDict:
+    return wrap({"kind": exc.kind, "message": str(exc), "status_code": exc.status_code,
+                 "retry_after_s": exc.retry_after_s, "retryable": exc.retryable})
+
+
+async def replay(cached: Any, outcome: ModelOutcome) -> Any:
+    """Replay a cached response ``{chunks: [...]}`` as if it streamed (DECISIONS 7)."""
+    chunks = cached.get("chunks") if isinstance(cached, dict) else cached
+    for chunk in chunks or []:
+        chunk = dict(chunk)
+        payload = chunk.get("payload") or {}
+        if chunk.get("type") == "text-delta":
+            outcome.text += payload.get("text", "")
+        elif chunk.get("type") == "tool-call":
+            outcome.tool_calls.append(dict(payload))
+        elif chunk.get("type") == "finish":
+            continue
+        yield chunk
+    outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
