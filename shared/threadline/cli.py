@@ -38,21 +38,47 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
+def _run(coro: Any) -> None:
+    """Run a command's coroutine; bad input and refusals print an error line, never a traceback."""
+    from pydantic import ValidationError
+
+    from threadline.client.client import RequestFailed
+
+    try:
+        asyncio.run(coro)
+    except RequestFailed as exc:
+        _print(exc.reply)
+        raise typer.Exit(2) from None
+    except ValidationError as exc:
+        _print({"type": "error", "code": "validation_failed",
+                "message": "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])})
+        raise typer.Exit(2) from None
+    except (ValueError, orjson.JSONDecodeError) as exc:
+        _print({"type": "error", "code": "invalid_argument", "message": str(exc)})
+        raise typer.Exit(2) from None
+    except TimeoutError:
+        _fail("no reply from ingress (is the cluster up? `make up`)", 3)
+
+
+def _attrs(pairs: list[str] | None) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--attr takes key=value, got {pair!r}")
+        out[key] = value
+    return out
+
+
 async def _send(kind: str, text: str, resource: str, thread: str, agent: str, **kw: Any) -> None:
-    from threadline.client.client import RequestFailed, ThreadlineClient
+    from threadline.client.client import ThreadlineClient
 
     async with ThreadlineClient() as tl:
         method = getattr(tl, kind)
         result = await method(text, resource_id=resource, thread_id=thread, agent_id=agent, **kw)
-        try:
-            _print(await result.accepted)
-            if result.persisted is not None:
-                _print(await result.persisted)
-        except RequestFailed as exc:
-            _print(exc.reply)
-            raise typer.Exit(2) from None
-        except TimeoutError:
-            _fail("no reply from ingress (is the cluster up? `make up`)")
+        _print(await result.accepted)
+        if result.persisted is not None:
+            _print(await result.persisted)
 
 
 @app.command("send-message")
@@ -64,7 +90,7 @@ def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt 
     idle: dict[str, Any] = {"behavior": if_idle}
     if max_steps is not None:
         idle["stream_options"] = {"max_steps": max_steps}
-    asyncio.run(_send("send_message", text, resource, thread, agent, if_active={"behavior": if_active},
+    _run(_send("send_message", text, resource, thread, agent, if_active={"behavior": if_active},
                       if_idle=idle))
 
 
@@ -76,10 +102,10 @@ def send_signal(contents: str, resource: Resource, thread: Thread, agent: AgentO
                 if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
                 if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
     """Send a signal to a thread (seed ``sendSignal``); print the accepted reply."""
-    signal = {"type": type, "contents": contents, "attributes": dict(a.split("=", 1) for a in attribute or [])}
+    signal = {"type": type, "contents": contents, "attributes": _attrs(attribute)}
     if tag_name:
         signal["tag_name"] = tag_name
-    asyncio.run(_send("send_signal", signal, resource, thread, agent, if_active={"behavior": if_active},
+    _run(_send("send_signal", signal, resource, thread, agent, if_active={"behavior": if_active},
                       if_idle={"behavior": if_idle}))
 
 
@@ -93,8 +119,11 @@ def send_state_signal(contents: str, resource: Resource, thread: Thread, agent: 
     """Send a state signal (seed ``sendStateSignal``); prints the accepted or skipped reply."""
     state: dict[str, Any] = {"id": lane, "cache_key": cache_key or contents, "contents": contents, "mode": mode}
     if value is not None:
-        state["value" if mode == "snapshot" else "delta"] = orjson.loads(value)
-    asyncio.run(_send("send_state_signal", state, resource, thread, agent, if_idle={"behavior": if_idle}))
+        try:
+            state["value" if mode == "snapshot" else "delta"] = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise typer.BadParameter(f"--value must be JSON: {exc}") from None
+    _run(_send("send_state_signal", state, resource, thread, agent, if_idle={"behavior": if_idle}))
 
 
 @app.command()
@@ -115,7 +144,7 @@ def notify(summary: str, resource: Resource, thread: Thread, agent: AgentOpt = "
             _print(await tl.send_notification_signal({k: v for k, v in note.items() if v is not None},
                                                      resource_id=resource, thread_id=thread, agent_id=agent))
 
-    asyncio.run(main())
+    _run(main())
 
 
 @app.command()
@@ -133,8 +162,11 @@ def inbox(resource: Resource, thread: Thread,
             if mark:
                 if mark not in ("seen", "dismissed", "archived") or not record_id:
                     _fail("--mark takes seen|dismissed|archived, with --id")
-                await conn.execute(f"UPDATE notifications SET status = $3, {mark}_at = now(), updated_at = now() "
-                                   "WHERE id = $1 AND thread_id = $2", record_id, thread, mark)
+                done = await conn.execute(f"UPDATE notifications SET status = $3, {mark}_at = now(), "
+                                          "updated_at = now() WHERE id = $1 AND thread_id = $2 AND resource_id = $4",
+                                          record_id, thread, mark, resource)
+                if not done.endswith(" 1"):
+                    _fail(f"no record {record_id!r} in thread {thread!r} of resource {resource!r}")
             rows = await conn.fetch("SELECT id, source, kind, priority, status, summary, coalesced_count, "
                                     "delivery_reason, created_at FROM notifications WHERE thread_id = $1 AND "
                                     "resource_id = $2 AND ($3::text IS NULL OR status = $3) ORDER BY created_at",
@@ -150,7 +182,7 @@ def inbox(resource: Resource, thread: Thread,
 @app.command("queue-message")
 def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
     """Queue a user message as the thread's next turn (seed ``queueMessage``)."""
-    asyncio.run(_send("queue_message", text, resource, thread, agent))
+    _run(_send("queue_message", text, resource, thread, agent))
 
 
 @app.command()

@@ -56,6 +56,18 @@ def configure(*, level: str = "INFO", json: bool = False, service: str | None = 
         structlog.contextvars.bind_contextvars(service=service)
 
 
+def _library_default() -> None:
+    """Until ``configure`` runs (services do), a library user sees only warnings, on stderr."""
+    if not structlog.is_configured():
+        structlog.configure(
+            processors=[structlog.processors.add_log_level, redact, structlog.dev.ConsoleRenderer(colors=False)],
+            wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING),
+            logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+
+_library_default()
+
+
 def get_logger(name: str | None = None) -> Any:
     """Return a structlog logger (``name`` is bound as ``logger``)."""
     return structlog.get_logger(logger_name=name) if name else structlog.get_logger()

@@ -21,6 +21,8 @@ class StartRun(_RunEvent):
     type: Literal["start_run"] = "start_run"
     epoch: int
     """Fencing epoch of the thread lease the run holds."""
+    handover: bool = False
+    """The lease came straight from the previous run (the thread never went idle)."""
 
 
 class AbortRun(Event):

@@ -8,10 +8,11 @@ from threadline.inbox.policy import PRIORITY_RANK
 
 
 def notification_signal(record: dict[str, Any]) -> dict[str, Any]:
-    """The ``notification`` signal of one record: caller attributes, then the built-ins (which win)."""
+    """The ``notification`` signal of one record, as delivered: caller attributes, then the
+    built-ins (which win)."""
     attrs = {**(record.get("attributes") or {}), "id": record["id"], "source": record["source"],
              "type": record["kind"], "kind": record["kind"], "priority": record["priority"],
-             "status": record.get("status", "pending")}
+             "status": "delivered"}
     if record.get("coalesced_count", 1) > 1:
         attrs["coalescedCount"] = record["coalesced_count"]
     meta = {**(record.get("metadata") or {}), "notification": {

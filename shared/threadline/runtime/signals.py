@@ -32,7 +32,7 @@ def normalize_type(kind: str) -> str:
     kind = LEGACY_TYPES.get(kind, kind)
     if kind not in SIGNAL_TYPES:
         raise InvalidEventError(f"Invalid signal type: {kind}. Use a supported signal type and set "
-                                "tagName for custom XML tags.", code="invalid_signal_type")
+                                "tag_name for custom XML tags.", code="invalid_signal_type")
     return kind
 
 

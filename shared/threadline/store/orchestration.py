@@ -41,7 +41,7 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
         task = StepTask(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
                         step=0, attempt=run["attempt"], epoch=run["epoch"])
         ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
-        for kind in ("thread_active", "run_started"):
+        for kind in (("run_started",) if cmd.handover else ("thread_active", "run_started")):
             ids.append(await outbox.add(conn, topics.lifecycle, _life(kind, run), key=key))
     return ids
 
@@ -113,7 +113,8 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
     # the signal is the new run's input now (a leftover delivery becomes a wake)
     await conn.execute("UPDATE signals SET run_id = $2, mode = CASE WHEN mode = 'deliver' THEN 'wake' ELSE mode END "
                        "WHERE id = $1", sig["id"], run_id)
-    start = StartRun(run_id=run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch)
+    start = StartRun(run_id=run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch,
+                     handover=True)
     return await outbox.add(conn, topics.run_commands, start,
                             key=thread_key(prev["resource_id"], prev["thread_id"]))
 
