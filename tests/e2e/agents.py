@@ -508,3 +508,6 @@ notes_custom = Agent(id="notes-custom", model="openai/threadline-notes",
                      notifications={"delivery_policy": {"priorities": {"urgent": "deliver"}, "decide": _seed_decide,
                                                         "sources": {"spam": "discard"}}})
 agents += [notes, notes_custom]
+
+mailer = Agent(id="mailer", model="openai/threadline-mailer", tools=[_email_tool])
+agents += [mailer]

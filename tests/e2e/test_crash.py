@@ -97,3 +97,31 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
     assert len(crash_marks) == 1
     assert content(chunks)[-1] == ("finish", "error")
     assert (await run_row(cluster.dsn, run_id))["status"] == "failed"
+
+
+async def test_a_tool_that_ran_before_a_crash_is_not_run_again(services, settings, model, cluster, tmp_path):
+    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+    pause_file = tmp_path / "paused"
+    thread = f"th-crash-{uuid.uuid4().hex[:6]}"
+    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "ann"}, id="mail-1"), times=2),
+                 ms.text("sent it")], model="threadline-mailer")
+    services.stop("processor_worker-1")
+    services.start("processor_worker", "processor_worker-armed", THREADLINE_PAUSE_POINTS="after_tool_result_stored",
+                   THREADLINE_PAUSE_FILE=str(pause_file))
+    try:
+        async with ThreadlineClient(settings) as tl:
+            sub = await tl.subscribe_to_thread("res-1", thread)
+            run_id = (await (await tl.stream("email ann", agent_id="mailer", resource_id="res-1",
+                                             thread_id=thread)).accepted).run_id
+            await asyncio.to_thread(_wait_file, pause_file, "after_tool_result_stored")
+            services.start("processor_worker", "processor_worker-1")
+            services.kill("processor_worker-armed")
+            chunks = await collect_run(sub, timeout_s=90)
+            await sub.unsubscribe()
+    finally:
+        if "processor_worker-armed" in services.procs:
+            services.kill("processor_worker-armed")
+    assert content(chunks)[-1] == ("finish", "stop")
+    sent = await rows(cluster.dsn, f"SELECT * FROM sent_emails WHERE run_id = '{run_id}'")
+    assert len(sent) == 1  # executed once, although the step ran twice
+    assert any(c["type"] == "attempt-discarded" for c in chunks)

@@ -104,7 +104,7 @@ async def test_c07_tool_results_and_tool_data_chunks_go_through_processors(servi
     assert states["watch"]["counts"]["data-progress"] == 2
     assert not any(t.startswith("data-") for t in states["plain"]["types"])
     # the secret reached no table and no topic of ours
-    for table in ("messages", "runs", "signals", "outbox"):
+    for table in ("messages", "runs", "signals", "outbox", "tool_calls"):
         dump = await rows(cluster.dsn, f"SELECT count(*) AS n FROM {table} WHERE {table}::text LIKE '%123-45-6789%' "
                                        f"OR {table}::text LIKE '%a@b.c%'")
         assert dump[0]["n"] == 0, table

@@ -422,7 +422,16 @@ class StepExecutor:
             call_hooks = self._catalogue.hooks.get(call_hooks)
         hooks = step.agent.hooks.merged(ToolHooks.of(call_hooks))
         results = []
+        async with self._db.connection() as conn:
+            done = {r["tool_call_id"]: r for r in await conn.fetch(
+                "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
+                run["run_id"], [c["toolCallId"] for c in calls])}
         for call in calls:
+            if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
+                prior = done[call["toolCallId"]]
+                log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
+                results.append(await self._tool_outcome(step, call, prior["result"], prior["error"]))
+                continue
             ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run["run_id"], thread_id=run["thread_id"],
                               resource_id=run["resource_id"], agent_id=step.agent.id, step=run["step"],
                               idempotency_key=f"{run['run_id']}:{call['toolCallId']}",
@@ -431,24 +440,33 @@ class StepExecutor:
             output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
                                                 agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
                                                             "agent_name": step.agent.name})
-            if error is not None:
-                set_invocation(ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
-                await step.emit({"type": "tool-error", "from": "AGENT", "payload": {
-                    "toolCallId": call["toolCallId"], "toolName": call["toolName"], "args": call.get("args"),
-                    "error": error}})
-                results.append({"toolCallId": call["toolCallId"], "toolName": call["toolName"], "error": error})
-                continue
-            await step.runner.process_tool_result(ml, step_number=run["step"], steps=step.steps,
-                                                  tool_name=call["toolName"], tool_call_id=call["toolCallId"],
-                                                  args=call.get("args"), result=output)
-            found, replaced = read_result(ml, call["toolCallId"])
-            final = replaced if found else output
-            set_invocation(ml, step.response_id, call["toolCallId"], state="result", result=final)
-            await step.emit({"type": "tool-result", "from": "AGENT", "payload": {
-                "toolCallId": call["toolCallId"], "toolName": call["toolName"], "args": call.get("args"),
-                "result": final}})
-            results.append({"toolCallId": call["toolCallId"], "toolName": call["toolName"], "result": final})
+            final = output
+            if error is None:
+                await step.runner.process_tool_result(ml, step_number=run["step"], steps=step.steps,
+                                                      tool_name=call["toolName"], tool_call_id=call["toolCallId"],
+                                                      args=call.get("args"), result=output)
+                found, replaced = read_result(ml, call["toolCallId"])
+                final = replaced if found else output
+            async with self._db.connection() as conn:  # what ran is recorded (processed view only, K3)
+                await conn.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "
+                                   "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING", run["run_id"],
+                                   call["toolCallId"], call["toolName"], final, error)
+            await pause_point("after_tool_result_stored")
+            results.append(await self._tool_outcome(step, call, final, error))
         return results
+
+    async def _tool_outcome(self, step: StepState, call: dict[str, Any], result: Any, error: str | None) -> dict[str, Any]:
+        """Put a tool's (final) result or error into the list and onto the stream."""
+        base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
+        if error is not None:
+            set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
+            await step.emit({"type": "tool-error", "from": "AGENT", "payload": {**base, "args": call.get("args"),
+                                                                                "error": error}})
+            return {**base, "error": error}
+        set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
+        await step.emit({"type": "tool-result", "from": "AGENT", "payload": {**base, "args": call.get("args"),
+                                                                             "result": result}})
+        return {**base, "result": result}
 
     async def _output_result(self, step: StepState, finish_reason: str) -> None:
         await step.runner.process_output_result(step.ml, result={
