@@ -511,3 +511,8 @@ agents += [notes, notes_custom]
 
 mailer = Agent(id="mailer", model="openai/threadline-mailer", tools=[_email_tool])
 agents += [mailer]
+
+from threadline.inbox.tool import inbox_tool  # noqa: E402
+
+inbox_agent = Agent(id="inbox-agent", model="openai/threadline-inbox", tools=[inbox_tool()])
+agents += [inbox_agent]

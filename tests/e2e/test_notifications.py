@@ -167,3 +167,27 @@ async def test_two_schedulers_deliver_each_of_1000_due_records_once(services, se
     assert len(seen) == 1000 and set(seen.values()) == {1}  # each delivered exactly once
     logs = [(services.log_dir / f"notification_scheduler-{n}.log").read_text() for n in (1, 2)]
     assert all("inbox delivered" in text for text in logs), "both schedulers took part"
+
+
+async def test_the_inbox_as_an_agent_tool(services, settings, model, cluster):
+    from threadline.testing import model_script as ms
+
+    thread = _thread()
+    async with ThreadlineClient(settings) as tl:
+        rec = await _notify(tl, thread, agent="inbox-agent", priority="low", summary="deploy done",
+                            payload={"sha": "abc"})
+        rid = rec["record"]["id"]
+        model.queue([ms.tool_calls(ms.tool_call("inbox", {"action": "list"})),
+                     ms.tool_calls(ms.tool_call("inbox", {"action": "read", "record_id": rid})),
+                     ms.tool_calls(ms.tool_call("inbox", {"action": "dismiss", "record_id": rid})),
+                     ms.text("handled")], model="threadline-inbox")
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        await (await tl.send_message("check my inbox", agent_id="inbox-agent", resource_id="res-1",
+                                     thread_id=thread)).accepted
+        chunks = await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    results = [c["payload"]["result"] for c in chunks if c["type"] == "tool-result"]
+    assert [r["id"] for r in results[0]["records"]] == [rid]
+    assert '"sha": "abc"' in results[1]["payload"] or '"sha":"abc"' in results[1]["payload"]
+    assert results[2] == {"updated": True, "status": "dismissed"}
+    assert (await _record(cluster.dsn, rid))["status"] == "dismissed"
