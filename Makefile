@@ -132,8 +132,8 @@ endif
 test: install ## the test suite (the tests start the native cluster themselves)
 	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-bench: ## benchmarks
-	@echo "bench: not yet"
+bench: install ## benchmarks (so far: the in-process processor pipeline; see bench/)
+	cd $(ROOT) && $(PY) -m bench
 
 clean: ## down, delete all data (Kafka, PostgreSQL) and .run/
 ifeq ($(THREADLINE_DOCKER),1)

@@ -1,0 +1,1 @@
+"""Benchmarks (``make bench``): figures beside a baseline measured in the same run."""
