@@ -93,3 +93,12 @@ async def wait_idle(dsn: str, thread_id: str, timeout_s: float = 10.0) -> bool:
             return True
         await asyncio.sleep(0.1)
     return False
+
+
+async def execute(dsn: str, sql: str, *args: Any) -> None:
+    """Run one statement (test setup)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(sql, *args)
+    finally:
+        await conn.close()

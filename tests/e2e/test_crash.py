@@ -8,19 +8,9 @@ import asyncio
 import time
 import uuid
 
-from tests.e2e.helpers import collect_run, content, rows, run_row, wait_idle
+from tests.e2e.helpers import collect_run, content, execute, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
-
-
-async def _exec(dsn: str, sql: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql)
-    finally:
-        await conn.close()
 
 
 def _wait_file(path, needle: str, timeout_s: float = 30) -> None:
@@ -31,7 +21,7 @@ def _wait_file(path, needle: str, timeout_s: float = 30) -> None:
 
 
 async def test_c10c_step_gate_still_blocks_after_the_worker_dies_mid_step(services, settings, model, cluster, tmp_path):
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
     pause_file = tmp_path / "paused"
     thread = f"th-crash-{uuid.uuid4().hex[:6]}"
     model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}), times=2)], model="threadline-a10")
@@ -100,7 +90,7 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
 
 
 async def test_a_tool_that_ran_before_a_crash_is_not_run_again(services, settings, model, cluster, tmp_path):
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
     pause_file = tmp_path / "paused"
     thread = f"th-crash-{uuid.uuid4().hex[:6]}"
     model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "ann"}, id="mail-1"), times=2),

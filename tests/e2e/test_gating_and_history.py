@@ -5,23 +5,13 @@ from __future__ import annotations
 
 import uuid
 
-from tests.e2e.helpers import content, rows, run_row, run_stream
+from tests.e2e.helpers import content, execute, rows, run_row, run_stream
 from threadline.testing import model_script as ms
-
-
-async def _exec(dsn: str, sql: str, *args) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(sql, *args)
-    finally:
-        await conn.close()
 
 
 async def test_c09_input_filtering_does_not_rewrite_stored_history(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
-    await _exec(cluster.dsn, "INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-1')", thread)
+    await execute(cluster.dsn, "INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-1')", thread)
     earlier = [
         ("m1", "user", {"format": 2, "parts": [{"type": "text", "text": "weather?"}]}),
         ("m2", "assistant", {"format": 2, "parts": [{"type": "step-start"}, {"type": "tool-invocation", "toolInvocation": {
@@ -33,7 +23,7 @@ async def test_c09_input_filtering_does_not_rewrite_stored_history(services, set
     for mid, role, body in earlier:
         import orjson
 
-        await _exec(cluster.dsn, "INSERT INTO messages (id, thread_id, resource_id, role, content) "
+        await execute(cluster.dsn, "INSERT INTO messages (id, thread_id, resource_id, role, content) "
                     "VALUES ($1, $2, 'res-1', $3, $4::jsonb)", f"{thread}-{mid}", thread, role, orjson.dumps(body).decode())
     snapshot = await rows(cluster.dsn, "SELECT id, content::text AS c, updated_at, position FROM messages "
                           "WHERE thread_id = $1 ORDER BY position", thread)
@@ -55,15 +45,15 @@ async def test_c10a_slow_input_gate_blocks_before_any_model_call(services, setti
     assert not any(c["type"] == "tool-call" for c in chunks)
     assert content(chunks)[-2:] == [("tripwire", {"reason": "blocked topic", "retry": False, "metadata": None,
                                                   "processorId": "slowgate"}), ("finish", "tripwire")]
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
     assert await rows(cluster.dsn, "SELECT * FROM sent_emails WHERE run_id = $1", run_id) == []
     model.reset()
 
 
 async def test_c10b_step_gate_blocks_the_tool_the_model_already_called(services, settings, model, cluster):
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
-    await _exec(cluster.dsn, "CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
     before_hooks = len(await rows(cluster.dsn, "SELECT * FROM hook_calls"))
     model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-a10")
     run_id, chunks = await run_stream(settings, "a10b", "email x")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import uuid
 
-import orjson
 
 from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient

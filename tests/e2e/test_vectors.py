@@ -58,8 +58,6 @@ async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, mo
 
 
 async def test_a_step_that_cannot_run_fails_its_run_instead_of_orphaning_it(services, settings, model, cluster):
-    from threadline.client import ThreadlineClient
-
     run_id, chunks = await run_stream(settings, "broken", "hi")
     assert [c["type"] for c in chunks][-2:] == ["error", "finish"]
     assert "instructions exploded" in chunks[-2]["payload"]["error"]["message"]

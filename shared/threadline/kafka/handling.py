@@ -17,6 +17,7 @@ from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from threadline.errors import InvalidEventError
+from threadline.events.codec import header
 from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.producer import Producer
@@ -98,10 +99,7 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
 
 
 def _request_id(record: Record) -> str | None:
-    for key, value in record.headers or ():
-        if key == "tl-event-id":
-            return value.decode(errors="replace")
-    return None
+    return header(record.headers, "tl-event-id")
 
 
 def raw_field(record: Record, name: str) -> Any:

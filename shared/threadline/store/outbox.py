@@ -25,9 +25,7 @@ log = get_logger(__name__)
 async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> int:
     """Insert ``event`` for ``topic`` in the current transaction; return the outbox id."""
     value, headers = encode(event)
-    return await conn.fetchval(
-        "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
-        topic, key, [[k, v.decode()] for k, v in headers], value)
+    return await add_raw(conn, topic, value, key=key, headers=headers)
 
 
 async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: str | None,
@@ -36,6 +34,9 @@ async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: st
     return await conn.fetchval(
         "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
         topic, key, [[k, v.decode()] for k, v in headers], value)
+
+
+_MARK = "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])"
 
 
 class Outbox:
@@ -52,17 +53,16 @@ class Outbox:
         rows = await self._db.fetch(
             "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
             "AND published_at IS NULL ORDER BY id", ids)
-        await self._publish(rows)
+        if rows:  # no pooled connection is held while Kafka acknowledges
+            await self._send(rows)
+            await self._db.execute(_MARK, [r["id"] for r in rows])
 
-    async def _publish(self, rows: list[asyncpg.Record]) -> None:
-        if not rows:
-            return
+    async def _send(self, rows: list[asyncpg.Record]) -> None:
+        """Send ``rows`` in order and wait for every acknowledgement."""
         futures = [await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
                                                  headers=[(k, v.encode()) for k, v in r["headers"]])
                    for r in rows]
         await asyncio.gather(*futures)
-        await self._db.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",
-                               [r["id"] for r in rows])
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many."""
@@ -71,15 +71,11 @@ class Outbox:
                 "SELECT id, topic, key, headers, value FROM outbox WHERE published_at IS NULL "
                 "AND created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2 "
                 "FOR UPDATE SKIP LOCKED", older_than_s, limit)
-            if not rows:
-                return 0
-            futures = [await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
-                                                     headers=[(k, v.encode()) for k, v in r["headers"]])
-                       for r in rows]
-            await asyncio.gather(*futures)
-            await conn.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])",
-                               [r["id"] for r in rows])
-        log.info("outbox relay published leftovers", count=len(rows))
+            if rows:
+                await self._send(rows)
+                await conn.execute(_MARK, [r["id"] for r in rows])
+        if rows:
+            log.info("outbox relay published leftovers", count=len(rows))
         return len(rows)
 
 

@@ -101,20 +101,21 @@ async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg
     current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
     if current != result.attempt:  # a later attempt of this step took over: this one is dead
         raise StaleWriterError(run_id, run["epoch"])
-    keep: list[str] = []
+    rows = []
     for msg, source in entries:
         if source not in _STORABLE or msg["role"] == "system":
             continue
         content = _strip_incomplete(msg["content"])
         if msg["role"] == "assistant" and not content["parts"]:
             continue
-        keep.append(msg["id"])
-        await conn.execute(
+        rows.append((msg["id"], thread_id, run["resource_id"], run_id, msg["role"], msg.get("type"), content))
+    if rows:
+        await conn.executemany(
             "INSERT INTO messages (id, thread_id, resource_id, run_id, role, type, content) "
             "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, "
             "role = EXCLUDED.role, updated_at = now() WHERE messages.run_id = EXCLUDED.run_id "
-            "AND messages.content IS DISTINCT FROM EXCLUDED.content",
-            msg["id"], thread_id, run["resource_id"], run_id, msg["role"], msg.get("type"), content)
+            "AND messages.content IS DISTINCT FROM EXCLUDED.content", rows)
+    keep = [r[0] for r in rows]
     await conn.execute("DELETE FROM messages WHERE run_id = $1 AND NOT (id = ANY($2::text[]))", run_id, keep)
     if consumed:
         await conn.execute("UPDATE signals SET status = 'consumed', consumed_by_run = $2, consumed_at = now() "
