@@ -1,21 +1,29 @@
 """notification-scheduler: owns the notification inbox. Delivers due records (``deliver_at`` /
-``summary_at`` reached) on a timer, and at once for a thread the lifecycle topic says went idle
-(held high notifications are delivered in full then). Several instances share the work: records
-are claimed with ``FOR UPDATE SKIP LOCKED``."""
+``summary_at`` reached) on a timer, and at once for a thread the lifecycle topic says went idle:
+held records are re-decided by the agent's policy (``hold``, DECISIONS 10), then what waited for
+the idle thread goes (high notifications in full, low digests to subscribers only). Several
+instances share the work: each thread is handled under its lease row lock, records re-read there.
+
+Its clock (what is due) is PostgreSQL's ``now()``; ``THREADLINE_SCHEDULER_TEST_CLOCK=1`` (tests
+only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.inbox.clock`.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 from pydantic import TypeAdapter
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
+from threadline.inbox.clock import SchedulerClock
 from threadline.kafka.consumer import Record
 from threadline.logging import get_logger
+from threadline.runtime.registry import load_agents
 from threadline.service import Service
-from threadline.store.inbox import dispatch_due
+from threadline.store.inbox import dispatch_due, redecide_held
 
 log = get_logger(__name__)
 _ADAPTER: TypeAdapter[LifecycleEvent] = TypeAdapter(LifecycleEvent)
@@ -28,6 +36,10 @@ class NotificationScheduler(Service):
         return [self.topics.lifecycle]
 
     async def setup(self) -> None:
+        self.agents = load_agents(self.settings.agents_module)
+        self.clock = SchedulerClock(test_clock=self.settings.scheduler_test_clock)
+        if self.clock.test_clock:
+            log.warning("notification-scheduler uses the TEST clock (THREADLINE_SCHEDULER_TEST_CLOCK)")
         self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
 
     async def stop(self) -> None:
@@ -36,21 +48,35 @@ class NotificationScheduler(Service):
             await self._ticker
         await super().stop()
 
+    def _policy(self, agent_id: str) -> dict[str, Any] | None:
+        agent = self.agents.get(agent_id)
+        return agent.delivery_policy if agent else None
+
     async def handle(self, record: Record) -> None:
         event = decode(record.value, _ADAPTER)
         if event.type == "thread_idle":  # what waited for the thread to be idle goes now
-            await self.dispatch(thread_id=event.thread_id)
+            await self.dispatch(thread_id=event.thread_id, resource_id=event.resource_id)
 
-    async def dispatch(self, thread_id: str | None = None) -> None:
+    async def dispatch(self, thread_id: str | None = None, resource_id: str | None = None) -> None:
+        """One pass: (on idle) re-decide the thread's held records, then deliver what is due."""
+        ids: list[int] = []
         async with self.db.connection() as conn:
-            ids, threads = await dispatch_due(conn, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
-                                              thread_id=thread_id)
-        for resource_id, tid in threads:
-            await self.admin.ensure_one(self.topics.chunks(resource_id, tid),
+            now = await self.clock.now(conn)
+            if thread_id is not None and resource_id is not None:
+                ids += await redecide_held(conn, resource_id=resource_id, thread_id=thread_id, policy_of=self._policy,
+                                           now=now, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
+                                           digest_window_s=self.settings.digest_window_s)
+            sent, threads = await dispatch_due(conn, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
+                                               now=now, thread_id=thread_id)
+            ids += sent
+        if thread_id is not None and resource_id is not None:
+            threads.add((resource_id, thread_id))
+        for res, tid in threads:
+            await self.admin.ensure_one(self.topics.chunks(res, tid),
                                         config={"retention.ms": str(self.settings.chunk_retention_ms)})
         await self.outbox.flush(ids)
         if ids:
-            log.info("inbox delivered", events=len(ids), threads=len(threads))
+            log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)
 
     async def _tick_loop(self) -> None:
         while True:

@@ -151,32 +151,35 @@ def notify(summary: str, resource: Resource, thread: Thread, agent: AgentOpt = "
 def inbox(resource: Resource, thread: Thread,
           status: Annotated[str | None, typer.Option(help="pending|delivered|seen|...")] = None,
           mark: Annotated[str | None, typer.Option(help="seen|dismissed|archived: applied to --id")] = None,
-          record_id: Annotated[str | None, typer.Option("--id", help="record id for --mark")] = None) -> None:
-    """List the thread's inbox records (JSON lines), or mark one seen / dismissed / archived."""
+          read: Annotated[bool, typer.Option("--read", help="print the --id record with its payload")] = False,
+          record_id: Annotated[str | None, typer.Option("--id", help="record id for --mark / --read")] = None) -> None:
+    """List the thread's inbox records (JSON lines), read one (with its payload), or mark one
+    seen / dismissed / archived."""
 
     async def main() -> None:
         import asyncpg
 
+        from threadline.inbox import access
+
+        where = {"resource_id": resource, "thread_id": thread}
         conn = await asyncpg.connect(get_settings().pg_dsn)
         try:
-            if mark:
-                if mark not in ("seen", "dismissed", "archived") or not record_id:
-                    _fail("--mark takes seen|dismissed|archived, with --id")
-                done = await conn.execute(f"UPDATE notifications SET status = $3, {mark}_at = now(), "
-                                          "updated_at = now() WHERE id = $1 AND thread_id = $2 AND resource_id = $4",
-                                          record_id, thread, mark, resource)
-                if not done.endswith(" 1"):
+            if mark or read:
+                if not record_id or (mark and mark not in access.MARKS):
+                    _fail("--mark takes seen|dismissed|archived, with --id; --read needs --id")
+                found = await (access.mark(conn, record_id=record_id, status=mark, **where) if mark
+                               else access.read_record(conn, record_id=record_id, **where))
+                if found is None:
                     _fail(f"no record {record_id!r} in thread {thread!r} of resource {resource!r}")
-            rows = await conn.fetch("SELECT id, source, kind, priority, status, summary, coalesced_count, "
-                                    "delivery_reason, created_at FROM notifications WHERE thread_id = $1 AND "
-                                    "resource_id = $2 AND ($3::text IS NULL OR status = $3) ORDER BY created_at",
-                                    thread, resource, status)
-            for r in rows:
-                _print(dict(r))
+                if read:
+                    _print(found if not mark else await access.read_record(conn, record_id=record_id, **where))
+                    return
+            for r in await access.list_records(conn, status=status, **where):
+                _print(r)
         finally:
             await conn.close()
 
-    asyncio.run(main())
+    _run(main())
 
 
 @app.command("queue-message")

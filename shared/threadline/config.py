@@ -48,6 +48,9 @@ class Settings(BaseSettings):
     """How long low and medium notifications wait to be batched into a digest."""
     scheduler_interval_s: float = 1.0
     """How often the notification-scheduler looks for due inbox records."""
+    scheduler_test_clock: bool = False
+    """Tests only: the notification-scheduler's "now" gets the offset stored in the table
+    ``inbox_test_clock`` (see ``threadline.inbox.clock``). Never set in a deployment."""
     instance_id: str = "local"
     """Name of this service instance (logs, lease holder names)."""
     lease_ttl_s: float = 30.0

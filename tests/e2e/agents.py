@@ -516,3 +516,29 @@ from threadline.inbox.tool import inbox_tool  # noqa: E402
 
 inbox_agent = Agent(id="inbox-agent", model="openai/threadline-inbox", tools=[inbox_tool()])
 agents += [inbox_agent]
+
+
+# --- notifications: custom actions (queue, hold, persist, timed), vector N8, case C19 --------------
+def _actions_decide(record, thread_state, now):
+    from datetime import timedelta
+
+    if record.kind == "hold-me":  # DECISIONS 10: held while the thread is busy, re-decided when idle
+        return "hold" if thread_state == "active" else {"action": "deliver", "reason": "released-on-idle"}
+    if record.kind == "queue-me":
+        return "queue"
+    if record.kind == "persist-me":
+        return "persist"
+    if record.kind.startswith("later"):  # timed: an hour from now (tests move the scheduler's clock)
+        if record.priority == "low":
+            return {"action": "summarize", "summary_at": now + timedelta(hours=1)}
+        return {"action": "defer", "deliver_at": now + timedelta(hours=1), "reason": "later"}
+    return None
+
+
+notes_actions = Agent(id="notes-actions", model="openai/threadline-actions",
+                      notifications={"delivery_policy": {"decide": _actions_decide}})
+notes_n8 = Agent(id="notes-n8", model="openai/threadline-actions",
+                 notifications={"delivery_policy": {"decide": lambda **_: None, "sources": {"github": "discard"},
+                                                    "priorities": {"urgent": "persist"}}})
+a19 = Agent(id="A19", model="openai/threadline-a19", notifications={"digest_window_s": 1.0})
+agents += [notes_actions, notes_n8, a19]

@@ -210,6 +210,48 @@ class ThreadlineClient:
             raise RequestFailed(reply)
         return bool(reply.aborted)
 
+    # --- the inbox (read from PostgreSQL, where the notification-scheduler keeps it) ---------------
+    async def _inbox(self, fn: Any, **kw: Any) -> Any:
+        import asyncpg
+
+        conn = await asyncpg.connect(self.settings.pg_dsn)
+        try:
+            return await fn(conn, **kw)
+        finally:
+            await conn.close()
+
+    async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
+        Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
+        from threadline.inbox import access
+
+        return await self._inbox(access.list_records, resource_id=resource_id, thread_id=thread_id, status=status)
+
+    async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
+        from threadline.inbox import access
+
+        return await self._inbox(access.read_record, resource_id=resource_id, thread_id=thread_id,
+                                 record_id=record_id)
+
+    async def mark_notification(self, record_id: str, status: str, *, resource_id: str,
+                                thread_id: str) -> dict[str, Any] | None:
+        """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
+        has no such record. Raises ``ValueError`` for another status."""
+        from threadline.inbox import access
+
+        return await self._inbox(access.mark, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
+                                 status=status)
+
+    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
+
+    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
+
+    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
+
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
                                   from_offset: int | None = None,

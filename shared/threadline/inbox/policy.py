@@ -11,7 +11,12 @@ The default, exactly as the seed states it:
 
 An agent's ``notifications={"delivery_policy": {...}}`` may set ``default``, ``priorities``,
 ``sources`` and ``decide(record, thread_state, now)``; the first that answers wins, in the order
-``decide`` → ``sources`` → ``priorities`` → ``default`` → the table above.
+``decide`` → ``sources`` → ``priorities`` → ``default`` → the table above. ``digest_window_s``
+in the policy overrides the cluster's ``THREADLINE_DIGEST_WINDOW_S`` for that agent.
+
+Threadline decision (adapting Mastra vector N7): low-priority records and digests never enter an
+active run; a low digest due while the thread is active waits for idle and then reaches
+subscribers only (see ``threadline.store.inbox.dispatch_due``).
 """
 
 from __future__ import annotations
@@ -21,11 +26,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from types import SimpleNamespace
+
+from tenacity import wait_exponential
+
 from threadline.errors import ConfigurationError
 
 Action = Literal["deliver", "summarize", "defer", "persist", "discard", "queue", "hold"]
 ACTIONS = ("deliver", "summarize", "defer", "persist", "discard", "queue", "hold")
 PRIORITY_RANK = {"urgent": 0, "high": 1, "medium": 2, "low": 3}
+MAX_DELIVERY_ATTEMPTS = 5
+"""After this many failed deliveries a record is ``failed`` (Mastra ``MAX_NOTIFICATION_DELIVERY_ATTEMPTS``)."""
+_BACKOFF = wait_exponential(multiplier=5, max=300)
+
+
+def retry_delay_s(attempts: int) -> float:
+    """Seconds before the next delivery attempt after ``attempts`` failures: 5, 10, 20, 40 … ≤ 300."""
+    return float(_BACKOFF(SimpleNamespace(attempt_number=max(1, attempts))))
 
 
 @dataclass(slots=True)
@@ -76,8 +93,13 @@ def _coerce(value: Any, reason: str) -> Decision | None:
 
 async def decide(policy: dict[str, Any] | None, record: dict[str, Any], *, active: bool, now: datetime,
                  digest_window_s: float = 0.0) -> Decision:
-    """Resolve the decision for ``record`` (a dict with ``priority``, ``source``, …)."""
+    """Resolve the decision for ``record`` (a dict with ``priority``, ``source``, …).
+
+    Raises:
+        ConfigurationError: the policy answered something that is not a decision.
+    """
     policy = policy or {}
+    digest_window_s = float(policy.get("digest_window_s", digest_window_s))
     fn = policy.get("decide")
     if callable(fn):
         from threadline._internal.attrdict import wrap

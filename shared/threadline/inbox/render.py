@@ -33,3 +33,23 @@ def digest_signal(records: list[dict[str, Any]], *, pending: int) -> dict[str, A
             "metadata": {"notification": {"signal": "summary", "pending": pending,
                                           "groups": [{"source": s, "count": n} for s, n in sorted(counts.items())],
                                           "notificationIds": [r["id"] for r in records], "priority": top}}}
+
+
+def combined_notification_signal(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One ``notification`` signal for records sharing a ``coalesce_key`` (DECISIONS 9): the
+    summaries one per line, the first record's attributes, ``coalescedCount`` = how many
+    notifications it stands for, ``notificationIds`` in the metadata."""
+    if len(records) == 1:
+        return notification_signal(records[0])
+    first = records[0]
+    sig = notification_signal(first)
+    sig["contents"] = "\n".join(r["summary"] for r in records)
+    top = min((r["priority"] for r in records), key=lambda p: PRIORITY_RANK[p])
+    sig["attributes"].update(id=",".join(r["id"] for r in records), priority=top, coalesceKey=first["coalesce_key"],
+                             coalescedCount=sum(r.get("coalesced_count", 1) for r in records))
+    kinds = sorted({r["kind"] for r in records})
+    if len(kinds) > 1:
+        sig["attributes"].update(kind=",".join(kinds), type=",".join(kinds))
+    sig["metadata"]["notification"].update(recordId=first["id"], notificationIds=[r["id"] for r in records],
+                                           priority=top)
+    return sig

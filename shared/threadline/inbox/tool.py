@@ -9,10 +9,11 @@ import asyncpg
 from pydantic import BaseModel, Field
 
 from threadline.config import get_settings
+from threadline.inbox import access
 from threadline.runtime.tools import Tool, ToolContext, create_tool
 
-_MARKS = {"seen": "seen_at", "dismiss": "dismissed_at", "archive": "archived_at"}
 _STATUS = {"seen": "seen", "dismiss": "dismissed", "archive": "archived"}
+_BRIEF = ("id", "source", "kind", "priority", "status", "summary", "coalesced_count")
 
 
 class InboxInput(BaseModel):
@@ -22,25 +23,19 @@ class InboxInput(BaseModel):
 
 
 async def _inbox(input: InboxInput, context: ToolContext) -> dict[str, Any]:
+    where = {"resource_id": context.resource_id, "thread_id": context.thread_id}
     conn = await asyncpg.connect(get_settings().pg_dsn)
     try:
         if input.action == "list":
-            rows = await conn.fetch(
-                "SELECT id, source, kind, priority, status, summary, coalesced_count FROM notifications "
-                "WHERE thread_id = $1 AND resource_id = $2 AND ($3::text IS NULL OR status = $3) ORDER BY created_at",
-                context.thread_id, context.resource_id, input.status)
-            return {"records": [dict(r) for r in rows]}
+            records = await access.list_records(conn, status=input.status, **where)
+            return {"records": [{k: r[k] for k in _BRIEF} for r in records]}
         if not input.record_id:
             return {"error": "record_id is required"}
         if input.action == "read":
-            row = await conn.fetchrow("SELECT id, source, kind, priority, status, summary, payload::text AS payload "
-                                      "FROM notifications WHERE id = $1 AND thread_id = $2", input.record_id,
-                                      context.thread_id)
-            return dict(row) if row else {"error": "no such record"}
-        done = await conn.execute(
-            f"UPDATE notifications SET status = $3, {_MARKS[input.action]} = now(), updated_at = now() "
-            "WHERE id = $1 AND thread_id = $2", input.record_id, context.thread_id, _STATUS[input.action])
-        return {"updated": done.endswith(" 1"), "status": _STATUS[input.action]}
+            row = await access.read_record(conn, record_id=input.record_id, **where)
+            return {k: row[k] for k in (*_BRIEF, "payload")} if row else {"error": "no such record"}
+        done = await access.mark(conn, record_id=input.record_id, status=_STATUS[input.action], **where)
+        return {"updated": done is not None, "status": _STATUS[input.action]}
     finally:
         await conn.close()
 

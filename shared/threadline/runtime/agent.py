@@ -61,7 +61,9 @@ class Agent:
             ``(request_context) -> list``.
         default_options: defaults for every run (``max_steps``, …; camelCase accepted).
         max_processor_retries: cap on processor-requested retries (seed 000).
-        notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (seed 004).
+        notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (seed 004),
+            and optionally ``digest_window_s``: how long this agent's low/medium notifications wait
+            to be batched into a digest (default ``THREADLINE_DIGEST_WINDOW_S``).
 
     Raises:
         ConfigurationError: a processor in a list whose methods it does not implement, a bad
@@ -84,6 +86,9 @@ class Agent:
         notifications = notifications or {}
         self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
                                                     or notifications.get("deliveryPolicy") or {})
+        window = notifications.get("digest_window_s", notifications.get("digestWindowS"))
+        if window is not None:
+            self.delivery_policy.setdefault("digest_window_s", float(window))
         self._instructions = instructions
         if not callable(instructions):
             self._system = normalize_instructions(instructions)

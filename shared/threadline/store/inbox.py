@@ -1,39 +1,58 @@
 """The notification inbox in Postgres: receiving notifications (ingress) and delivering due
 records (notification-scheduler). Signals go out through the same routing as ``send_signal``,
-inside the caller's transaction, so a record is marked delivered exactly when its signal is."""
+inside the caller's transaction, so a record is marked delivered exactly when its signal is.
+
+Lock order, everywhere: the thread's lease row, then its notification rows — the same order as
+ingress — so schedulers and ingress never deadlock; a scheduler works one thread per transaction.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import asyncpg
 
-from threadline.events import LifecycleEvent, Notified, SendSignal
+from threadline.events import Accepted, LifecycleEvent, Notified, SendSignal
 from threadline.events.base import Event
 from threadline.ids import new_id
-from threadline.inbox.policy import PRIORITY_RANK, Decision, decide
-from threadline.inbox.render import digest_signal, notification_signal
+from threadline.inbox.policy import MAX_DELIVERY_ATTEMPTS, PRIORITY_RANK, Decision, decide, retry_delay_s
+from threadline.inbox.render import combined_notification_signal, digest_signal, notification_signal
 from threadline.logging import get_logger
+from threadline.runtime.agent import normalize_options
+from threadline.runtime.signals import signal_from_message
 from threadline.store import leases, outbox
 from threadline.store.routing import Routed, ensure_thread, route
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
-MAX_DELIVERY_ATTEMPTS = 5
+__all__ = ["MAX_DELIVERY_ATTEMPTS", "dispatch_due", "receive", "record_view", "redecide_held"]
 _COLUMNS = ("id", "thread_id", "resource_id", "agent_id", "source", "kind", "priority", "status", "summary",
             "payload", "dedupe_key", "coalesce_key", "coalesced_count", "attributes", "metadata", "deliver_at",
-            "summary_at", "summarized", "delivery_reason", "delivery_attempts", "last_delivery_error",
-            "delivered_signal_id", "summary_signal_id", "created_at", "updated_at", "delivered_at")
+            "summary_at", "summarized", "held", "delivery_reason", "delivery_attempts", "last_delivery_error",
+            "delivered_signal_id", "summary_signal_id", "created_at", "updated_at", "delivered_at", "seen_at",
+            "dismissed_at", "archived_at")
+_ACTIVE = ("EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = n.thread_id AND l.run_id IS NOT NULL "
+           "AND l.expires_at > now())")
+_WAITS_FOR_IDLE = "(n.priority = 'low' OR (n.summarized AND n.summary_at IS NULL))"
+"""Records that never enter an active run: low ones (Threadline's N7 decision) and high ones whose
+summary already reached the run (delivered in full when the thread goes idle, DECISIONS 11)."""
 
 
-def record_view(row: asyncpg.Record) -> dict[str, Any]:
-    """A record as JSON (what replies, the CLI and tools see)."""
-    out = {k: row[k] for k in _COLUMNS if k in row.keys()}
+def record_view(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
+    """A record as JSON (what replies, the client, the CLI and tools see)."""
+    keys = set(row.keys())
+    out = {k: row[k] for k in _COLUMNS if k in keys}
     for k, v in list(out.items()):
         if isinstance(v, datetime):
             out[k] = v.isoformat()
     return out
+
+
+def _waits_for_idle(r: asyncpg.Record) -> bool:
+    return r["priority"] == "low" or (r["summarized"] and r["summary_at"] is None)
 
 
 async def _upsert(conn: asyncpg.Connection, req: Any, n: Any) -> asyncpg.Record:
@@ -57,15 +76,42 @@ async def _upsert(conn: asyncpg.Connection, req: Any, n: Any) -> asyncpg.Record:
 async def _send(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], *, topics: Topics,
                 lease_ttl_s: float, wake: bool, stream_options: dict[str, Any], event_id: str,
                 reply_to: str | None) -> Routed:
+    """Route ``signal`` like ``send_signal``: into the active run, else wake (or persist) the thread."""
     req = SendSignal(event_id=event_id, agent_id=row["agent_id"], resource_id=row["resource_id"],
                      thread_id=row["thread_id"], signal=signal, reply_to=reply_to,
                      if_idle={"behavior": "wake" if wake else "persist", "stream_options": stream_options})
     return await route(conn, req, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=True)
 
 
+async def _queue(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], *, topics: Topics,
+                 lease_ttl_s: float, stream_options: dict[str, Any], event_id: str, reply_to: str | None) -> Routed:
+    """The ``queue`` action (DECISIONS 10): the next turn after the active run, like ``queueMessage``;
+    on an idle thread it wakes a run at once."""
+    from threadline.store.routing import _insert_signal
+
+    lease = await leases.lock_thread(conn, row["resource_id"], row["thread_id"])
+    if not lease.active:
+        return await _send(conn, row, signal, topics=topics, lease_ttl_s=lease_ttl_s, wake=True,
+                           stream_options=stream_options, event_id=event_id, reply_to=reply_to)
+    sig = signal_from_message({k: signal[k] for k in ("contents", "attributes", "metadata")}, kind="notification",
+                              tag_name=signal.get("tag_name"))
+    queued_run = new_id("run")  # the run that will answer it (the orchestrator starts it after the active one)
+    req = SimpleNamespace(thread_id=row["thread_id"], resource_id=row["resource_id"], agent_id=row["agent_id"],
+                          event_id=event_id, reply_to=reply_to, type="queue_message")
+    await _insert_signal(conn, req, sig, mode="queue", status="pending", run_id=None,
+                         options={**normalize_options(stream_options), "run_id": queued_run})
+    return Routed(reply=Accepted(request_id=event_id, action="deliver", run_id=queued_run, signal_id=sig["id"]))
+
+
 async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any], topics: Topics,
                   lease_ttl_s: float, digest_window_s: float, agent_known: bool) -> tuple[list[int], Event]:
-    """``sendNotificationSignal``: store/merge records, decide each, act on what is due now."""
+    """``sendNotificationSignal``: store/merge records, decide each, act on what is due now.
+
+    Returns:
+        (outbox ids to flush after commit, the ``notified`` reply).
+    Raises:
+        RequestRejected: unknown agent, thread of another resource.
+    """
     ids: list[int] = []
     reply_topic = req.reply_to or topics.replies
     async with conn.transaction():
@@ -82,50 +128,86 @@ async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any],
         for i, n in enumerate(req.notifications):
             row = await _upsert(conn, req, n)
             decision = await decide(policy, dict(row), active=lease.active, now=now, digest_window_s=digest_window_s)
-            row, sent = await _act(conn, row, decision, active=lease.active, now=now, topics=topics,
-                                   lease_ttl_s=lease_ttl_s, stream_options=req.if_idle.stream_options,
-                                   event_id=f"{req.event_id}:{i}", reply_to=reply_topic, ids=ids)
+            row, sent = await _act(conn, row, decision, now=now, topics=topics, lease_ttl_s=lease_ttl_s,
+                                   stream_options=req.if_idle.stream_options, event_id=f"{req.event_id}:{i}",
+                                   reply_to=reply_topic, ids=ids)
             results.append({"record": record_view(row), "decision": decision.dump(), **sent})
         reply = Notified(request_id=req.event_id, results=results)
         ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
     return ids, reply
 
 
-async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, active: bool, now: datetime,
-               topics: Topics, lease_ttl_s: float, stream_options: dict[str, Any], event_id: str,
-               reply_to: str | None, ids: list[int]) -> tuple[asyncpg.Record, dict[str, Any]]:
+async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, now: datetime, topics: Topics,
+               lease_ttl_s: float, stream_options: dict[str, Any], event_id: str, reply_to: str | None,
+               ids: list[int]) -> tuple[asyncpg.Record, dict[str, Any]]:
+    """Apply decision ``d`` to the (locked) record: store its schedule, send what is due now."""
     rid = row["id"]
     if d.action == "discard":
-        row = await conn.fetchrow("UPDATE notifications SET status = 'discarded', discarded_at = now(), "
-                                  "delivery_reason = $2 WHERE id = $1 RETURNING *", rid, d.reason)
+        row = await conn.fetchrow("UPDATE notifications SET status = 'discarded', discarded_at = now(), held = false, "
+                                  "delivery_reason = $2, updated_at = now() WHERE id = $1 RETURNING *", rid, d.reason)
         return row, {}
-    if d.action in ("persist", "hold"):
-        row = await conn.fetchrow("UPDATE notifications SET delivery_reason = $2, deliver_at = NULL, summary_at = NULL "
-                                  "WHERE id = $1 RETURNING *", rid, d.reason)
+    if d.action in ("persist", "hold"):  # inbox only; a held record is re-decided when the thread goes idle
+        row = await conn.fetchrow("UPDATE notifications SET delivery_reason = $2, deliver_at = NULL, summary_at = NULL, "
+                                  "held = $3, updated_at = now() WHERE id = $1 RETURNING *",
+                                  rid, d.reason, d.action == "hold")
         return row, {}
     if d.action in ("defer", "summarize"):
-        row = await conn.fetchrow("UPDATE notifications SET deliver_at = coalesce($2, deliver_at), "
-                                  "summary_at = $3, delivery_reason = $4 WHERE id = $1 RETURNING *",
-                                  rid, d.deliver_at, d.summary_at, d.reason)
-        if d.action == "summarize" and row["priority"] == "high" and active and d.summary_at and d.summary_at <= now:
-            # seed: an active thread gets the summary of a high notification now, the full one when idle
-            routed = await _send(conn, row, digest_signal([dict(row)], pending=1), topics=topics,
-                                 lease_ttl_s=lease_ttl_s, wake=False, stream_options=stream_options,
-                                 event_id=event_id, reply_to=reply_to)
-            ids.extend(routed.outbox_ids)
-            sig = getattr(routed.reply, "signal_id", None)
-            ids.append(await _announce(conn, topics, row, "summary_delivered", [rid], sig,
-                                       getattr(routed.reply, "run_id", None)))
-            row = await conn.fetchrow("UPDATE notifications SET summary_at = NULL, summarized = true, "
-                                      "summary_signal_id = $2 WHERE id = $1 RETURNING *", rid, sig)
-            return row, _sent(routed)
-        return row, {}
-    # deliver / queue: the full notification now
-    routed = await _send(conn, row, notification_signal(dict(row)), topics=topics, lease_ttl_s=lease_ttl_s,
-                         wake=True, stream_options=stream_options, event_id=event_id, reply_to=reply_to)
-    row = await _mark_delivered(conn, row, routed, d.reason, topics)
+        # a record whose summary already went out is not summarised again (C19: one summary for n3+n4)
+        summary_at = None if row["summarized"] else d.summary_at
+        row = await conn.fetchrow("UPDATE notifications SET deliver_at = coalesce($2, deliver_at), summary_at = $3, "
+                                  "delivery_reason = $4, held = false, updated_at = now() WHERE id = $1 RETURNING *",
+                                  rid, d.deliver_at, summary_at, d.reason)
+        immediate = (d.action == "summarize" and summary_at is not None and summary_at <= now
+                     and (row["priority"] == "medium" or (row["priority"] == "high" and row["deliver_at"] is not None)))
+        if not immediate:
+            return row, {}
+        # mastra §3.9: a medium (or high, with a later full delivery) summary due now goes out now
+        pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 AND status = 'pending'",
+                                      row["thread_id"])
+        routed = await _send(conn, row, digest_signal([dict(row)], pending=pending), topics=topics,
+                             lease_ttl_s=lease_ttl_s, wake=row["priority"] != "high", stream_options=stream_options,
+                             event_id=event_id, reply_to=reply_to)
+        ids.extend(routed.outbox_ids)
+        if _outcome(routed) == "rejected":
+            await _failed(conn, [row], _rejection(routed), now, column="summary_at")
+            return await conn.fetchrow("SELECT * FROM notifications WHERE id = $1", rid), {}
+        sig = routed.reply.signal_id  # type: ignore[union-attr]
+        ids.append(await _announce(conn, topics, row, "summary_delivered", [rid], sig,
+                                   getattr(routed.reply, "run_id", None)))
+        row = await conn.fetchrow("UPDATE notifications SET summary_at = NULL, summarized = true, "
+                                  "summary_signal_id = $2, updated_at = now() WHERE id = $1 RETURNING *", rid, sig)
+        return row, _sent(routed)
+    # deliver (into the active run, or waking the thread) / queue (the next turn)
+    send = _queue if d.action == "queue" else _send_wake
+    routed = await send(conn, row, notification_signal(dict(row)), topics=topics, lease_ttl_s=lease_ttl_s,
+                        stream_options=stream_options, event_id=event_id, reply_to=reply_to)
     ids.extend(routed.outbox_ids)
+    outcome = _outcome(routed)
+    if outcome == "delivered":
+        row = (await _mark_delivered(conn, [row], routed, d.reason, topics, ids))[0]
+    elif outcome == "rejected":
+        await _failed(conn, [row], _rejection(routed), now, column="deliver_at")
+        row = await conn.fetchrow("SELECT * FROM notifications WHERE id = $1", rid)
     return row, _sent(routed)
+
+
+async def _send_wake(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], **kw: Any) -> Routed:
+    return await _send(conn, row, signal, wake=True, **kw)
+
+
+def _outcome(routed: Routed) -> str:
+    """``delivered`` (a run has it), ``skipped`` (accepted as persist/discard), ``rejected``."""
+    reply = routed.reply
+    if reply is None or reply.type != "accepted":
+        return "rejected"
+    return "delivered" if reply.action in ("wake", "deliver") else "skipped"
+
+
+def _rejection(routed: Routed) -> str:
+    reply = routed.reply
+    if reply is None:
+        return "no reply from routing"
+    return f"{getattr(reply, 'code', reply.type)}: {getattr(reply, 'message', '')}"
 
 
 def _sent(routed: Routed) -> dict[str, Any]:
@@ -143,77 +225,171 @@ async def _announce(conn: asyncpg.Connection, topics: Topics, row: asyncpg.Recor
     return await outbox.add(conn, topics.lifecycle, event, key=thread_key(row["resource_id"], row["thread_id"]))
 
 
-async def _mark_delivered(conn: asyncpg.Connection, row: asyncpg.Record, routed: Routed, reason: str,
-                          topics: Topics) -> asyncpg.Record:
+async def _mark_delivered(conn: asyncpg.Connection, rows: list[asyncpg.Record], routed: Routed, reason: str,
+                          topics: Topics, ids: list[int]) -> list[asyncpg.Record]:
     reply = routed.reply
-    if reply is not None and reply.type == "accepted" and reply.action in ("wake", "deliver"):
-        routed.outbox_ids.append(await _announce(conn, topics, row, "notification_delivered", [row["id"]],
-                                                 reply.signal_id, reply.run_id))
-        return await conn.fetchrow(
-            "UPDATE notifications SET status = 'delivered', delivered_at = now(), delivered_signal_id = $2, "
-            "delivery_reason = $3, deliver_at = NULL, summary_at = NULL, updated_at = now() WHERE id = $1 RETURNING *",
-            row["id"], reply.signal_id, reason)
-    return row
+    rids = [r["id"] for r in rows]
+    ids.append(await _announce(conn, topics, rows[0], "notification_delivered", rids, reply.signal_id,  # type: ignore[union-attr]
+                               reply.run_id))  # type: ignore[union-attr]
+    return await conn.fetch(
+        "UPDATE notifications SET status = 'delivered', delivered_at = now(), delivered_signal_id = $2, "
+        "delivery_reason = coalesce($3, delivery_reason), deliver_at = NULL, summary_at = NULL, held = false, "
+        "updated_at = now() WHERE id = ANY($1::text[]) RETURNING *", rids, reply.signal_id, reason)  # type: ignore[union-attr]
 
 
-async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s: float, thread_id: str | None = None,
-                       limit: int = 100) -> tuple[list[int], set[tuple[str, str]]]:
-    """Deliver what is due (``deliver_at`` / ``summary_at`` reached), claimed with SKIP LOCKED so
-    several schedulers never deliver a record twice. Per thread: individual records by priority,
-    then one digest of the summary-due ones; a high record already summarised while the thread
-    is active waits for idle (DECISIONS 11)."""
+async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: str, now: datetime, *,
+                  column: str) -> None:
+    """Failure bookkeeping: attempts + 1, the error, a retry after a backoff (``column`` is the
+    schedule to move); ``failed`` after :data:`MAX_DELIVERY_ATTEMPTS`."""
+    for r in rows:
+        attempts = r["delivery_attempts"] + 1
+        retry_at = now + timedelta(seconds=retry_delay_s(attempts))
+        await conn.execute(
+            f"UPDATE notifications SET delivery_attempts = $2::int, last_delivery_attempt_at = $5, "
+            f"last_delivery_error = $3, status = CASE WHEN $2::int >= $4::int THEN 'failed' ELSE status END, "
+            f"{column} = CASE WHEN $2::int >= $4::int THEN NULL ELSE $6::timestamptz END, updated_at = now() "
+            f"WHERE id = $1",
+            r["id"], attempts, error[:500], MAX_DELIVERY_ATTEMPTS, now, retry_at)
+        log.warning("notification delivery failed", record_id=r["id"], thread_id=r["thread_id"], attempts=attempts,
+                    error=error[:200])
+
+
+def _items(recs: list[asyncpg.Record]) -> list[list[asyncpg.Record]]:
+    """Individual deliveries: records sharing a ``coalesce_key`` (and source) go together
+    (DECISIONS 9); by priority, then age."""
+    groups: dict[Any, list[asyncpg.Record]] = {}
+    for r in recs:
+        key = (r["source"], r["coalesce_key"]) if r["coalesce_key"] else r["id"]
+        groups.setdefault(key, []).append(r)
+    return sorted(groups.values(), key=lambda g: (min(PRIORITY_RANK[r["priority"]] for r in g),
+                                                   min(r["created_at"] for r in g)))
+
+
+async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s: float, now: datetime,
+                       thread_id: str | None = None, limit: int = 100) -> tuple[list[int], set[tuple[str, str]]]:
+    """Deliver what is due at ``now`` (the scheduler's clock): ``deliver_at`` / ``summary_at`` reached.
+
+    Per thread, in one transaction holding the thread's lease row: individual records by priority
+    (a ``coalesce_key`` group as one notification), then one digest of the summary-due ones. While
+    the thread is active, low records and high records already summarised wait for idle (the
+    scheduler is told by ``thread_idle``); an all-low digest never wakes the model (subscribers
+    only). Several schedulers may run this at once: the lease lock serialises them per thread and
+    records are re-read under it, so none is delivered twice.
+
+    Returns:
+        (outbox ids to flush, the (resource, thread) pairs that may get chunks).
+    """
     ids: list[int] = []
     touched: set[tuple[str, str]] = set()
-    async with conn.transaction():
-        rows = await conn.fetch(
-            "SELECT * FROM notifications WHERE status = 'pending' AND least(deliver_at, summary_at) <= now() "
-            "AND ($1::text IS NULL OR thread_id = $1) ORDER BY least(deliver_at, summary_at), updated_at "
-            "LIMIT $2 FOR UPDATE SKIP LOCKED", thread_id, limit)
-        threads: dict[str, list[asyncpg.Record]] = {}
-        for r in rows:
-            threads.setdefault(r["thread_id"], []).append(r)
-        now = datetime.now(UTC)
-        for tid, recs in threads.items():
-            touched.add((recs[0]["resource_id"], tid))
-            lease = await leases.lock_thread(conn, recs[0]["resource_id"], tid)
-            summary_due = [r for r in recs if r["summary_at"] is not None and r["summary_at"] <= now]
-            individual = sorted((r for r in recs if r not in summary_due),
-                                key=lambda r: (PRIORITY_RANK[r["priority"]], r["created_at"]))
-            for r in individual:
-                if r["summarized"] and lease.active:
-                    continue  # its summary already reached the run; in full once the thread is idle
-                try:
-                    async with conn.transaction():
-                        routed = await _send(conn, r, notification_signal(dict(r)), topics=topics,
-                                             lease_ttl_s=lease_ttl_s, wake=True, stream_options={},
-                                             event_id=f"deliver:{r['id']}:{r['delivery_attempts']}", reply_to=None)
-                        await _mark_delivered(conn, r, routed, r["delivery_reason"] or "scheduled", topics)
-                        ids.extend(routed.outbox_ids)
-                except Exception as exc:  # noqa: BLE001 - retried with backoff by the next ticks
-                    await _failed(conn, r, exc)
-                lease = await leases.lock_thread(conn, r["resource_id"], tid)
-            if summary_due:
-                pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 "
-                                              "AND status = 'pending'", tid)
-                all_low = all(r["priority"] == "low" for r in summary_due)
-                routed = await _send(conn, summary_due[0], digest_signal([dict(r) for r in summary_due], pending=pending),
-                                     topics=topics, lease_ttl_s=lease_ttl_s, wake=not all_low, stream_options={},
-                                     event_id=f"digest:{summary_due[0]['id']}:{new_id()}", reply_to=None)
-                ids.extend(routed.outbox_ids)
-                sig = getattr(routed.reply, "signal_id", None)
-                ids.append(await _announce(conn, topics, summary_due[0], "summary_delivered",
-                                           [r["id"] for r in summary_due], sig, getattr(routed.reply, "run_id", None)))
-                await conn.execute("UPDATE notifications SET summary_at = NULL, summarized = true, "
-                                   "summary_signal_id = $2, updated_at = now() WHERE id = ANY($1::text[])",
-                                   [r["id"] for r in summary_due], sig)
+    candidates = await conn.fetch(
+        f"SELECT n.resource_id, n.thread_id FROM notifications n WHERE n.status = 'pending' "
+        f"AND least(n.deliver_at, n.summary_at) <= $3 AND ($1::text IS NULL OR n.thread_id = $1) "
+        f"AND NOT ({_WAITS_FOR_IDLE} AND {_ACTIVE}) "
+        f"GROUP BY n.resource_id, n.thread_id ORDER BY min(least(n.deliver_at, n.summary_at)) LIMIT $2",
+        thread_id, limit, now)
+    for resource_id, tid in sorted((c["resource_id"], c["thread_id"]) for c in candidates):
+        try:
+            await _dispatch_thread(conn, resource_id, tid, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=ids,
+                                   touched=touched)
+        except Exception:  # noqa: BLE001 - one thread's trouble must not hold up the others
+            log.exception("inbox dispatch failed", thread_id=tid, resource_id=resource_id)
     return ids, touched
 
 
-async def _failed(conn: asyncpg.Connection, r: asyncpg.Record, exc: Exception) -> None:
-    attempts = r["delivery_attempts"] + 1
-    await conn.execute(
-        "UPDATE notifications SET delivery_attempts = $2, last_delivery_attempt_at = now(), last_delivery_error = $3, "
-        "status = CASE WHEN $2 >= $4 THEN 'failed' ELSE status END, "
-        "deliver_at = now() + make_interval(secs => power(2, $2)::int) WHERE id = $1",
-        r["id"], attempts, f"{type(exc).__name__}: {exc}"[:500], MAX_DELIVERY_ATTEMPTS)
-    log.warning("notification delivery failed", record_id=r["id"], attempts=attempts)
+async def _dispatch_thread(conn: asyncpg.Connection, resource_id: str, tid: str, *, now: datetime, topics: Topics,
+                           lease_ttl_s: float, ids: list[int], touched: set[tuple[str, str]]) -> None:
+    sent: list[int] = []
+    async with conn.transaction():
+        lease = await leases.lock_thread(conn, resource_id, tid)
+        recs = await conn.fetch(
+            "SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' "
+            "AND least(deliver_at, summary_at) <= $2 ORDER BY least(deliver_at, summary_at), updated_at "
+            "LIMIT 1000 FOR UPDATE SKIP LOCKED", tid, now)
+        if not recs:
+            return
+        touched.add((resource_id, tid))
+        summary_due = [r for r in recs if r["summary_at"] is not None and r["summary_at"] <= now]
+        summarising = {r["id"] for r in summary_due}
+        individual = [r for r in recs if r["id"] not in summarising]
+        for group in _items(individual):
+            if lease.active and any(_waits_for_idle(r) for r in group):
+                continue  # delivered when the thread goes idle
+            await _deliver_group(conn, group, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=sent)
+            lease = await leases.lock_thread(conn, resource_id, tid)
+        batch = [r for r in summary_due if not (lease.active and r["priority"] == "low")]
+        if batch:
+            await _digest(conn, batch, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=sent)
+    ids.extend(sent)  # only once the thread's transaction committed
+
+
+async def _deliver_group(conn: asyncpg.Connection, group: list[asyncpg.Record], *, now: datetime, topics: Topics,
+                         lease_ttl_s: float, ids: list[int]) -> None:
+    first = group[0]
+    try:
+        async with conn.transaction():  # a savepoint: a failure undoes this delivery only
+            routed = await _send(conn, first, combined_notification_signal([dict(r) for r in group]), topics=topics,
+                                 lease_ttl_s=lease_ttl_s, wake=True, stream_options={},
+                                 event_id=f"deliver:{first['id']}:{first['delivery_attempts']}", reply_to=None)
+            outcome = _outcome(routed)
+            if outcome == "delivered":
+                sent: list[int] = list(routed.outbox_ids)
+                await _mark_delivered(conn, group, routed, first["delivery_reason"] or "scheduled", topics, sent)
+                ids.extend(sent)
+                return
+    except Exception as exc:  # noqa: BLE001 - retried with backoff by a later tick
+        await _failed(conn, group, f"{type(exc).__name__}: {exc}", now, column="deliver_at")
+        return
+    if outcome == "rejected":
+        ids.extend(routed.outbox_ids)  # the error reply
+        await _failed(conn, group, _rejection(routed), now, column="deliver_at")
+
+
+async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now: datetime, topics: Topics,
+                  lease_ttl_s: float, ids: list[int]) -> None:
+    """One ``notification-summary`` for the batch; the records stay pending (DECISIONS 11)."""
+    first = batch[0]
+    pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 AND status = 'pending'",
+                                  first["thread_id"])
+    all_low = all(r["priority"] == "low" for r in batch)
+    try:
+        async with conn.transaction():
+            routed = await _send(conn, first, digest_signal([dict(r) for r in batch], pending=pending), topics=topics,
+                                 lease_ttl_s=lease_ttl_s, wake=not all_low, stream_options={},
+                                 event_id=f"digest:{first['id']}:{new_id()}", reply_to=None)
+    except Exception as exc:  # noqa: BLE001
+        await _failed(conn, batch, f"{type(exc).__name__}: {exc}", now, column="summary_at")
+        return
+    ids.extend(routed.outbox_ids)
+    if _outcome(routed) == "rejected":
+        await _failed(conn, batch, _rejection(routed), now, column="summary_at")
+        return
+    sig = routed.reply.signal_id  # type: ignore[union-attr]
+    ids.append(await _announce(conn, topics, first, "summary_delivered", [r["id"] for r in batch], sig,
+                               getattr(routed.reply, "run_id", None)))
+    await conn.execute("UPDATE notifications SET summary_at = NULL, summarized = true, summary_signal_id = $2, "
+                       "updated_at = now() WHERE id = ANY($1::text[])", [r["id"] for r in batch], sig)
+
+
+async def redecide_held(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
+                        policy_of: Callable[[str], dict[str, Any] | None], now: datetime, topics: Topics,
+                        lease_ttl_s: float, digest_window_s: float) -> list[int]:
+    """``hold`` (DECISIONS 10): the thread went idle, so ask the agent's policy again about every
+    held record of the thread and act on the new decision (which may be ``hold`` again).
+
+    Args:
+        policy_of: agent id → that agent's delivery policy (``None``: the default table).
+    Returns:
+        Outbox ids to flush.
+    """
+    ids: list[int] = []
+    async with conn.transaction():
+        lease = await leases.lock_thread(conn, resource_id, thread_id)
+        held = await conn.fetch("SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' AND held "
+                                "ORDER BY created_at FOR UPDATE SKIP LOCKED", thread_id)
+        for row in held:
+            decision = await decide(policy_of(row["agent_id"]), dict(row), active=lease.active, now=now,
+                                    digest_window_s=digest_window_s)
+            await _act(conn, row, decision, now=now, topics=topics, lease_ttl_s=lease_ttl_s, stream_options={},
+                       event_id=f"held:{row['id']}:{new_id()}", reply_to=None, ids=ids)
+            lease = await leases.lock_thread(conn, resource_id, thread_id)
+    return ids
