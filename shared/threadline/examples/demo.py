@@ -1,8 +1,10 @@
 """``make demo``: a support conversation through the running cluster, as a user would drive it.
 
 Publishes two user turns to the ingress topic, prints the live stream from the thread's chunk
-topic (text as it arrives, the tool call and result, the data chunk, finish), then the stored
-thread from Postgres. Exits non-zero if anything fails.
+topic (text as it arrives, the tool call and result, the data chunk, finish); sends a message into
+a running run and queues one; sends a high-priority notification while the agent is busy (its
+summary reaches the running run, the full notification wakes the thread once it is idle); then
+prints the inbox and the stored thread from Postgres. Exits non-zero if anything fails.
 
 With the default local model the demo scripts the model's replies; with ``THREADLINE_MODEL``
 set to a real model (and its key, e.g. ``OPENAI_API_KEY``) the same demo runs on that model.
@@ -41,6 +43,17 @@ LIVE = ("Draft a short reply to Ada about her tickets.",
          {"chunks": ["Dear Ada, ", "we are on your two tickets ", "and answer within a day."], "chunk_delay": 0.05},
          {"chunks": ["You're welcome, ", "have a good day!"], "chunk_delay": 0.05}])
 
+# turn 4: a notification arrives while the agent is busy (seed sendNotificationSignal, default policy)
+BUSY = ("Please look through the open tickets of C-1001.",
+        {"source": "ci", "kind": "deploy", "priority": "high",
+         "summary": "Deploy of billing v2.3 failed at step 'migrate'.",
+         "payload": {"pipeline": 4711, "step": "migrate"}},
+        [{"chunks": ["Going through ", "Ada's tickets: ", "one about ", "invoices, ", "one about ", "login. ",
+                     "Both are ", "in progress."], "chunk_delay": 0.25},
+         {"chunks": ["(A deploy problem ", "was just reported; ", "I will look at it next.)"], "chunk_delay": 0.05},
+         {"chunks": ["The billing v2.3 deploy ", "failed at 'migrate'; ", "invoices may be delayed."],
+          "chunk_delay": 0.05}])
+
 
 def out(line: str = "", end: str = "\n") -> None:
     sys.stdout.write(line + end)
@@ -77,6 +90,10 @@ async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after
             out(f"  [tool call] {payload['toolName']}({payload.get('args')})")
         elif kind == "tool-result":
             out(f"  [tool result] {payload.get('result')}")
+        elif kind == "data-signal":
+            data = chunk.get("data") or {}
+            out(f"  [{data.get('tagName') or data.get('type')} signal] {data.get('contents')!r} "
+                f"{data.get('attributes') or ''}")
         elif kind.startswith("data-"):
             out(f"  [{kind}] {chunk.get('data')}")
         elif kind in ("tripwire", "error"):
@@ -89,6 +106,37 @@ async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after
         if time.monotonic() > deadline:
             break
     raise RuntimeError("the run did not finish in time")
+
+
+async def notification_while_busy(tl: ThreadlineClient, sub: ThreadSubscription, model: str | None,
+                                  resource: str, thread: str) -> bool:
+    """Turn 4: a high notification while the agent answers: a summary now, in full when idle."""
+    text, note, scripts = BUSY
+    if model:
+        await script_local_model(model, scripts)
+    out(f"\n> send_message: {text!r}")
+    busy = await (await tl.send_message(text, agent_id=AGENT, resource_id=resource, thread_id=thread)).accepted
+    live = asyncio.ensure_future(show_run(sub, stop_after=2))
+    await asyncio.sleep(0.8)  # the agent is answering now
+    out(f"\n> send_notification_signal while the agent is busy: {note['priority']} {note['source']}/"
+        f"{note['kind']}: {note['summary']!r}")
+    result = (await tl.send_notification_signal(note, agent_id=AGENT, resource_id=resource,
+                                                thread_id=thread)).results[0]
+    decision, accepted = result["decision"], result.get("accepted") or {}
+    out(f"  decision: {decision['action']} ({decision['reason']}); the summary went to run "
+        f"{accepted.get('run_id')} (action={accepted.get('action')}); the full notification waits for idle\n")
+    await live
+    record = (await tl.inbox(resource_id=resource, thread_id=thread))[-1]
+    out(f"\n> inbox of {resource}/{thread}:")
+    out(f"  {record['id']} {record['priority']} {record['source']}/{record['kind']} status={record['status']} "
+        f"summarized={record['summarized']} delivered_at={record['delivered_at']}")
+    payload = (await tl.read_notification(record["id"], resource_id=resource, thread_id=thread))["payload"]
+    out(f"  payload (for tools and apps, never shown to the model): {payload}")
+    ok = (decision["reason"] == "active-high-summary-then-full" and accepted.get("run_id") == busy.run_id
+          and record["status"] == "delivered" and record["summarized"])
+    if not ok:
+        out(f"unexpected notification handling: {result} {record}")
+    return ok
 
 
 async def main() -> int:
@@ -131,6 +179,8 @@ async def main() -> int:
             await live
             if delivered.run_id != accepted.run_id or queued_ok.run_id == accepted.run_id:
                 out("unexpected routing of the live messages")
+                return 1
+            if not await notification_while_busy(tl, sub, model if local else None, resource, thread):
                 return 1
         finally:
             await sub.unsubscribe()

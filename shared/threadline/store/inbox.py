@@ -273,8 +273,8 @@ async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s:
     (a ``coalesce_key`` group as one notification), then one digest of the summary-due ones. While
     the thread is active, low records and high records already summarised wait for idle (the
     scheduler is told by ``thread_idle``); an all-low digest never wakes the model (subscribers
-    only). Several schedulers may run this at once: the lease lock serialises them per thread and
-    records are re-read under it, so none is delivered twice.
+    only). Several schedulers may run this at once: a thread whose lease row another holds is
+    skipped this pass, and records are re-read under the lock, so none is delivered twice.
 
     Returns:
         (outbox ids to flush, the (resource, thread) pairs that may get chunks).
@@ -300,6 +300,9 @@ async def _dispatch_thread(conn: asyncpg.Connection, resource_id: str, tid: str,
                            lease_ttl_s: float, ids: list[int], touched: set[tuple[str, str]]) -> None:
     sent: list[int] = []
     async with conn.transaction():
+        mine = await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1 FOR UPDATE SKIP LOCKED", tid)
+        if mine is None and await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1", tid):
+            return  # another scheduler (or a run's transition) holds the thread now: the next pass gets it
         lease = await leases.lock_thread(conn, resource_id, tid)
         recs = await conn.fetch(
             "SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' "
