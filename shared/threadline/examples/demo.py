@@ -204,8 +204,8 @@ async def main() -> int:
             elif p["type"].startswith("data-"):
                 parts.append(f"{p['type']} {p.get('data')}")
         out(f"  {row['role']:<9} " + " | ".join(parts))
-    if len(stored) != 10:
-        out(f"expected 10 stored messages, found {len(stored)}")
+    if len(stored) != 16:
+        out(f"expected 16 stored messages, found {len(stored)}")
         return 1
     out("\ndemo OK")
     return 0
