@@ -96,12 +96,12 @@ async def clock(clock_scheduler, cluster):
 
 
 # --- the default policy: idle thread -------------------------------------------------------------
-async def _idle_delivery(settings, model, priority, reason):
+async def _idle_delivery(settings, model, priority, reason, **fields):
     thread = _thread()
     model.queue([{"chunks": ["noted"]}], model="threadline-notes")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread("res-1", thread)
-        res = await _notify(tl, thread, priority=priority, summary=f"{priority} thing")
+        res = await _notify(tl, thread, priority=priority, summary=f"{priority} thing", **fields)
         chunks = await collect_run(sub)
         await sub.unsubscribe()
     assert res["decision"]["action"] == "deliver" and res["decision"]["reason"] == reason
@@ -110,6 +110,7 @@ async def _idle_delivery(settings, model, priority, reason):
     assert next(c for c in chunks if c["type"] == "data-signal")["data"]["type"] == "notification"
     last = _users(model.requests(model="threadline-notes")[-1])[-1]
     assert last.startswith("<notification ") and f'priority="{priority}"' in last and f">{priority} thing<" in last
+    return last
 
 
 async def test_urgent_on_idle_thread_wakes_a_run(services, settings, model):
@@ -118,6 +119,22 @@ async def test_urgent_on_idle_thread_wakes_a_run(services, settings, model):
 
 async def test_n2_high_on_idle_thread_wakes_a_run(services, settings, model):
     await _idle_delivery(settings, model, "high", "idle-high")
+
+
+async def test_n15_builtin_attributes_win_in_what_the_model_reads(services, settings, model):
+    seen = await _idle_delivery(settings, model, "urgent", "urgent", attributes={"type": "x", "repo": "a"})
+    assert 'type="ci-status"' in seen and 'repo="a"' in seen and 'type="x"' not in seen
+
+
+async def test_n8_sources_beat_priorities_on_the_cluster(services, settings, model, cluster):
+    thread = _thread()
+    async with ThreadlineClient(settings) as tl:  # {decide: () => None, sources: {github: discard}, priorities: {urgent: persist}}
+        github = await _notify(tl, thread, agent="notes-n8", priority="urgent")
+        slack = await _notify(tl, thread, agent="notes-n8", priority="urgent", source="slack")
+    assert github["decision"] == {"action": "discard", "reason": "policy-source"}
+    assert github["record"]["status"] == "discarded" and github["record"]["delivery_reason"] == "policy-source"
+    assert slack["decision"] == {"action": "persist", "reason": "policy-priority"}
+    assert slack["record"]["status"] == "pending" and "accepted" not in slack
 
 
 async def test_n5_medium_on_idle_thread_wakes_a_run(services, settings, model):

@@ -33,6 +33,14 @@ async def test_n8_sources_beat_priorities_when_decide_answers_nothing():
     assert (d.action, d.reason) == ("persist", "policy-priority")
 
 
+async def test_default_decision_and_string_decisions():
+    d = await decide({"default": "persist"}, _rec(priority="urgent"), active=True, now=NOW)
+    assert (d.action, d.reason) == ("persist", "policy-default")
+    d = await decide({"priorities": {"low": {"action": "defer", "reason": "later"}}}, _rec(priority="low"),
+                     active=False, now=NOW)
+    assert (d.action, d.reason, d.deliver_at) == ("defer", "later", NOW)
+
+
 def test_n13_digest_counts_per_source_pending_and_highest_priority():
     records = [_rec(id="a", priority="high"), _rec(id="b", priority="low"), _rec(id="c", source="ci", priority="low")]
     sig = digest_signal(records, pending=3)
