@@ -39,6 +39,7 @@ async def _stream(env: BenchEnv, thread: str, topic: str, tokens: int) -> dict[s
     return {"text_deltas": len(deltas), "records": got, "span_s": round(span, 3),
             "chunks_per_s": round((len(deltas) - 1) / span, 1), "first_delta_s": round(deltas[0].t - t0, 4),
             "send_to_finish_s": round(t_end - t0, 3), "worker_cpu_cores": round((cpu1 - cpu0) / (t_end - t0), 2),
+            "worker_cpu_us_per_chunk": round((cpu1 - cpu0) / len(deltas) * 1e6, 1),
             "delta_record_bytes": deltas[len(deltas) // 2].size}
 
 
