@@ -21,6 +21,7 @@ import os
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -55,24 +56,34 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         await env.start()
         logging.disable(logging.ERROR)  # aiokafka on brand-new topics: "leader not yet known"
         profile_dir = None if args.no_profile else RESULTS
+
+        async def figure(name: str, label: str, make: Any) -> None:
+            print(f"[{time.monotonic() - t0:5.0f}s] {label}", flush=True)
+            try:
+                out[name] = await make()
+            except Exception as exc:  # noqa: BLE001 - one failing figure must not lose the others
+                traceback.print_exc()
+                out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+
         if "ttfc" in only:
-            print(f"[{time.monotonic() - t0:5.0f}s] time to first chunk: {args.runs} runs", flush=True)
-            out["ttfc"] = await ttfc.run(env, runs=args.runs, profile_runs=0 if args.no_profile else args.profile_runs,
-                                         profile_dir=profile_dir, stamp=stamp)
+            await figure("ttfc", f"time to first chunk: {args.runs} runs", lambda: ttfc.run(
+                env, runs=args.runs, profile_runs=0 if args.no_profile else args.profile_runs,
+                profile_dir=profile_dir, stamp=stamp))
         if "throughput" in only:
-            print(f"[{time.monotonic() - t0:5.0f}s] throughput: {args.tokens} tokens", flush=True)
-            out["throughput"] = await throughput.run(env, tokens=args.tokens, profile_dir=profile_dir, stamp=stamp,
-                                                     profile=not args.no_profile)
+            await figure("throughput", f"throughput: {args.tokens} tokens", lambda: throughput.run(
+                env, tokens=args.tokens, profile_dir=profile_dir, stamp=stamp, profile=not args.no_profile))
         if "signals" in only:
-            print(f"[{time.monotonic() - t0:5.0f}s] signal latency: {args.samples} samples", flush=True)
-            out["signals"] = await signals.run(env, samples=args.samples)
+            await figure("signals", f"signal latency: {args.samples} samples",
+                         lambda: signals.run(env, samples=args.samples))
         if only & {"concurrency", "scaling"}:
             sizes = tuple(args.sizes) if "concurrency" in only else ()
-            print(f"[{time.monotonic() - t0:5.0f}s] concurrency {sizes}, scaling at {args.scaling_size}", flush=True)
-            got = await concurrency.run(env, sizes=sizes, scaling_size=args.scaling_size)
-            if "concurrency" in only:
-                out["concurrency"] = got["concurrency"]
-            out["scaling"] = got["scaling"]
+            await figure("_conc", f"concurrency {sizes}, scaling at {args.scaling_size}",
+                         lambda: concurrency.run(env, sizes=sizes, scaling_size=args.scaling_size))
+            got = out.pop("_conc", None)
+            if got:
+                if "concurrency" in only:
+                    out["concurrency"] = got["concurrency"]
+                out["scaling"] = got["scaling"]
     finally:
         print(f"[{time.monotonic() - t0:5.0f}s] stopping services", flush=True)
         await env.stop()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
 import os
 import signal
 import subprocess
@@ -61,7 +62,8 @@ class RssPeak:
 
 class PySpy:
     """``py-spy record`` of one process in collapsed-stack form (``--format raw``), written to
-    ``out`` when stopped. The file opens in speedscope (https://www.speedscope.app) as is.
+    ``out`` + ``.gz`` when stopped. Unpacked, the file opens in speedscope
+    (https://www.speedscope.app) as is.
 
     Only samples holding the GIL are kept (``--gil``), so the profile shows where CPU goes, not
     where the event loop waits."""
@@ -89,7 +91,12 @@ class PySpy:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        return self.out if self.out.exists() else None
+        if not self.out.exists():
+            return None
+        packed = self.out.with_name(self.out.name + ".gz")
+        packed.write_bytes(gzip.compress(self.out.read_bytes()))
+        self.out.unlink()
+        return packed
 
 
 def _frame_owner(frame: str) -> str:
@@ -112,7 +119,9 @@ def top_costs(collapsed: Path, n: int = 8) -> dict[str, Any]:
     owners: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     total = 0
-    for line in collapsed.read_text().splitlines():
+    data = collapsed.read_bytes()
+    text = (gzip.decompress(data) if collapsed.suffix == ".gz" else data).decode()
+    for line in text.splitlines():
         stack, _, count = line.rpartition(" ")
         if not stack or not count.isdigit():
             continue

@@ -64,6 +64,8 @@ def table(results: dict[str, Any]) -> str:
     head = ("figure", "Threadline", "baseline (same run)", "ratio", "target")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
+    for name, error in (results.get("errors") or {}).items():
+        lines.append(f"| {name}: FAILED | {error} | - | - | - |")
     return "\n".join(lines)
 
 
