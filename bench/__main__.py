@@ -1,9 +1,9 @@
 """``make bench`` / ``python -m bench``: the six figures of issue 7, each beside a baseline
 measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
 ``--only``, writes ``<date>-<figures>.json``) plus py-spy profiles of the TTFC and throughput
-runs (``<date>-*.collapsed.txt``, collapsed stacks that speedscope opens).
+runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
 
-    python -m bench                              # everything (about 10 minutes)
+    python -m bench                              # everything (about 12 minutes)
     python -m bench --only ttfc --runs 100       # one figure, smaller
     python -m bench --only concurrency --sizes 50,100 --quick
 
