@@ -132,8 +132,8 @@ endif
 test: install ## the test suite (the tests start the native cluster themselves)
 	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-bench: install ## benchmarks (so far: the in-process processor pipeline; see bench/)
-	cd $(ROOT) && $(PY) -m bench
+bench: install ## benchmarks beside same-run baselines (~12 min; BENCH_ARGS="--only ttfc --runs 100"; docs/benchmarks.md)
+	cd $(ROOT) && $(PY) -m bench $(BENCH_ARGS)
 
 clean: ## down, delete all data (Kafka, PostgreSQL) and .run/
 ifeq ($(THREADLINE_DOCKER),1)

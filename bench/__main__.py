@@ -1,34 +1,142 @@
-"""``make bench``: run the benchmarks that exist so far, print a table, write bench/results/<date>.json.
+"""``make bench`` / ``python -m bench``: the six figures of issue 7, each beside a baseline
+measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
+``--only``, writes ``<date>-<figures>.json``) plus py-spy profiles of the TTFC and throughput
+runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
 
-Only figure 6 (the in-process processor pipeline) exists yet; the cluster figures of issue 7
-(time to first chunk, throughput, concurrency, signal latency, scaling) are still to be written.
+    python -m bench                              # everything (about 12 minutes)
+    python -m bench --only ttfc --runs 100       # one figure, smaller
+    python -m bench --only concurrency --sizes 50,100 --quick
+
+Figures: ttfc, throughput, concurrency (also gives scaling), scaling, signals, pipeline.
+Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
+import logging
+import os
 import platform
 import sys
 import time
+import traceback
 from pathlib import Path
+from typing import Any
 
-from bench import pipeline
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from bench import pipeline  # noqa: E402
+from bench.report import table, top_costs_text  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+FIGURES = ("ttfc", "throughput", "concurrency", "scaling", "signals", "pipeline")
 
 
-def main() -> int:
-    results = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": {
-        "python": sys.version.split()[0], "platform": platform.platform(), "processor": platform.processor()},
-        "pipeline": pipeline.run()}
-    out = Path(__file__).parent / "results" / f"{time.strftime('%Y-%m-%d')}.json"
+def machine() -> dict[str, Any]:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    mem_kb = next(int(line.split()[1]) for line in Path("/proc/meminfo").read_text().splitlines()
+                  if line.startswith("MemTotal"))
+    return {"nproc": os.cpu_count(), "cpu": cpu, "memory_gb": round(mem_kb / 1024 / 1024, 1),
+            "python": sys.version.split()[0], "platform": platform.platform(),
+            "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+
+
+async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) -> dict[str, Any]:
+    from bench import concurrency, signals, throughput, ttfc
+    from bench.env import BenchEnv
+
+    env = BenchEnv(partitions=args.partitions)
+    out: dict[str, Any] = {}
+    t0 = time.monotonic()
+    print(f"starting services (topic prefix {env.prefix}, logs {env.log_dir})", flush=True)
+    try:
+        await env.start()
+        logging.disable(logging.ERROR)  # aiokafka on brand-new topics: "leader not yet known"
+        profile_dir = None if args.no_profile else RESULTS
+
+        async def figure(name: str, label: str, make: Any) -> None:
+            print(f"[{time.monotonic() - t0:5.0f}s] {label}", flush=True)
+            try:
+                out[name] = await make()
+            except Exception as exc:  # noqa: BLE001 - one failing figure must not lose the others
+                traceback.print_exc()
+                out.setdefault("errors", {})[name] = f"{type(exc).__name__}: {exc}"
+
+        if "ttfc" in only:
+            await figure("ttfc", f"time to first chunk: {args.runs} runs", lambda: ttfc.run(
+                env, runs=args.runs, profile_runs=0 if args.no_profile else args.profile_runs,
+                profile_dir=profile_dir, stamp=stamp))
+        if "throughput" in only:
+            await figure("throughput", f"throughput: {args.tokens} tokens", lambda: throughput.run(
+                env, tokens=args.tokens, profile_dir=profile_dir, stamp=stamp, profile=not args.no_profile))
+        if "signals" in only:
+            await figure("signals", f"signal latency: {args.samples} samples",
+                         lambda: signals.run(env, samples=args.samples))
+        if only & {"concurrency", "scaling"}:
+            sizes = tuple(args.sizes) if "concurrency" in only else ()
+            await figure("_conc", f"concurrency {sizes}, scaling at {args.scaling_size}",
+                         lambda: concurrency.run(env, sizes=sizes, scaling_size=args.scaling_size))
+            got = out.pop("_conc", None)
+            if got:
+                if "concurrency" in only:
+                    out["concurrency"] = got["concurrency"]
+                out["scaling"] = got["scaling"]
+    finally:
+        print(f"[{time.monotonic() - t0:5.0f}s] stopping services", flush=True)
+        await env.stop()
+    return out
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--only", default=",".join(FIGURES), help="comma-separated figures (default: all)")
+    p.add_argument("--runs", type=int, default=500, help="TTFC runs (default 500)")
+    p.add_argument("--profile-runs", type=int, default=150, help="extra TTFC runs under py-spy")
+    p.add_argument("--tokens", type=int, default=20_000, help="throughput tokens (default 20000)")
+    p.add_argument("--sizes", default="100,300,500", help="concurrency sizes (default 100,300,500)")
+    p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
+    p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
+    p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
+    p.add_argument("--quick", action="store_true", help="small sizes everywhere (a smoke run, ~2 minutes)")
+    p.add_argument("--no-profile", action="store_true", help="skip the py-spy recordings")
+    args = p.parse_args(argv)
+    args.sizes = [int(x) for x in args.sizes.split(",") if x]
+    if args.quick:
+        args.runs, args.profile_runs, args.tokens, args.samples = min(args.runs, 60), 30, 3000, 20
+        args.sizes, args.scaling_size = [20, 50], 50
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    only = {x.strip() for x in args.only.split(",") if x.strip()}
+    unknown = only - set(FIGURES)
+    if unknown:
+        print(f"unknown figures: {', '.join(sorted(unknown))} (have: {', '.join(FIGURES)})", file=sys.stderr)
+        return 2
+    stamp = time.strftime("%Y-%m-%d")
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
+                               "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}
+    started = time.monotonic()
+    if only - {"pipeline"}:
+        results.update(asyncio.run(cluster_figures(args, only, stamp)))
+    if "pipeline" in only:
+        results["pipeline"] = pipeline.run()
+    results["duration_s"] = round(time.monotonic() - started, 1)
+    RESULTS.mkdir(exist_ok=True)
+    name = stamp if only == set(FIGURES) else f"{stamp}-{'-'.join(sorted(only))}"
+    out = RESULTS / f"{name}.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
-    p = results["pipeline"]
-    print("processor pipeline (process_output_stream, pass-through), per chunk:")
-    print(f"  {'processors':>10}  {'us/chunk':>9}  {'x baseline':>10}")
-    for n, us in p["us_per_chunk"].items():
-        print(f"  {n:>10}  {us:>9}  {p['ratio_to_baseline'][n]:>10}")
-    print(f"  per extra processor: {p['us_per_extra_processor']} us (target <= 3); "
-          f"3 processors: {p['us_per_chunk']['3']} us (target <= 20)")
-    print(f"written {out}")
+    print()
+    print(table(results))
+    costs = top_costs_text(results)
+    if costs:
+        print("\nprofiles (self time):\n" + costs)
+    print(f"\nwritten {out} in {results['duration_s']} s")
     return 0
 
 

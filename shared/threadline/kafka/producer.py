@@ -57,10 +57,11 @@ class Producer:
         return self._producer
 
     async def send_raw(self, topic: str, value: bytes, *, key: str | bytes | None = None,
-                       headers: Headers | None = None) -> asyncio.Future[Any]:
-        """Queue one record; returns its delivery future."""
+                       headers: Headers | None = None, partition: int | None = None) -> asyncio.Future[Any]:
+        """Queue one record; returns its delivery future. ``partition`` skips the partitioner
+        (a pure-Python murmur2 of the key per record), e.g. for the one-partition chunk topics."""
         k = key.encode() if isinstance(key, str) else key
-        return await self._p.send(topic, value, key=k, headers=headers)
+        return await self._p.send(topic, value, key=k, headers=headers, partition=partition)
 
     async def send(self, topic: str, event: Event, *, key: str | None) -> asyncio.Future[Any]:
         """Queue ``event``; returns its delivery future."""

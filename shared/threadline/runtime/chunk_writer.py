@@ -1,8 +1,12 @@
 """Publishing a run's chunks to its thread's chunk topic with run id, step, attempt and seq.
 
-Per chunk: one dict update, one orjson encode, one non-blocking send (the producer batches);
-:meth:`ChunkWriter.flush` waits for every acknowledgement before the step result is published,
-so the next step's chunks always follow this step's on the topic.
+Per chunk: one dict update, one orjson encode, one non-blocking send to partition 0 (chunk
+topics have one partition; the producer batches); :meth:`ChunkWriter.flush` waits for every
+acknowledgement before the step result is published, so the next step's chunks always follow
+this step's on the topic. Delivery futures already resolved are dropped as the step goes (their
+first failure kept for ``flush``), so a long stream holds only the records still in flight, and
+``flush`` awaits them one by one instead of through ``asyncio.gather`` (which schedules a
+callback per future: a quarter of the worker's CPU at 20,000 chunks).
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ import orjson
 from threadline.kafka.producer import Producer
 
 _HEADERS = [("tl-type", b"chunk")]
+_PRUNE_EVERY = 1024
 
 
 class ChunkWriter:
     """Assigns ``seq`` (strictly increasing within the run) and publishes."""
 
-    __slots__ = ("_futures", "_producer", "_topic", "attempt", "key", "run_id", "seq", "step")
+    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str) -> None:
@@ -32,6 +37,8 @@ class ChunkWriter:
         self.seq = seq
         self.key = key.encode()
         self._futures: list[asyncio.Future[Any]] = []
+        self._failure: BaseException | None = None
+        self._prune_at = _PRUNE_EVERY
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -41,12 +48,32 @@ class ChunkWriter:
         chunk["seq"] = self.seq
         self.seq += 1
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
-                                            headers=_HEADERS)
+                                            headers=_HEADERS, partition=0)
         self._futures.append(fut)
+        if len(self._futures) >= self._prune_at:
+            self._prune()
         return chunk
 
+    def _prune(self) -> None:
+        pending = []
+        for fut in self._futures:
+            if not fut.done():
+                pending.append(fut)
+            elif self._failure is None and (fut.cancelled() or fut.exception() is not None):
+                self._failure = asyncio.CancelledError() if fut.cancelled() else fut.exception()
+        self._futures = pending
+        self._prune_at = max(_PRUNE_EVERY, 2 * len(pending))  # a slow broker never makes this quadratic
+
     async def flush(self) -> None:
-        """Wait until every emitted chunk is acknowledged."""
+        """Wait until every emitted chunk is acknowledged.
+
+        Raises:
+            Exception: the first delivery failure (aiokafka's ``KafkaError``) of any chunk
+                emitted since the last flush.
+        """
         futures, self._futures = self._futures, []
-        if futures:
-            await asyncio.gather(*futures)
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+        for fut in futures:  # in send order; each await of a resolved future is cheap
+            await fut

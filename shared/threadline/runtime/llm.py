@@ -1,11 +1,22 @@
 """The one adapter around litellm (K5): streams Mastra chunks, assembles tool calls by index,
 decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
 and maps every litellm exception to a small set of error kinds before processors see it.
+
+Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). When the
+provider stream litellm opened is an OpenAI-compatible ``openai.AsyncStream`` and no litellm
+callback is configured, its chunks are read directly (:func:`_provider_chunks`) instead of
+through litellm's ``CustomStreamWrapper``: the wrapper re-builds every chunk as its own model,
+accumulates the text, and assembles the whole response again at the end for its logging and cost
+callbacks, ~0.3 ms of CPU per chunk against ~0.08 ms for the provider stream itself (profile in
+docs/benchmarks.md). Errors on that path still go through litellm's exception mapping; a stream
+that ends without a finish reason fails as it does in the wrapper. With callbacks configured
+(``litellm.callbacks``, ``success_callback``, …) the wrapper is used, so they see every call.
 """
 
 from __future__ import annotations
 
 import os
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,8 +25,11 @@ import orjson
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import httpx  # noqa: E402
 import litellm  # noqa: E402
+import openai  # noqa: E402
 from litellm import exceptions as lx  # noqa: E402
+from litellm.litellm_core_utils.exception_mapping_utils import exception_type  # noqa: E402
 
 litellm.suppress_debug_info = True
 litellm.drop_params = True
@@ -186,10 +200,17 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         kwargs.update(provider_options.get(model.split("/", 1)[0], {}))
     text_open = False
     calls: dict[int, dict[str, Any]] = {}
+    direct: Any = None
     try:
         response = await litellm.acompletion(**kwargs)
-        reported = _spy_usage(response)
-        async for chunk in response:
+        if _direct(response):
+            reported: dict[str, bool] = {"usage": True}  # straight from the provider: never invented
+            chunks: Any = _provider_chunks(response.completion_stream, model)
+            direct = chunks
+        else:
+            reported = _spy_usage(response)
+            chunks = response
+        async for chunk in chunks:
             usage = getattr(chunk, "usage", None)
             if usage and reported["usage"]:  # litellm invents usage the provider never sent (C13)
                 outcome.usage = _usage(usage)
@@ -232,6 +253,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         raise
     except Exception as exc:  # noqa: BLE001 - every provider failure is mapped
         raise classify(exc) from exc
+    finally:
+        if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
+            await direct.aclose()
     if text_open:
         yield {"type": "text-end", "payload": {"id": "t0"}}
     for entry in calls.values():
@@ -248,6 +272,73 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         outcome.finish_reason = "tool-calls"
     else:
         outcome.finish_reason = _FINISH.get(raw or "", "other")
+
+
+_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
+                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
+
+
+def _direct(response: Any) -> bool:
+    """Read the provider stream directly? Only an OpenAI-compatible stream, and only when no
+    litellm callback would miss the call's success or failure."""
+    return isinstance(getattr(response, "completion_stream", None), openai.AsyncStream) and not any(
+        getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+async def _provider_chunks(stream: Any, model: str) -> AsyncIterator[Any]:
+    """The provider's chunks (``ChatCompletionChunk``); a failure is raised as litellm's
+    wrapper raises it (mapped by ``exception_type``; a client error as is, anything else as
+    ``MidStreamFallbackError``), so :func:`classify` sees the same exceptions on both paths.
+    A stream that ends without a finish reason fails as in the wrapper."""
+    provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
+    finished, sent = False, False
+    try:
+        async for chunk in stream:
+            for choice in chunk.choices or ():
+                if choice.finish_reason:
+                    if choice.finish_reason == "abort":
+                        raise lx.InternalServerError(message="Upstream generation aborted (finish_reason=abort)",
+                                                     model=name, llm_provider=provider)
+                    finished = True
+            sent = True
+            yield chunk
+        if not finished:
+            raise httpx.RemoteProtocolError("Stream ended before a finish_reason was received",
+                                            request=httpx.Request("POST", "https://provider.invalid"))
+    except (GeneratorExit, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - mapped like litellm maps a failing stream
+        raise _stream_failure(exc, name, provider, sent) from exc
+    finally:
+        await stream.close()
+
+
+def _stream_failure(exc: Exception, model: str, provider: str, sent: bool) -> Exception:
+    if isinstance(exc, lx.MidStreamFallbackError):
+        mapped: Exception = exc
+    else:
+        try:
+            mapped = exception_type(model=model, original_exception=exc, custom_llm_provider=provider)
+        except Exception as raised:  # noqa: BLE001 - exception_type raises the mapped exception
+            mapped = raised
+    if isinstance(mapped, lx.MidStreamFallbackError):
+        return mapped
+    status = _status_of(mapped) or _status_of(exc)
+    timeout = isinstance(exc, httpx.TimeoutException)
+    if not timeout and status is not None and 400 <= status < 500 and status != 429:
+        return mapped
+    return lx.MidStreamFallbackError(message=str(mapped), model=model, llm_provider=provider,
+                                     original_exception=mapped, is_pre_first_chunk=not sent)
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for candidate in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)):
+        try:
+            if candidate is not None:
+                return int(candidate)
+        except (TypeError, ValueError):
+            continue
+    return None
 
 
 def _spy_usage(response: Any) -> dict[str, bool]:

@@ -1,0 +1,130 @@
+"""Figures 3 and 5: concurrent streaming runs, and the same with two processor-workers.
+
+``n`` runs start at once on ``n`` threads; each streams ``tokens`` tokens at ``rate`` tokens/s
+(the fake model sleeps ``1/rate`` s between chunks). At the subscriber (one consumer for all
+threads), per run: the gaps between consecutive ``text-delta`` chunks minus the model's own gap
+are the *added inter-chunk delay* (p50/p99 over all gaps of all runs), and the run's stream
+length beyond ``(tokens-1)/rate`` spread over its gaps is the *added delay per chunk*.
+Worker CPU is its CPU seconds over the wall time from the first send to the last ``finish``;
+memory per run is (peak RSS during the runs − RSS of the fresh, warmed-up idle worker) / n.
+The workers are restarted before each size, so RSS readings never carry over.
+
+Whether the subscriber kept up: its process CPU share over the window, and the lag of each
+record (receive time − Kafka create time) at p50/p99; a subscriber that fell behind would show
+a lag growing to seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from bench.env import BenchEnv
+from bench.procstat import RssPeak, cpu_seconds, rss_bytes
+from bench.stats import pct, ratio
+from bench.subscriber import is_type
+
+AGENT = "bench-concurrency"
+MODEL = "threadline-bench-concurrency"
+MB = 1024 * 1024
+
+
+async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: int, rate: float) -> dict[str, Any]:
+    assert env.client is not None and env.subscriber is not None and env.script is not None
+    sub = env.subscriber
+    n = len(threads)
+    await env.script.aqueue({"chunks": [f"w{i} " for i in range(tokens)], "chunk_delay": 1 / rate, "times": n},
+                            model=MODEL)
+    starts = {t: len(sub.by_topic[t]) for t in topics}
+    sub.lag_ms.clear()
+    pids = env.worker_pids()
+    cpu0 = {p: cpu_seconds(p) for p in pids}
+    sub_cpu0 = time.process_time()
+    idle = {p: rss_bytes(p) for p in pids}
+    async with RssPeak(pids) as rss:
+        t0 = time.perf_counter()
+        sent = await asyncio.gather(*(env.client.send_message("Stream, please.", agent_id=AGENT,
+                                                              resource_id="bench-user", thread_id=t) for t in threads))
+        await asyncio.gather(*(s.accepted for s in sent))
+        await asyncio.gather(*(sub.wait(topic, is_type("finish"), start=starts[topic], timeout_s=900)
+                               for topic in topics))
+        t_end = time.perf_counter()
+    wall = t_end - t0
+    gaps, per_chunk, first, counts, failed = [], [], [], 0, 0
+    step = 1 / rate
+    for topic in topics:
+        got = sub.by_topic[topic][starts[topic]:]
+        deltas = [r.t for r in got if r.chunk.get("type") == "text-delta"]
+        counts += len(deltas)
+        if len(deltas) < tokens or any(r.chunk.get("type") == "error" for r in got):
+            failed += 1  # counted, and kept out of the delays
+            continue
+        first.append(deltas[0] - t0)
+        gaps += [(b - a - step) * 1000 for a, b in zip(deltas, deltas[1:], strict=False)]
+        per_chunk.append((deltas[-1] - deltas[0] - (len(deltas) - 1) * step) / max(1, len(deltas) - 1) * 1000)
+    lag = list(sub.lag_ms)
+    return {
+        "runs": n, "failed_runs": failed, "text_deltas": counts, "wall_s": round(wall, 2), "chunks_per_s": round(counts / wall, 1),
+        "ideal_wall_s": round((tokens - 1) / rate, 2),
+        "added_gap_ms": {"p50": round(pct(gaps, 50), 2), "p99": round(pct(gaps, 99), 2)},
+        "added_per_chunk_ms": {"p50": round(pct(per_chunk, 50), 2), "p99": round(pct(per_chunk, 99), 2)},
+        "first_delta_ms": {"p50": round(pct(first, 50) * 1000, 1), "p99": round(pct(first, 99) * 1000, 1)},
+        "worker_cpu_cores": round(sum(cpu_seconds(p) - cpu0[p] for p in pids) / wall, 2),
+        "worker_rss_idle_mb": round(sum(idle.values()) / MB, 1),
+        "worker_rss_peak_mb": round(sum(rss.peak.values()) / MB, 1),
+        "rss_per_run_kb": round(sum(rss.peak[p] - idle[p] for p in pids) / n / 1024, 1),
+        "subscriber": {"cpu_share": round((time.process_time() - sub_cpu0) / wall, 2),
+                       "record_lag_ms": {"p50": round(pct(lag, 50), 1), "p99": round(pct(lag, 99), 1)}},
+    }
+
+
+async def _fresh_workers(env: BenchEnv, count: int, warm_topic: str, tag: str) -> None:
+    """Restart the workers and run one short stream through them (imports, connections)."""
+    assert env.client is not None and env.subscriber is not None and env.script is not None
+    await env.set_workers(count)
+    await asyncio.sleep(2)  # let the group settle before timing
+    await _batch(env, [f"warm-{tag}"], [warm_topic], 20, 1000)
+
+
+async def run(env: BenchEnv, *, sizes: tuple[int, ...] = (100, 300, 500), tokens: int = 200, rate: float = 50,
+              scaling_size: int = 300) -> dict[str, Any]:
+    biggest = max([*sizes, scaling_size])
+    names = [f"conc-{i}" for i in range(biggest)]
+    warm = list(dict.fromkeys(f"warm-{s}" for s in (*sizes, "x1", "x2")))
+    topics = await env.chunk_topics([("bench-user", t) for t in names + warm])
+    topic_of = dict(zip(names + warm, topics, strict=True))
+    results = []
+    for size in sizes:
+        await _fresh_workers(env, 1, topic_of[f"warm-{size}"], str(size))
+        threads = names[:size]
+        results.append(await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate))
+    one = next((r for r in results if r["runs"] == scaling_size), None)
+    await _fresh_workers(env, 2, topic_of["warm-x2"], "x2")
+    threads = names[:scaling_size]
+    two = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
+    if one is None:
+        await _fresh_workers(env, 1, topic_of["warm-x2"], "x1")
+        one = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
+    await env.set_workers(1)
+    return {
+        "concurrency": {
+            "conditions": {"tokens_per_run": tokens, "tokens_per_s": rate, "agent": "no processors",
+                           "instances": "1 per service", "partitions_internal_topics": env.partitions,
+                           "chunk_topics": "one per thread, 1 partition",
+                           "subscriber": "one aiokafka consumer assigned every thread's chunk topic"},
+            "sizes": results, "target": {"runs": 500, "added_gap_p99_ms": 50, "rss_total_mb": 400,
+                                         "rss_per_run_kb": 256}},
+        "scaling": {
+            "conditions": {"runs": scaling_size, "tokens_per_run": tokens, "tokens_per_s": rate,
+                           "partitions_step_tasks": env.partitions, "machine_cores": _cores(),
+                           "note": "all services, Kafka, PostgreSQL, the model server and the subscriber share the cores"},
+            "one_worker": one, "two_workers": two,
+            "throughput_ratio": ratio(two["chunks_per_s"], one["chunks_per_s"]), "target": {"ratio_min": 1.8}},
+    }
+
+
+def _cores() -> int:
+    import os
+
+    return os.cpu_count() or 0

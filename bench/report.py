@@ -1,0 +1,90 @@
+"""The table ``make bench`` prints (and docs/benchmarks.md shows): each figure, its baseline
+from the same run, the ratio, and the target beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ms(d: dict[str, Any] | None, key: str) -> str:
+    if not d or d.get(key) is None:
+        return "-"
+    return f"{d[key]:.1f}"
+
+
+def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """``(figure, threadline, baseline, ratio, target)`` rows for the figures present."""
+    out: list[tuple[str, str, str, str, str]] = []
+    if t := results.get("ttfc"):
+        a, b = t["threadline_ms"], t["baseline_ms"]
+        out.append(("1 time to first chunk p50 / p95 / p99 (ms)",
+                    f"{_ms(a, 'p50')} / {_ms(a, 'p95')} / {_ms(a, 'p99')}",
+                    f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} (3 relays)",
+                    f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "p50 ≤ 20, p99 ≤ 80, ≤ 2.0x"))
+    if t := results.get("throughput"):
+        out.append(("2 chunks/s, one run, 3 processors", f"{t['threadline']['chunks_per_s']:.0f}",
+                    f"{t['baseline']['chunks_per_s']:.0f} (raw produce→consume)", f"{t['ratio']}x",
+                    "≥ 20,000 /s, ≥ 0.5x"))
+    if c := results.get("concurrency"):
+        for s in c["sizes"]:
+            out.append((f"3 {s['runs']} runs × 200 tok @ 50/s: added gap p50 / p99 (ms)",
+                        f"{s['added_gap_ms']['p50']} / {s['added_gap_ms']['p99']}",
+                        f"model pacing {1000 / c['conditions']['tokens_per_s']:.0f} ms", "-", "p99 ≤ 50 at 500 runs"))
+            out.append((f"  {s['runs']} runs: worker CPU (cores), RSS peak (MB), per run (KB)",
+                        f"{s['worker_cpu_cores']}, {s['worker_rss_peak_mb']}, {s['rss_per_run_kb']}",
+                        f"idle RSS {s['worker_rss_idle_mb']} MB", "-", "≤ 400 MB, ≤ 256 KB/run"))
+            out.append((f"  {s['runs']} runs: chunks/s, wall (s) vs ideal",
+                        f"{s['chunks_per_s']:.0f}, {s['wall_s']} vs {s['ideal_wall_s']}",
+                        f"subscriber CPU {s['subscriber']['cpu_share']}, lag p99 {s['subscriber']['record_lag_ms']['p99']} ms",
+                        "-", "-"))
+    if s := results.get("signals"):
+        out.append(("4 send_message → accepted deliver p50 / p99 (ms)",
+                    f"{_ms(s['accepted_deliver_ms'], 'p50')} / {_ms(s['accepted_deliver_ms'], 'p99')}", "-",
+                    f"{s['ratio_to_target']['accepted_p99']}x target", "p99 ≤ 20"))
+        out.append(("  → echo chunk p50 / p99 (ms, incl. rest of the step)",
+                    f"{_ms(s['echo_ms'], 'p50')} / {_ms(s['echo_ms'], 'p99')}", "-", "-", "-"))
+        out.append(("  step-finish → echo (step overhead) p50 / p99 (ms)",
+                    f"{_ms(s['step_boundary_to_echo_ms'], 'p50')} / {_ms(s['step_boundary_to_echo_ms'], 'p99')}",
+                    "-", f"{s['ratio_to_target']['boundary_p50']}x target", "p50 ≤ 10"))
+    if s := results.get("scaling"):
+        out.append((f"5 {s['conditions']['runs']} runs, 1 → 2 workers: chunks/s",
+                    f"{s['one_worker']['chunks_per_s']:.0f} → {s['two_workers']['chunks_per_s']:.0f}",
+                    f"{s['conditions']['machine_cores']} cores", f"{s['throughput_ratio']}x", "≥ 1.8x"))
+    if p := results.get("pipeline"):
+        us = p["us_per_chunk"]
+        out.append(("6 in-process pipeline µs/chunk: 0 / 1 / 3 / 10 processors",
+                    f"{us['0']} / {us['1']} / {us['3']} / {us['10']}", f"{us['0']} (0 processors)",
+                    f"{p['ratio_to_baseline']['3']}x at 3", "≤ 20 at 3, ≤ 3 per extra"))
+        out.append(("  per extra processor (µs)", f"{p['us_per_extra_processor']}", "-", "-", "≤ 3"))
+    return out
+
+
+def table(results: dict[str, Any]) -> str:
+    """A Markdown table of :func:`rows`."""
+    head = ("figure", "Threadline", "baseline (same run)", "ratio", "target")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows(results)]
+    for name, error in (results.get("errors") or {}).items():
+        lines.append(f"| {name}: FAILED | {error} | - | - | - |")
+    return "\n".join(lines)
+
+
+def top_costs_text(results: dict[str, Any], n: int = 5) -> str:
+    """The profiles' top self-time packages and frames, as Markdown lines."""
+    out = []
+    profiles = []
+    if (t := results.get("ttfc")) and isinstance(t.get("profile"), dict):
+        for svc in ("ingress", "run_orchestrator", "processor_worker"):
+            if isinstance(t["profile"].get(svc), dict):
+                profiles.append((f"TTFC, {svc}", t["profile"][svc]))
+    if (t := results.get("throughput")) and isinstance(t.get("profile"), dict):
+        profiles.append(("throughput, processor_worker", t["profile"]))
+    for name, prof in profiles:
+        if not prof.get("samples"):
+            continue
+        pk = ", ".join(f"{k} {v}%" for k, v in prof["packages"][:n])
+        fr = ", ".join(f"`{k}` {v}%" for k, v in prof["frames"][:n])
+        inc = ", ".join(f"{k} {v}%" for k, v in prof.get("inclusive", [])[:n])
+        out.append(f"- **{name}** ({prof['samples']} samples, `{prof.get('file')}`): inclusive {inc}; "
+                   f"self by package {pk}; top frames {fr}")
+    return "\n".join(out)

@@ -1,0 +1,59 @@
+"""Percentiles and the record-size sampler shared by the figures."""
+
+from __future__ import annotations
+
+import statistics
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+def pct(values: list[float], q: float) -> float:
+    """The ``q``-th percentile (0–100) of ``values``, linear interpolation; NaN when empty."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q / 100
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    """``{n, p50, p95, p99, mean, max}`` in milliseconds (rounded to 0.01)."""
+    ms = [x * 1000 for x in seconds]
+    if not ms:
+        return {"n": 0}
+    return {"n": len(ms), "p50": round(pct(ms, 50), 2), "p95": round(pct(ms, 95), 2),
+            "p99": round(pct(ms, 99), 2), "mean": round(statistics.fmean(ms), 2), "max": round(max(ms), 2)}
+
+
+def ratio(a: float, b: float) -> float:
+    return round(a / b, 2) if b else float("nan")
+
+
+async def recent_record_sizes(bootstrap: str, topic: str, last: int = 20) -> list[int]:
+    """Sizes (bytes of the value) of up to ``last`` most recent records of every partition of ``topic``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            await consumer._client.force_metadata_update()
+            parts = consumer.partitions_for_topic(topic) or {0}
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        wanted = 0
+        for tp in tps:
+            consumer.seek(tp, max(0, ends[tp] - last))
+            wanted += min(last, ends[tp])
+        sizes: list[int] = []
+        for _ in range(50):
+            if len(sizes) >= wanted:
+                break
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                sizes += [len(r.value) for r in records]
+        return sizes
+    finally:
+        await consumer.stop()

@@ -1,0 +1,188 @@
+"""Running Threadline on a local cluster from a test session or a benchmark.
+
+* :func:`ensure_native_cluster` — Kafka and PostgreSQL on their local ports, started with
+  ``make infra-up`` when a port is closed (never stopped here: the cluster may be shared).
+* :func:`create_database` / :func:`drop_database` — a private database per session, so several
+  sessions share one cluster (with their own topic prefix).
+* :class:`ModelServerProcess` — the fake model server (``threadline.testing.model_server``) in its
+  own process, so that its work does not share the caller's event loop or GIL.
+* :class:`ServiceSet` — the services as real processes (start, stop, ``kill -9``, pid for
+  CPU/RSS readings).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
+
+
+def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
+    """True when something accepts TCP connections on ``host:port``."""
+    with socket.socket() as s:
+        s.settimeout(timeout_s)
+        return s.connect_ex((host, port)) == 0
+
+
+@dataclass(frozen=True)
+class NativeCluster:
+    bootstrap: str
+    admin_dsn: str
+    """DSN of the cluster's main database (used to create and drop session databases)."""
+    started_here: bool
+
+
+def ensure_native_cluster(root: Path, *, kafka_port: int | None = None, pg_port: int | None = None,
+                          timeout_s: float = 900) -> NativeCluster:
+    """Return the local cluster's addresses; run ``make infra-up`` in ``root`` if a port is closed.
+
+    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (55432).
+    Raises ``subprocess.CalledProcessError`` if ``make infra-up`` fails.
+    """
+    kport = kafka_port or int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
+    pport = pg_port or int(os.environ.get("THREADLINE_PG_PORT", "55432"))
+    started = False
+    if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
+        subprocess.run(["make", "infra-up"], cwd=root, check=True, timeout=timeout_s)
+        started = True
+    return NativeCluster(bootstrap=f"127.0.0.1:{kport}",
+                         admin_dsn=f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline",
+                         started_here=started)
+
+
+async def create_database(admin_dsn: str, name: str) -> str:
+    """Create database ``name`` next to ``admin_dsn``'s and return its DSN (not migrated)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await conn.close()
+    return admin_dsn.rsplit("/", 1)[0] + "/" + name
+
+
+async def drop_database(admin_dsn: str, name: str) -> None:
+    """Drop database ``name`` (closing its connections)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await conn.close()
+
+
+class ModelServerProcess:
+    """``python -m threadline.testing.model_server`` on a free port, in its own process."""
+
+    def __init__(self, *, log_path: Path | None = None, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    @property
+    def api_base(self) -> str:
+        return self.url + "/v1"
+
+    def start(self, timeout_s: float = 30) -> None:
+        """Start and wait until it listens. Raises ``RuntimeError`` if it does not."""
+        ready = Path(tempfile.mkstemp(prefix="model-server-", suffix=".url")[1])
+        ready.unlink()
+        log = open(self.log_path or os.devnull, "ab")  # noqa: SIM115 - owned by the process
+        self.proc = subprocess.Popen([sys.executable, "-m", "threadline.testing.model_server", "--host", self.host,
+                                      "--port", "0", "--ready-file", str(ready)], stdout=log,
+                                     stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while not ready.exists() or not ready.read_text().strip():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("the model server did not start")
+            time.sleep(0.05)
+        self.url = ready.read_text().strip()
+        ready.unlink()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@dataclass
+class ServiceSet:
+    """Services as processes (``python -m services.<name>``), logs in ``log_dir/<instance>.log``.
+
+    ``env`` is the whole environment of every process (cluster addresses, topic prefix, agents
+    module…); ``cwd`` must be the repository root (the ``services`` package lives there).
+    """
+
+    env: dict[str, str]
+    log_dir: Path
+    cwd: Path
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def start(self, name: str, instance: str, timeout_s: float = 60, **extra_env: str) -> None:
+        """Start one instance and wait for its ``service started`` log line.
+
+        Raises ``RuntimeError`` (with the log's tail) if it exits or does not start in time.
+        """
+        env = {**self.env, "THREADLINE_INSTANCE_ID": instance, **extra_env}
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        path = self.log_dir / f"{instance}.log"
+        if path.exists():  # each start gets a fresh log, so waits never match an earlier process
+            n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
+            path.rename(self.log_dir / f"{instance}.{n}.log")
+        log = open(path, "ab")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], cwd=self.cwd, env=env,
+                                stdout=log, stderr=subprocess.STDOUT)
+        self.procs[instance] = proc
+        deadline = time.monotonic() + timeout_s
+        while b"service started" not in path.read_bytes():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{instance} did not start:\n" + path.read_text()[-3000:])
+            time.sleep(0.1)
+
+    def start_all(self) -> None:
+        """One instance of each service (``<name>-1``)."""
+        for name in SERVICES:
+            self.start(name, f"{name}-1")
+
+    def pid(self, instance: str) -> int:
+        return self.procs[instance].pid
+
+    def kill(self, instance: str) -> None:
+        """``kill -9``: no drain, no commit, no goodbye."""
+        proc = self.procs.pop(instance)
+        proc.kill()
+        proc.wait()
+
+    def stop(self, instance: str, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
+        """Ask one instance to stop (drain and close); ``kill -9`` after ``timeout_s``."""
+        proc = self.procs.pop(instance)
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def stop_all(self) -> None:
+        for instance in list(self.procs):
+            self.stop(instance)
+
+    def alive(self) -> dict[str, bool]:
+        return {k: p.poll() is None for k, p in self.procs.items()}
