@@ -516,3 +516,52 @@ from threadline.inbox.tool import inbox_tool  # noqa: E402
 
 inbox_agent = Agent(id="inbox-agent", model="openai/threadline-inbox", tools=[inbox_tool()])
 agents += [inbox_agent]
+
+
+# --- crash safety: a model per (thread, step), a tool with a counted side effect ---------------------
+class PerStepModel(Processor):
+    """Sends step N of a run on thread T to the fake model ``threadline-<prefix>-<T>-s<N>``, so a
+    test scripts each step separately (a re-executed step asks the same queue again)."""
+
+    id = "per-step-model"
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def process_input_step(self, *, step_number, request_context, **_):
+        return {"model": f"openai/threadline-{self.prefix}-{request_context['thread_id']}-s{step_number}"}
+
+
+replayer = Agent(id="replayer", model="openai/threadline-replayer", tools=[_email_tool],
+                 input_processors=[PerStepModel("replay")])
+agents += [replayer]
+
+
+class EffectInput(BaseModel):
+    n: int
+
+
+async def chaos_effect(input: EffectInput, context: Any) -> dict[str, Any]:
+    """Works a little, then records one execution (the side effect the checker counts)."""
+    import asyncio
+
+    import asyncpg
+
+    from threadline.config import get_settings
+
+    await context.writer.custom({"type": "data-progress", "data": {"n": input.n, "pct": 50}})
+    await asyncio.sleep(0.2)
+    conn = await asyncpg.connect(get_settings().pg_dsn)
+    try:
+        await conn.execute("INSERT INTO chaos_effects (run_id, tool_call_id, idempotency_key) VALUES ($1, $2, $3)",
+                           context.run_id, context.tool_call_id, context.idempotency_key)
+    finally:
+        await conn.close()
+    return {"done": input.n}
+
+
+chaos_agent = Agent(id="chaos", model="openai/threadline-chaos",
+                    tools=[create_tool(id="chaos_effect", description="a counted side effect",
+                                       input_schema=EffectInput, execute=chaos_effect)],
+                    input_processors=[PerStepModel("chaos")])
+agents += [chaos_agent]

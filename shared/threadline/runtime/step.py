@@ -35,6 +35,7 @@ from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.handling import is_transient
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -51,7 +52,8 @@ from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import begin_attempt, has_pending, load_history, mark_drained, pending_signals, persist_step
+from threadline.store.steps import (begin_attempt, forget_model_output, has_pending, load_history, mark_drained,
+                                   pending_signals, persist_step, record_model_output, recorded_model_output)
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -139,6 +141,10 @@ class StepExecutor:
                         await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
+                    if is_transient(exc):  # Kafka or Postgres went away: hand the step back
+                        log.warning("infrastructure fault mid-step; the step task is retried and the "
+                                    "step re-executed under a new attempt", error=repr(exc))
+                        raise
                     log.exception("step could not run; failing the run")
                     outcome = "failed"
                     await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
@@ -197,6 +203,7 @@ class StepExecutor:
             if step_no == 0:  # the first request answers what woke the run; deliveries join at the next boundary
                 signals = [sig for sig in signals if sig["mode"] != "deliver"]
             await mark_drained(conn, [sig["id"] for sig in signals], step_no)
+            recorded = await recorded_model_output(conn, run_id, step_no) if restarted else None
         if step_no == 0:
             ml = MessageList(thread_id=run["thread_id"], resource_id=run["resource_id"])
             ml.add(history, "memory")
@@ -211,7 +218,7 @@ class StepExecutor:
                 response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=writer, ml=ml, runner=runner, response_id=response_id,
                      steps=state.setdefault("steps", []), state=state,
-                     usage_total=state.setdefault("usage", {}))
+                     usage_total=state.setdefault("usage", {}), recorded=recorded)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await writer.emit({"type": "start", "from": "AGENT",
@@ -239,6 +246,8 @@ class StepExecutor:
             error = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
             await self._fail(step, error)
         except Exception as exc:  # noqa: BLE001 - a failing step fails its run, never the worker
+            if is_transient(exc):  # not the run's fault: re-executed, not failed (see execute)
+                raise
             log.exception("step failed", run_id=run_id, step=step_no)
             final, outcome, finish_reason = True, "failed", "error"
             error = {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
@@ -322,9 +331,17 @@ class StepExecutor:
                         cap=cap)
         return cap
 
+    async def _record_output(self, step: StepState, raw_chunks: list[dict[str, Any]], outcome: ModelOutcome) -> None:
+        output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in raw_chunks],
+                  "usage": outcome.usage, "finish_reason": outcome.finish_reason}
+        async with self._db.transaction() as conn:
+            await record_model_output(conn, step.run, step.writer.attempt, output, self._settings.lease_ttl_s)
+        await pause_point("after_model_output_recorded")
+
     async def _save_attempt(self, run: asyncpg.Record, attempt: int, retry_count: int) -> None:
         async with self._db.transaction() as conn:
             await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"])
+            await forget_model_output(conn, run["run_id"], run["step"])
             status = await conn.execute(
                 "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
                 "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run["run_id"], attempt, retry_count)
@@ -357,8 +374,12 @@ class StepExecutor:
         step.response_message()
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
+        recorded, step.recorded = step.recorded, None
         if cached:
             source: Any = replay(cached, outcome)
+        elif recorded is not None:  # a crashed attempt got this far: same output, same tool call ids
+            log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
+            source = replay(recorded, outcome)
         else:
             source = stream_model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
                                   tool_choice=step_input.get("tool_choice"),
@@ -376,6 +397,8 @@ class StepExecutor:
                     processed.append(part)
         finally:
             await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+        if recorded is not None:
+            outcome.usage, outcome.finish_reason = recorded.get("usage"), recorded.get("finish_reason", outcome.finish_reason)
         if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
             raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                                  kind="server_error", retryable=True)
@@ -400,6 +423,8 @@ class StepExecutor:
                                          tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
         results = []
         if outcome.finish_reason == "tool-calls":
+            if recorded is None and not cached:  # before any tool runs: a re-execution replays this
+                await self._record_output(step, raw_chunks, outcome)
             results = await self._run_tools(step, calls, tools, options)
         add_usage(step.usage_total, usage)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,

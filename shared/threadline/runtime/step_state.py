@@ -43,6 +43,8 @@ class StepState:
     state: dict[str, Any]
     usage_total: dict[str, Any] = field(default_factory=dict)
     echoes: list[dict[str, Any]] = field(default_factory=list)
+    recorded: dict[str, Any] | None = None
+    """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
 
     async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
         """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""

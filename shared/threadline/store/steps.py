@@ -133,3 +133,33 @@ async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg
         (fields.get("tripwire") or {}).get("processorId"), run["epoch"])
     return await outbox.add(conn, topics.step_results, result,
                             key=thread_key(run["resource_id"], thread_id))
+
+
+async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, attempt: int,
+                              output: dict[str, Any], lease_ttl_s: float) -> None:
+    """Record the model's completed output of ``attempt`` of the run's current step (before its
+    tools run), fenced by the lease epoch and the attempt number.
+
+    ``output``: ``{"chunks": [{type, payload}, ...], "usage": {...} | None, "finish_reason": str}``.
+
+    Raises:
+        StaleWriterError: the run no longer holds the thread, or a later attempt took over.
+    """
+    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
+    current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run["run_id"])
+    if current != attempt:
+        raise StaleWriterError(run["run_id"], run["epoch"])
+    await conn.execute(
+        "INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, $2, $3, $4) "
+        "ON CONFLICT (run_id, step) DO UPDATE SET attempt = EXCLUDED.attempt, output = EXCLUDED.output, "
+        "created_at = now()", run["run_id"], run["step"], attempt, output)
+
+
+async def recorded_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> dict[str, Any] | None:
+    """The model output an earlier (crashed) attempt of this step recorded, if any."""
+    return await conn.fetchval("SELECT output FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
+
+
+async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:
+    """A processor retry asks the model again: the recorded output no longer applies."""
+    await conn.execute("DELETE FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
