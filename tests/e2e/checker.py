@@ -148,7 +148,7 @@ def check_runs(*, observed: list[list[dict[str, Any]]], run_ids: list[str], runs
         stored = messages.get(run_id, [])
         if row is None or row["status"] not in statuses:
             fig.lost += 1
-            fig.problems.append(f"{run_id}: status {row and row['status']}")
+            fig.problems.append(f"{run_id}: status {row and row['status']} {row and row['error']}")
             continue
         if len(terminal[run_id]) != 1:
             fig.terminal_errors += 1

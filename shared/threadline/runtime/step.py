@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
 import time
 from typing import Any
 
@@ -52,8 +53,9 @@ from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import (begin_attempt, forget_model_output, has_pending, load_history, mark_drained,
-                                   pending_signals, persist_step, record_model_output, recorded_model_output)
+from threadline.store.steps import (StepBusy, begin_attempt, forget_model_output, hand_back, has_pending, heartbeat,
+                                   load_history, mark_drained, pending_signals, persist_step, record_model_output,
+                                   recorded_model_output)
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -74,6 +76,7 @@ class StepExecutor:
         self._settings = settings
         self._agents = agents
         self._catalogue = catalogue or Catalogue()
+        self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
         self._running: dict[str, asyncio.Task[str]] = {}
         self._aborted: set[str] = set()
 
@@ -94,23 +97,41 @@ class StepExecutor:
             self.on_abort(r["run_id"])
 
     async def execute(self, task: StepTask) -> None:
-        """Execute ``task`` unless it is stale or already done (redelivery is harmless)."""
-        run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
-        if run is not None and run["status"] == "aborted" and not run["terminal_emitted"]:
-            await self._end_aborted(run, None)  # aborted while its step task was in flight
-            return
-        if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
-                or run["step"] != task.step or run["steps_done"] > task.step:
-            log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
-            return
-        agent = self._agents.get(run["agent_id"])
-        topic = self._topics.chunks(run["resource_id"], run["thread_id"])
-        await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
-        try:
-            async with self._db.transaction() as conn:
-                begun = await begin_attempt(conn, run, self._settings.lease_ttl_s)
-        except StaleWriterError:
-            begun = None
+        """Execute ``task`` unless it is stale or already done (redelivery is harmless).
+
+        When another worker still executes the step (its heartbeat moves: a rebalance handed the
+        task over while that worker lives), wait; take the step over only once the heartbeat has
+        stood still for ``3 × step_heartbeat_s`` as seen from here, or was handed back.
+        """
+        watched, since = None, 0.0
+        while True:
+            run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
+            if run is not None and run["status"] == "aborted" and not run["terminal_emitted"]:
+                await self._end_aborted(run, None)  # aborted while its step task was in flight
+                return
+            if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
+                    or run["step"] != task.step or run["steps_done"] > task.step:
+                log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
+                return
+            agent = self._agents.get(run["agent_id"])
+            topic = self._topics.chunks(run["resource_id"], run["thread_id"])
+            await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
+            loop = asyncio.get_running_loop()
+            still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
+            try:
+                async with self._db.transaction() as conn:
+                    begun = await begin_attempt(conn, run, self._settings.lease_ttl_s, owner=self._owner,
+                                                takeover_from=watched if still else None)
+                break
+            except StaleWriterError:
+                begun = None
+                break
+            except StepBusy as busy:
+                if busy.heartbeat != watched:
+                    if watched is None:
+                        log.info("step executed by a live worker; waiting", run_id=task.run_id, step=task.step)
+                    watched, since = busy.heartbeat, loop.time()
+                await asyncio.sleep(self._settings.step_heartbeat_s)
         if begun is None:
             log.info("step no longer ours; skipped", run_id=task.run_id, step=task.step)
             return
@@ -121,7 +142,7 @@ class StepExecutor:
             await writer.emit({"type": "attempt-discarded", "from": "AGENT",
                                "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
                                            "reason": "re-executed"}})
-        renewer = asyncio.create_task(self._renew(run))
+        renewer = asyncio.create_task(self._renew(run, writer))
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
@@ -133,6 +154,7 @@ class StepExecutor:
                 except asyncio.CancelledError:
                     current = asyncio.current_task()
                     if run["run_id"] not in self._aborted or (current is not None and current.cancelling()):
+                        await self._hand_back(run)
                         raise  # shutdown, not an abort
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
@@ -158,19 +180,35 @@ class StepExecutor:
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
 
-    async def _renew(self, run: asyncpg.Record) -> None:
-        interval = self._settings.lease_ttl_s / 3
+    async def _renew(self, run: asyncpg.Record, writer: ChunkWriter) -> None:
+        """While the step runs: its heartbeat every ``step_heartbeat_s``, the lease every ``ttl / 3``."""
+        beat, every = self._settings.step_heartbeat_s, self._settings.lease_ttl_s / 3
+        renewed = asyncio.get_running_loop().time()
         while True:
-            await asyncio.sleep(interval)
+            await asyncio.sleep(beat)
             try:
                 async with self._db.connection() as conn:
-                    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"],
-                                       renew_s=self._settings.lease_ttl_s)
+                    if not await heartbeat(conn, run["run_id"], self._owner, writer.attempt):
+                        log.warning("step taken over by another worker", run_id=run["run_id"])
+                    if asyncio.get_running_loop().time() - renewed >= every:
+                        await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"],
+                                           renew_s=self._settings.lease_ttl_s)
+                        renewed = asyncio.get_running_loop().time()
             except StaleWriterError:
                 log.warning("lease lost while the step runs", run_id=run["run_id"])
                 return
             except Exception:  # noqa: BLE001 - try again next interval
                 log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
+
+    async def _hand_back(self, run: asyncpg.Record) -> None:
+        """Shutdown mid-step: clear the heartbeat so the next owner re-executes at once."""
+        try:
+            async with asyncio.timeout(2):
+                async with self._db.connection() as conn:
+                    await hand_back(conn, run["run_id"], self._owner)
+            log.info("step handed back", run_id=run["run_id"])
+        except Exception:  # noqa: BLE001 - the heartbeat then goes stale instead
+            log.warning("could not hand the step back", run_id=run["run_id"])
 
     async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter,
                        restarted: bool = False) -> str:
@@ -242,6 +280,7 @@ class StepExecutor:
             await writer.emit({"type": "tripwire", "from": "AGENT", "payload": tripwire})
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=tripwire)
         except ModelCallError as exc:
+            log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             final, outcome, finish_reason = True, "failed", "error"
             error = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
             await self._fail(step, error)
@@ -452,6 +491,10 @@ class StepExecutor:
                 "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
                 run["run_id"], [c["toolCallId"] for c in calls])}
         for call in calls:
+            if call["toolCallId"] not in done:  # still this step's owner? (else another worker runs it)
+                async with self._db.connection() as conn:
+                    if not await heartbeat(conn, run["run_id"], self._owner, step.writer.attempt):
+                        raise StaleWriterError(run["run_id"], run["epoch"])
             if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
                 prior = done[call["toolCallId"]]
                 log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])

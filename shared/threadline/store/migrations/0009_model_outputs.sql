@@ -11,3 +11,9 @@ CREATE TABLE model_outputs (
     created_at  timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (run_id, step)
 );
+
+-- One live execution per step: the executing worker's token and its heartbeat. Another worker
+-- that receives the same step task (a rebalance redelivered it) re-executes it only once the
+-- heartbeat has stood still for a while (the owner died), never beside a live owner.
+ALTER TABLE runs ADD COLUMN step_owner text;
+ALTER TABLE runs ADD COLUMN step_heartbeat timestamptz;
