@@ -28,3 +28,24 @@ async def pause_point(name: str) -> None:
         with open(_FILE, "a") as fh:
             fh.write(name + "\n")
     await asyncio.sleep(_SECONDS)
+
+
+# Fail points: ``THREADLINE_FAIL_POINTS=name`` makes the code at that point inject a real fault
+# (e.g. cut its own Postgres connection) the first ``THREADLINE_FAIL_TIMES`` (1) times it is
+# reached with a key containing ``THREADLINE_FAIL_MATCH`` (any key when unset); each injection
+# appends ``name:failed`` to ``THREADLINE_PAUSE_FILE``.
+_FAIL_POINTS = frozenset(p for p in os.environ.get("THREADLINE_FAIL_POINTS", "").split(",") if p)
+_FAIL_TIMES = int(os.environ.get("THREADLINE_FAIL_TIMES", "1"))
+_FAIL_MATCH = os.environ.get("THREADLINE_FAIL_MATCH", "")
+_failed: dict[str, int] = {}
+
+
+def should_fail(name: str, key: str = "") -> bool:
+    """True if the caller must inject its fault at ``name`` now (see the fail point notes above)."""
+    if name not in _FAIL_POINTS or _FAIL_MATCH not in key or _failed.get(name, 0) >= _FAIL_TIMES:
+        return False
+    _failed[name] = _failed.get(name, 0) + 1
+    if _FILE:
+        with open(_FILE, "a") as fh:
+            fh.write(f"{name}:failed\n")
+    return True

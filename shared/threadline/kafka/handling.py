@@ -27,8 +27,12 @@ log = get_logger(__name__)
 
 TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, asyncpg.PostgresConnectionError,
              asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
+             # a terminated backend, a server shutting down or starting up (a Postgres restart)
+             asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
+             asyncpg.exceptions.CannotConnectNowError,
              asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
-"""Faults worth retrying: connections, timeouts, serialisation conflicts."""
+"""Faults worth retrying: connections (also a terminated backend and a server restarting),
+timeouts, serialisation conflicts."""
 
 
 def is_transient(exc: BaseException) -> bool:

@@ -30,7 +30,7 @@ import orjson
 import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline._internal.faults import armed, pause_point
+from threadline._internal.faults import armed, pause_point, should_fail
 from threadline.config import Settings
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
@@ -120,6 +120,8 @@ class StepExecutor:
             still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
             try:
                 async with self._db.transaction() as conn:
+                    if should_fail("step_first_write", run["thread_id"]):  # C21: the connection resets
+                        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
                     begun = await begin_attempt(conn, run, self._settings.lease_ttl_s, owner=self._owner,
                                                 takeover_from=watched if still else None)
                 break
