@@ -20,7 +20,7 @@ _HEADERS = [("tl-type", b"chunk")]
 class ChunkWriter:
     """Assigns ``seq`` (strictly increasing within the run) and publishes."""
 
-    __slots__ = ("_futures", "_producer", "_topic", "attempt", "key", "run_id", "seq", "step")
+    __slots__ = ("_futures", "_producer", "_topic", "attempt", "finished", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str) -> None:
@@ -32,6 +32,7 @@ class ChunkWriter:
         self.seq = seq
         self.key = key.encode()
         self._futures: list[asyncio.Future[Any]] = []
+        self.finished = False  # a ``finish`` chunk was emitted
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -40,6 +41,8 @@ class ChunkWriter:
         chunk["attempt"] = self.attempt
         chunk["seq"] = self.seq
         self.seq += 1
+        if chunk.get("type") == "finish":
+            self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=_HEADERS)
         self._futures.append(fut)

@@ -30,7 +30,7 @@ import orjson
 import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline._internal.faults import armed, pause_point, should_fail
+from threadline._internal.faults import armed, deaf, pause_point, should_fail
 from threadline.config import Settings
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
@@ -82,6 +82,8 @@ class StepExecutor:
 
     def on_abort(self, run_id: str) -> None:
         """The run was aborted (NOTIFY): stop its step now; the model call is closed."""
+        if deaf():  # fault injection: the notification is lost
+            return
         self._aborted.add(run_id)
         task = self._running.get(run_id)
         if task is not None:
@@ -161,7 +163,8 @@ class StepExecutor:
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
                 except StaleWriterError:
-                    if await self._db.fetchval("SELECT status FROM runs WHERE run_id = $1", run["run_id"]) == "aborted":
+                    now = await self._db.fetchrow("SELECT status FROM runs WHERE run_id = $1", run["run_id"])
+                    if now is not None and now["status"] == "aborted":
                         await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
@@ -569,21 +572,35 @@ class StepExecutor:
 
     async def _end_aborted(self, run: asyncpg.Record, writer: ChunkWriter | None) -> None:
         """Emit the aborted run's ``abort`` + ``finish`` (if no one else has): after the chunks
-        this worker already published when it was mid-step, else from the stored sequence."""
+        this worker already published when it was mid-step, else from the stored sequence.
+
+        When the interrupted attempt already streamed its own ``finish`` (the abort came between
+        that chunk and the step result), or another worker's attempt is left unfinished, that
+        attempt is declared dead first (``attempt-discarded``), so the run shows one ``finish``.
+        """
         async with self._db.transaction() as conn:
             claimed = await claim_terminal(conn, run["run_id"])
         if claimed is None:
             return
+        dead = None
         if writer is None:
             topic = self._topics.chunks(run["resource_id"], run["thread_id"])
             writer = ChunkWriter(self._producer, topic, run_id=run["run_id"], step=claimed["step"],
                                  attempt=claimed["attempt"], seq=claimed["next_seq"],
                                  key=thread_key(run["resource_id"], run["thread_id"]))
+            if claimed["outstanding"]:
+                dead = claimed["attempt"]
+        elif writer.finished:
+            dead = writer.attempt
+        if dead is not None:
+            writer.attempt = dead + 1
+            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
+                               "payload": {"step": writer.step, "attempt": dead, "reason": "aborted"}})
         for chunk in abort_chunks(run["run_id"], step=writer.step, attempt=writer.attempt, seq=writer.seq):
             chunk.pop("seq"), chunk.pop("runId"), chunk.pop("step"), chunk.pop("attempt")
             await writer.emit(chunk)
         await writer.flush()
-        log.info("run aborted; terminal chunks emitted", run_id=run["run_id"])
+        log.info("run aborted; terminal chunks emitted", run_id=run["run_id"], discarded_attempt=dead)
 
     async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
                         state: dict[str, Any] | None = None) -> None:

@@ -95,15 +95,21 @@ async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl
         run["run_id"], run["epoch"], run["step"], SEQ_BLOCK, owner, bool(old and old["step_started"]))
 
 
+_FENCE = ("status = 'running' AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id "
+          "AND l.run_id = runs.run_id AND l.epoch = runs.epoch)")
+
+
 async def heartbeat(conn: asyncpg.Connection, run_id: str, owner: str, attempt: int) -> bool:
-    """Refresh the step's heartbeat; False when another worker took the step over."""
-    return await conn.fetchval("UPDATE runs SET step_heartbeat = now() WHERE run_id = $1 AND step_owner = $2 "
-                               "AND attempt = $3 RETURNING true", run_id, owner, attempt) is not None
+    """Refresh the step's heartbeat (fenced by the lease epoch); False when another worker took
+    the step over or the run no longer holds the thread."""
+    return await conn.fetchval(f"UPDATE runs SET step_heartbeat = now() WHERE run_id = $1 AND step_owner = $2 "
+                               f"AND attempt = $3 AND {_FENCE} RETURNING true", run_id, owner, attempt) is not None
 
 
 async def hand_back(conn: asyncpg.Connection, run_id: str, owner: str) -> None:
     """Shutdown mid-step: let the next worker re-execute the step at once."""
-    await conn.execute("UPDATE runs SET step_heartbeat = NULL WHERE run_id = $1 AND step_owner = $2", run_id, owner)
+    await conn.execute(f"UPDATE runs SET step_heartbeat = NULL WHERE run_id = $1 AND step_owner = $2 AND {_FENCE}",
+                       run_id, owner)
 
 
 def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
