@@ -45,7 +45,8 @@ from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
 from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
-from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
+from threadline.runtime.step_state import (StepState, StepWriter, add_usage, error_view, final_text,
+                                          hand_back_step, keep_alive, replay)
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
@@ -53,7 +54,7 @@ from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import (StepBusy, begin_attempt, forget_model_output, hand_back, has_pending, heartbeat,
+from threadline.store.steps import (StepBusy, begin_attempt, forget_model_output, has_pending, heartbeat,
                                    load_history, mark_drained, pending_signals, persist_step, record_model_output,
                                    recorded_model_output)
 from threadline.topics import Topics, thread_key
@@ -146,7 +147,7 @@ class StepExecutor:
             await writer.emit({"type": "attempt-discarded", "from": "AGENT",
                                "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
                                            "reason": "re-executed"}})
-        renewer = asyncio.create_task(self._renew(run, writer))
+        renewer = asyncio.create_task(keep_alive(self._db, self._settings, run, self._owner, writer))
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
@@ -158,7 +159,7 @@ class StepExecutor:
                 except asyncio.CancelledError:
                     current = asyncio.current_task()
                     if run["run_id"] not in self._aborted or (current is not None and current.cancelling()):
-                        await self._hand_back(run)
+                        await hand_back_step(self._db, run, self._owner)
                         raise  # shutdown, not an abort
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
@@ -184,36 +185,6 @@ class StepExecutor:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-
-    async def _renew(self, run: asyncpg.Record, writer: ChunkWriter) -> None:
-        """While the step runs: its heartbeat every ``step_heartbeat_s``, the lease every ``ttl / 3``."""
-        beat, every = self._settings.step_heartbeat_s, self._settings.lease_ttl_s / 3
-        renewed = asyncio.get_running_loop().time()
-        while True:
-            await asyncio.sleep(beat)
-            try:
-                async with self._db.connection() as conn:
-                    if not await heartbeat(conn, run["run_id"], self._owner, writer.attempt):
-                        log.warning("step taken over by another worker", run_id=run["run_id"])
-                    if asyncio.get_running_loop().time() - renewed >= every:
-                        await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"],
-                                           renew_s=self._settings.lease_ttl_s)
-                        renewed = asyncio.get_running_loop().time()
-            except StaleWriterError:
-                log.warning("lease lost while the step runs", run_id=run["run_id"])
-                return
-            except Exception:  # noqa: BLE001 - try again next interval
-                log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
-
-    async def _hand_back(self, run: asyncpg.Record) -> None:
-        """Shutdown mid-step: clear the heartbeat so the next owner re-executes at once."""
-        try:
-            async with asyncio.timeout(2):
-                async with self._db.connection() as conn:
-                    await hand_back(conn, run["run_id"], self._owner)
-            log.info("step handed back", run_id=run["run_id"])
-        except Exception:  # noqa: BLE001 - the heartbeat then goes stale instead
-            log.warning("could not hand the step back", run_id=run["run_id"])
 
     async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter,
                        restarted: bool = False) -> str:
