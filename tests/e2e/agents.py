@@ -542,8 +542,10 @@ class EffectInput(BaseModel):
 
 
 async def chaos_effect(input: EffectInput, context: Any) -> dict[str, Any]:
-    """Works a little, then records one execution (the side effect the checker counts)."""
+    """Works a little, then records one execution and the process that ran it (the side effect
+    the checker counts)."""
     import asyncio
+    import os
 
     import asyncpg
 
@@ -553,15 +555,25 @@ async def chaos_effect(input: EffectInput, context: Any) -> dict[str, Any]:
     await asyncio.sleep(0.2)
     conn = await asyncpg.connect(get_settings().pg_dsn)
     try:
-        await conn.execute("INSERT INTO chaos_effects (run_id, tool_call_id, idempotency_key) VALUES ($1, $2, $3)",
-                           context.run_id, context.tool_call_id, context.idempotency_key)
+        await conn.execute("INSERT INTO chaos_effects (run_id, tool_call_id, idempotency_key, pid) VALUES ($1, $2, $3, $4)",
+                           context.run_id, context.tool_call_id, context.idempotency_key, os.getpid())
     finally:
         await conn.close()
     return {"done": input.n}
 
 
+class RetryUnreachableModel(Processor):
+    """Asks the model again when it could not be reached (the fake model shares a loaded machine)."""
+
+    id = "retry-unreachable-model"
+
+    def process_api_error(self, *, error, **_):
+        return {"retry": bool(error.retryable)}
+
+
 chaos_agent = Agent(id="chaos", model="openai/threadline-chaos",
                     tools=[create_tool(id="chaos_effect", description="a counted side effect",
                                        input_schema=EffectInput, execute=chaos_effect)],
-                    input_processors=[PerStepModel("chaos")])
+                    input_processors=[PerStepModel("chaos")], error_processors=[RetryUnreachableModel()],
+                    max_processor_retries=3)
 agents += [chaos_agent]

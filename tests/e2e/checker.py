@@ -2,8 +2,9 @@
 asserts the stream and run guarantees of docs/reliability.md.
 
 Stream rules (DECISIONS 15), per run, after dropping duplicates by ``(run_id, seq)`` and every
-chunk of an attempt declared dead by an ``attempt-discarded`` chunk (also chunks seen *before*
-the marker: a client drops them when the marker arrives):
+chunk of an attempt declared dead by an ``attempt-discarded`` chunk — that attempt and every
+earlier attempt of the step (also chunks seen *before* the marker: a client drops them when the
+marker arrives):
 
 * ``seq`` strictly increases in topic order; two records with one ``(run_id, seq)`` are the same
   chunk (a conflicting duplicate is an error, not a duplicate);
@@ -43,6 +44,7 @@ class Figures:
     tool_calls: int = 0
     tool_executions: int = 0
     tool_reexecutions: int = 0
+    tool_reruns_after_kill: int = 0
     problems: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -70,12 +72,15 @@ def clean(chunks: list[dict[str, Any]], fig: Figures) -> dict[str, list[dict[str
             continue
         seen[key] = c
         unique.append(c)
-    dead = {(c["runId"], c["payload"]["step"], c["payload"]["attempt"]) for c in unique
-            if c["type"] == "attempt-discarded"}
-    fig.discarded_attempts += len(dead)
+    dead: dict[tuple[str, int], int] = {}  # (run, step) → highest dead attempt: it and every earlier one
+    for c in unique:
+        if c["type"] == "attempt-discarded":
+            fig.discarded_attempts += 1
+            key = (c["runId"], c["payload"]["step"])
+            dead[key] = max(dead.get(key, -1), c["payload"]["attempt"])
     out: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in unique:
-        if (c["runId"], c["step"], c["attempt"]) in dead:
+        if c["type"] != "attempt-discarded" and c["attempt"] <= dead.get((c["runId"], c["step"]), -1):
             fig.discarded_chunks += 1
             continue
         out[c["runId"]].append(c)
@@ -115,7 +120,8 @@ def check_stream(run_id: str, kept: list[dict[str, Any]], fig: Figures, *, expec
 
 def check_runs(*, observed: list[list[dict[str, Any]]], run_ids: list[str], runs: dict[str, Any],
                messages: dict[str, list[Any]], lifecycle: list[dict[str, Any]],
-               effects: list[Any] | None = None, statuses: tuple[str, ...] = ("finished",)) -> Figures:
+               effects: list[Any] | None = None, killed_pids: set[int] | None = None,
+               statuses: tuple[str, ...] = ("finished",)) -> Figures:
     """Check every observer's chunk history (each a list of chunks in topic order, e.g. a live
     subscriber and a replay from offset 0) against the runs' records.
 
@@ -125,7 +131,11 @@ def check_runs(*, observed: list[list[dict[str, Any]]], run_ids: list[str], runs
         runs: ``runs`` rows by run id.
         messages: stored ``messages`` rows by run id.
         lifecycle: lifecycle events (dicts with ``event_id``, ``type``, ``run_id``).
-        effects: rows ``(run_id, tool_call_id)`` the test tool wrote, one per real execution.
+        effects: rows ``(run_id, tool_call_id, pid)`` the test tool wrote, one per real execution.
+        killed_pids: processes killed with ``kill -9``. A tool call runs once; it may run again
+            only if every earlier execution was in a killed process (killed after the side
+            effect and before its result was stored: the at-least-once window the idempotency
+            key is for). Such re-runs are counted in ``tool_reruns_after_kill``.
         statuses: the acceptable terminal statuses.
     """
     fig = Figures(runs=len(run_ids))
@@ -159,14 +169,21 @@ def check_runs(*, observed: list[list[dict[str, Any]]], run_ids: list[str], runs
             fig.problems.append(f"{run_id}: stored roles {roles}")
     if effects is not None:
         executions = Counter((r["run_id"], r["tool_call_id"]) for r in effects)
+        by_pid: dict[tuple[str, str], list[int]] = defaultdict(list)
+        for r in effects:
+            by_pid[(r["run_id"], r["tool_call_id"])].append(r.get("pid") if hasattr(r, "get") else r["pid"])
         fig.tool_executions = sum(executions.values())
         kept_calls = {(run_id, c["payload"]["toolCallId"]) for run_id, chunks in views[0].items()
                       for c in chunks if c["type"] == "tool-call"}
         fig.tool_calls = len(kept_calls)
         for call in kept_calls:
-            if executions.get(call, 0) != 1:
-                fig.tool_reexecutions += abs(executions.get(call, 0) - 1)
-                fig.problems.append(f"tool call {call} executed {executions.get(call, 0)} times")
+            n = executions.get(call, 0)
+            in_killed = sum(1 for pid in by_pid[call] if pid in (killed_pids or ()))
+            if n == 0 or n - 1 > in_killed:
+                fig.tool_reexecutions += abs(n - 1)
+                fig.problems.append(f"tool call {call} executed {n} times ({in_killed} in killed processes)")
+            elif n > 1:
+                fig.tool_reruns_after_kill += n - 1
         for call in set(executions) - kept_calls:
             if call[0] in run_ids:
                 fig.tool_reexecutions += executions[call]

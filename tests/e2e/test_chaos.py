@@ -74,7 +74,7 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     plan = _plan(rng)
     print(f"\nchaos seed {SEED}: {RUNS} runs, plan {[(round(t, 1), a) for t, a in plan]}")
     await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
-                               "idempotency_key text, at timestamptz DEFAULT now())")
+                               "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
     tag = uuid.uuid4().hex[:6]
     threads = [f"th-chaos-{tag}-{i}" for i in range(RUNS)]
     for i, th in enumerate(threads):  # step 0 calls the tool (a new id each time it is asked), step 1 streams text
@@ -98,6 +98,7 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     orchestrators.append("run_orchestrator-2")
     figures = {"seed": SEED, "kills": 0, "broker_restarts": 0, "postgres_restarts": 0}
     n_new = 2
+    killed_pids: set[int] = set()
 
     async def act(action: str) -> None:
         nonlocal n_new
@@ -109,6 +110,7 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
                 await asyncio.sleep(0.5)
             victim = rng.choice(sorted(pool))
             pool.remove(victim)
+            killed_pids.add(services.procs[victim].pid)
             services.kill(victim)
             figures["kills"] += 1
             print(f"  {time.monotonic() - t0:5.1f}s kill -9 {victim}")
@@ -167,10 +169,10 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     for m in await rows(cluster.dsn, "SELECT run_id, role FROM messages WHERE run_id = ANY($1::text[]) ORDER BY position",
                         run_ids):
         stored.setdefault(m["run_id"], []).append(m)
-    effects = await rows(cluster.dsn, "SELECT run_id, tool_call_id FROM chaos_effects WHERE run_id = ANY($1::text[])",
+    effects = await rows(cluster.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
                          run_ids)
     fig = check_runs(observed=[live.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
-                     lifecycle=lifecycle, effects=effects)
+                     lifecycle=lifecycle, effects=effects, killed_pids=killed_pids)
     report = {**figures, **fig.as_dict(),
               "command": os.environ.get("THREADLINE_CHAOS_COMMAND", "pytest tests/e2e/test_chaos.py")}
     print(json.dumps(report, indent=1))
