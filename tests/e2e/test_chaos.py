@@ -49,6 +49,8 @@ def _supervised_start(services, name: str, instance: str, tries: int = 10) -> No
             services.start(name, instance)
             return
         except RuntimeError:
+            if instance in services.procs:  # it may still be starting: never leave it behind
+                services.kill(instance)
             if i == tries - 1:
                 raise
             time.sleep(2)
