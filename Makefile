@@ -41,7 +41,7 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test chaos chaos bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -131,6 +131,15 @@ endif
 
 test: install ## the test suite (the tests start the native cluster themselves)
 	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
+
+CHAOS_RUNS   ?= 150
+CHAOS_ROUNDS ?= 3
+chaos: install ## longer chaos test (CHAOS_RUNS=150 runs, CHAOS_ROUNDS=3 kill rounds, broker + PostgreSQL restarts); figures in .run/chaos.json
+	@mkdir -p $(ROOT)/.run
+	cd $(ROOT) && THREADLINE_CHAOS_RUNS=$(CHAOS_RUNS) THREADLINE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) \
+	  THREADLINE_CHAOS_PG_RESTART=1 THREADLINE_CHAOS_REPORT=$(ROOT)/.run/chaos.json \
+	  THREADLINE_CHAOS_COMMAND="make chaos CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_ROUNDS=$(CHAOS_ROUNDS)" \
+	  $(PY) -m pytest -q -s -p no:logging tests/e2e/test_chaos.py $(PYTEST_ARGS)
 
 bench: install ## benchmarks beside same-run baselines (~12 min; BENCH_ARGS="--only ttfc --runs 100"; docs/benchmarks.md)
 	cd $(ROOT) && $(PY) -m bench $(BENCH_ARGS)

@@ -59,6 +59,15 @@ class Settings(BaseSettings):
     """Records a consumer holds in flight before it pauses fetching."""
     commit_interval_s: float = 0.2
     """How often a consumer commits the offsets of finished records."""
+    kafka_max_poll_interval_ms: int = 300000
+    """The consumers' ``max_poll_interval_ms`` (the poll loop never waits on a handler, so a
+    slow step does not count against it)."""
+    step_heartbeat_s: float = 2.0
+    """How often a worker executing a step says it is alive; another worker takes the step over
+    only after the heartbeat stood still for three intervals."""
+    transient_retry_s: float = 600.0
+    """How long a record whose handling meets a transient fault (Kafka or Postgres unreachable)
+    is retried before it is dead-lettered; meanwhile its offset is not committed."""
     reply_timeout_s: float = 30.0
     """How long the client waits for a reply from ingress."""
     log_level: str = Field(default="INFO")

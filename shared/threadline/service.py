@@ -78,8 +78,10 @@ class Service:
             group_id=self.topics.group(self.name.replace("_", "-")) + (
                 f"-{self.settings.ingress_topic}" if self.settings.ingress_topic else ""),
             client_id=f"{self.name}-{self.settings.instance_id}",
-            handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid),
-            max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s)
+            handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid,
+                            retry_for_s=self.settings.transient_retry_s),
+            max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s,
+            max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms)
         await self.consumer.start()
         log.info("service started", service=self.name, topics=self.topics_in(),
                  statement_cache=self.settings.pg_statement_cache)

@@ -32,3 +32,13 @@ def test_bad_input_is_classified(raw, code):
 def test_unknown_type_is_unknown_event_error():
     with pytest.raises(UnknownEventError):
         decode(orjson.dumps({"type": "x"}), INGRESS_ADAPTER)
+
+
+def test_a_terminated_backend_and_a_restarting_server_are_transient():
+    import asyncpg
+
+    from threadline.kafka.handling import is_transient
+
+    assert is_transient(asyncpg.exceptions.AdminShutdownError("terminating connection due to administrator command"))
+    assert is_transient(asyncpg.exceptions.CannotConnectNowError("the database system is starting up"))
+    assert not is_transient(asyncpg.exceptions.UniqueViolationError("duplicate key"))

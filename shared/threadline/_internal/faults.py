@@ -13,6 +13,13 @@ import os
 _POINTS = frozenset(p for p in os.environ.get("THREADLINE_PAUSE_POINTS", "").split(",") if p)
 _FILE = os.environ.get("THREADLINE_PAUSE_FILE")
 _SECONDS = float(os.environ.get("THREADLINE_PAUSE_SECONDS", "3600"))
+_DEAF = os.environ.get("THREADLINE_PAUSE_DEAF") == "1"  # a stalled owner: aborts do not reach it
+
+
+def deaf() -> bool:
+    """True when this process must not hear aborts (``THREADLINE_PAUSE_DEAF=1``): its pauses
+    ignore cancellation and abort notifications are dropped, so it writes late (case C27)."""
+    return _DEAF
 
 
 def armed(name: str) -> bool:
@@ -21,10 +28,43 @@ def armed(name: str) -> bool:
 
 
 async def pause_point(name: str) -> None:
-    """Hold here (``THREADLINE_PAUSE_SECONDS``, default an hour) if ``name`` is armed."""
+    """Hold here (``THREADLINE_PAUSE_SECONDS``, default an hour) if ``name`` is armed; with
+    ``THREADLINE_PAUSE_DEAF=1`` the hold ignores cancellation (a stalled owner writes late)."""
     if name not in _POINTS:
         return
     if _FILE:
         with open(_FILE, "a") as fh:
             fh.write(name + "\n")
-    await asyncio.sleep(_SECONDS)
+    if not _DEAF:
+        await asyncio.sleep(_SECONDS)
+        return
+    loop = asyncio.get_running_loop()
+    until = loop.time() + _SECONDS
+    while loop.time() < until:  # an abort's cancellation does not reach a stalled process
+        try:
+            await asyncio.sleep(until - loop.time())
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None:
+                task.uncancel()
+
+
+# Fail points: ``THREADLINE_FAIL_POINTS=name`` makes the code at that point inject a real fault
+# (e.g. cut its own Postgres connection) the first ``THREADLINE_FAIL_TIMES`` (1) times it is
+# reached with a key containing ``THREADLINE_FAIL_MATCH`` (any key when unset); each injection
+# appends ``name:failed`` to ``THREADLINE_PAUSE_FILE``.
+_FAIL_POINTS = frozenset(p for p in os.environ.get("THREADLINE_FAIL_POINTS", "").split(",") if p)
+_FAIL_TIMES = int(os.environ.get("THREADLINE_FAIL_TIMES", "1"))
+_FAIL_MATCH = os.environ.get("THREADLINE_FAIL_MATCH", "")
+_failed: dict[str, int] = {}
+
+
+def should_fail(name: str, key: str = "") -> bool:
+    """True if the caller must inject its fault at ``name`` now (see the fail point notes above)."""
+    if name not in _FAIL_POINTS or _FAIL_MATCH not in key or _failed.get(name, 0) >= _FAIL_TIMES:
+        return False
+    _failed[name] = _failed.get(name, 0) + 1
+    if _FILE:
+        with open(_FILE, "a") as fh:
+            fh.write(f"{name}:failed\n")
+    return True

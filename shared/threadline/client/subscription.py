@@ -18,7 +18,9 @@ class ThreadSubscription:
 
     Attributes:
         stream: async iterator of chunk dicts (``type``, ``runId``, ``step``, ``attempt``,
-            ``seq``, ``payload``…), in topic order, without duplicates or dead attempts.
+            ``seq``, ``payload``…), in topic order, without duplicates or dead attempts (an
+            ``attempt-discarded {step, attempt}`` declares that attempt and every earlier
+            attempt of the step dead: a later attempt exists only because they died).
     """
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
@@ -33,7 +35,7 @@ class ThreadSubscription:
         self._from_offset = from_offset
         self._consumer: AIOKafkaConsumer | None = None
         self._seen: dict[str, int] = dict(after or {})  # run id → highest seq delivered
-        self._dead: set[tuple[str, int, int]] = set()
+        self._dead: dict[tuple[str, int], int] = {}  # (run, step) → highest dead attempt
         self._active: str | None = None
         self.last_offset: int | None = None
 
@@ -83,10 +85,12 @@ class ThreadSubscription:
         run_id = chunk.get("runId")
         if not isinstance(run_id, str):
             return False
-        if chunk.get("type") == "attempt-discarded":
+        if chunk.get("type") == "attempt-discarded":  # that attempt and every earlier one of the step are dead
             p = chunk.get("payload") or {}
-            self._dead.add((run_id, int(p.get("step", -1)), int(p.get("attempt", -1))))
-        if (run_id, chunk.get("step"), chunk.get("attempt")) in self._dead and chunk.get("type") != "attempt-discarded":
+            key = (run_id, int(p.get("step", -1)))
+            self._dead[key] = max(self._dead.get(key, -1), int(p.get("attempt", -1)))
+        elif isinstance(chunk.get("attempt"), int) and \
+                chunk["attempt"] <= self._dead.get((run_id, chunk.get("step")), -1):  # type: ignore[arg-type]
             return False
         seq = chunk.get("seq")
         if not isinstance(seq, int) or seq <= self._seen.get(run_id, -1):

@@ -14,7 +14,7 @@ from typing import Any
 
 import asyncpg
 from aiokafka.errors import KafkaError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import header
@@ -27,8 +27,12 @@ log = get_logger(__name__)
 
 TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, asyncpg.PostgresConnectionError,
              asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
+             # a terminated backend, a server shutting down or starting up (a Postgres restart)
+             asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
+             asyncpg.exceptions.CannotConnectNowError,
              asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
-"""Faults worth retrying: connections, timeouts, serialisation conflicts."""
+"""Faults worth retrying: connections (also a terminated backend and a server restarting),
+timeouts, serialisation conflicts."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -64,18 +68,22 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            attempts: int = 6, max_wait_s: float = 5.0) -> Handler:
+            attempts: int = 6, max_wait_s: float = 5.0, retry_for_s: float | None = None) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 
     1. ``InvalidEventError`` → ``on_invalid`` (e.g. an error reply) and a dead letter;
-    2. transient faults → retried with exponential backoff, ``attempts`` times in all;
+    2. transient faults → retried with exponential backoff (at most ``max_wait_s`` apart),
+       ``attempts`` times in all, or for ``retry_for_s`` seconds when given (services: long
+       enough to outlast a broker or Postgres restart; the record stays unfinished meanwhile,
+       so its offset is not committed, and a shutdown hands it back uncommitted);
     3. anything else, or retries spent → dead letter with the reason.
     """
+    stop = stop_after_attempt(attempts) if retry_for_s is None else stop_after_delay(retry_for_s)
 
     async def run(record: Record) -> None:
         try:
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(is_transient), stop=stop_after_attempt(attempts),
+                retry=retry_if_exception(is_transient), stop=stop,
                 wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True,
             ):
                 with attempt:

@@ -25,7 +25,8 @@ _PRUNE_EVERY = 1024
 class ChunkWriter:
     """Assigns ``seq`` (strictly increasing within the run) and publishes."""
 
-    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "key", "run_id", "seq", "step")
+    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "finished", "key", "run_id",
+                 "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str) -> None:
@@ -39,6 +40,7 @@ class ChunkWriter:
         self._futures: list[asyncio.Future[Any]] = []
         self._failure: BaseException | None = None
         self._prune_at = _PRUNE_EVERY
+        self.finished = False  # a ``finish`` chunk was emitted
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -47,6 +49,8 @@ class ChunkWriter:
         chunk["attempt"] = self.attempt
         chunk["seq"] = self.seq
         self.seq += 1
+        if chunk.get("type") == "finish":
+            self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=_HEADERS, partition=0)
         self._futures.append(fut)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import os
 import time
 from typing import Any
 
@@ -29,12 +30,13 @@ import orjson
 import structlog
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline._internal.faults import armed, pause_point
+from threadline._internal.faults import armed, deaf, pause_point, should_fail
 from threadline.config import Settings
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.handling import is_transient
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -43,7 +45,8 @@ from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
 from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
-from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
+from threadline.runtime.step_state import (StepState, StepWriter, add_usage, error_view, final_text,
+                                          hand_back_step, keep_alive, replay)
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
@@ -51,7 +54,9 @@ from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.orchestration import abort_chunks, claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.steps import begin_attempt, has_pending, load_history, mark_drained, pending_signals, persist_step
+from threadline.store.steps import (StepBusy, begin_attempt, forget_model_output, has_pending, heartbeat,
+                                   load_history, mark_drained, pending_signals, persist_step, record_model_output,
+                                   recorded_model_output)
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -72,11 +77,14 @@ class StepExecutor:
         self._settings = settings
         self._agents = agents
         self._catalogue = catalogue or Catalogue()
+        self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
         self._running: dict[str, asyncio.Task[str]] = {}
         self._aborted: set[str] = set()
 
     def on_abort(self, run_id: str) -> None:
         """The run was aborted (NOTIFY): stop its step now; the model call is closed."""
+        if deaf():  # fault injection: the notification is lost
+            return
         self._aborted.add(run_id)
         task = self._running.get(run_id)
         if task is not None:
@@ -92,23 +100,43 @@ class StepExecutor:
             self.on_abort(r["run_id"])
 
     async def execute(self, task: StepTask) -> None:
-        """Execute ``task`` unless it is stale or already done (redelivery is harmless)."""
-        run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
-        if run is not None and run["status"] == "aborted" and not run["terminal_emitted"]:
-            await self._end_aborted(run, None)  # aborted while its step task was in flight
-            return
-        if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
-                or run["step"] != task.step or run["steps_done"] > task.step:
-            log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
-            return
-        agent = self._agents.get(run["agent_id"])
-        topic = self._topics.chunks(run["resource_id"], run["thread_id"])
-        await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
-        try:
-            async with self._db.transaction() as conn:
-                begun = await begin_attempt(conn, run, self._settings.lease_ttl_s)
-        except StaleWriterError:
-            begun = None
+        """Execute ``task`` unless it is stale or already done (redelivery is harmless).
+
+        When another worker still executes the step (its heartbeat moves: a rebalance handed the
+        task over while that worker lives), wait; take the step over only once the heartbeat has
+        stood still for ``3 × step_heartbeat_s`` as seen from here, or was handed back.
+        """
+        watched, since = None, 0.0
+        while True:
+            run = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", task.run_id)
+            if run is not None and run["status"] == "aborted" and not run["terminal_emitted"]:
+                await self._end_aborted(run, None)  # aborted while its step task was in flight
+                return
+            if run is None or run["status"] != "running" or run["epoch"] != task.epoch \
+                    or run["step"] != task.step or run["steps_done"] > task.step:
+                log.info("stale or duplicate step task skipped", run_id=task.run_id, step=task.step)
+                return
+            agent = self._agents.get(run["agent_id"])
+            topic = self._topics.chunks(run["resource_id"], run["thread_id"])
+            await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
+            loop = asyncio.get_running_loop()
+            still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
+            try:
+                async with self._db.transaction() as conn:
+                    if should_fail("step_first_write", run["thread_id"]):  # C21: the connection resets
+                        await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+                    begun = await begin_attempt(conn, run, self._settings.lease_ttl_s, owner=self._owner,
+                                                takeover_from=watched if still else None)
+                break
+            except StaleWriterError:
+                begun = None
+                break
+            except StepBusy as busy:
+                if busy.heartbeat != watched:
+                    if watched is None:
+                        log.info("step executed by a live worker; waiting", run_id=task.run_id, step=task.step)
+                    watched, since = busy.heartbeat, loop.time()
+                await asyncio.sleep(self._settings.step_heartbeat_s)
         if begun is None:
             log.info("step no longer ours; skipped", run_id=task.run_id, step=task.step)
             return
@@ -119,7 +147,7 @@ class StepExecutor:
             await writer.emit({"type": "attempt-discarded", "from": "AGENT",
                                "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
                                            "reason": "re-executed"}})
-        renewer = asyncio.create_task(self._renew(run))
+        renewer = asyncio.create_task(keep_alive(self._db, self._settings, run, self._owner, writer))
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
@@ -131,14 +159,20 @@ class StepExecutor:
                 except asyncio.CancelledError:
                     current = asyncio.current_task()
                     if run["run_id"] not in self._aborted or (current is not None and current.cancelling()):
+                        await hand_back_step(self._db, run, self._owner)
                         raise  # shutdown, not an abort
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
                 except StaleWriterError:
-                    if await self._db.fetchval("SELECT status FROM runs WHERE run_id = $1", run["run_id"]) == "aborted":
+                    now = await self._db.fetchrow("SELECT status FROM runs WHERE run_id = $1", run["run_id"])
+                    if now is not None and now["status"] == "aborted":
                         await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
+                    if is_transient(exc):  # Kafka or Postgres went away: hand the step back
+                        log.warning("infrastructure fault mid-step; the step task is retried and the "
+                                    "step re-executed under a new attempt", error=repr(exc))
+                        raise
                     log.exception("step could not run; failing the run")
                     outcome = "failed"
                     await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
@@ -151,20 +185,6 @@ class StepExecutor:
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
-
-    async def _renew(self, run: asyncpg.Record) -> None:
-        interval = self._settings.lease_ttl_s / 3
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                async with self._db.connection() as conn:
-                    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"],
-                                       renew_s=self._settings.lease_ttl_s)
-            except StaleWriterError:
-                log.warning("lease lost while the step runs", run_id=run["run_id"])
-                return
-            except Exception:  # noqa: BLE001 - try again next interval
-                log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
 
     async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter,
                        restarted: bool = False) -> str:
@@ -197,6 +217,7 @@ class StepExecutor:
             if step_no == 0:  # the first request answers what woke the run; deliveries join at the next boundary
                 signals = [sig for sig in signals if sig["mode"] != "deliver"]
             await mark_drained(conn, [sig["id"] for sig in signals], step_no)
+            recorded = await recorded_model_output(conn, run_id, step_no) if restarted else None
         if step_no == 0:
             ml = MessageList(thread_id=run["thread_id"], resource_id=run["resource_id"])
             ml.add(history, "memory")
@@ -211,7 +232,7 @@ class StepExecutor:
                 response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=writer, ml=ml, runner=runner, response_id=response_id,
                      steps=state.setdefault("steps", []), state=state,
-                     usage_total=state.setdefault("usage", {}))
+                     usage_total=state.setdefault("usage", {}), recorded=recorded)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await writer.emit({"type": "start", "from": "AGENT",
@@ -235,10 +256,13 @@ class StepExecutor:
             await writer.emit({"type": "tripwire", "from": "AGENT", "payload": tripwire})
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=tripwire)
         except ModelCallError as exc:
+            log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             final, outcome, finish_reason = True, "failed", "error"
             error = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
             await self._fail(step, error)
         except Exception as exc:  # noqa: BLE001 - a failing step fails its run, never the worker
+            if is_transient(exc):  # not the run's fault: re-executed, not failed (see execute)
+                raise
             log.exception("step failed", run_id=run_id, step=step_no)
             final, outcome, finish_reason = True, "failed", "error"
             error = {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"}
@@ -322,9 +346,17 @@ class StepExecutor:
                         cap=cap)
         return cap
 
+    async def _record_output(self, step: StepState, raw_chunks: list[dict[str, Any]], outcome: ModelOutcome) -> None:
+        output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in raw_chunks],
+                  "usage": outcome.usage, "finish_reason": outcome.finish_reason}
+        async with self._db.transaction() as conn:
+            await record_model_output(conn, step.run, step.writer.attempt, output, self._settings.lease_ttl_s)
+        await pause_point("after_model_output_recorded")
+
     async def _save_attempt(self, run: asyncpg.Record, attempt: int, retry_count: int) -> None:
         async with self._db.transaction() as conn:
             await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"])
+            await forget_model_output(conn, run["run_id"], run["step"])
             status = await conn.execute(
                 "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
                 "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run["run_id"], attempt, retry_count)
@@ -357,8 +389,12 @@ class StepExecutor:
         step.response_message()
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
+        recorded, step.recorded = step.recorded, None
         if cached:
             source: Any = replay(cached, outcome)
+        elif recorded is not None:  # a crashed attempt got this far: same output, same tool call ids
+            log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
+            source = replay(recorded, outcome)
         else:
             source = stream_model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
                                   tool_choice=step_input.get("tool_choice"),
@@ -376,6 +412,8 @@ class StepExecutor:
                     processed.append(part)
         finally:
             await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+        if recorded is not None:
+            outcome.usage, outcome.finish_reason = recorded.get("usage"), recorded.get("finish_reason", outcome.finish_reason)
         if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
             raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                                  kind="server_error", retryable=True)
@@ -400,6 +438,8 @@ class StepExecutor:
                                          tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
         results = []
         if outcome.finish_reason == "tool-calls":
+            if recorded is None and not cached:  # before any tool runs: a re-execution replays this
+                await self._record_output(step, raw_chunks, outcome)
             results = await self._run_tools(step, calls, tools, options)
         add_usage(step.usage_total, usage)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
@@ -427,6 +467,10 @@ class StepExecutor:
                 "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
                 run["run_id"], [c["toolCallId"] for c in calls])}
         for call in calls:
+            if call["toolCallId"] not in done:  # still this step's owner? (else another worker runs it)
+                async with self._db.connection() as conn:
+                    if not await heartbeat(conn, run["run_id"], self._owner, step.writer.attempt):
+                        raise StaleWriterError(run["run_id"], run["epoch"])
             if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
                 prior = done[call["toolCallId"]]
                 log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
@@ -499,21 +543,35 @@ class StepExecutor:
 
     async def _end_aborted(self, run: asyncpg.Record, writer: ChunkWriter | None) -> None:
         """Emit the aborted run's ``abort`` + ``finish`` (if no one else has): after the chunks
-        this worker already published when it was mid-step, else from the stored sequence."""
+        this worker already published when it was mid-step, else from the stored sequence.
+
+        When the interrupted attempt already streamed its own ``finish`` (the abort came between
+        that chunk and the step result), or another worker's attempt is left unfinished, that
+        attempt is declared dead first (``attempt-discarded``), so the run shows one ``finish``.
+        """
         async with self._db.transaction() as conn:
             claimed = await claim_terminal(conn, run["run_id"])
         if claimed is None:
             return
+        dead = None
         if writer is None:
             topic = self._topics.chunks(run["resource_id"], run["thread_id"])
             writer = ChunkWriter(self._producer, topic, run_id=run["run_id"], step=claimed["step"],
                                  attempt=claimed["attempt"], seq=claimed["next_seq"],
                                  key=thread_key(run["resource_id"], run["thread_id"]))
+            if claimed["outstanding"]:
+                dead = claimed["attempt"]
+        elif writer.finished:
+            dead = writer.attempt
+        if dead is not None:
+            writer.attempt = dead + 1
+            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
+                               "payload": {"step": writer.step, "attempt": dead, "reason": "aborted"}})
         for chunk in abort_chunks(run["run_id"], step=writer.step, attempt=writer.attempt, seq=writer.seq):
             chunk.pop("seq"), chunk.pop("runId"), chunk.pop("step"), chunk.pop("attempt")
             await writer.emit(chunk)
         await writer.flush()
-        log.info("run aborted; terminal chunks emitted", run_id=run["run_id"])
+        log.info("run aborted; terminal chunks emitted", run_id=run["run_id"], discarded_attempt=dead)
 
     async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
                         state: dict[str, Any] | None = None) -> None:

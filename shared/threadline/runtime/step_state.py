@@ -3,18 +3,24 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 import asyncpg
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline.errors import ModelCallError
+from threadline.errors import ModelCallError, StaleWriterError
+from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.processor import ProcessorRunner
+from threadline.store import leases
+from threadline.store.steps import hand_back, heartbeat
+
+log = get_logger(__name__)
 
 
 class StepWriter:
@@ -43,6 +49,8 @@ class StepState:
     state: dict[str, Any]
     usage_total: dict[str, Any] = field(default_factory=dict)
     echoes: list[dict[str, Any]] = field(default_factory=list)
+    recorded: dict[str, Any] | None = None
+    """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
 
     async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
         """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
@@ -112,3 +120,35 @@ async def replay(cached: Any, outcome: ModelOutcome) -> Any:
             continue
         yield chunk
     outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
+
+
+async def keep_alive(db: Any, settings: Any, run: asyncpg.Record, owner: str, writer: ChunkWriter) -> None:
+    """While a step runs: its heartbeat every ``step_heartbeat_s`` (fenced by the lease epoch),
+    the thread lease every ``lease_ttl_s / 3`` — a slow step is never taken for a dead one."""
+    beat, every = settings.step_heartbeat_s, settings.lease_ttl_s / 3
+    renewed = asyncio.get_running_loop().time()
+    while True:
+        await asyncio.sleep(beat)
+        try:
+            async with db.connection() as conn:
+                if not await heartbeat(conn, run["run_id"], owner, writer.attempt):
+                    log.warning("step taken over by another worker, or the run lost the thread", run_id=run["run_id"])
+                if asyncio.get_running_loop().time() - renewed >= every:
+                    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=settings.lease_ttl_s)
+                    renewed = asyncio.get_running_loop().time()
+        except StaleWriterError:
+            log.warning("lease lost while the step runs", run_id=run["run_id"])
+            return
+        except Exception:  # noqa: BLE001 - try again next interval
+            log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
+
+
+async def hand_back_step(db: Any, run: asyncpg.Record, owner: str) -> None:
+    """Shutdown mid-step: clear the heartbeat so the next owner re-executes at once."""
+    try:
+        async with asyncio.timeout(2):
+            async with db.connection() as conn:
+                await hand_back(conn, run["run_id"], owner)
+        log.info("step handed back", run_id=run["run_id"])
+    except Exception:  # noqa: BLE001 - the heartbeat then goes stale instead
+        log.warning("could not hand the step back", run_id=run["run_id"])

@@ -140,10 +140,11 @@ ABORT_CHANNEL = "threadline_abort"
 
 
 async def claim_terminal(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
-    """Claim the right to emit the run's terminal chunks (exactly one emitter per run)."""
+    """Claim the right to emit the run's terminal chunks (exactly one emitter per run).
+    ``outstanding``: an attempt of the current step started and did not store its result."""
     return await conn.fetchrow(
         "UPDATE runs SET terminal_emitted = true WHERE run_id = $1 AND NOT terminal_emitted "
-        "RETURNING next_seq, step, attempt", run_id)
+        "RETURNING next_seq, step, attempt, step_started AND steps_done = step AS outstanding", run_id)
 
 
 def abort_chunks(run_id: str, *, step: int, attempt: int, seq: int) -> list[dict[str, Any]]:

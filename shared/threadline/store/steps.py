@@ -56,22 +56,60 @@ SEQ_BLOCK = 1_000_000
 attempt's, so ``seq`` never repeats or goes back within a run."""
 
 
-async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl_s: float) -> asyncpg.Record | None:
+class StepBusy(Exception):
+    """Another live worker executes this step (its heartbeat moves); ``heartbeat`` is the value seen."""
+
+    def __init__(self, heartbeat: Any) -> None:
+        super().__init__(f"step executed elsewhere (heartbeat {heartbeat})")
+        self.heartbeat = heartbeat
+
+
+async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl_s: float, *,
+                        owner: str = "", takeover_from: Any = None) -> asyncpg.Record | None:
     """Start executing the run's current step, fenced by the lease.
 
     Returns ``(attempt, seq_base, restarted)``: ``restarted`` when an earlier attempt of this step
     started and never finished (its worker died or was fenced off): this one gets the next
     attempt number, and its chunks start after the dead attempt's reserved block. ``None`` when
     the step is no longer this worker's to run.
+
+    An earlier attempt owned by another worker is taken over only when its heartbeat is unset
+    (handed back) or still equals ``takeover_from`` (the caller watched it stand still).
+
+    Raises:
+        StepBusy: another worker owns the step and may be alive.
+        StaleWriterError: the run no longer holds the thread.
     """
     await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
+    old = await conn.fetchrow("SELECT step_started, step_owner, step_heartbeat FROM runs WHERE run_id = $1 "
+                              "FOR UPDATE", run["run_id"])
+    if old is not None and old["step_started"] and old["step_owner"] not in (None, owner) \
+            and old["step_heartbeat"] is not None and old["step_heartbeat"] != takeover_from:
+        raise StepBusy(old["step_heartbeat"])
     return await conn.fetchrow(
-        "WITH old AS (SELECT step_started FROM runs WHERE run_id = $1 FOR UPDATE) "
-        "UPDATE runs r SET attempt = CASE WHEN old.step_started THEN r.attempt + 1 ELSE r.attempt END, "
-        "  step_started = true, next_seq = r.next_seq + $4, updated_at = now() FROM old "
+        "UPDATE runs r SET attempt = CASE WHEN r.step_started THEN r.attempt + 1 ELSE r.attempt END, "
+        "  step_started = true, next_seq = r.next_seq + $4, step_owner = $5, step_heartbeat = now(), "
+        "  updated_at = now() "
         "WHERE r.run_id = $1 AND r.epoch = $2 AND r.step = $3 AND r.steps_done = $3 AND r.status = 'running' "
-        "RETURNING r.attempt, r.next_seq - $4 AS seq_base, old.step_started AS restarted",
-        run["run_id"], run["epoch"], run["step"], SEQ_BLOCK)
+        "RETURNING r.attempt, r.next_seq - $4 AS seq_base, $6::boolean AS restarted",
+        run["run_id"], run["epoch"], run["step"], SEQ_BLOCK, owner, bool(old and old["step_started"]))
+
+
+_FENCE = ("status = 'running' AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id "
+          "AND l.run_id = runs.run_id AND l.epoch = runs.epoch)")
+
+
+async def heartbeat(conn: asyncpg.Connection, run_id: str, owner: str, attempt: int) -> bool:
+    """Refresh the step's heartbeat (fenced by the lease epoch); False when another worker took
+    the step over or the run no longer holds the thread."""
+    return await conn.fetchval(f"UPDATE runs SET step_heartbeat = now() WHERE run_id = $1 AND step_owner = $2 "
+                               f"AND attempt = $3 AND {_FENCE} RETURNING true", run_id, owner, attempt) is not None
+
+
+async def hand_back(conn: asyncpg.Connection, run_id: str, owner: str) -> None:
+    """Shutdown mid-step: let the next worker re-execute the step at once."""
+    await conn.execute(f"UPDATE runs SET step_heartbeat = NULL WHERE run_id = $1 AND step_owner = $2 AND {_FENCE}",
+                       run_id, owner)
 
 
 def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
@@ -133,3 +171,33 @@ async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg
         (fields.get("tripwire") or {}).get("processorId"), run["epoch"])
     return await outbox.add(conn, topics.step_results, result,
                             key=thread_key(run["resource_id"], thread_id))
+
+
+async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, attempt: int,
+                              output: dict[str, Any], lease_ttl_s: float) -> None:
+    """Record the model's completed output of ``attempt`` of the run's current step (before its
+    tools run), fenced by the lease epoch and the attempt number.
+
+    ``output``: ``{"chunks": [{type, payload}, ...], "usage": {...} | None, "finish_reason": str}``.
+
+    Raises:
+        StaleWriterError: the run no longer holds the thread, or a later attempt took over.
+    """
+    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
+    current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run["run_id"])
+    if current != attempt:
+        raise StaleWriterError(run["run_id"], run["epoch"])
+    await conn.execute(
+        "INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, $2, $3, $4) "
+        "ON CONFLICT (run_id, step) DO UPDATE SET attempt = EXCLUDED.attempt, output = EXCLUDED.output, "
+        "created_at = now()", run["run_id"], run["step"], attempt, output)
+
+
+async def recorded_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> dict[str, Any] | None:
+    """The model output an earlier (crashed) attempt of this step recorded, if any."""
+    return await conn.fetchval("SELECT output FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
+
+
+async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:
+    """A processor retry asks the model again: the recorded output no longer applies."""
+    await conn.execute("DELETE FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)

@@ -1,0 +1,169 @@
+"""Fault-injection harness for end-to-end tests (built on :class:`tests.e2e.conftest.ServiceSet`).
+
+* ``kill_at(services, name, instance, point)``: start an instance armed with a pause point, wait
+  until it holds there, ``kill -9`` it;
+* ``restart_broker()`` / ``restart_postgres()``: restart the native cluster the test session uses
+  (``deploy/native/kafka.sh`` / ``postgres.sh`` with the ports in the environment); only when the
+  cluster was started from this checkout — under Docker (testcontainers) or against another
+  checkout's cluster the tests that need it are skipped (``restart_unavailable()`` says why);
+* ``force_rebalance(services, name)``: start and stop an extra member of a service's group;
+* ``Observer``: one raw reader of many chunk topics (every record, duplicates and dead attempts
+  included), for the checker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = ROOT / "deploy" / "native"
+
+
+def wait_file(path: Path, needle: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and needle in path.read_text()):
+        assert time.monotonic() < deadline, f"{needle} never reached"
+        time.sleep(0.05)
+
+
+def kill_at(services: Any, name: str, instance: str, point: str, pause_file: Path,
+            timeout_s: float = 60, **env: str) -> None:
+    """Start ``instance`` of service ``name`` armed at ``point``; once it holds there, ``kill -9``."""
+    services.start(name, instance, THREADLINE_PAUSE_POINTS=point, THREADLINE_PAUSE_FILE=str(pause_file), **env)
+    wait_file(pause_file, point, timeout_s)
+    services.kill(instance)
+
+
+def _script_status(script: str) -> str:
+    out = subprocess.run(["bash", str(NATIVE / script), "status"], capture_output=True, text=True, cwd=ROOT)
+    return out.stdout if out.returncode == 0 else ""
+
+
+def restart_unavailable() -> str | None:
+    """Why the broker and Postgres cannot be restarted from here (None when they can)."""
+    kport = os.environ.get("THREADLINE_KAFKA_PORT", "19092")
+    pport = os.environ.get("THREADLINE_PG_PORT", "55432")
+    props = ROOT / ".run" / "kafka" / "server.properties"
+    if not _script_status("kafka.sh") or not props.exists() or f":{kport}" not in props.read_text():
+        return (f"the broker on port {kport} was not started by this checkout's deploy/native/kafka.sh "
+                "(Docker/testcontainers or another checkout's cluster): it cannot be restarted from here")
+    if f":{pport}" not in _script_status("postgres.sh"):
+        return f"PostgreSQL on port {pport} was not started by this checkout's deploy/native/postgres.sh"
+    return None
+
+
+def _native(script: str, *args: str, timeout_s: float = 180) -> None:
+    subprocess.run(["bash", str(NATIVE / script), *args], cwd=ROOT, check=True, timeout=timeout_s,
+                   capture_output=True)
+
+
+def restart_broker(down_s: float = 0.0) -> float:
+    """Stop the broker (SIGTERM), keep it down ``down_s``, start it; return the seconds it was away."""
+    t0 = time.monotonic()
+    _native("kafka.sh", "stop")
+    time.sleep(down_s)
+    _native("kafka.sh", "start")
+    return time.monotonic() - t0
+
+
+def restart_postgres(down_s: float = 0.0) -> float:
+    """Stop PostgreSQL (fast shutdown: every connection is cut), start it again."""
+    t0 = time.monotonic()
+    _native("postgres.sh", "stop")
+    time.sleep(down_s)
+    _native("postgres.sh", "start")
+    return time.monotonic() - t0
+
+
+def force_rebalance(services: Any, name: str, instance: str) -> None:
+    """Make the group of ``name`` rebalance twice: a member joins (gets partitions), then leaves."""
+    services.start(name, instance)
+    log = services.log_dir / f"{instance}.log"
+    deadline = time.monotonic() + 60
+    while b"partitions assigned" not in log.read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    services.stop(instance)
+
+
+class Observer:
+    """Reads every record of the given chunk topics from offset 0 (live, across broker restarts)."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self._bootstrap = bootstrap
+        self._topics = topics
+        self.chunks: list[dict[str, Any]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._consumer: AIOKafkaConsumer | None = None
+
+    async def start(self) -> None:
+        self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
+                                          group_id=None, fetch_max_wait_ms=100, auto_offset_reset="earliest")
+        await self._consumer.start()
+        self._consumer.assign([TopicPartition(t, 0) for t in self._topics])
+        await self._consumer.seek_to_beginning()
+        self._task = asyncio.create_task(self._pump())
+
+    async def _pump(self) -> None:
+        assert self._consumer is not None
+        while True:
+            try:
+                batches = await self._consumer.getmany(timeout_ms=200, max_records=5000)
+            except Exception:  # noqa: BLE001 - the broker is restarting
+                await asyncio.sleep(0.5)
+                continue
+            for records in batches.values():
+                for r in records:
+                    try:
+                        chunk = orjson.loads(r.value)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(chunk, dict):
+                        self.chunks.append(chunk)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        if self._consumer is not None:
+            await self._consumer.stop()
+
+
+async def read_all(bootstrap: str, topics: list[str], *, partitions: int = 1,
+                   timeout_s: float = 60) -> list[dict[str, Any]]:
+    """Every record of ``topics`` (each with ``partitions`` partitions) up to their current end,
+    decoded (a replay from offset 0)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                fetch_max_wait_ms=100, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = [TopicPartition(t, p) for t in topics for p in range(partitions)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning()
+        ends = await consumer.end_offsets(parts)
+        out: list[dict[str, Any]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            behind = [tp for tp in parts if await consumer.position(tp) < ends[tp]]
+            if not behind:
+                break
+            assert time.monotonic() < deadline, "replay did not reach the end offsets"
+            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
+            for records in batches.values():
+                for r in records:
+                    value = orjson.loads(r.value)
+                    if isinstance(value, dict):
+                        out.append(value)
+        return out
+    finally:
+        await consumer.stop()
