@@ -41,7 +41,7 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test chaos chaos bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test chaos bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
