@@ -39,7 +39,7 @@ class Service:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.db = Database(self.settings.pg_dsn, statement_cache=self.settings.pg_statement_cache,
-                           max_size=self.settings.pg_pool_max,
+                           transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.settings.pg_pool_max,
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
         self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}")
         self.admin = TopicAdmin(self.settings.kafka_bootstrap)
@@ -63,7 +63,7 @@ class Service:
     async def start(self) -> None:
         """Migrate, connect, create topics, start the relay and the consumer."""
         structlog.contextvars.bind_contextvars(instance=self.settings.instance_id)
-        applied = await asyncio.to_thread(migrate, self.settings.pg_dsn)
+        applied = await asyncio.to_thread(migrate, self.settings.pg_session_dsn)
         if applied:
             log.info("migrations applied", ids=applied)
         await self.db.start()
@@ -82,7 +82,8 @@ class Service:
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s)
         await self.consumer.start()
         log.info("service started", service=self.name, topics=self.topics_in(),
-                 statement_cache=self.settings.pg_statement_cache)
+                 statement_cache=self.settings.pg_use_statement_cache,
+                 pg_mode="transaction-pooling" if self.settings.pg_transaction_pooling else "session")
 
     async def stop(self) -> None:
         """Drain in-flight records, then close everything."""

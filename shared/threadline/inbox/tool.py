@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import asyncpg
 from pydantic import BaseModel, Field
 
 from threadline.config import get_settings
+from threadline.store.db import connect
 from threadline.runtime.tools import Tool, ToolContext, create_tool
 
 _MARKS = {"seen": "seen_at", "dismiss": "dismissed_at", "archive": "archived_at"}
@@ -22,7 +22,8 @@ class InboxInput(BaseModel):
 
 
 async def _inbox(input: InboxInput, context: ToolContext) -> dict[str, Any]:
-    conn = await asyncpg.connect(get_settings().pg_dsn)
+    settings = get_settings()  # works behind a transaction pooler too (C24)
+    conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
     try:
         if input.action == "list":
             rows = await conn.fetch(

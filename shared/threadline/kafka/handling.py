@@ -12,7 +12,6 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
@@ -22,13 +21,13 @@ from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.store.db import TRANSIENT_PG
 
 log = get_logger(__name__)
 
-TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, asyncpg.PostgresConnectionError,
-             asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
-             asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
-"""Faults worth retrying: connections, timeouts, serialisation conflicts."""
+TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, *TRANSIENT_PG)
+"""Faults worth retrying: connections (Kafka's and Postgres's, including a terminated backend and
+a server restarting), timeouts (a pool wait), serialisation conflicts."""
 
 
 def is_transient(exc: BaseException) -> bool:
