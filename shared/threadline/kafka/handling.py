@@ -22,6 +22,7 @@ from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.store.db import TRANSIENT_PG
+from threadline.store.payloads import PayloadStore, resolve
 
 log = get_logger(__name__)
 
@@ -63,26 +64,29 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            attempts: int = 6, max_wait_s: float = 5.0) -> Handler:
+            payloads: PayloadStore | None = None, attempts: int = 6, max_wait_s: float = 5.0) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 
+    0. a record carrying a payload reference gets its stored body back first (``payloads``);
     1. ``InvalidEventError`` → ``on_invalid`` (e.g. an error reply) and a dead letter;
     2. transient faults → retried with exponential backoff, ``attempts`` times in all;
     3. anything else, or retries spent → dead letter with the reason.
     """
 
     async def run(record: Record) -> None:
+        resolved = record  # the dead letter keeps the record as it came (a reference stays one)
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(is_transient), stop=stop_after_attempt(attempts),
                 wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True,
             ):
                 with attempt:
-                    await handler(record)
+                    resolved = await resolve(record, payloads)
+                    await handler(resolved)
         except InvalidEventError as exc:
             if on_invalid is not None:
                 try:
-                    await on_invalid(record, exc)
+                    await on_invalid(resolved, exc)
                 except Exception:  # noqa: BLE001 - the dead letter below still records it
                     log.exception("error reply failed")
             await dead_letters.write(record, code=exc.code, reason=str(exc),
