@@ -18,12 +18,13 @@ import os
 import subprocess
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import orjson
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer
 
 from tests.e2e.conftest import ServiceSet
 
@@ -32,11 +33,32 @@ HEALTH_S = 2.0
 CHANNEL_APP = "threadline-listen-threadline_inbox_due"
 
 
+@dataclass
+class Isolated:
+    """This module's own database (no other scheduler of the session may deliver its records)."""
+
+    bootstrap: str
+    dsn: str
+
+
 @pytest.fixture(scope="module")
-def scheduler(cluster, tmp_path_factory):
+def c26_cluster(cluster):
+    from tests.conftest import _create_db, _drop_db
+    from threadline.store.migrate import migrate
+
+    name = cluster.dsn.rsplit("/", 1)[1] + "_c26"
+    asyncio.run(_create_db(cluster.admin_dsn, name))
+    dsn = cluster.dsn.rsplit("/", 1)[0] + "/" + name
+    migrate(dsn)
+    yield Isolated(bootstrap=cluster.bootstrap, dsn=dsn)
+    asyncio.run(_drop_db(cluster.admin_dsn, name))
+
+
+@pytest.fixture(scope="module")
+def scheduler(c26_cluster, cluster, tmp_path_factory):
     prefix = f"{cluster.prefix}-c26"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
-           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": prefix,
+           "THREADLINE_PG_DSN": c26_cluster.dsn, "THREADLINE_TOPIC_PREFIX": prefix,
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_PARTITIONS": "1",
            "THREADLINE_SCHEDULER_INTERVAL_S": "3600", "THREADLINE_PG_LISTEN_HEALTH_S": str(HEALTH_S),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
@@ -95,29 +117,24 @@ async def _delivered_after(dsn: str, rid: str, timeout_s: float = 60.0) -> float
     raise AssertionError(f"{rid} not delivered within {timeout_s}s")
 
 
-async def _announcements(bootstrap: str, topic: str, rid: str) -> int:
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+async def _announcements(bootstrap: str, topic: str, rid: str, timeout_s: float = 60.0) -> int:
+    """``notification_delivered`` events naming ``rid``: read until one is seen (the outbox is
+    flushed after the delivery commits, possibly seconds later on a loaded broker), then 3 s
+    more for a duplicate."""
+    consumer = AIOKafkaConsumer(topic, bootstrap_servers=bootstrap, group_id=None,
                                 auto_offset_reset="earliest", enable_auto_commit=False)
     await consumer.start()
-    found = 0
+    found, first = 0, None
     try:
-        await asyncio.sleep(2.0)  # a duplicate would be published by now
-        parts = [TopicPartition(topic, p) for p in (consumer.partitions_for_topic(topic) or {0})]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        end = await consumer.end_offsets(parts)
-
-        async def behind() -> bool:
-            return any([await consumer.position(tp) < end[tp] for tp in parts])
-
-        deadline = time.monotonic() + 30
-        while await behind() and time.monotonic() < deadline:
-            batch = await consumer.getmany(timeout_ms=1000, max_records=100000)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (first is None or time.monotonic() < first + 3.0):
+            batch = await consumer.getmany(timeout_ms=500, max_records=10000)
             for records in batch.values():
                 for r in records:
                     event = orjson.loads(r.value)
                     if event["type"] == "notification_delivered" and rid in event.get("notification_ids", []):
                         found += 1
+                        first = first or time.monotonic()
     finally:
         await consumer.stop()
     return found
@@ -130,7 +147,8 @@ async def _check(cluster, prefix: str, rid: str) -> float:
     return took
 
 
-async def test_c26a_terminated_listener_reconnects_and_catches_up(cluster, scheduler):
+async def test_c26a_terminated_listener_reconnects_and_catches_up(c26_cluster, scheduler):
+    cluster = c26_cluster
     svc, prefix = scheduler
     conn = await _connect(cluster.dsn)
     try:
@@ -156,7 +174,8 @@ def _native_pg() -> bool:
                           capture_output=True, timeout=30).returncode == 0
 
 
-async def test_c26b_postgres_restart_then_due_record(cluster, scheduler):
+async def test_c26b_postgres_restart_then_due_record(c26_cluster, scheduler):
+    cluster = c26_cluster
     if not _native_pg():
         pytest.skip("needs the native PostgreSQL (deploy/native/postgres.sh restart); a testcontainers "
                     "PostgreSQL cannot be restarted on the same port")

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka.errors import KafkaError
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import header
@@ -46,7 +46,15 @@ class DeadLetters:
 
     async def write(self, record: Record, *, code: str, reason: str,
                     request_id: str | None = None) -> None:
-        """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement."""
+        """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement;
+        a transient failure (a slow or restarting broker) is retried with backoff for up to two
+        minutes, since the record's offset is committed once this returns."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop_after_delay(120),
+                                           wait=wait_exponential(multiplier=0.2, max=5), reraise=True):
+            with attempt:
+                await self._write(record, code=code, reason=reason, request_id=request_id)
+
+    async def _write(self, record: Record, *, code: str, reason: str, request_id: str | None) -> None:
         value: bytes = record.value or b""
         try:
             raw, encoding = value.decode("utf-8"), "utf-8"
