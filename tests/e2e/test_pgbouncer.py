@@ -114,7 +114,7 @@ async def test_c24_fifty_tool_runs_behind_transaction_pooling_pgbouncer(bounced,
     for n, (acc, run_chunks) in enumerate(zip(accepted, chunks, strict=True)):
         got = content(run_chunks)
         assert [t for t, _ in got if t in ("tool-call", "tool-result", "finish")] == ["tool-call", "tool-result", "finish"], got
-        assert got[-1] == ("finish", "stop")
+        assert got[-1] == ("finish", "stop"), [c for c in got if c[0] in ("error", "tool-error", "finish")]
         assert "".join(p for t, p in got if t == "text-delta") == f"Customer C-1001 is on the pro plan ({n})."
         row = await run_row(cluster.dsn, acc.run_id)
         assert row["status"] == "finished"
