@@ -3,6 +3,10 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
 from threadline.events.codec import decode
@@ -19,6 +23,17 @@ from threadline.topics import thread_key
 log = get_logger(__name__)
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether any string (key or value) in a decoded JSON body contains U+0000."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 class Ingress(Service):
     name = "ingress"
 
@@ -30,6 +45,9 @@ class Ingress(Service):
 
     async def handle(self, record: Record) -> None:
         req = decode(record.value, INGRESS_ADAPTER)
+        if b"u0000" in record.value and _has_nul(orjson.loads(record.value)):
+            # PostgreSQL text and jsonb cannot hold U+0000: refused here, not failed downstream
+            raise InvalidEventError("text must not contain U+0000 (NUL)", code="invalid_characters")
         if not 0 < len(req.event_id) <= 256:
             # an empty id would make every such request a "duplicate" of the first (dedupe by id)
             raise InvalidEventError("event_id must have 1 to 256 characters", code="invalid_event_id")
