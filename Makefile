@@ -70,6 +70,7 @@ infra-down: ## stop Kafka and PostgreSQL (data kept)
 ifeq ($(THREADLINE_DOCKER),1)
 	$(COMPOSE) stop kafka postgres
 else
+	@bash $(NATIVE)/pgbouncer.sh stop   # started by the C24 test (tests/e2e/test_pgbouncer.py)
 	@bash $(NATIVE)/kafka.sh stop
 	@bash $(NATIVE)/postgres.sh stop
 endif

@@ -3,6 +3,10 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
+
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
 from threadline.events.codec import decode
@@ -19,6 +23,17 @@ from threadline.topics import thread_key
 log = get_logger(__name__)
 
 
+def _has_nul(value: Any) -> bool:
+    """Whether any string (key or value) in a decoded JSON body contains U+0000."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
+
+
 class Ingress(Service):
     name = "ingress"
 
@@ -30,10 +45,19 @@ class Ingress(Service):
 
     async def handle(self, record: Record) -> None:
         req = decode(record.value, INGRESS_ADAPTER)
+        if b"u0000" in record.value and _has_nul(orjson.loads(record.value)):
+            # PostgreSQL text and jsonb cannot hold U+0000: refused here, not failed downstream
+            raise InvalidEventError("text must not contain U+0000 (NUL)", code="invalid_characters")
+        if not 0 < len(req.event_id) <= 256:
+            # an empty id would make every such request a "duplicate" of the first (dedupe by id)
+            raise InvalidEventError("event_id must have 1 to 256 characters", code="invalid_event_id")
         expected = thread_key(req.resource_id, req.thread_id)
         if record.key is None or record.key.decode(errors="replace") != expected:
             # per-thread order rests on the key: a wrongly keyed request could overtake its thread
             raise InvalidEventError(f"record key must be the thread key {expected!r}", code="wrong_key")
+        if req.reply_to is not None and not await self.admin.exists(req.reply_to):
+            # a reply for a missing topic could never be acknowledged (and would block the outbox)
+            raise InvalidEventError(f"reply_to topic {req.reply_to!r} does not exist", code="unknown_reply_topic")
         if isinstance(req, SendNotificationSignal):
             await self._notify(req)
             return
@@ -55,8 +79,9 @@ class Ingress(Service):
     async def _notify(self, req: SendNotificationSignal) -> None:
         agent = self.agents.get(req.agent_id)
         reply_to = req.reply_to or self.topics.replies
-        await self.admin.ensure_one(self.topics.chunks(req.resource_id, req.thread_id),
-                                    config={"retention.ms": str(self.settings.chunk_retention_ms)})
+        if agent is not None:  # no topic for a request that is rejected (unknown agent) anyway
+            await self.admin.ensure_one(self.topics.chunks(req.resource_id, req.thread_id),
+                                        config={"retention.ms": str(self.settings.chunk_retention_ms)})
         try:
             async with self.db.connection() as conn:
                 ids, _ = await receive(conn, req, policy=agent.delivery_policy if agent else {}, topics=self.topics,
@@ -74,7 +99,7 @@ class Ingress(Service):
             return  # nothing to correlate a reply with; the dead letter records it
         reply_to = raw_field(record, "reply_to")
         if not (isinstance(reply_to, str) and reply_to and len(reply_to) <= 249
-                and all(c.isalnum() or c in "._-" for c in reply_to)):
+                and all(c.isascii() and (c.isalnum() or c in "._-") for c in reply_to)) or not await self.admin.exists(reply_to):
             reply_to = self.topics.replies
         reply = ErrorReply(request_id=request_id[:256], code=exc.code, message=str(exc)[:2000])
         await self.producer.publish(reply_to, reply, key=request_id[:256])

@@ -15,15 +15,21 @@ import contextlib
 from typing import Any
 
 from pydantic import TypeAdapter
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
 from threadline.inbox.clock import SchedulerClock
 from threadline.kafka.consumer import Record
+from threadline.kafka.handling import is_transient
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
 from threadline.store.inbox import dispatch_due, redecide_held
+from threadline.store.listen import Listener
+
+INBOX_DUE_CHANNEL = "threadline_inbox_due"
+"""NOTIFY channel of records that became due now (trigger of migration 0008)."""
 
 log = get_logger(__name__)
 _ADAPTER: TypeAdapter[LifecycleEvent] = TypeAdapter(LifecycleEvent)
@@ -40,17 +46,26 @@ class NotificationScheduler(Service):
         self.clock = SchedulerClock(test_clock=self.settings.scheduler_test_clock)
         if self.clock.test_clock:
             log.warning("notification-scheduler uses the TEST clock (THREADLINE_SCHEDULER_TEST_CLOCK)")
+        self._due = asyncio.Event()
+        # due-work channel on a dedicated, self-healing connection (C26); after a loss it catches up
+        self.due_listener = Listener(self.settings.pg_session_dsn, INBOX_DUE_CHANNEL, lambda _p: self._due.set(),
+                                     self._catch_up, health_s=self.settings.pg_listen_health_s)
+        await self.due_listener.start()
         self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
 
     async def stop(self) -> None:
         self._ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
+        await self.due_listener.stop()
         await super().stop()
 
     def _policy(self, agent_id: str) -> dict[str, Any] | None:
         agent = self.agents.get(agent_id)
         return agent.delivery_policy if agent else None
+
+    async def _catch_up(self) -> None:
+        self._due.set()
 
     async def handle(self, record: Record) -> None:
         event = decode(record.value, _ADAPTER)
@@ -79,9 +94,14 @@ class NotificationScheduler(Service):
             log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)
 
     async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.scheduler_interval_s)
-            try:
-                await self.dispatch()
+        while True:  # a NOTIFY (or a catch-up) wakes it early
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._due.wait(), self.settings.scheduler_interval_s)
+            self._due.clear()
+            try:  # a lost connection (Postgres restarting) is retried with backoff
+                async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
+                                                   stop=stop_after_delay(30), wait=wait_exponential(0.2, max=3)):
+                    with attempt:
+                        await self.dispatch()
             except Exception:  # noqa: BLE001 - the next tick tries again
                 log.exception("inbox tick failed")

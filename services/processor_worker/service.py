@@ -23,8 +23,8 @@ class ProcessorWorker(Service):
         self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
                                      topics=self.topics, settings=self.settings, agents=agents,
                                      catalogue=load_catalogue(self.settings.agents_module, agents))
-        self.aborts = Listener(self.settings.pg_dsn, ABORT_CHANNEL, self.executor.on_abort,
-                               self.executor.catch_up_aborts)
+        self.aborts = Listener(self.settings.pg_session_dsn, ABORT_CHANNEL, self.executor.on_abort,
+                               self.executor.catch_up_aborts, health_s=self.settings.pg_listen_health_s)
         await self.aborts.start()
 
     async def stop(self) -> None:

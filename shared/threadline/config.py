@@ -22,11 +22,24 @@ class Settings(BaseSettings):
     pg_dsn: str = "postgresql://threadline:threadline@127.0.0.1:55432/threadline"
     """PostgreSQL connection string (libpq URI)."""
     pg_statement_cache: bool = True
-    """asyncpg's prepared-statement cache; turn off behind a transaction-pooling PgBouncer."""
+    """asyncpg's prepared-statement cache (named statements that live on one server connection)."""
+    pg_transaction_pooling: bool = False
+    """``pg_dsn`` points at a transaction-pooling PgBouncer (case C24): the statement cache is
+    off whatever ``pg_statement_cache`` says (asyncpg then uses unnamed statements only), and
+    LISTEN and migrations use ``pg_direct_dsn``."""
+    pg_direct_dsn: str | None = None
+    """A direct (session) connection to PostgreSQL for LISTEN and migrations, which a
+    transaction pooler cannot carry; default: ``pg_dsn``."""
+    pg_listen_health_s: float = 2.0
+    """How often a LISTEN connection is checked; a lost one is reconnected, re-LISTENed and
+    caught up by the next check at the latest (case C26)."""
     pg_pool_max: int = 10
     """Connections per service instance."""
     pg_pool_timeout_s: float = 10.0
     """Longest wait for a pooled connection before the event is retried."""
+    max_record_bytes: int = 512 * 1024
+    """Largest JSON body put on a Kafka record; a larger payload (a big message, tool result or
+    chunk) is stored in PostgreSQL (``payloads``) and the record carries a reference to it."""
     topic_prefix: str = "threadline"
     """Prefix of every topic and consumer group, so several clusters can share one broker."""
     partitions: int = 12
@@ -73,6 +86,16 @@ class Settings(BaseSettings):
     log_level: str = Field(default="INFO")
     log_json: bool = False
     """Render logs as JSON lines (default: console key=value)."""
+
+    @property
+    def pg_session_dsn(self) -> str:
+        """The DSN for session-level features (LISTEN, migrations)."""
+        return self.pg_direct_dsn or self.pg_dsn
+
+    @property
+    def pg_use_statement_cache(self) -> bool:
+        """Whether asyncpg may cache (name) prepared statements on this DSN."""
+        return self.pg_statement_cache and not self.pg_transaction_pooling
 
 
 @functools.cache

@@ -24,6 +24,7 @@ from threadline.logging import configure, get_logger
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics
 
 log = get_logger(__name__)
@@ -39,9 +40,12 @@ class Service:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.db = Database(self.settings.pg_dsn, statement_cache=self.settings.pg_statement_cache,
-                           max_size=self.settings.pg_pool_max,
+                           transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.settings.pg_pool_max,
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
-        self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}")
+        self.payloads = PayloadStore(db=self.db)
+        self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}",
+                                 max_record_bytes=self.settings.max_record_bytes,
+                                 spill=lambda body, topic: self.payloads.put(body, topic=topic))
         self.admin = TopicAdmin(self.settings.kafka_bootstrap)
         self.outbox = Outbox(self.db, self.producer)
         self.relay = OutboxRelay(self.outbox)
@@ -63,7 +67,7 @@ class Service:
     async def start(self) -> None:
         """Migrate, connect, create topics, start the relay and the consumer."""
         structlog.contextvars.bind_contextvars(instance=self.settings.instance_id)
-        applied = await asyncio.to_thread(migrate, self.settings.pg_dsn)
+        applied = await asyncio.to_thread(migrate, self.settings.pg_session_dsn)
         if applied:
             log.info("migrations applied", ids=applied)
         await self.db.start()
@@ -78,13 +82,14 @@ class Service:
             group_id=self.topics.group(self.name.replace("_", "-")) + (
                 f"-{self.settings.ingress_topic}" if self.settings.ingress_topic else ""),
             client_id=f"{self.name}-{self.settings.instance_id}",
-            handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid,
+            handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid, payloads=self.payloads,
                             retry_for_s=self.settings.transient_retry_s),
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s,
             max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms)
         await self.consumer.start()
         log.info("service started", service=self.name, topics=self.topics_in(),
-                 statement_cache=self.settings.pg_statement_cache)
+                 statement_cache=self.settings.pg_use_statement_cache,
+                 pg_mode="transaction-pooling" if self.settings.pg_transaction_pooling else "session")
 
     async def stop(self) -> None:
         """Drain in-flight records, then close everything."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from threadline.examples.support import support_agent
 from threadline.runtime import Agent, Processor, create_tool
@@ -603,3 +603,23 @@ chaos_agent = Agent(id="chaos", model="openai/threadline-chaos",
                     input_processors=[PerStepModel("chaos")], error_processors=[RetryUnreachableModel()],
                     max_processor_retries=3)
 agents += [chaos_agent]
+
+# C24 (PgBouncer) and issue 6 item 8 (big payloads): the model is chosen per run from the request
+# context, so concurrent runs each take their own script queue (``threadline-pooled-<n>``).
+from threadline.examples.support import lookup_customer_tool  # noqa: E402
+
+
+class BlobInput(BaseModel):
+    size: int = Field(description="bytes of text to return")
+
+
+async def make_blob(input: BlobInput, context: Any) -> dict[str, Any]:
+    """A big tool result: ``size`` characters cycling through the alphabet and digits."""
+    alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+    return {"blob": (alphabet * (input.size // len(alphabet) + 1))[:input.size]}
+
+
+_blob_tool = create_tool(id="make_blob", description="return a big text", input_schema=BlobInput, execute=make_blob)
+pooled_agent = Agent(id="pooled-agent", model=lambda ctx: f"openai/threadline-pooled-{ctx.get('n', 'x')}",
+                     tools=[lookup_customer_tool, _blob_tool])
+agents += [pooled_agent]

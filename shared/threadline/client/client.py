@@ -34,6 +34,7 @@ from threadline.client.replies import ReplyListener
 from threadline.client.subscription import ThreadSubscription
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
 
@@ -66,9 +67,14 @@ class ThreadlineClient:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.default_agent = default_agent
-        self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0)
+        # bodies over max_record_bytes (a message of several MB) go to Postgres by reference (issue 6
+        # item 8); the connection is opened only when one is met
+        self._payloads = PayloadStore(dsn=self.settings.pg_dsn, statement_cache=self.settings.pg_use_statement_cache)
+        self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
+                                  max_record_bytes=self.settings.max_record_bytes,
+                                  spill=lambda body, topic: self._payloads.put(body, topic=topic))
         self._admin = TopicAdmin(self.settings.kafka_bootstrap)
-        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies)
+        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads)
         self._started = False
 
     async def start(self) -> None:
@@ -87,6 +93,7 @@ class ThreadlineClient:
         await self._replies.stop()
         await self._admin.stop()
         await self._producer.stop()
+        await self._payloads.close()
 
     async def __aenter__(self) -> ThreadlineClient:
         await self.start()
@@ -271,7 +278,7 @@ class ThreadlineClient:
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
                                  from_offset=from_offset,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
-                                 after=after, hide_signals=hide_signals)
+                                 after=after, hide_signals=hide_signals, payloads=self._payloads)
         await sub.start()
         return sub
 

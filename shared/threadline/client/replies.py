@@ -12,6 +12,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from threadline.events.codec import decode
 from threadline.events.replies import REPLY_ADAPTER
 from threadline.logging import get_logger
+from threadline.store.payloads import PayloadStore, resolve
 
 log = get_logger(__name__)
 
@@ -19,7 +20,8 @@ log = get_logger(__name__)
 class ReplyListener:
     """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadStore | None = None) -> None:
+        self._payloads = payloads
         self._bootstrap = bootstrap
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
@@ -86,8 +88,8 @@ class ReplyListener:
     async def _loop(self) -> None:
         assert self._consumer is not None
         async for record in self._consumer:
-            try:
-                reply = decode(record.value, REPLY_ADAPTER)
+            try:  # a big reply (a generate result) may come by reference
+                reply = decode((await resolve(record, self._payloads)).value, REPLY_ADAPTER)
             except Exception:  # noqa: BLE001 - not ours to judge; ingress dead-letters bad input
                 continue
             keys = [(reply.request_id, reply.type)]

@@ -10,6 +10,12 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from threadline.errors import InvalidEventError
+from threadline.logging import get_logger
+from threadline.store.payloads import PayloadStore, resolve
+
+log = get_logger(__name__)
+
 TERMINAL = ("finish",)  # every run ends with one finish (after abort / error / tripwire)
 
 
@@ -26,8 +32,10 @@ class ThreadSubscription:
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
                  from_offset: int | None = None,
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
-                 after: dict[str, int] | None = None, hide_signals: bool | list[str] = False) -> None:
+                 after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
+                 payloads: PayloadStore | None = None) -> None:
         self._on_abort = on_abort
+        self._payloads = payloads
         self._hide = hide_signals
         self._bootstrap = bootstrap
         self.topic = topic
@@ -107,6 +115,11 @@ class ThreadSubscription:
         assert self._consumer is not None, "call start() first"
         async for record in self._consumer:
             self.last_offset = record.offset
+            try:  # a chunk too big for a record (a big tool result) was stored by reference
+                record = await resolve(record, self._payloads)
+            except InvalidEventError:
+                log.warning("chunk payload not resolvable; passed on as its reference",
+                            topic=self.topic, offset=record.offset)
             try:
                 chunk = orjson.loads(record.value)
             except orjson.JSONDecodeError:

@@ -61,7 +61,7 @@ class _ThreadRequest(Event):
     @field_validator("reply_to")
     @classmethod
     def _topic_name(cls, value: str | None) -> str | None:
-        if value is not None and not all(c.isalnum() or c in "._-" for c in value):
+        if value is not None and not all(c.isascii() and (c.isalnum() or c in "._-") for c in value):
             raise ValueError("reply_to must be a Kafka topic name ([a-zA-Z0-9._-])")
         return value
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-import asyncpg
 from pydantic import BaseModel, Field
 
 from threadline.config import get_settings
 from threadline.inbox import access
+from threadline.store.db import connect
 from threadline.runtime.tools import Tool, ToolContext, create_tool
 
 _STATUS = {"seen": "seen", "dismiss": "dismissed", "archive": "archived"}
@@ -24,7 +24,8 @@ class InboxInput(BaseModel):
 
 async def _inbox(input: InboxInput, context: ToolContext) -> dict[str, Any]:
     where = {"resource_id": context.resource_id, "thread_id": context.thread_id}
-    conn = await asyncpg.connect(get_settings().pg_dsn)
+    settings = get_settings()  # works behind a transaction pooler too (C24)
+    conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
     try:
         if input.action == "list":
             records = await access.list_records(conn, status=input.status, **where)

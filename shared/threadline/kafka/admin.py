@@ -64,6 +64,19 @@ class TopicAdmin:
         # the broker needs a moment before a brand-new topic has a leader
         await self._wait_leader(topic)
 
+    async def exists(self, topic: str) -> bool:
+        """Whether the broker has ``topic`` (positive answers are cached; topics are never deleted
+        under a running service). Used to refuse a ``reply_to`` naming a topic that does not
+        exist: a record for it could never be acknowledged."""
+        if topic in self._known:
+            return True
+        assert self._client is not None, "TopicAdmin not started"
+        meta = await self._client.describe_topics([topic])
+        found = bool(meta) and meta[0].get("error_code", 0) == 0 and bool(meta[0].get("partitions"))
+        if found:
+            self._known.add(topic)
+        return found
+
     async def _wait_leader(self, topic: str) -> None:
         assert self._client is not None
         for _ in range(50):

@@ -12,7 +12,6 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import asyncpg
 from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
@@ -22,17 +21,14 @@ from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.store.db import TRANSIENT_PG
+from threadline.store.payloads import PayloadStore, resolve
 
 log = get_logger(__name__)
 
-TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, asyncpg.PostgresConnectionError,
-             asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
-             # a terminated backend, a server shutting down or starting up (a Postgres restart)
-             asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
-             asyncpg.exceptions.CannotConnectNowError,
-             asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
-"""Faults worth retrying: connections (also a terminated backend and a server restarting),
-timeouts, serialisation conflicts."""
+TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, *TRANSIENT_PG)
+"""Faults worth retrying: connections (Kafka's and Postgres's, including a terminated backend and
+a server restarting), timeouts (a pool wait), serialisation conflicts."""
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -50,7 +46,15 @@ class DeadLetters:
 
     async def write(self, record: Record, *, code: str, reason: str,
                     request_id: str | None = None) -> None:
-        """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement."""
+        """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement;
+        a transient failure (a slow or restarting broker) is retried with backoff for up to two
+        minutes, since the record's offset is committed once this returns."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop_after_delay(120),
+                                           wait=wait_exponential(multiplier=0.2, max=5), reraise=True):
+            with attempt:
+                await self._write(record, code=code, reason=reason, request_id=request_id)
+
+    async def _write(self, record: Record, *, code: str, reason: str, request_id: str | None) -> None:
         value: bytes = record.value or b""
         try:
             raw, encoding = value.decode("utf-8"), "utf-8"
@@ -68,9 +72,11 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            attempts: int = 6, max_wait_s: float = 5.0, retry_for_s: float | None = None) -> Handler:
+            payloads: PayloadStore | None = None, attempts: int = 6, max_wait_s: float = 5.0,
+            retry_for_s: float | None = None) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 
+    0. a record carrying a payload reference gets its stored body back first (``payloads``);
     1. ``InvalidEventError`` → ``on_invalid`` (e.g. an error reply) and a dead letter;
     2. transient faults → retried with exponential backoff (at most ``max_wait_s`` apart),
        ``attempts`` times in all, or for ``retry_for_s`` seconds when given (services: long
@@ -81,17 +87,19 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
     stop = stop_after_attempt(attempts) if retry_for_s is None else stop_after_delay(retry_for_s)
 
     async def run(record: Record) -> None:
+        resolved = record  # the dead letter keeps the record as it came (a reference stays one)
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(is_transient), stop=stop,
                 wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True,
             ):
                 with attempt:
-                    await handler(record)
+                    resolved = await resolve(record, payloads)
+                    await handler(resolved)
         except InvalidEventError as exc:
             if on_invalid is not None:
                 try:
-                    await on_invalid(record, exc)
+                    await on_invalid(resolved, exc)
                 except Exception:  # noqa: BLE001 - the dead letter below still records it
                     log.exception("error reply failed")
             await dead_letters.write(record, code=exc.code, reason=str(exc),

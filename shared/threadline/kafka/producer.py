@@ -1,15 +1,30 @@
-"""The process-wide Kafka producer (aiokafka), idempotent, batching with ``linger_ms``."""
+"""The process-wide Kafka producer (aiokafka), idempotent, batching with ``linger_ms``.
+
+A record body over ``max_record_bytes`` is handed to ``spill`` (the payload store,
+:mod:`threadline.store.payloads`) and replaced by a reference (issue 6 item 8); without a
+``spill`` such a record is refused with :class:`RecordTooLargeError`, never dropped.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from threadline.errors import NotConnectedError
+from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.events.base import Event
 from threadline.events.codec import Headers, encode
+from threadline.store.payloads import reference, with_ref_header
+
+
+class RecordTooLargeError(ThreadlineError, ValueError):
+    """A record body is over ``max_record_bytes`` and there is no payload store to spill it to."""
+
+
+Spill = Callable[[bytes, str], Awaitable[str]]
+"""``spill(body, topic) -> payload id``: stores a body that is too big for a record."""
 
 
 class Producer:
@@ -19,8 +34,12 @@ class Producer:
     broker's acknowledgement. Records of one key keep their order (idempotent producer).
     """
 
-    def __init__(self, bootstrap: str, *, linger_ms: int = 2, client_id: str = "threadline") -> None:
+    def __init__(self, bootstrap: str, *, linger_ms: int = 2, client_id: str = "threadline",
+                 max_record_bytes: int = 512 * 1024, spill: Spill | None = None) -> None:
         self._bootstrap = bootstrap
+        self._max_record_bytes = max_record_bytes
+        self.spill = spill
+        """Where bodies over ``max_record_bytes`` go (set by the owner once its store is up)."""
         self._linger_ms = linger_ms
         self._client_id = client_id
         self._producer: AIOKafkaProducer | None = None
@@ -58,9 +77,21 @@ class Producer:
 
     async def send_raw(self, topic: str, value: bytes, *, key: str | bytes | None = None,
                        headers: Headers | None = None, partition: int | None = None) -> asyncio.Future[Any]:
-        """Queue one record; returns its delivery future. ``partition`` skips the partitioner
-        (a pure-Python murmur2 of the key per record), e.g. for the one-partition chunk topics."""
+        """Queue one record; returns its delivery future. A body over ``max_record_bytes`` is
+        spilled to the payload store and the record carries a reference instead. ``partition``
+        skips the partitioner (a pure-Python murmur2 of the key per record), e.g. for the
+        one-partition chunk topics.
+
+        Raises:
+            RecordTooLargeError: the body is too big and no ``spill`` is set.
+        """
         k = key.encode() if isinstance(key, str) else key
+        if len(value) > self._max_record_bytes:
+            if self.spill is None:
+                raise RecordTooLargeError(f"record for {topic} has {len(value)} bytes (limit {self._max_record_bytes}) "
+                                          "and no payload store is configured")
+            pid = await self.spill(value, topic)
+            value, headers = reference(pid, len(value)), with_ref_header(headers, pid)
         return await self._p.send(topic, value, key=k, headers=headers, partition=partition)
 
     async def send(self, topic: str, event: Event, *, key: str | None) -> asyncio.Future[Any]:

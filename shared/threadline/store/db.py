@@ -1,4 +1,12 @@
-"""asyncpg pool with JSON codecs, bounded waits and PgBouncer-safe settings."""
+"""asyncpg pool with JSON codecs, bounded waits and PgBouncer-safe settings (issue 6 item 7).
+
+Behind a transaction-pooling PgBouncer (``pg_transaction_pooling``, case C24) consecutive
+transactions of one client connection may run on different server connections, so nothing may
+live on a server connection between transactions: asyncpg's statement cache is off
+(``statement_cache_size=0``: every query is an unnamed statement, parsed, bound and run within
+one protocol round) and no code uses ``prepare()``, session ``SET``, advisory locks or LISTEN on
+a pooled connection (LISTEN has its own direct connection, :mod:`threadline.store.listen`).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +17,27 @@ from typing import Any
 import asyncpg
 import orjson
 
-from threadline.errors import NotConnectedError
+from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.logging import get_logger
 
 log = get_logger(__name__)
+
+TRANSIENT_PG = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
+                asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
+                asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.SerializationError,
+                asyncpg.exceptions.DeadlockDetectedError)
+"""Postgres faults a retry can cure: a lost or refused connection (class 08, a terminated
+backend 57P01, a server starting or stopping 57P03), too many connections, serialisation
+conflicts and deadlocks. Constraint violations, syntax and data errors are not among them."""
+
+
+def is_transient_pg(exc: BaseException) -> bool:
+    """True for a Postgres fault worth retrying (see :data:`TRANSIENT_PG`)."""
+    return isinstance(exc, TRANSIENT_PG)
+
+
+class PoolTimeoutError(ThreadlineError, TimeoutError):
+    """No pooled connection became free within the acquire timeout (transient: retried)."""
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:
@@ -27,15 +52,17 @@ class Database:
     Args:
         dsn: libpq URI.
         statement_cache: asyncpg's prepared statement cache; ``False`` for transaction pooling.
+        transaction_pooling: ``dsn`` is a transaction-pooling PgBouncer (forces the cache off).
         max_size: pool size.
-        acquire_timeout_s: longest wait for a connection (then ``asyncio.TimeoutError``, which
+        acquire_timeout_s: longest wait for a connection (then :class:`PoolTimeoutError`, which
             handlers treat as transient and retry).
     """
 
-    def __init__(self, dsn: str, *, statement_cache: bool = True, max_size: int = 10,
-                 acquire_timeout_s: float = 10.0) -> None:
+    def __init__(self, dsn: str, *, statement_cache: bool = True, transaction_pooling: bool = False,
+                 max_size: int = 10, acquire_timeout_s: float = 10.0) -> None:
         self._dsn = dsn
-        self._statement_cache = statement_cache
+        self._statement_cache = statement_cache and not transaction_pooling
+        self._transaction_pooling = transaction_pooling
         self._max_size = max_size
         self._acquire_timeout_s = acquire_timeout_s
         self._pool: asyncpg.Pool | None = None
@@ -46,10 +73,11 @@ class Database:
         self._pool = await asyncpg.create_pool(
             self._dsn, min_size=1, max_size=self._max_size, init=_init_connection,
             statement_cache_size=100 if self._statement_cache else 0,
-            max_inactive_connection_lifetime=60.0,
+            max_inactive_connection_lifetime=60.0, timeout=self._acquire_timeout_s,
         )
-        log.info("postgres pool ready", max_size=self._max_size,
-                 statement_cache=self._statement_cache)
+        log.info("postgres pool ready", max_size=self._max_size, statement_cache=self._statement_cache,
+                 mode="transaction-pooling" if self._transaction_pooling else "session",
+                 acquire_timeout_s=self._acquire_timeout_s)
 
     async def stop(self) -> None:
         pool, self._pool = self._pool, None
@@ -71,9 +99,21 @@ class Database:
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection (bounded wait)."""
-        async with self.pool.acquire(timeout=self._acquire_timeout_s) as conn:
+        """A pooled connection (bounded wait).
+
+        Raises:
+            PoolTimeoutError: none became free within ``acquire_timeout_s``.
+        """
+        pool = self.pool
+        try:
+            conn = await pool.acquire(timeout=self._acquire_timeout_s)
+        except TimeoutError as exc:
+            raise PoolTimeoutError(f"no Postgres connection free within {self._acquire_timeout_s:g} s "
+                                   f"(pool of {self._max_size})") from exc
+        try:
             yield conn
+        finally:
+            await pool.release(conn)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:
@@ -92,3 +132,11 @@ class Database:
     async def execute(self, query: str, *args: Any) -> str:
         async with self.connection() as conn:
             return await conn.execute(query, *args)
+
+
+async def connect(dsn: str, *, statement_cache: bool = True, timeout_s: float = 10.0) -> asyncpg.Connection:
+    """One connection outside the pool (tools, the CLI) with the pool's JSON codecs; pass
+    ``statement_cache=settings.pg_use_statement_cache`` so it also works behind a pooler."""
+    conn = await asyncpg.connect(dsn, statement_cache_size=100 if statement_cache else 0, timeout=timeout_s)
+    await _init_connection(conn)
+    return conn

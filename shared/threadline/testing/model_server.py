@@ -438,7 +438,10 @@ def create_app() -> Starlette:
 def _make_server(host: str, port: int, log_level: str = "warning") -> uvicorn.Server:
     app = create_app()
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                            lifespan="off", ws="none", timeout_graceful_shutdown=1)
+                            lifespan="off", ws="none", timeout_graceful_shutdown=1,
+                            # longer than clients keep idle connections: a reused connection that
+                            # the server closes at the same moment fails as "Connection error"
+                            timeout_keep_alive=120)
     server = uvicorn.Server(config)
     app.state.stopping = lambda: server.should_exit
     return server
