@@ -28,7 +28,8 @@ class ProcessorWorker(Service):
         await self.aborts.start()
 
     async def stop(self) -> None:
-        await super().stop()
+        await super().stop()  # drains the steps (or hands them back) first
+        await self.executor.close()
         await self.aborts.stop()
 
     def topics_in(self) -> list[str]:

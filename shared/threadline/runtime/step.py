@@ -19,7 +19,6 @@ One step:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import os
 import time
@@ -41,12 +40,13 @@ from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.chunk_writer import ChunkWriter
+from threadline.runtime.keepalive import KeepAlive
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
 from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
 from threadline.runtime.step_state import (StepState, StepWriter, add_usage, error_view, final_text,
-                                          hand_back_step, keep_alive, replay)
+                                          hand_back_step, replay)
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
@@ -80,6 +80,12 @@ class StepExecutor:
         self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
         self._running: dict[str, asyncio.Task[str]] = {}
         self._aborted: set[str] = set()
+        self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
+                                    renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
+
+    async def close(self) -> None:
+        """Stop the keep-alive loop (service shutdown, after the steps were drained or handed back)."""
+        await self._keepalive.close()
 
     def on_abort(self, run_id: str) -> None:
         """The run was aborted (NOTIFY): stop its step now; the model call is closed."""
@@ -147,7 +153,7 @@ class StepExecutor:
             await writer.emit({"type": "attempt-discarded", "from": "AGENT",
                                "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
                                            "reason": "re-executed"}})
-        renewer = asyncio.create_task(keep_alive(self._db, self._settings, run, self._owner, writer))
+        self._keepalive.add(run, writer)
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
                                                          step=task.step, attempt=task.attempt):
@@ -159,6 +165,7 @@ class StepExecutor:
                 except asyncio.CancelledError:
                     current = asyncio.current_task()
                     if run["run_id"] not in self._aborted or (current is not None and current.cancelling()):
+                        self._keepalive.discard(run["run_id"])  # no beat after the hand-back
                         await hand_back_step(self._db, run, self._owner)
                         raise  # shutdown, not an abort
                     outcome = "aborted"
@@ -182,9 +189,7 @@ class StepExecutor:
         finally:
             self._running.pop(run["run_id"], None)
             self._aborted.discard(run["run_id"])
-            renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await renewer
+            self._keepalive.discard(run["run_id"])
 
     async def _execute(self, run: asyncpg.Record, agent: Agent | None, writer: ChunkWriter,
                        restarted: bool = False) -> str:

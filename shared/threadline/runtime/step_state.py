@@ -10,15 +10,14 @@ from typing import Any
 import asyncpg
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline.errors import ModelCallError, StaleWriterError
+from threadline.errors import ModelCallError
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.processor import ProcessorRunner
-from threadline.store import leases
-from threadline.store.steps import hand_back, heartbeat
+from threadline.store.steps import hand_back
 
 log = get_logger(__name__)
 
@@ -120,27 +119,6 @@ async def replay(cached: Any, outcome: ModelOutcome) -> Any:
             continue
         yield chunk
     outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
-
-
-async def keep_alive(db: Any, settings: Any, run: asyncpg.Record, owner: str, writer: ChunkWriter) -> None:
-    """While a step runs: its heartbeat every ``step_heartbeat_s`` (fenced by the lease epoch),
-    the thread lease every ``lease_ttl_s / 3`` — a slow step is never taken for a dead one."""
-    beat, every = settings.step_heartbeat_s, settings.lease_ttl_s / 3
-    renewed = asyncio.get_running_loop().time()
-    while True:
-        await asyncio.sleep(beat)
-        try:
-            async with db.connection() as conn:
-                if not await heartbeat(conn, run["run_id"], owner, writer.attempt):
-                    log.warning("step taken over by another worker, or the run lost the thread", run_id=run["run_id"])
-                if asyncio.get_running_loop().time() - renewed >= every:
-                    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=settings.lease_ttl_s)
-                    renewed = asyncio.get_running_loop().time()
-        except StaleWriterError:
-            log.warning("lease lost while the step runs", run_id=run["run_id"])
-            return
-        except Exception:  # noqa: BLE001 - try again next interval
-            log.warning("lease renewal failed", run_id=run["run_id"], exc_info=True)
 
 
 async def hand_back_step(db: Any, run: asyncpg.Record, owner: str) -> None:
