@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from threadline.testing.harness import create_database, drop_database, ensure_native_cluster
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
@@ -38,12 +39,6 @@ def _docker_engine() -> bool:
     return subprocess.run(["docker", "info"], capture_output=True, timeout=20).returncode == 0
 
 
-def _port_open(host: str, port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex((host, port)) == 0
-
-
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
     containers = []
@@ -59,40 +54,17 @@ def cluster() -> Iterator[Cluster]:
         bootstrap = kafka.get_bootstrap_server()
         admin_dsn = pg.get_connection_url(driver=None)
     else:
-        kport = int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
-        pport = int(os.environ.get("THREADLINE_PG_PORT", "55432"))
-        if not (_port_open("127.0.0.1", kport) and _port_open("127.0.0.1", pport)):
-            subprocess.run(["make", "infra-up"], cwd=ROOT, check=True, timeout=900)
-        bootstrap = f"127.0.0.1:{kport}"
-        admin_dsn = f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline"
+        native = ensure_native_cluster(ROOT)
+        bootstrap, admin_dsn = native.bootstrap, native.admin_dsn
     tag = uuid.uuid4().hex[:10]
     dbname = f"tl_test_{tag}"
-    asyncio.run(_create_db(admin_dsn, dbname))
+    asyncio.run(create_database(admin_dsn, dbname))
     dsn = admin_dsn.rsplit("/", 1)[0] + "/" + dbname
     from threadline.store.migrate import migrate
 
     migrate(dsn)
     yield Cluster(bootstrap=bootstrap, admin_dsn=admin_dsn, dsn=dsn, prefix=f"tltest-{tag}")
-    asyncio.run(_drop_db(admin_dsn, dbname))
+    asyncio.run(drop_database(admin_dsn, dbname))
     for c in containers:
         c.stop()
 
-
-async def _create_db(admin_dsn: str, name: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-
-
-async def _drop_db(admin_dsn: str, name: str) -> None:
-    import asyncpg
-
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await conn.close()

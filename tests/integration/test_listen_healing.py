@@ -43,15 +43,15 @@ class Isolated:
 
 @pytest.fixture(scope="module")
 def c26_cluster(cluster):
-    from tests.conftest import _create_db, _drop_db
+    from threadline.testing.harness import create_database, drop_database
     from threadline.store.migrate import migrate
 
     name = cluster.dsn.rsplit("/", 1)[1] + "_c26"
-    asyncio.run(_create_db(cluster.admin_dsn, name))
+    asyncio.run(create_database(cluster.admin_dsn, name))
     dsn = cluster.dsn.rsplit("/", 1)[0] + "/" + name
     migrate(dsn)
     yield Isolated(bootstrap=cluster.bootstrap, dsn=dsn)
-    asyncio.run(_drop_db(cluster.admin_dsn, name))
+    asyncio.run(drop_database(cluster.admin_dsn, name))
 
 
 @pytest.fixture(scope="module")
