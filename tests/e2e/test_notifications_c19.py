@@ -142,11 +142,14 @@ async def test_two_schedulers_deliver_each_of_1000_due_records_once(services, se
         try:
             await conn.executemany("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-bulk')",
                                    [(t,) for t in threads])
-            # low digests on idle threads: cheap deliveries (subscriber-only, no run, no model call)
-            await conn.executemany(
-                "INSERT INTO notifications (id, thread_id, resource_id, agent_id, source, kind, priority, summary, "
-                "summary_at) VALUES ($1, $2, 'res-bulk', 'notes', $3, 'k', 'low', 's', now() + interval '1 second')",
-                [(f"bulk-{i}", threads[i % len(threads)], f"src{i % 3}") for i in range(1000)])
+            # low digests on idle threads: cheap deliveries (subscriber-only, no run, no model call). All
+            # due at once in one transaction: its NOTIFYs reach both schedulers at the commit, so both
+            # start a pass at the same moment and race for the same threads.
+            async with conn.transaction():
+                await conn.executemany(
+                    "INSERT INTO notifications (id, thread_id, resource_id, agent_id, source, kind, priority, summary, "
+                    "summary_at) VALUES ($1, $2, 'res-bulk', 'notes', $3, 'k', 'low', 's', now())",
+                    [(f"bulk-{i}", threads[i % len(threads)], f"src{i % 3}") for i in range(1000)])
         finally:
             await conn.close()
         for _ in range(240):

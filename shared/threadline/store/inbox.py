@@ -8,6 +8,8 @@ ingress — so schedulers and ingress never deadlock; a scheduler works one thre
 
 from __future__ import annotations
 
+import random
+
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
@@ -287,7 +289,11 @@ async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s:
         f"AND NOT ({_WAITS_FOR_IDLE} AND {_ACTIVE}) "
         f"GROUP BY n.resource_id, n.thread_id ORDER BY min(least(n.deliver_at, n.summary_at)) LIMIT $2",
         thread_id, limit, now)
-    for resource_id, tid in sorted((c["resource_id"], c["thread_id"]) for c in candidates):
+    # each pass takes the threads in its own random order, so schedulers running at once share the
+    # work (a thread another holds is skipped) instead of queueing behind one another's locks
+    order = [(c["resource_id"], c["thread_id"]) for c in candidates]
+    random.shuffle(order)
+    for resource_id, tid in order:
         try:
             await _dispatch_thread(conn, resource_id, tid, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=ids,
                                    touched=touched)
