@@ -1,6 +1,6 @@
 """``make bench`` / ``python -m bench``: the six figures of issue 7, each beside a baseline
 measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
-``--only``, writes ``<date>-<figures>.json``) plus py-spy profiles of the TTFC and throughput
+``--only``, writes ``<date>-<figures>.json``; ``--quick`` adds ``-quick``) plus py-spy profiles of the TTFC and throughput
 runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
 
     python -m bench                              # everything (about 12 minutes)
@@ -129,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
     results["duration_s"] = round(time.monotonic() - started, 1)
     RESULTS.mkdir(exist_ok=True)
     name = stamp if only == set(FIGURES) else f"{stamp}-{'-'.join(sorted(only))}"
+    if args.quick:  # a smoke run never replaces a full run's figures
+        name += "-quick"
     out = RESULTS / f"{name}.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print()

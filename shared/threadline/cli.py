@@ -147,9 +147,13 @@ def notify(summary: str, resource: Resource, thread: Thread, agent: AgentOpt = "
     _run(main())
 
 
+STATUSES = ("pending", "delivered", "seen", "dismissed", "archived", "discarded", "failed")
+"""The statuses of an inbox record."""
+
+
 @app.command()
 def inbox(resource: Resource, thread: Thread,
-          status: Annotated[str | None, typer.Option(help="pending|delivered|seen|...")] = None,
+          status: Annotated[str | None, typer.Option(help="|".join(STATUSES))] = None,
           mark: Annotated[str | None, typer.Option(help="seen|dismissed|archived: applied to --id")] = None,
           read: Annotated[bool, typer.Option("--read", help="print the --id record with its payload")] = False,
           record_id: Annotated[str | None, typer.Option("--id", help="record id for --mark / --read")] = None) -> None:
@@ -157,23 +161,27 @@ def inbox(resource: Resource, thread: Thread,
     seen / dismissed / archived."""
 
     async def main() -> None:
-        import asyncpg
-
         from threadline.inbox import access
+        from threadline.store.db import connect
 
+        if status is not None and status not in STATUSES:
+            _fail(f"--status takes {'|'.join(STATUSES)}, not {status!r}")
+        if mark is not None and mark not in access.MARKS:
+            _fail(f"--mark takes {'|'.join(access.MARKS)}, not {mark!r}")
+        if (mark or read) and not record_id:
+            _fail("--mark and --read need --id")
         where = {"resource_id": resource, "thread_id": thread}
-        conn = await asyncpg.connect(get_settings().pg_dsn)
+        settings = get_settings()  # also behind a transaction-pooling PgBouncer (statement cache off)
+        conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
         try:
             if mark or read:
-                if not record_id or (mark and mark not in access.MARKS):
-                    _fail("--mark takes seen|dismissed|archived, with --id; --read needs --id")
                 found = await (access.mark(conn, record_id=record_id, status=mark, **where) if mark
                                else access.read_record(conn, record_id=record_id, **where))
                 if found is None:
                     _fail(f"no record {record_id!r} in thread {thread!r} of resource {resource!r}")
-                if read:
-                    _print(found if not mark else await access.read_record(conn, record_id=record_id, **where))
-                    return
+                # the marked (or read) record, with its payload when --read
+                _print(found if not (mark and read) else await access.read_record(conn, record_id=record_id, **where))
+                return
             for r in await access.list_records(conn, status=status, **where):
                 _print(r)
         finally:
