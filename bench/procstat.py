@@ -14,6 +14,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from threadline.testing.harness import stop_process
+
 _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
@@ -85,12 +87,7 @@ class PySpy:
         proc, self.proc = self.proc, None
         if proc is None:
             return None
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc, signal.SIGINT, 30)
         if not self.out.exists():
             return None
         packed = self.out.with_name(self.out.name + ".gz")

@@ -30,6 +30,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bench.subscriber import ChunkSubscriber
 from threadline.kafka.admin import TopicAdmin
+from threadline.testing.harness import stop_process
 
 
 def _producer(bootstrap: str, linger_ms: int = 2) -> AIOKafkaProducer:
@@ -108,12 +109,7 @@ def _spawn(*args: str) -> subprocess.Popen[str]:
 
 
 def _end(proc: subprocess.Popen[str]) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)
 
 
 async def relay_latencies(*, bootstrap: str, admin: TopicAdmin, subscriber: ChunkSubscriber, prefix: str,

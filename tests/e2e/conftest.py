@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from threadline.config import Settings
+from threadline.testing.harness import stop_process
 from threadline.testing.model_script import ModelScript
 from threadline.testing.model_server import RunningServer, start_in_thread
 
@@ -65,13 +66,7 @@ class ServiceSet:
         proc.wait()
 
     def stop(self, instance: str, sig: int = signal.SIGTERM) -> None:
-        proc = self.procs.pop(instance)
-        proc.send_signal(sig)
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(self.procs.pop(instance), sig, 20)
 
     def alive(self) -> dict[str, bool]:
         return {k: p.poll() is None for k, p in self.procs.items()}

@@ -25,6 +25,18 @@ from pathlib import Path
 SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
 
 
+def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
+    """Send ``sig`` and wait up to ``timeout_s`` seconds; ``kill -9`` if it is still running then."""
+    if proc.poll() is not None:
+        return
+    proc.send_signal(sig)
+    try:
+        proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
     """True when something accepts TCP connections on ``host:port``."""
     with socket.socket() as s:
@@ -113,13 +125,8 @@ class ModelServerProcess:
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)
 
 
 @dataclass
@@ -172,13 +179,7 @@ class ServiceSet:
 
     def stop(self, instance: str, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
         """Ask one instance to stop (drain and close); ``kill -9`` after ``timeout_s``."""
-        proc = self.procs.pop(instance)
-        proc.send_signal(sig)
-        try:
-            proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(self.procs.pop(instance), sig, timeout_s)
 
     def stop_all(self) -> None:
         for instance in list(self.procs):
