@@ -56,7 +56,12 @@ async def test_c21_a_failed_step_task_is_not_committed_past(services, settings, 
             r1 = (await (await tl.stream("first", agent_id="echo-agent", resource_id="res-1", thread_id=t1)).accepted).run_id
             await asyncio.to_thread(wait_file, pause_file, "step_first_write:failed")
             r2 = (await (await tl.stream("second", agent_id="echo-agent", resource_id="res-1", thread_id=t2)).accepted).run_id
-            tasks = await read_all(settings.kafka_bootstrap, [topics.step_tasks], partitions=settings.partitions)
+            deadline = time.monotonic() + 60  # the orchestrator publishes t2's task after accepting it
+            while True:
+                tasks = await read_all(settings.kafka_bootstrap, [topics.step_tasks], partitions=settings.partitions)
+                if {t["run_id"] for t in tasks} >= {r1, r2} or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
             assert [t["thread_id"] for t in tasks if t["run_id"] in (r1, r2)] == [t1, t2]
             offsets = {}  # offset of each run's step task on P
             for rec in await _records(settings.kafka_bootstrap, tp):
@@ -152,8 +157,13 @@ async def test_c22_a_step_slower_than_the_poll_interval_runs_once(services, sett
             await sub.unsubscribe()
         assert all(services.alive().values())  # no worker exited
         for name in ("processor_worker-1", "processor_worker-c22"):  # both members hold partitions
-            assigned = [ln for ln in (services.log_dir / f"{name}.log").read_text().splitlines()
-                        if "partitions assigned" in ln]
+            deadline = time.monotonic() + 60  # a rebalance on a loaded machine may still be settling
+            while True:
+                assigned = [ln for ln in (services.log_dir / f"{name}.log").read_text().splitlines()
+                            if "partitions assigned" in ln]
+                if (assigned and "step-tasks:" in assigned[-1]) or time.monotonic() > deadline:
+                    break
+                await asyncio.sleep(0.5)
             assert assigned and "step-tasks:" in assigned[-1], assigned
     finally:
         services.stop("processor_worker-c22")
