@@ -4,6 +4,7 @@
     threadline subscribe --resource R --thread T [--from-beginning] [--until-finish]
     threadline thread --resource R --thread T                   the stored messages (JSON lines)
     threadline migrate                                           apply the Postgres migrations
+    threadline serve ingress                                     run one instance of a service
 """
 
 from __future__ import annotations
@@ -316,6 +317,22 @@ def migrate() -> None:
 
     applied = run_migrations(get_settings().pg_dsn)
     _print({"applied": applied})
+
+
+@app.command()
+def serve(name: Annotated[str, typer.Argument(help="ingress, run_orchestrator, processor_worker or notification_scheduler")]) -> None:
+    """Run one instance of a service until SIGTERM (the same as ``python -m threadline.services.<name>``).
+
+    It reads its settings from the THREADLINE_* environment variables, like the services.
+    """
+    import runpy
+
+    from threadline.services import NAMES
+
+    module = name.replace("-", "_")
+    if module not in NAMES:
+        _fail(f"unknown service {name!r}; one of: {', '.join(NAMES)}", 2)
+    runpy.run_module(f"threadline.services.{module}", run_name="__main__", alter_sys=True)
 
 
 def main() -> None:

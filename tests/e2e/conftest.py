@@ -50,7 +50,7 @@ class ServiceSet:
             n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
             path.rename(self.log_dir / f"{instance}.{n}.log")
         log = open(path, "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], cwd=ROOT, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", f"threadline.services.{name}"], cwd=ROOT, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
         deadline = time.monotonic() + 60

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
+from threadline.services import NAMES as SERVICES
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
@@ -131,10 +131,11 @@ class ModelServerProcess:
 
 @dataclass
 class ServiceSet:
-    """Services as processes (``python -m services.<name>``), logs in ``log_dir/<instance>.log``.
+    """Services as processes (``python -m threadline.services.<name>``), logs in ``log_dir/<instance>.log``.
 
     ``env`` is the whole environment of every process (cluster addresses, topic prefix, agents
-    module…); ``cwd`` must be the repository root (the ``services`` package lives there).
+    module…); ``cwd`` is their working directory (the repository root, so that an agents module
+    such as ``tests.e2e.agents`` imports).
     """
 
     env: dict[str, str]
@@ -154,7 +155,7 @@ class ServiceSet:
             n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
             path.rename(self.log_dir / f"{instance}.{n}.log")
         log = open(path, "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], cwd=self.cwd, env=env,
+        proc = subprocess.Popen([sys.executable, "-m", f"threadline.services.{name}"], cwd=self.cwd, env=env,
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
         deadline = time.monotonic() + timeout_s
