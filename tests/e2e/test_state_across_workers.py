@@ -1,5 +1,5 @@
 """Per-processor state is carried in Postgres, so a step that moves to another worker instance
-continues the count (issue 3, "State")."""
+continues the count."""
 
 from __future__ import annotations
 
