@@ -133,6 +133,10 @@ endif
 test: install ## the test suite (the tests start the native cluster themselves)
 	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
+lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/
+	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
+	cd $(ROOT) && $(ROOT)/.venv/bin/mypy
+
 test-fast: install ## the unit tests only (pure logic, no cluster; under a minute)
 	cd $(ROOT) && THREADLINE_NO_CLUSTER=1 $(PY) -m pytest -q -m unit tests $(PYTEST_ARGS)
 

@@ -1,4 +1,4 @@
-"""Issue 6 item 7: transient Postgres faults are retried with backoff (tenacity, in
+"""Transient Postgres faults are retried with backoff (tenacity, in
 ``kafka.handling.guarded``), the others are dead-lettered at once; pool waits are bounded."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ async def test_pool_waits_are_bounded(cluster):
     async with Database(cluster.dsn, max_size=1, acquire_timeout_s=0.5) as db:
         async with db.connection():
             started = time.monotonic()
-            with pytest.raises(PoolTimeoutError, match="no Postgres connection free within 0.5 s"):
+            with pytest.raises(PoolTimeoutError, match=r"no Postgres connection free within 0\.5 s"):
                 async with db.connection():
                     pass
             assert time.monotonic() - started < 30  # it ends (generous: a loaded machine)

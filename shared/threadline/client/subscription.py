@@ -1,4 +1,4 @@
-"""``subscribe_to_thread``: follow a thread's chunk topic, run after run (seed 004
+"""``subscribe_to_thread``: follow a thread's chunk topic, run after run (Mastra's
 ``subscribeToThread``). Duplicates are dropped by ``(runId, seq)`` and chunks of attempts
 declared dead (``attempt-discarded``) are dropped, so the stream shows every chunk once."""
 
