@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.structs import ConsumerRecord
 
 
@@ -23,8 +24,7 @@ async def read_records(bootstrap: str, topics: list[str], *, partitions: int | N
     await consumer.start()
     try:
         if partitions is None:
-            await consumer.topics()  # fetches the metadata partitions_for_topic reads
-            parts = [TopicPartition(t, p) for t in topics for p in sorted(consumer.partitions_for_topic(t) or ())]
+            parts = [TopicPartition(t, p) for t, ps in (await _partitions(bootstrap, topics)).items() for p in ps]
         else:
             parts = [TopicPartition(t, p) for t in topics for p in range(partitions)]
         consumer.assign(parts)
@@ -40,6 +40,17 @@ async def read_records(bootstrap: str, topics: list[str], *, partitions: int | N
         return out
     finally:
         await consumer.stop()
+
+
+async def _partitions(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:
+    """The partition numbers of each topic, as the broker describes them."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        described = await admin.describe_topics(topics)
+    finally:
+        await admin.close()
+    return {d["topic"]: sorted(p["partition"] for p in d["partitions"]) for d in described}
 
 
 async def read_all(bootstrap: str, topics: list[str], *, partitions: int | None = 1,
