@@ -35,7 +35,7 @@ async def test_p6_m7_system_messages_reset_each_step_and_never_stored(services, 
     model.queue([ms.tool_calls(ms.tool_call("tool_a", {})), ms.text("end")], model="threadline-system")
     run_id, _ = await run_stream(settings, "system-agent", "hi")
     first, second = (r["body"]["messages"] for r in model.requests(model="threadline-system"))
-    systems = lambda msgs: [m["content"] for m in msgs if m["role"] == "system"]  # noqa: E731
+    systems = lambda msgs: [m["content"] for m in msgs if m["role"] == "system"]  # noqa: E731 - a one-line helper read next to its asserts
     assert systems(first) == ["STEP ZERO ONLY"]
     assert systems(second) == ["ORIGINAL", "added by process_input"]
     await run_row(cluster.dsn, run_id)

@@ -62,7 +62,7 @@ async def test_processor_state_survives_a_step_moving_to_another_worker(services
             proc = services.procs.pop(moved_from)
             try:
                 proc.wait(60)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - whatever the wait raised, the worker is killed
                 proc.kill()
         if "processor_worker-2" in services.procs:
             services.stop("processor_worker-2")

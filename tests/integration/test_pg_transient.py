@@ -74,7 +74,7 @@ async def test_a_terminated_backend_mid_handler_is_retried_and_succeeds(cluster)
                 await conn.execute("INSERT INTO transient_probe VALUES ($1)", attempts)
 
         letters = _Letters()
-        await guarded(handler, letters)(_record())  # type: ignore[arg-type]
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
     assert attempts == 2 and letters.written == []
     assert await admin.fetchval("SELECT array_agg(n) FROM transient_probe") == [2]
     await admin.execute("DROP TABLE transient_probe")
@@ -90,7 +90,7 @@ async def test_a_constraint_violation_is_dead_lettered_without_retry(cluster):
             await db.execute("SELECT 1/0")
 
         letters = _Letters()
-        await guarded(handler, letters)(_record())  # type: ignore[arg-type]
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
     assert attempts == 1
     assert letters.written[0][0] == "handler_failed" and "DivisionByZero" in letters.written[0][1]
 

@@ -105,7 +105,7 @@ class ThreadlineClient:
     # --- requests -------------------------------------------------------------------------------
     async def publish(self, request: Event) -> None:
         """Publish a raw request event to the ingress topic, keyed by its thread."""
-        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]
+        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]  # every ingress request has both
         await self._producer.publish(self.topics.ingress, request, key=key)
 
     def _agent(self, agent_id: str | None) -> str:
