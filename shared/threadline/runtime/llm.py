@@ -6,7 +6,9 @@ Every call is ``litellm.acompletion`` (routing, auth, request mapping, error map
 stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, or litellm's
 ``CustomStreamWrapper`` when litellm callbacks are configured) is in
 :mod:`threadline.runtime.llm_stream`; every path yields the same chunk dicts and fills the same
-:class:`ModelOutcome`.
+:class:`ModelOutcome`. litellm's cost estimate for a stream it has just opened (always 0 or
+``None``, ~1 ms of CPU) is skipped when no litellm callback is configured
+(:func:`threadline.runtime.llm_stream.no_open_cost_estimate`).
 """
 
 from __future__ import annotations
@@ -197,7 +199,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     calls: dict[int, dict[str, Any]] = {}
     direct: Any = None
     try:
-        response = await litellm.acompletion(**kwargs)
+        with llm_stream.no_open_cost_estimate():
+            response = await litellm.acompletion(**kwargs)
         path = llm_stream.reader(response)
         if path == "wrapper":
             reported = llm_stream.spy_usage(response)

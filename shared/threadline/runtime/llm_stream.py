@@ -21,10 +21,13 @@ reason fails as in the wrapper. ``tests/unit/test_llm_direct_stream.py`` holds t
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import functools
 import importlib
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import anyio
@@ -62,6 +65,57 @@ def callbacks_configured() -> bool:
     """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
     litellm's wrapper, which reports the call's success or failure to them."""
     return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+_SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
+
+
+@contextlib.contextmanager
+def no_open_cost_estimate() -> Iterator[None]:
+    """Around ``litellm.acompletion(stream=True)``: unless a litellm callback is configured, skip
+    the cost litellm computes for the stream it returns as soon as it opens.
+
+    litellm prices the just-opened ``CustomStreamWrapper`` for its ``_hidden_params`` (proxy
+    response headers); the wrapper holds no usage yet, so the figure is ``0.0`` (a model in
+    litellm's price map) or ``None``, and computing it costs ~1 ms of CPU per call (model-info
+    and pricing lookups; docs/benchmarks.md, "The model call"). Skipped, the wrapper's
+    ``response_cost`` is ``None``, as litellm leaves it for a bare provider stream. The cost of the
+    finished call, which callbacks receive, is computed elsewhere and not touched: with a
+    callback configured nothing is skipped at all. Only calls inside this context are affected
+    (a context variable), not other litellm calls of the process.
+    """
+    token = _SKIP_OPEN_COST.set(not callbacks_configured())
+    try:
+        yield
+    finally:
+        _SKIP_OPEN_COST.reset(token)
+
+
+def _install_open_cost_bypass() -> bool:
+    """Wrap litellm's ``Logging.response_cost_calculator`` so it answers ``None`` for a
+    ``CustomStreamWrapper`` inside :func:`no_open_cost_estimate`. Returns whether it is installed
+    (False, and nothing changed, if this litellm has no such method)."""
+    try:
+        from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+    except ImportError:  # pragma: no cover - depends on the installed litellm
+        return False
+    original = getattr(Logging, "response_cost_calculator", None)
+    if original is None or getattr(original, "threadline_bypass", False):
+        return original is not None
+
+    @functools.wraps(original)
+    def response_cost_calculator(self: Any, result: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if _SKIP_OPEN_COST.get() and isinstance(result, CustomStreamWrapper):
+            return None
+        return original(self, result, *args, **kwargs)
+
+    response_cost_calculator.threadline_bypass = True  # type: ignore[attr-defined]  # marks the wrapper, once
+    Logging.response_cost_calculator = response_cost_calculator  # type: ignore[method-assign]  # the bypass itself
+    return True
+
+
+OPEN_COST_BYPASS = _install_open_cost_bypass()
 
 
 def reader(response: Any) -> str:
