@@ -91,7 +91,7 @@ async def measure(args: argparse.Namespace, server: ModelServerProcess) -> dict[
     out = {"short": {k: round(statistics.median(s[k] for s in shorts), 3) for k in shorts[0]},
            "long": {k: round(statistics.median(s[k] for s in longs), 2) for k in longs[0]},
            "conditions": {"calls": args.calls, "history_messages": args.history, "chunks": args.chunks,
-                          "repeat": args.repeat, "direct_path": True}}
+                          "repeat": args.repeat}}
     if args.profile:
         prof = cProfile.Profile()
         prof.enable()
