@@ -16,6 +16,10 @@ On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
 ``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
 ``llm.classify`` sees the same exceptions on every path; a stream that ends without a finish
 reason fails as in the wrapper. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
+Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
+
+Also here: :func:`no_open_cost_estimate`, which skips litellm's cost estimate of a stream it has
+just opened when no litellm callback needs it.
 """
 
 from __future__ import annotations
@@ -146,7 +150,7 @@ async def sse_json(response: Any) -> AsyncIterator[Any]:
     Raises:
         openai.APIError: an in-band error event (``{"error": {…}}``), with ``body`` the error.
         openai.APITimeoutError / openai.APIConnectionError: the body could not be read.
-        orjson.JSONDecodeError: an event's data is not JSON (an empty data included).
+        json.JSONDecodeError: an event's data is not JSON (an empty data included).
     """
     chunks = response.aiter_bytes()
     pending, skip_lf, done = b"", False, False
@@ -262,6 +266,7 @@ async def provider_chunks(stream: Any, model: str, *, raw: bool) -> AsyncIterato
     except Exception as exc:
         raise _stream_failure(exc, name, provider, sent) from exc
     finally:
+        await source.aclose()  # type: ignore[attr-defined]  # both sources are async generators
         await stream.close()
 
 
