@@ -293,6 +293,7 @@ class StepExecutor:
             box_id = await persist_step(conn, topics=self._topics, run=run, entries=ml._entries,
                                         consumed=consumed, state=state, next_seq=writer.seq, result=result,
                                         final_fields=final_fields, lease_ttl_s=self._settings.lease_ttl_s)
+        await pause_point("after_step_result_stored")
         await self._outbox.flush([box_id])
         return outcome
 
