@@ -83,7 +83,7 @@ class Settings(BaseSettings):
     is retried before it is dead-lettered; meanwhile its offset is not committed."""
     sweep_interval_s: float = 5.0
     """How often each run-orchestrator looks for stuck runs (``threadline.recovery``)."""
-    stuck_after_s: float = 60.0
+    stuck_after_s: float = 90.0
     """How long a run that holds its thread may show no progress (no heartbeat of its step, no
     change of its row, nothing of it in the outbox) before the sweeper drives it on."""
     sweep_max_recoveries: int = 3
