@@ -23,7 +23,7 @@ WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
   AND (step_heartbeat IS NULL OR step_heartbeat < now() - make_interval(secs => $1))
 UNION
 SELECT r.run_id FROM thread_leases l JOIN runs r ON r.run_id = l.run_id AND r.epoch = l.epoch
-WHERE r.status <> 'running' AND r.updated_at < now() - make_interval(secs => $1)
+WHERE l.run_id IS NOT NULL AND r.status <> 'running' AND r.updated_at < now() - make_interval(secs => $1)
 LIMIT $2
 """
 

@@ -16,3 +16,6 @@ CREATE INDEX run_recoveries_run ON run_recoveries (run_id);
 
 -- The sweeper finds a run's stored step result again by its thread key.
 CREATE INDEX outbox_key ON outbox (key, id);
+
+-- The sweeper lists the leases held by runs that already ended in the store.
+CREATE INDEX thread_leases_held ON thread_leases (run_id) WHERE run_id IS NOT NULL;
