@@ -3,10 +3,10 @@ moments and the broker and PostgreSQL restart; then the checker.
 
 ``make test`` runs three seeds chosen at random (in the test ids, e.g. ``[seed-123456]``; replay
 one with ``THREADLINE_CHAOS_SEED=123456 make chaos``) plus the regression seeds, each a short
-run: 30 runs on 2 processor-workers + 2 run-orchestrators, one of each killed, the broker and
+run: 25 runs on 2 processor-workers + 2 run-orchestrators, one of each killed, the broker and
 PostgreSQL restarted. ``make chaos`` and ``make chaos-sweep`` set the environment:
 
-    THREADLINE_CHAOS_RUNS (30)  THREADLINE_CHAOS_ROUNDS (1: kills of one worker + one orchestrator)
+    THREADLINE_CHAOS_RUNS (25)  THREADLINE_CHAOS_ROUNDS (1: kills of one worker + one orchestrator)
     THREADLINE_CHAOS_PG_RESTART (1)  THREADLINE_CHAOS_SEED (one seed) or THREADLINE_CHAOS_SEEDS
     ("1-20" or "3,7,9")  THREADLINE_CHAOS_REPORT (path of the JSON figures of one seed)
     THREADLINE_CHAOS_REPORT_DIR (one ``seed-N.json`` per seed, for ``tests/e2e/chaos_table.py``)
@@ -37,7 +37,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
 
-RUNS = int(os.environ.get("THREADLINE_CHAOS_RUNS", "30"))
+RUNS = int(os.environ.get("THREADLINE_CHAOS_RUNS", "25"))
 ROUNDS = int(os.environ.get("THREADLINE_CHAOS_ROUNDS", "1"))
 PG_RESTART = os.environ.get("THREADLINE_CHAOS_PG_RESTART", "1") == "1"
 REPORT = os.environ.get("THREADLINE_CHAOS_REPORT")
