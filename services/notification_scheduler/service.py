@@ -1,6 +1,6 @@
 """notification-scheduler: owns the notification inbox. Delivers due records (``deliver_at`` /
 ``summary_at`` reached) on a timer, and at once for a thread the lifecycle topic says went idle:
-held records are re-decided by the agent's policy (``hold``, DECISIONS 10), then what waited for
+held records are re-decided by the agent's policy (``hold``, docs/decisions.md#queue-and-hold), then what waited for
 the idle thread goes (high notifications in full, low digests to subscribers only). Several
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
@@ -103,5 +103,5 @@ class NotificationScheduler(Service):
                                                    stop=stop_after_delay(30), wait=wait_exponential(0.2, max=3)):
                     with attempt:
                         await self.dispatch()
-            except Exception:  # noqa: BLE001 - the next tick tries again
+            except Exception:
                 log.exception("inbox tick failed")

@@ -123,7 +123,7 @@ def build_app(service: Service) -> FastStream:
 
 
 def run(service_cls: type[Service]) -> None:
-    """Entry point of ``python -m services.<name>``."""
+    """Entry point of ``python -m threadline.services.<name>``."""
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
     app = build_app(service_cls(settings))

@@ -68,7 +68,7 @@ class Sweeper:
             await asyncio.sleep(self._interval_s)
             try:
                 await self.sweep_once()
-            except Exception:  # noqa: BLE001 - Postgres or Kafka away: sweep again next time
+            except Exception:  # Postgres or Kafka away: sweep again next time
                 log.warning("sweep failed; tried again at the next interval", exc_info=True)
 
     async def sweep_once(self) -> int:
