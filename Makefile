@@ -41,7 +41,7 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint chaos bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -142,12 +142,26 @@ test-fast: install ## the unit tests only (pure logic, no cluster; under a minut
 
 CHAOS_RUNS   ?= 150
 CHAOS_ROUNDS ?= 3
-chaos: install ## longer chaos test (CHAOS_RUNS=150 runs, CHAOS_ROUNDS=3 kill rounds, broker + PostgreSQL restarts); figures in .run/chaos.json
+chaos: install ## longer chaos test (CHAOS_RUNS=150 runs, CHAOS_ROUNDS=3 kill rounds, broker + PostgreSQL restarts; THREADLINE_CHAOS_SEED); figures in .run/chaos.json
 	@mkdir -p $(ROOT)/.run
 	cd $(ROOT) && THREADLINE_CHAOS_RUNS=$(CHAOS_RUNS) THREADLINE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) \
+	  THREADLINE_CHAOS_SEED=$${THREADLINE_CHAOS_SEED:-20261130} \
 	  THREADLINE_CHAOS_PG_RESTART=1 THREADLINE_CHAOS_REPORT=$(ROOT)/.run/chaos.json \
 	  THREADLINE_CHAOS_COMMAND="make chaos CHAOS_RUNS=$(CHAOS_RUNS) CHAOS_ROUNDS=$(CHAOS_ROUNDS)" \
 	  $(PY) -m pytest -q -s -p no:logging tests/e2e/test_chaos.py $(PYTEST_ARGS)
+
+SEEDS       ?= 20
+SEED_FROM   ?= 1
+SWEEP_RUNS  ?= 60
+SWEEP_ROUNDS ?= 2
+chaos-sweep: install ## the chaos test over SEEDS consecutive seeds from SEED_FROM (SWEEP_RUNS=60 runs, SWEEP_ROUNDS=2, PostgreSQL restart); per-seed table, non-zero if any seed fails
+	@rm -rf $(ROOT)/.run/chaos-sweep && mkdir -p $(ROOT)/.run/chaos-sweep
+	@cd $(ROOT) && last=$$(( $(SEED_FROM) + $(SEEDS) - 1 )); rc=0; \
+	  THREADLINE_CHAOS_RUNS=$(SWEEP_RUNS) THREADLINE_CHAOS_ROUNDS=$(SWEEP_ROUNDS) THREADLINE_CHAOS_PG_RESTART=1 \
+	  THREADLINE_CHAOS_SEEDS=$(SEED_FROM)-$$last THREADLINE_CHAOS_REPORT_DIR=$(ROOT)/.run/chaos-sweep \
+	  THREADLINE_CHAOS_COMMAND="make chaos-sweep" \
+	  $(PY) -m pytest -q -s -p no:logging tests/e2e/test_chaos.py $(PYTEST_ARGS) || rc=$$?; \
+	  echo; $(PY) -m tests.e2e.chaos_table $(ROOT)/.run/chaos-sweep --seeds $(SEED_FROM)-$$last || rc=1; exit $$rc
 
 bench: install ## benchmarks beside same-run baselines (~12 min; BENCH_ARGS="--only ttfc --runs 100"; docs/benchmarks.md)
 	cd $(ROOT) && $(PY) -m bench $(BENCH_ARGS)

@@ -3,6 +3,7 @@ hooks), streams chunks to the thread's chunk topic and reports each step's resul
 
 from __future__ import annotations
 
+from threadline._internal.faults import should_fail
 from threadline.errors import InvalidEventError
 from threadline.events import StepTask
 from threadline.events.codec import decode
@@ -39,4 +40,6 @@ class ProcessorWorker(Service):
         task = decode(record.value, INTERNAL_ADAPTER)
         if not isinstance(task, StepTask):
             raise InvalidEventError(f"{task.type} does not belong on the step-task topic", code="wrong_topic")
+        if should_fail("drop_step_task", task.thread_id):  # tests: a step task lost on its way
+            return
         await self.executor.execute(task)

@@ -1,13 +1,16 @@
 """run-orchestrator: the run state machine. Consumes run commands and step results; schedules
-steps, ends runs, releases or hands over the thread lease, starts queued turns."""
+steps, ends runs, releases or hands over the thread lease, starts queued turns; its sweeper
+drives on runs that nothing drives any more (``threadline.recovery``)."""
 
 from __future__ import annotations
 
+from threadline._internal.faults import pause_point, should_fail
 from threadline.events import AbortRun, StartRun, StepResult
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.kafka.consumer import Record
 from threadline.logging import get_logger
+from threadline.recovery.sweeper import Sweeper
 from threadline.service import Service
 from threadline.store.orchestration import abort_run, on_step_result, start_run
 
@@ -17,11 +20,26 @@ log = get_logger(__name__)
 class RunOrchestrator(Service):
     name = "run_orchestrator"
 
+    async def setup(self) -> None:
+        self.sweeper = Sweeper(db=self.db, outbox=self.outbox, topics=self.topics, instance=self.settings.instance_id,
+                               interval_s=self.settings.sweep_interval_s, stuck_after_s=self.settings.stuck_after_s,
+                               max_recoveries=self.settings.sweep_max_recoveries,
+                               lease_ttl_s=self.settings.lease_ttl_s)
+        await self.sweeper.start()
+
+    async def stop(self) -> None:
+        sweeper = getattr(self, "sweeper", None)  # absent when start-up failed before setup
+        if sweeper is not None:
+            await sweeper.stop()
+        await super().stop()
+
     def topics_in(self) -> list[str]:
         return [self.topics.run_commands, self.topics.step_results]
 
     async def handle(self, record: Record) -> None:
         event = decode(record.value, INTERNAL_ADAPTER)
+        if isinstance(event, StepResult) and should_fail("drop_step_result", event.thread_id):
+            return  # tests: a step result lost on its way
         async with self.db.connection() as conn:
             if isinstance(event, StartRun):
                 ids = await start_run(conn, event, self.topics)
@@ -32,4 +50,6 @@ class RunOrchestrator(Service):
             else:
                 log.warning("event not handled by the orchestrator", type=event.type)
                 return
+        if ids and isinstance(event, StepResult):
+            await pause_point("after_step_result_applied")
         await self.outbox.flush(ids)

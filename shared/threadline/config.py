@@ -81,6 +81,13 @@ class Settings(BaseSettings):
     transient_retry_s: float = 600.0
     """How long a record whose handling meets a transient fault (Kafka or Postgres unreachable)
     is retried before it is dead-lettered; meanwhile its offset is not committed."""
+    sweep_interval_s: float = 5.0
+    """How often each run-orchestrator looks for stuck runs (``threadline.recovery``)."""
+    stuck_after_s: float = 90.0
+    """How long a run that holds its thread may show no progress (no heartbeat of its step, no
+    change of its row, nothing of it in the outbox) before the sweeper drives it on."""
+    sweep_max_recoveries: int = 3
+    """Recoveries of one step of a run after which a run still stuck is failed instead."""
     reply_timeout_s: float = 30.0
     """How long the client waits for a reply from ingress."""
     log_level: str = Field(default="INFO")

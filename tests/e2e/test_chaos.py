@@ -1,14 +1,19 @@
 """Chaos: concurrent runs with a tool and streamed text while processes are killed (-9) at random
-moments and the broker (and, in ``make chaos``, PostgreSQL) restarts; then the checker.
+moments and the broker and PostgreSQL restart; then the checker.
 
-``make test`` runs 50 runs on 2 processor-workers + 2 run-orchestrators, kills one of each and
-restarts the broker once. ``make chaos`` sets the environment for a longer version:
+``make test`` runs three seeds chosen at random (in the test ids, e.g. ``[seed-123456]``; replay
+one with ``THREADLINE_CHAOS_SEED=123456 make chaos``) plus the regression seeds, each a short
+run: 25 runs on 2 processor-workers + 2 run-orchestrators, one of each killed, the broker and
+PostgreSQL restarted. ``make chaos`` and ``make chaos-sweep`` set the environment:
 
-    THREADLINE_CHAOS_RUNS (50)  THREADLINE_CHAOS_ROUNDS (1: kills of one worker + one orchestrator)
-    THREADLINE_CHAOS_PG_RESTART (0)  THREADLINE_CHAOS_SEED (20261130)  THREADLINE_CHAOS_REPORT (path
-    of the JSON figures)
+    THREADLINE_CHAOS_RUNS (25)  THREADLINE_CHAOS_ROUNDS (1: kills of one worker + one orchestrator)
+    THREADLINE_CHAOS_PG_RESTART (1)  THREADLINE_CHAOS_SEED (one seed) or THREADLINE_CHAOS_SEEDS
+    ("1-20" or "3,7,9")  THREADLINE_CHAOS_REPORT (path of the JSON figures of one seed)
+    THREADLINE_CHAOS_REPORT_DIR (one ``seed-N.json`` per seed, for ``tests/e2e/chaos_table.py``)
 
-With more than one round every killed instance is replaced, so two of each keep running.
+With more than one round every killed instance is replaced, so two of each keep running. When
+runs are still not terminal at the deadline, the failure (and the report) lists each of them:
+status, step, attempt, steps stored, step owner and heartbeat age, lease holder and expiry.
 """
 
 from __future__ import annotations
@@ -32,11 +37,50 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
 
-RUNS = int(os.environ.get("THREADLINE_CHAOS_RUNS", "50"))
+RUNS = int(os.environ.get("THREADLINE_CHAOS_RUNS", "25"))
 ROUNDS = int(os.environ.get("THREADLINE_CHAOS_ROUNDS", "1"))
-PG_RESTART = os.environ.get("THREADLINE_CHAOS_PG_RESTART", "0") == "1"
-SEED = int(os.environ.get("THREADLINE_CHAOS_SEED", "20261130"))
+PG_RESTART = os.environ.get("THREADLINE_CHAOS_PG_RESTART", "1") == "1"
 REPORT = os.environ.get("THREADLINE_CHAOS_REPORT")
+REPORT_DIR = os.environ.get("THREADLINE_CHAOS_REPORT_DIR")
+REGRESSION_SEEDS = [777]
+"""Seeds that once failed, kept in the suite: 777 stranded runs and finished one twice when a
+PostgreSQL restart overlapped a broker restart."""
+
+
+def seeds() -> list[int]:
+    """The seeds to run: ``THREADLINE_CHAOS_SEEDS`` ("1-20", "3,7,9"), else
+    ``THREADLINE_CHAOS_SEED``, else three at random plus :data:`REGRESSION_SEEDS`."""
+    spec = os.environ.get("THREADLINE_CHAOS_SEEDS", "").strip()
+    if spec:
+        if "-" in spec:
+            lo, hi = (int(x) for x in spec.split("-", 1))
+            return list(range(lo, hi + 1))
+        return [int(x) for x in spec.split(",") if x.strip()]
+    if os.environ.get("THREADLINE_CHAOS_SEED"):
+        return [int(os.environ["THREADLINE_CHAOS_SEED"])]
+    pick = random.SystemRandom()
+    return [pick.randrange(1, 1_000_000) for _ in range(3)] + REGRESSION_SEEDS
+
+
+_STUCK = """
+SELECT r.run_id, r.status, r.step, r.attempt, r.steps_done, r.step_started, r.step_owner,
+       round(extract(epoch FROM now() - r.step_heartbeat)::numeric, 1)::float8 AS heartbeat_age_s,
+       round(extract(epoch FROM now() - r.updated_at)::numeric, 1)::float8 AS idle_s,
+       l.run_id AS lease_run, l.epoch AS lease_epoch, r.epoch,
+       round(extract(epoch FROM l.expires_at - now())::numeric, 1)::float8 AS lease_left_s
+FROM runs r LEFT JOIN thread_leases l ON l.thread_id = r.thread_id
+WHERE r.run_id = ANY($1::text[]) AND (r.status = 'running' OR l.run_id = r.run_id)
+ORDER BY r.run_id
+"""
+
+
+def stuck_report(stuck: list) -> str:
+    """One line per run that is not done: what it waits for."""
+    return "\n".join(
+        f"  {r['run_id']} status={r['status']} step={r['step']} attempt={r['attempt']} steps_done={r['steps_done']}"
+        f" started={r['step_started']} owner={r['step_owner']} heartbeat_age_s={r['heartbeat_age_s']}"
+        f" idle_s={r['idle_s']} lease={r['lease_run']}@{r['lease_epoch']} (run epoch {r['epoch']},"
+        f" {r['lease_left_s']} s left)" for r in stuck)
 ANSWER = ("Done: the effect is recorded once, every chunk arrives once and in order, "
           "and the run ends with a single finish whatever was killed on the way.")
 
@@ -67,14 +111,31 @@ def _plan(rng: random.Random) -> list[tuple[float, str]]:
     return sorted(events)
 
 
-async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, cluster):
+async def _recoveries(dsn: str, run_ids: list[str]) -> list[dict]:
+    """The sweeper's recoveries of these runs (each one a bug elsewhere to find)."""
+    return [{"run_id": r["run_id"], "step": r["step"], "action": r["action"], "reason": r["reason"]}
+            for r in await rows(dsn, "SELECT run_id, step, action, reason FROM run_recoveries "
+                                     "WHERE run_id = ANY($1::text[]) ORDER BY id", run_ids)]
+
+
+def _write_report(seed: int, report: dict) -> None:
+    print(json.dumps(report, indent=1))
+    if REPORT:
+        Path(REPORT).write_text(json.dumps(report, indent=1) + "\n")
+    if REPORT_DIR:
+        Path(REPORT_DIR).mkdir(parents=True, exist_ok=True)
+        (Path(REPORT_DIR) / f"seed-{seed}.json").write_text(json.dumps(report, indent=1) + "\n")
+
+
+@pytest.mark.parametrize("seed", seeds(), ids=lambda s: f"seed-{s}")
+async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, cluster, seed):
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)  # the broker restart is expected
     why = restart_unavailable()
     if why:
         pytest.skip(f"the chaos test restarts the broker, which this cluster does not allow: {why}")
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     plan = _plan(rng)
-    print(f"\nchaos seed {SEED}: {RUNS} runs, plan {[(round(t, 1), a) for t, a in plan]}")
+    print(f"\nchaos seed {seed}: {RUNS} runs, plan {[(round(t, 1), a) for t, a in plan]}")
     await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
                                "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
     tag = uuid.uuid4().hex[:6]
@@ -98,7 +159,7 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     services.start("run_orchestrator", "run_orchestrator-2")
     workers.append("processor_worker-2")
     orchestrators.append("run_orchestrator-2")
-    figures = {"seed": SEED, "kills": 0, "broker_restarts": 0, "postgres_restarts": 0}
+    figures: dict = {"seed": seed, "kills": 0, "broker_restarts": 0, "postgres_restarts": 0}
     n_new = 2
     killed_pids: set[int] = set()
 
@@ -144,15 +205,20 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
             run_ids = [(await s.accepted).run_id for s in sent]
         t0 = time.monotonic()
         await chaos()
-        deadline = time.monotonic() + 60 + 3 * RUNS
+        # long enough for the sweeper (stuck_after_s, 90 s) to notice a stranded run and drive it on
+        deadline = time.monotonic() + max(60 + 3 * RUNS, 240)
         while True:
-            done = await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE run_id = ANY($1::text[]) "
-                                           "AND status <> 'running'", run_ids)
-            idle = await rows(cluster.dsn, "SELECT count(*) AS n FROM thread_leases WHERE thread_id = ANY($1::text[]) "
-                                           "AND run_id IS NULL", threads)
-            if done[0]["n"] == RUNS and idle[0]["n"] == RUNS:
+            stuck = await rows(cluster.dsn, _STUCK, run_ids)
+            if not stuck:
                 break
-            assert time.monotonic() < deadline, f"{done[0]['n']}/{RUNS} runs terminal, {idle[0]['n']} threads idle"
+            if time.monotonic() > deadline:
+                _write_report(seed, {**figures, "runs": RUNS, "terminal": RUNS - len(stuck), "stuck": len(stuck),
+                                     "stuck_runs": [dict(r) for r in stuck],
+                                     "recoveries": await _recoveries(cluster.dsn, run_ids), "ok": False,
+                                     "problems": [f"{len(stuck)} runs not done"]})
+                pytest.fail(f"chaos seed {seed}: {len(stuck)}/{RUNS} runs not done "
+                            f"(replay: THREADLINE_CHAOS_SEED={seed} make chaos):\n{stuck_report(stuck)}",
+                            pytrace=False)
             await asyncio.sleep(0.5)
         figures["seconds_to_all_terminal"] = round(time.monotonic() - t0, 1)
         await asyncio.sleep(1.0)  # the live observer catches up with the last chunks
@@ -175,11 +241,10 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
                          run_ids)
     fig = check_runs(observed=[live.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
                      lifecycle=lifecycle, effects=effects, killed_pids=killed_pids)
-    report = {**figures, **fig.as_dict(),
+    report = {**figures, **fig.as_dict(), "terminal": RUNS, "stuck": 0,
+              "recoveries": await _recoveries(cluster.dsn, run_ids), "ok": fig.ok,
               "command": os.environ.get("THREADLINE_CHAOS_COMMAND", "pytest tests/e2e/test_chaos.py")}
-    print(json.dumps(report, indent=1))
-    if REPORT:
-        Path(REPORT).write_text(json.dumps(report, indent=1) + "\n")
-    assert fig.ok, fig.problems[:20]
+    _write_report(seed, report)
+    assert fig.ok, (f"chaos seed {seed} (replay: THREADLINE_CHAOS_SEED={seed} make chaos)", fig.problems[:20])
     assert figures["kills"] == 2 * ROUNDS and figures["broker_restarts"] == 1
     assert fig.chunks_checked > RUNS * 20

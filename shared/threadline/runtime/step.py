@@ -293,6 +293,7 @@ class StepExecutor:
             box_id = await persist_step(conn, topics=self._topics, run=run, entries=ml._entries,
                                         consumed=consumed, state=state, next_seq=writer.seq, result=result,
                                         final_fields=final_fields, lease_ttl_s=self._settings.lease_ttl_s)
+        await pause_point("after_step_result_stored")
         await self._outbox.flush([box_id])
         return outcome
 
@@ -580,7 +581,15 @@ class StepExecutor:
 
     async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
                         state: dict[str, Any] | None = None) -> None:
-        """End the run as failed when its step could not even run: ``error`` then ``finish``."""
+        """End the run as failed when its step could not even run, or could not store its
+        result: ``error`` then ``finish``. When the attempt already streamed its own ``finish``,
+        it is declared dead first (``attempt-discarded``, the run's attempt + 1), so the run
+        shows one ``finish``."""
+        if writer.finished:
+            dead, writer.attempt = writer.attempt, writer.attempt + 1
+            await self._save_attempt(run, writer.attempt, (run["state"] or {}).get("retry_count", 0))
+            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
+                               "payload": {"step": run["step"], "attempt": dead, "reason": "failed"}})
         await writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
         await writer.emit({"type": "finish", "from": "AGENT",
                            "payload": {"stepResult": {"reason": "error"}, "finishReason": "error"}})

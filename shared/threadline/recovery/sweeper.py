@@ -1,0 +1,101 @@
+"""The sweeper loop of the run-orchestrator (see :mod:`threadline.recovery.decide`).
+
+Every ``sweep_interval_s`` each orchestrator instance lists the runs that hold their thread and
+showed no progress for ``stuck_after_s``; for each it opens a transaction and claims the run row
+with ``FOR UPDATE SKIP LOCKED`` — whichever instance locks it first handles it, the others skip
+it, and the decision is taken again on the locked row, so a run another instance just recovered
+(its ``updated_at`` moved) is left alone. The action and its outgoing events (a step task, a
+step result again, or the run's failure with its terminal chunks) commit together with a
+``run_recoveries`` row, then the outbox rows are flushed (the relay covers a failed flush).
+
+Each recovery is logged as a warning (``stuck run recovered``, with the run, step, attempt,
+action and reason) and counted (:attr:`Sweeper.recovered`, also in every such log line): each
+one is a bug elsewhere to find.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from threadline.logging import get_logger
+from threadline.recovery.decide import decide
+from threadline.store import recovery
+from threadline.store.db import Database
+from threadline.store.outbox import Outbox
+from threadline.topics import Topics
+
+log = get_logger(__name__)
+
+
+class Sweeper:
+    """Finds stuck runs and drives them on.
+
+    Args:
+        db / outbox / topics: the orchestrator's.
+        instance: this instance's name (stored with each recovery).
+        interval_s: seconds between sweeps.
+        stuck_after_s: how long a run may show no progress before it counts as stuck.
+        max_recoveries: recoveries of one step after which the run is failed instead.
+        lease_ttl_s: the lease TTL (a failed run hands its thread to what waits).
+    """
+
+    def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, instance: str, interval_s: float,
+                 stuck_after_s: float, max_recoveries: int, lease_ttl_s: float) -> None:
+        self._db = db
+        self._outbox = outbox
+        self._topics = topics
+        self._instance = instance
+        self._interval_s = interval_s
+        self._stuck_after_s = stuck_after_s
+        self._max_recoveries = max_recoveries
+        self._lease_ttl_s = lease_ttl_s
+        self._task: asyncio.Task[None] | None = None
+        self.recovered = 0
+        """Recoveries made by this instance since it started."""
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._loop(), name="stuck-run-sweeper")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self._interval_s)
+            try:
+                await self.sweep_once()
+            except Exception:  # Postgres or Kafka away: sweep again next time
+                log.warning("sweep failed; tried again at the next interval", exc_info=True)
+
+    async def sweep_once(self) -> int:
+        """One pass; returns how many runs it recovered."""
+        async with self._db.connection() as conn:
+            ids = await recovery.candidates(conn, stuck_after_s=self._stuck_after_s)
+        done = 0
+        for run_id in ids:
+            async with self._db.transaction() as conn:
+                row = await recovery.claim(conn, run_id, stuck_after_s=self._stuck_after_s)
+                if row is None:
+                    continue
+                decision = decide(recovery.snapshot(row), stuck_after_s=self._stuck_after_s,
+                                  max_recoveries=self._max_recoveries)
+                if decision.action == "none":
+                    continue
+                kw = {"reason": decision.reason, "instance": self._instance}
+                if decision.action == "reschedule":
+                    out = await recovery.reschedule(conn, row, self._topics, **kw)
+                elif decision.action == "redeliver_result":
+                    out = await recovery.redeliver_result(conn, row, self._topics, **kw)
+                else:
+                    out = await recovery.fail(conn, row, self._topics, lease_ttl_s=self._lease_ttl_s, **kw)
+            self.recovered += 1
+            done += 1
+            log.warning("stuck run recovered", run_id=run_id, thread_id=row["thread_id"], step=row["step"],
+                        attempt=row["attempt"], status=row["status"], steps_done=row["steps_done"],
+                        action=decision.action, reason=decision.reason, recoveries=self.recovered)
+            await self._outbox.flush(out)
+        return done
