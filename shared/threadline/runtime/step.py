@@ -44,7 +44,8 @@ from threadline.runtime.keepalive import KeepAlive
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
-from threadline.runtime.signals import echo_chunk, retry_feedback, signal_to_message
+from threadline.events.chunks import abort_chunks, echo_chunk
+from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.runtime.step_state import (StepState, StepWriter, add_usage, error_view, final_text,
                                           hand_back_step, replay)
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
@@ -52,7 +53,7 @@ from threadline.runtime.registry import Catalogue
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.store import leases
 from threadline.store.db import Database
-from threadline.store.orchestration import abort_chunks, claim_terminal
+from threadline.store.orchestration import claim_terminal
 from threadline.store.outbox import Outbox
 from threadline.store.steps import (StepBusy, begin_attempt, forget_model_output, has_pending, heartbeat,
                                    load_history, mark_drained, pending_signals, persist_step, record_model_output,
@@ -572,8 +573,7 @@ class StepExecutor:
             writer.attempt = dead + 1
             await writer.emit({"type": "attempt-discarded", "from": "AGENT",
                                "payload": {"step": writer.step, "attempt": dead, "reason": "aborted"}})
-        for chunk in abort_chunks(run["run_id"], step=writer.step, attempt=writer.attempt, seq=writer.seq):
-            chunk.pop("seq"), chunk.pop("runId"), chunk.pop("step"), chunk.pop("attempt")
+        for chunk in abort_chunks():
             await writer.emit(chunk)
         await writer.flush()
         log.info("run aborted; terminal chunks emitted", run_id=run["run_id"], discarded_attempt=dead)
