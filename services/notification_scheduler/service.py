@@ -87,8 +87,8 @@ class NotificationScheduler(Service):
         if thread_id is not None and resource_id is not None:
             threads.add((resource_id, thread_id))
         for res, tid in threads:
-            await self.admin.ensure_one(self.topics.chunks(res, tid),
-                                        config={"retention.ms": str(self.settings.chunk_retention_ms)})
+            await self.admin.ensure_chunk_topic(self.topics.chunks(res, tid),
+                                                retention_ms=self.settings.chunk_retention_ms)
         await self.outbox.flush(ids)
         if ids:
             log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)

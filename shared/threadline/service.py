@@ -24,7 +24,7 @@ from threadline.logging import configure, get_logger
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
-from threadline.store.payloads import PayloadStore
+from threadline.payloads import PayloadStore
 from threadline.topics import Topics
 
 log = get_logger(__name__)

@@ -21,20 +21,12 @@ from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
-from threadline.store.db import TRANSIENT_PG
-from threadline.store.payloads import PayloadStore, resolve
+from threadline.kafka.payloads import PayloadRefs, resolve
+from threadline.transient import TRANSIENT, is_transient
+
+__all__ = ["TRANSIENT", "DeadLetters", "guarded", "is_transient"]
 
 log = get_logger(__name__)
-
-TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, *TRANSIENT_PG)
-"""Faults worth retrying: connections (Kafka's and Postgres's, including a terminated backend and
-a server restarting), timeouts (a pool wait), serialisation conflicts."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for faults that a retry can cure."""
-    return isinstance(exc, TRANSIENT)
-
 
 class DeadLetters:
     """Writes dead-letter records for one service."""
@@ -72,7 +64,7 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            payloads: PayloadStore | None = None, attempts: int = 6, max_wait_s: float = 5.0,
+            payloads: PayloadRefs | None = None, attempts: int = 6, max_wait_s: float = 5.0,
             retry_for_s: float | None = None) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 

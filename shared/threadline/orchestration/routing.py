@@ -3,12 +3,13 @@
 thread's state as read under its lease lock. Pure: the store reads, calls :func:`decide_route`
 and writes what it answers.
 
-| request | thread active | thread idle |
-|---|---|---|
-| ``send_message``, ``send_signal``, ``send_state_signal`` | ``if_active.behavior``: :class:`Deliver` (default), :class:`Persist`, :class:`Discard` | ``if_idle.behavior``: :class:`Wake` (default), :class:`Persist`, :class:`Discard` |
-| ``queue_message`` | :class:`Queue` (a run of its own after the active one) | :class:`Wake` (whatever ``if_idle`` says) |
-| ``stream``, ``generate`` | :class:`Queue` | :class:`Wake` |
-| anything for another agent than the active run's (and not naming that run) | :class:`Queue` | — |
+- ``send_message``, ``send_signal``, ``send_state_signal``: on an active thread
+  ``if_active.behavior`` — :class:`Deliver` (default), :class:`Persist`, :class:`Discard`; on an
+  idle thread ``if_idle.behavior`` — :class:`Wake` (default), :class:`Persist`, :class:`Discard`.
+- ``queue_message``: :class:`Queue` on an active thread (a run of its own after the active one),
+  :class:`Wake` on an idle one (whatever ``if_idle`` says).
+- ``stream``, ``generate``: :class:`Queue` on an active thread, :class:`Wake` on an idle one.
+- anything for another agent than the active run's (and not naming that run): :class:`Queue`.
 
 The branch's ``attributes`` (``if_active.attributes`` / ``if_idle.attributes``) are merged over the
 signal's. A state signal whose lane value is unchanged is skipped before routing
@@ -206,7 +207,8 @@ Route = Wake | Deliver | Queue | Persist | Discard
 
 
 def decide_route(req: Inbound, thread: ThreadState) -> Route:
-    """The routing table of the module docstring, for ``req`` on ``thread``."""
+    """The routing table of the module docstring (and of ``docs/signals.md``), for ``req`` on
+    ``thread``."""
     targeted = req.targeted
     if thread.active:
         # an explicit run_id targets that run whatever its agent; another agent's run is never

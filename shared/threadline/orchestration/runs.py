@@ -2,15 +2,15 @@
 or an ``abort_run`` does to a run, and which run takes the thread over when one ends. Pure: the
 store reads the rows, calls these, and writes what they answer in one transaction.
 
-| event | run as read | transition |
-|---|---|---|
-| ``start_run`` | running, same epoch, no step done | :class:`ScheduleStep` 0 (``thread_active`` unless handed over, ``run_started``) |
-| ``start_run`` | missing, not running, other epoch, or already stepping | :class:`Ignore` |
-| ``step_result`` ``continue`` | same epoch, not aborted | :class:`ScheduleStep` step + 1 (``step_finished``) |
-| ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` | same epoch, not aborted | :class:`EndRun` (``step_finished``, the terminal event, the ``generate`` result) |
-| ``step_result`` | missing, other epoch, or aborted | :class:`Ignore` |
-| ``abort_run`` | the thread's active run (or the one named), running | :class:`AbortActive` |
-| ``abort_run`` | no such run running | :class:`NothingToAbort` |
+- ``start_run`` of a run that is running at the command's epoch with no step done:
+  :class:`ScheduleStep` 0 (announcing ``thread_active`` unless the lease was handed over, and
+  ``run_started``); any other run (missing, ended, another epoch, already stepping): :class:`Ignore`.
+- ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``).
+- ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` at the run's epoch:
+  :class:`EndRun` (``step_finished``, the terminal event, the ``generate`` result).
+- ``step_result`` of a missing run, of another epoch, or of an aborted run: :class:`Ignore`.
+- ``abort_run`` of the thread's active run (or the one it names), running: :class:`AbortActive`;
+  otherwise :class:`NothingToAbort`.
 """
 
 from __future__ import annotations

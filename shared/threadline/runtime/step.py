@@ -35,7 +35,7 @@ from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import StepResult, StepTask
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
-from threadline.kafka.handling import is_transient
+from threadline.transient import is_transient
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -44,7 +44,7 @@ from threadline.runtime.keepalive import KeepAlive
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
-from threadline.events.chunks import abort_chunks, echo_chunk
+from threadline.events import chunks
 from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.runtime.step_state import (StepState, StepWriter, add_usage, error_view, final_text,
                                           hand_back_step, replay)
@@ -125,7 +125,7 @@ class StepExecutor:
                 return
             agent = self._agents.get(run["agent_id"])
             topic = self._topics.chunks(run["resource_id"], run["thread_id"])
-            await self._admin.ensure_one(topic, config={"retention.ms": str(self._settings.chunk_retention_ms)})
+            await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms)
             loop = asyncio.get_running_loop()
             still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
             try:
@@ -151,9 +151,7 @@ class StepExecutor:
                              attempt=begun["attempt"], seq=begun["seq_base"],
                              key=thread_key(run["resource_id"], run["thread_id"]))
         if begun["restarted"]:  # an earlier attempt died mid-step: subscribers drop its chunks
-            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
-                               "payload": {"step": task.step, "attempt": begun["attempt"] - 1,
-                                           "reason": "re-executed"}})
+            await writer.emit(chunks.attempt_discarded_chunk(task.step, begun["attempt"] - 1, "re-executed"))
         self._keepalive.add(run, writer)
         try:
             with structlog.contextvars.bound_contextvars(run_id=run["run_id"], thread_id=run["thread_id"],
@@ -241,14 +239,13 @@ class StepExecutor:
                      usage_total=state.setdefault("usage", {}), recorded=recorded)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
-            await writer.emit({"type": "start", "from": "AGENT",
-                               "payload": {"id": agent.id, "messageId": response_id}})
+            await writer.emit(chunks.start_chunk(agent.id, response_id))
         consumed = []
         for sig in signals:
             ml.add(signal_to_message(sig["payload"], thread_id=run["thread_id"],
                                      resource_id=run["resource_id"]), "input")
             consumed.append(sig["id"])
-        step.echoes = [echo_chunk(sig["payload"]) for sig in signals]
+        step.echoes = [chunks.echo_chunk(sig["payload"]) for sig in signals]
         outcome, final, finish_reason, error, tripwire = "continue", False, None, None, None
         try:
             finish_reason, final = await self._step(step, options, consumed)
@@ -259,7 +256,7 @@ class StepExecutor:
             log.info("tripwire", run_id=run_id, processor_id=tw.processor_id, reason=tw.reason)
             for msg in ml.get.response.db():  # the reply of a blocked run is not stored
                 ml.remove_by_ids([msg["id"]])
-            await writer.emit({"type": "tripwire", "from": "AGENT", "payload": tripwire})
+            await writer.emit(chunks.tripwire_chunk(tripwire))
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=tripwire)
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
@@ -332,9 +329,8 @@ class StepExecutor:
             dead = step.writer.attempt
             step.writer.attempt += 1
             await self._save_attempt(run, step.writer.attempt, runner.retry_count)
-            await step.writer.emit({"type": "attempt-discarded", "from": "AGENT",
-                                    "payload": {"step": run["step"], "attempt": dead,
-                                                "reason": feedback.reason if feedback else "api-error"}})
+            await step.writer.emit(chunks.attempt_discarded_chunk(
+                run["step"], dead, feedback.reason if feedback else "api-error"))
             if feedback is not None:
                 ml.add(retry_feedback(feedback), "context")
             log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt)
@@ -388,10 +384,8 @@ class StepExecutor:
         prompt = [{"role": "system", "content": m["content"]} for m in ml.all_system_messages()] + ml.get.all.core()
         prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
                                                           steps=step.steps)
-        start_payload: dict[str, Any] = {"messageId": step.response_id}
-        if not cached:
-            start_payload["startedAt"] = int(time.time() * 1000)  # absent on a cached replay (C8)
-        await step.writer.emit({"type": "step-start", "from": "AGENT", "payload": start_payload})
+        await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
+            step.response_id, started_at_ms=None if cached else int(time.time() * 1000)))
         step.response_message()
         outcome = ModelOutcome()
         processed: list[AttrDict] = []
@@ -412,7 +406,7 @@ class StepExecutor:
         try:
             async for chunk in source:
                 raw_chunks.append(chunk)
-                chunk["from"] = "AGENT"
+                chunk["from"] = chunks.FROM_AGENT
                 part = await step.emit(chunk)
                 if part is not None:
                     processed.append(part)
@@ -454,10 +448,8 @@ class StepExecutor:
             more = await has_pending(conn, run["run_id"], consumed)
         max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
         continued = (bool(results) or more) and step_no + 1 < max_steps
-        await step.emit({"type": "step-finish", "from": "AGENT", "payload": {
-            "messageId": step.response_id,
-            "stepResult": {"reason": outcome.finish_reason, "isContinued": continued},
-            "output": {"text": text, "usage": usage}}})
+        await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
+                                                 is_continued=continued, text=text, usage=usage))
         return outcome.finish_reason, continued
 
     async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
@@ -510,12 +502,10 @@ class StepExecutor:
         base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
         if error is not None:
             set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
-            await step.emit({"type": "tool-error", "from": "AGENT", "payload": {**base, "args": call.get("args"),
-                                                                                "error": error}})
+            await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
             return {**base, "error": error}
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
-        await step.emit({"type": "tool-result", "from": "AGENT", "payload": {**base, "args": call.get("args"),
-                                                                             "result": result}})
+        await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
         return {**base, "result": result}
 
     async def _output_result(self, step: StepState, finish_reason: str) -> None:
@@ -525,11 +515,8 @@ class StepExecutor:
 
     async def _finish_chunk(self, step: StepState, reason: str, *, finish_reason: str,
                             tripwire: dict[str, Any] | None = None, error: Any = None) -> None:
-        payload: dict[str, Any] = {"stepResult": {"reason": reason}, "finishReason": finish_reason,
-                                   "output": {"usage": step.usage_total}}
-        if tripwire is not None:
-            payload["tripwire"] = tripwire
-        chunk = wrap({"type": "finish", "from": "AGENT", "payload": payload})
+        chunk = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason, usage=step.usage_total,
+                                         tripwire=tripwire))
         try:  # processors see the terminal chunk but cannot drop or block it
             await step.runner.process_output_stream(chunk, step.ml)
         except TripWire as tw:
@@ -537,10 +524,9 @@ class StepExecutor:
         await step.writer.emit(chunk)
 
     async def _fail(self, step: StepState, error: dict[str, Any]) -> None:
-        await step.writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
-        await step.writer.emit({"type": "step-finish", "from": "AGENT", "payload": {
-            "messageId": step.response_id, "stepResult": {"reason": "error", "isContinued": False},
-            "output": {"usage": None}}})
+        await step.writer.emit(chunks.error_chunk(error))
+        await step.writer.emit(chunks.step_finish_chunk(step.response_id, reason="error", is_continued=False,
+                                                        text=None, usage=None, has_text=False))
         try:
             await self._output_result(step, "error")
         except Exception:  # noqa: BLE001 - the run is failing already
@@ -571,9 +557,8 @@ class StepExecutor:
             dead = writer.attempt
         if dead is not None:
             writer.attempt = dead + 1
-            await writer.emit({"type": "attempt-discarded", "from": "AGENT",
-                               "payload": {"step": writer.step, "attempt": dead, "reason": "aborted"}})
-        for chunk in abort_chunks():
+            await writer.emit(chunks.attempt_discarded_chunk(writer.step, dead, "aborted"))
+        for chunk in chunks.abort_chunks():
             await writer.emit(chunk)
         await writer.flush()
         log.info("run aborted; terminal chunks emitted", run_id=run["run_id"], discarded_attempt=dead)
@@ -581,9 +566,8 @@ class StepExecutor:
     async def _fail_run(self, run: asyncpg.Record, writer: ChunkWriter, error: dict[str, Any],
                         state: dict[str, Any] | None = None) -> None:
         """End the run as failed when its step could not even run: ``error`` then ``finish``."""
-        await writer.emit({"type": "error", "from": "AGENT", "payload": {"error": error}})
-        await writer.emit({"type": "finish", "from": "AGENT",
-                           "payload": {"stepResult": {"reason": "error"}, "finishReason": "error"}})
+        await writer.emit(chunks.error_chunk(error))
+        await writer.emit(chunks.finish_chunk("error", finish_reason="error", with_output=False))
         await writer.flush()
         result = StepResult(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
                             step=run["step"], attempt=writer.attempt, epoch=run["epoch"], outcome="failed",

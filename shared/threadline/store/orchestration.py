@@ -73,8 +73,8 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
         key = thread_key(run["resource_id"], run["thread_id"])
         if not isinstance(move, EndRun):
             updated = await conn.fetchval(
-                "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, updated_at = now() WHERE run_id = $1 "
-                "AND step = $2 AND steps_done = $2 + 1 AND status = 'running' RETURNING step",
+                "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, updated_at = now() "
+                "WHERE run_id = $1 AND step = $2 AND steps_done = $2 + 1 AND status = 'running' RETURNING step",
                 res.run_id, res.step)
             if updated is None:
                 return ids
