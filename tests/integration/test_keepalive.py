@@ -8,7 +8,7 @@ import contextlib
 import uuid
 from types import SimpleNamespace
 
-from threadline.runtime.keepalive import KeepAlive
+from threadline.worker.keepalive import KeepAlive
 from threadline.store.db import Database
 
 OWNER = "worker-a:1:x"

@@ -201,3 +201,42 @@ async def recorded_model_output(conn: asyncpg.Connection, run_id: str, step: int
 async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:
     """A processor retry asks the model again: the recorded output no longer applies."""
     await conn.execute("DELETE FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
+
+
+_BEAT = """
+UPDATE runs SET step_heartbeat = now()
+FROM unnest($1::text[], $2::int[]) AS u(run_id, attempt)
+WHERE runs.run_id = u.run_id AND runs.step_owner = $3 AND runs.attempt = u.attempt
+  AND runs.status = 'running'
+  AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id
+              AND l.run_id = runs.run_id AND l.epoch = runs.epoch)
+RETURNING runs.run_id
+"""
+
+_RENEW = """
+UPDATE thread_leases l SET expires_at = now() + make_interval(secs => $4), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(thread_id, run_id, epoch)
+WHERE l.thread_id = u.thread_id AND l.run_id = u.run_id AND l.epoch = u.epoch
+RETURNING l.run_id
+"""
+
+
+async def beat_all(conn: asyncpg.Connection, run_ids: list[str], attempts: list[int], owner: str) -> set[str]:
+    """One heartbeat for many steps of ``owner`` (``attempts[i]`` of ``run_ids[i]``), fenced by the
+    lease epoch; returns the runs whose heartbeat moved (the others were taken over or lost the
+    thread)."""
+    return {r["run_id"] for r in await conn.fetch(_BEAT, run_ids, attempts, owner)}
+
+
+async def renew_all(conn: asyncpg.Connection, thread_ids: list[str], run_ids: list[str], epochs: list[int],
+                    ttl_s: float) -> set[str]:
+    """Renew many thread leases by ``ttl_s`` seconds (each still held by its run at its epoch);
+    returns the runs whose lease was renewed."""
+    return {r["run_id"] for r in await conn.fetch(_RENEW, thread_ids, run_ids, epochs, ttl_s)}
+
+
+async def aborted_among(conn: asyncpg.Connection, run_ids: list[str]) -> list[str]:
+    """The runs of ``run_ids`` that are aborted."""
+    rows = await conn.fetch("SELECT run_id FROM runs WHERE run_id = ANY($1::text[]) AND status = 'aborted'",
+                            run_ids)
+    return [r["run_id"] for r in rows]

@@ -24,7 +24,8 @@ _PRUNE_EVERY = 1024
 
 
 class ChunkWriter:
-    """Assigns ``seq`` (strictly increasing within the run) and publishes."""
+    """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
+    increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "finished", "key", "run_id",
                  "seq", "step")
