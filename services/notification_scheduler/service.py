@@ -5,7 +5,7 @@ the idle thread goes (high notifications in full, low digests to subscribers onl
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
 Its clock (what is due) is PostgreSQL's ``now()``; ``THREADLINE_SCHEDULER_TEST_CLOCK=1`` (tests
-only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.inbox.clock`.
+only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.store.clock`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
-from threadline.inbox.clock import SchedulerClock
+from threadline.store.clock import SchedulerClock
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
 from threadline.logging import get_logger

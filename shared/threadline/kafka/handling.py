@@ -12,7 +12,6 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from threadline.errors import InvalidEventError

@@ -10,7 +10,6 @@ result?}}``, ``data-<name> {data}``, ``error``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson

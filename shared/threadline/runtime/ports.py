@@ -1,6 +1,6 @@
 """The ports of the step loop: what one step of a run reads and writes, and where its chunks
 go. The loop (:mod:`threadline.runtime.loop`) works against these protocols only; the
-processor-worker plugs in PostgreSQL (:class:`threadline.store.step_store.PgStepStore`) and Kafka
+processor-worker plugs in PostgreSQL (:class:`threadline.worker.step_store.PgStepStore`) and Kafka
 (:class:`threadline.kafka.chunk_writer.ChunkWriter`), tests may plug in memory.
 
 A step costs one :meth:`StepStore.begin` (claims the step and loads everything it needs) and
@@ -10,7 +10,7 @@ methods serve crash safety mid-step (a recorded model output, tool results, a pr
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -203,7 +203,7 @@ class StepRecord:
     """The attempt that produced it (a later attempt fences it out)."""
     outcome: StepOutcome
     """How the step ended."""
-    entries: list[tuple[dict[str, Any], str]]
+    entries: Sequence[tuple[Mapping[str, Any], str]]
     """The message list's entries ``(message, source)``; ``input``/``response`` ones are stored."""
     consumed: list[str] | None
     """Signals this step consumed; ``None``: every signal still pending for the run (it failed)."""

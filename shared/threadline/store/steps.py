@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -120,7 +121,7 @@ def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
 
 
 async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg.Record,
-                       entries: list[tuple[dict[str, Any], str]], consumed: list[str],
+                       entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str],
                        state: dict[str, Any], next_seq: int, result: StepResult,
                        final_fields: dict[str, Any] | None, lease_ttl_s: float) -> int:
     """Write the step's effects in the caller's transaction, fenced by the lease epoch.
@@ -240,3 +241,37 @@ async def aborted_among(conn: asyncpg.Connection, run_ids: list[str]) -> list[st
     rows = await conn.fetch("SELECT run_id FROM runs WHERE run_id = ANY($1::text[]) AND status = 'aborted'",
                             run_ids)
     return [r["run_id"] for r in rows]
+
+
+async def restart_attempt(conn: asyncpg.Connection, run_id: str, thread_id: str, epoch: int, step: int, *,
+                          attempt: int, retry_count: int) -> None:
+    """A processor retry: the step continues as ``attempt`` (the previous one is dead), with
+    ``retry_count`` in the run's state and the recorded model output forgotten (the model is
+    asked again). In the caller's transaction.
+
+    Raises:
+        StaleWriterError: the run no longer holds the thread, or ``attempt - 1`` is no longer current.
+    """
+    await leases.check(conn, thread_id, run_id, epoch)
+    await forget_model_output(conn, run_id, step)
+    status = await conn.execute(
+        "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
+        "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run_id, attempt, retry_count)
+    if not status.endswith(" 1"):
+        raise StaleWriterError(run_id, epoch)
+
+
+async def tool_results(conn: asyncpg.Connection, run_id: str,
+                       call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+    """``(result, error)`` of the run's tool calls among ``call_ids`` that already ran, by call id."""
+    rows = await conn.fetch(
+        "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
+        run_id, call_ids)
+    return {r["tool_call_id"]: (r["result"], r["error"]) for r in rows}
+
+
+async def save_tool_result(conn: asyncpg.Connection, run_id: str, call_id: str, tool_name: str, result: Any,
+                           error: str | None) -> None:
+    """Record what a tool call returned (the first record wins)."""
+    await conn.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "
+                       "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING", run_id, call_id, tool_name, result, error)

@@ -39,7 +39,7 @@ from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
 from threadline.store.orchestration import claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.store.step_store import PgStepStore
+from threadline.worker.step_store import PgStepStore
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient

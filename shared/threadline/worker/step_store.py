@@ -1,6 +1,7 @@
-"""The processor-worker's :class:`~threadline.runtime.ports.StepStore` in PostgreSQL: claiming a
-step and loading what it reads, saving what it produced with its result in the outbox, and the
-crash-safety writes in between — every write fenced by the thread lease."""
+"""The processor-worker's :class:`~threadline.runtime.ports.StepStore` on PostgreSQL (the SQL is
+in :mod:`threadline.store.steps`): claiming a step and loading what it reads, saving what it
+produced with its result in the outbox, and the crash-safety writes in between — every write
+fenced by the thread lease."""
 
 from __future__ import annotations
 
@@ -26,13 +27,11 @@ from threadline.runtime.ports import (
     StepRun,
     Trip,
 )
-from threadline.store import leases
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
 from threadline.store.steps import (
     StepBusy,
     begin_attempt,
-    forget_model_output,
     has_pending,
     heartbeat,
     load_history,
@@ -41,6 +40,9 @@ from threadline.store.steps import (
     persist_step,
     record_model_output,
     recorded_model_output,
+    restart_attempt,
+    save_tool_result,
+    tool_results,
 )
 from threadline.topics import Topics
 
@@ -144,27 +146,19 @@ class PgStepStore:
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.restart_attempt`."""
         async with self._db.transaction() as conn:
-            await leases.check(conn, run.thread_id, run.run_id, run.epoch)
-            await forget_model_output(conn, run.run_id, run.step)
-            status = await conn.execute(
-                "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
-                "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run.run_id, attempt, retry_count)
-            if not status.endswith(" 1"):
-                raise StaleWriterError(run.run_id, run.epoch)
+            await restart_attempt(conn, run.run_id, run.thread_id, run.epoch, run.step, attempt=attempt,
+                                  retry_count=retry_count)
 
     async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
         """See :meth:`threadline.runtime.ports.StepStore.tool_results`."""
-        rows = await self._db.fetch(
-            "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
-            run.run_id, call_ids)
-        return {r["tool_call_id"]: (r["result"], r["error"]) for r in rows}
+        async with self._db.connection() as conn:
+            return await tool_results(conn, run.run_id, call_ids)
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
                                error: str | None) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`."""
-        await self._db.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "
-                               "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING", run.run_id, call_id,
-                               tool_name, result, error)
+        async with self._db.connection() as conn:
+            await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""
