@@ -1,4 +1,4 @@
-"""``make bench`` / ``python -m bench``: the six figures of issue 7, each beside a baseline
+"""``make bench`` / ``python -m bench``: the six figures of docs/benchmarks.md, each beside a baseline
 measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
 ``--only``, writes ``<date>-<figures>.json``; ``--quick`` adds ``-quick``) plus py-spy profiles of the TTFC and throughput
 runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
@@ -27,8 +27,8 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from bench import pipeline  # noqa: E402
-from bench.report import table, top_costs_text  # noqa: E402
+from bench import pipeline
+from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
 FIGURES = ("ttfc", "throughput", "concurrency", "scaling", "signals", "pipeline")

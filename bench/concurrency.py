@@ -17,6 +17,7 @@ a lag growing to seconds.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from typing import Any
 
@@ -61,11 +62,12 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
             failed += 1  # counted, and kept out of the delays
             continue
         first.append(deltas[0] - t0)
-        gaps += [(b - a - step) * 1000 for a, b in zip(deltas, deltas[1:], strict=False)]
+        gaps += [(b - a - step) * 1000 for a, b in itertools.pairwise(deltas)]
         per_chunk.append((deltas[-1] - deltas[0] - (len(deltas) - 1) * step) / max(1, len(deltas) - 1) * 1000)
     lag = list(sub.lag_ms)
     return {
-        "runs": n, "failed_runs": failed, "text_deltas": counts, "wall_s": round(wall, 2), "chunks_per_s": round(counts / wall, 1),
+        "runs": n, "failed_runs": failed, "text_deltas": counts, "wall_s": round(wall, 2),
+        "chunks_per_s": round(counts / wall, 1),
         "ideal_wall_s": round((tokens - 1) / rate, 2),
         "added_gap_ms": {"p50": round(pct(gaps, 50), 2), "p99": round(pct(gaps, 99), 2)},
         "added_per_chunk_ms": {"p50": round(pct(per_chunk, 50), 2), "p99": round(pct(per_chunk, 99), 2)},

@@ -20,8 +20,13 @@ from threadline.client import ThreadlineClient
 from threadline.config import Settings
 from threadline.kafka.admin import TopicAdmin
 from threadline.store.migrate import migrate
-from threadline.testing.harness import (ModelServerProcess, ServiceSet, create_database, drop_database,
-                                        ensure_native_cluster)
+from threadline.testing.harness import (
+    ModelServerProcess,
+    ServiceSet,
+    create_database,
+    drop_database,
+    ensure_native_cluster,
+)
 from threadline.testing.model_script import ModelScript
 from threadline.topics import Topics
 

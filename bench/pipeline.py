@@ -1,4 +1,4 @@
-"""Figure 6 of issue 7: per-chunk cost of the ``process_output_stream`` pipeline, in process.
+"""Figure 6 of docs/benchmarks.md: per-chunk cost of the ``process_output_stream`` pipeline, in process.
 
 Measures 0, 1, 3 and 10 pass-through processors over the same ``text-delta`` chunks and reports
 microseconds per chunk, the cost per extra processor, and the ratio to the 0-processor baseline

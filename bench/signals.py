@@ -4,7 +4,7 @@ same thread. Measured per sample:
 
 * ``accepted``: send → the ``accepted`` reply with ``action: deliver`` at the client;
 * ``echo``: send → the message's echo chunk (``data-user-message``) on the thread's stream. A
-  delivered message joins the run at its next step boundary (seed 004), so this includes the rest
+  delivered message joins the run at its next step boundary (docs/decisions.md#pre-emption), so this includes the rest
   of the model's stream;
 * ``boundary_to_echo``: the first step's ``step-finish`` chunk → the echo chunk, both at the
   subscriber: what the runtime spends between two steps (persist the step, step result to the

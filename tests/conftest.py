@@ -1,5 +1,10 @@
 """Test session wiring.
 
+Every test is marked by its folder (:func:`pytest_collection_modifyitems`): ``tests/unit`` and
+``tests/contract`` are ``unit`` (pure logic, no cluster: ``make test-fast`` runs ``-m unit``),
+``tests/integration`` is ``integration``, ``tests/e2e`` is ``e2e``. A test in a new folder must be
+given a marker here, or collection fails.
+
 Integration and end-to-end tests run against a real Kafka and a real PostgreSQL: containers
 (testcontainers) when a Docker engine answers, else the native cluster of ``make infra-up``
 (started here if it is not running). Every session gets its own topic prefix and its own
@@ -25,6 +30,23 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
 
 
+MARKER_BY_FOLDER = {"unit": "unit", "contract": "unit", "integration": "integration", "e2e": "e2e"}
+"""The marker each top-level folder of ``tests/`` gives its tests."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every collected test ``unit``, ``integration`` or ``e2e`` by its folder under ``tests/``.
+
+    Raises ``pytest.UsageError`` for a test outside those folders, so none goes unmarked.
+    """
+    for item in items:
+        folder = Path(item.path).resolve().relative_to(ROOT / "tests").parts[0]
+        marker = MARKER_BY_FOLDER.get(folder)
+        if marker is None:
+            raise pytest.UsageError(f"{item.nodeid}: tests/{folder}/ has no marker in MARKER_BY_FOLDER (tests/conftest.py)")
+        item.add_marker(marker)
+
+
 @dataclass
 class Cluster:
     bootstrap: str
@@ -41,6 +63,8 @@ def _docker_engine() -> bool:
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[Cluster]:
+    if os.environ.get("THREADLINE_NO_CLUSTER") == "1":  # set by `make test-fast`
+        raise RuntimeError("THREADLINE_NO_CLUSTER=1 but a test asked for the cluster: mark it integration or e2e")
     containers = []
     if _docker_engine():
         from testcontainers.kafka import KafkaContainer

@@ -25,10 +25,10 @@ export PYTHONUNBUFFERED=1
 # service name | python module | instance count | extra args   (start order)
 SERVICES=(
   "model_server|threadline.testing.model_server|1|--port $MODEL_PORT"
-  "ingress|services.ingress|${N_INGRESS:-1}|"
-  "run_orchestrator|services.run_orchestrator|${N_ORCHESTRATORS:-1}|"
-  "processor_worker|services.processor_worker|${N_WORKERS:-1}|"
-  "notification_scheduler|services.notification_scheduler|${N_SCHEDULERS:-1}|"
+  "ingress|threadline.services.ingress|${N_INGRESS:-1}|"
+  "run_orchestrator|threadline.services.run_orchestrator|${N_ORCHESTRATORS:-1}|"
+  "processor_worker|threadline.services.processor_worker|${N_WORKERS:-1}|"
+  "notification_scheduler|threadline.services.notification_scheduler|${N_SCHEDULERS:-1}|"
 )
 
 # Prints the modules (of those given) that `python -m` cannot run.

@@ -1,4 +1,7 @@
-from services.ingress.service import Ingress
+"""Run one ingress instance: ``python -m threadline.services.ingress``."""
+
 from threadline.service import run
+
+from .service import Ingress
 
 run(Ingress)

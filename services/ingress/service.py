@@ -72,7 +72,7 @@ class Ingress(Service):
         await self.outbox.flush(routed.outbox_ids)
         if routed.reply is not None:
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,
-                     reply=routed.reply.type, action=getattr(routed.reply, "action", None),
+                     reply=getattr(routed.reply, "type", None), action=getattr(routed.reply, "action", None),
                      run_id=getattr(routed.reply, "run_id", None))
 
     async def _notify(self, req: SendNotificationSignal) -> None:

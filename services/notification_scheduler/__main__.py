@@ -1,4 +1,7 @@
-from services.notification_scheduler.service import NotificationScheduler
+"""Run one notification_scheduler instance: ``python -m threadline.services.notification_scheduler``."""
+
 from threadline.service import run
+
+from .service import NotificationScheduler
 
 run(NotificationScheduler)

@@ -1,6 +1,6 @@
 """notification-scheduler: owns the notification inbox. Delivers due records (``deliver_at`` /
 ``summary_at`` reached) on a timer, and at once for a thread the lifecycle topic says went idle:
-held records are re-decided by the agent's policy (``hold``, DECISIONS 10), then what waited for
+held records are re-decided by the agent's policy (``hold``, docs/decisions.md#queue-and-hold), then what waited for
 the idle thread goes (high notifications in full, low digests to subscribers only). Several
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
@@ -19,12 +19,12 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
-from threadline.store.clock import SchedulerClock
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
+from threadline.store.clock import SchedulerClock
 from threadline.store.inbox import dispatch_due, redecide_held
 from threadline.store.listen import Listener
 
@@ -103,5 +103,5 @@ class NotificationScheduler(Service):
                                                    stop=stop_after_delay(30), wait=wait_exponential(0.2, max=3)):
                     with attempt:
                         await self.dispatch()
-            except Exception:  # noqa: BLE001 - the next tick tries again
+            except Exception:
                 log.exception("inbox tick failed")

@@ -1,4 +1,7 @@
-from services.run_orchestrator.service import RunOrchestrator
+"""Run one run_orchestrator instance: ``python -m threadline.services.run_orchestrator``."""
+
 from threadline.service import run
+
+from .service import RunOrchestrator
 
 run(RunOrchestrator)

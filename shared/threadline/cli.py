@@ -4,6 +4,7 @@
     threadline subscribe --resource R --thread T [--from-beginning] [--until-finish]
     threadline thread --resource R --thread T                   the stored messages (JSON lines)
     threadline migrate                                           apply the Postgres migrations
+    threadline serve ingress                                     run one instance of a service
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import typer
 
 from threadline.config import get_settings
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, help="Drive Threadline threads from a shell.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="Drive Threadline threads from a shell.")
 
 Resource = Annotated[str, typer.Option("--resource", "-r", help="resource id (owner of the thread)")]
 Thread = Annotated[str, typer.Option("--thread", "-t", help="thread id")]
@@ -70,7 +72,7 @@ def _attrs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-async def _send(kind: str, text: str, resource: str, thread: str, agent: str, **kw: Any) -> None:
+async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: Any) -> None:
     from threadline.client.client import ThreadlineClient
 
     async with ThreadlineClient() as tl:
@@ -86,7 +88,7 @@ def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt 
                  if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
                  if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake",
                  max_steps: Annotated[int | None, typer.Option(help="max_steps of a woken run")] = None) -> None:
-    """Send a user message to a thread (seed ``sendMessage``); print the accepted reply."""
+    """Send a user message to a thread (Mastra's ``sendMessage``); print the accepted reply."""
     idle: dict[str, Any] = {"behavior": if_idle}
     if max_steps is not None:
         idle["stream_options"] = {"max_steps": max_steps}
@@ -101,7 +103,7 @@ def send_signal(contents: str, resource: Resource, thread: Thread, agent: AgentO
                 attribute: Annotated[list[str] | None, typer.Option("--attr", help="k=v, repeatable")] = None,
                 if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
                 if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
-    """Send a signal to a thread (seed ``sendSignal``); print the accepted reply."""
+    """Send a signal to a thread (Mastra's ``sendSignal``); print the accepted reply."""
     signal = {"type": type, "contents": contents, "attributes": _attrs(attribute)}
     if tag_name:
         signal["tag_name"] = tag_name
@@ -116,7 +118,7 @@ def send_state_signal(contents: str, resource: Resource, thread: Thread, agent: 
                       mode: Annotated[str, typer.Option(help="snapshot|delta")] = "snapshot",
                       value: Annotated[str | None, typer.Option(help="JSON value (snapshot) or delta")] = None,
                       if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
-    """Send a state signal (seed ``sendStateSignal``); prints the accepted or skipped reply."""
+    """Send a state signal (Mastra's ``sendStateSignal``); prints the accepted or skipped reply."""
     state: dict[str, Any] = {"id": lane, "cache_key": cache_key or contents, "contents": contents, "mode": mode}
     if value is not None:
         try:
@@ -133,7 +135,7 @@ def notify(summary: str, resource: Resource, thread: Thread, agent: AgentOpt = "
            priority: Annotated[str, typer.Option(help="low|medium|high|urgent")] = "medium",
            dedupe_key: Annotated[str | None, typer.Option("--dedupe-key")] = None,
            coalesce_key: Annotated[str | None, typer.Option("--coalesce-key")] = None) -> None:
-    """Send a notification to the thread's inbox (seed ``sendNotificationSignal``)."""
+    """Send a notification to the thread's inbox (Mastra's ``sendNotificationSignal``)."""
 
     async def main() -> None:
         from threadline.client.client import ThreadlineClient
@@ -170,17 +172,18 @@ def inbox(resource: Resource, thread: Thread,
             _fail(f"--mark takes {'|'.join(access.MARKS)}, not {mark!r}")
         if (mark or read) and not record_id:
             _fail("--mark and --read need --id")
+        record = record_id or ""  # checked just above whenever it is used
         where = {"resource_id": resource, "thread_id": thread}
         settings = get_settings()  # also behind a transaction-pooling PgBouncer (statement cache off)
         conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
         try:
             if mark or read:
-                found = await (access.mark(conn, record_id=record_id, status=mark, **where) if mark
-                               else access.read_record(conn, record_id=record_id, **where))
+                found = await (access.mark(conn, record_id=record, status=mark, **where) if mark
+                               else access.read_record(conn, record_id=record, **where))
                 if found is None:
                     _fail(f"no record {record_id!r} in thread {thread!r} of resource {resource!r}")
                 # the marked (or read) record, with its payload when --read
-                _print(found if not (mark and read) else await access.read_record(conn, record_id=record_id, **where))
+                _print(found if not (mark and read) else await access.read_record(conn, record_id=record, **where))
                 return
             for r in await access.list_records(conn, status=status, **where):
                 _print(r)
@@ -192,14 +195,14 @@ def inbox(resource: Resource, thread: Thread,
 
 @app.command("queue-message")
 def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
-    """Queue a user message as the thread's next turn (seed ``queueMessage``)."""
+    """Queue a user message as the thread's next turn (Mastra's ``queueMessage``)."""
     _run(_send("queue_message", text, resource, thread, agent))
 
 
 @app.command()
 def abort(resource: Resource, thread: Thread,
           run_id: Annotated[str | None, typer.Option("--run-id", help="only this run")] = None) -> None:
-    """Abort the thread's active run; queued messages still run (seed ``subscription.abort()``)."""
+    """Abort the thread's active run; queued messages still run (Mastra's ``subscription.abort()``)."""
 
     async def main() -> None:
         from threadline.client.client import RequestFailed, ThreadlineClient
@@ -222,7 +225,7 @@ def subscribe(resource: Resource, thread: Thread,
               until_finish: Annotated[bool, typer.Option("--until-finish",
                                                          help="exit after the first finish chunk")] = False,
               timeout: Annotated[float, typer.Option(help="give up after this many seconds (0 = never)")] = 0) -> None:
-    """Print the thread's chunks as JSON lines (seed ``subscribeToThread``)."""
+    """Print the thread's chunks as JSON lines (Mastra's ``subscribeToThread``)."""
 
     async def main() -> None:
         from threadline.client.client import ThreadlineClient
@@ -316,6 +319,25 @@ def migrate() -> None:
 
     applied = run_migrations(get_settings().pg_dsn)
     _print({"applied": applied})
+
+
+ServiceName = Annotated[str, typer.Argument(help="ingress, run_orchestrator, processor_worker or notification_scheduler")]
+
+
+@app.command()
+def serve(name: ServiceName) -> None:
+    """Run one instance of a service until SIGTERM (the same as ``python -m threadline.services.<name>``).
+
+    It reads its settings from the THREADLINE_* environment variables, like the services.
+    """
+    import runpy
+
+    from threadline.services import NAMES
+
+    module = name.replace("-", "_")
+    if module not in NAMES:
+        _fail(f"unknown service {name!r}; one of: {', '.join(NAMES)}", 2)
+    runpy.run_module(f"threadline.services.{module}", run_name="__main__", alter_sys=True)
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -24,7 +25,7 @@ def _redact_value(value: Any) -> Any:
     return value
 
 
-def redact(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: blank credential-like keys and provider-key-like values."""
     for key in list(event):
         if _SECRET_KEYS.search(key) and key != "event":

@@ -21,10 +21,10 @@ from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded
 from threadline.kafka.producer import Producer
 from threadline.logging import configure, get_logger
+from threadline.payloads import PayloadStore
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
-from threadline.payloads import PayloadStore
 from threadline.topics import Topics
 
 log = get_logger(__name__)
@@ -123,7 +123,7 @@ def build_app(service: Service) -> FastStream:
 
 
 def run(service_cls: type[Service]) -> None:
-    """Entry point of ``python -m services.<name>``."""
+    """Entry point of ``python -m threadline.services.<name>``."""
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
     app = build_app(service_cls(settings))

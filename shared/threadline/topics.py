@@ -1,6 +1,6 @@
 """Topic names, the thread key, and the safe per-thread chunk-topic name rule.
 
-A thread is identified by ``(resource_id, thread_id)`` (DECISIONS 16). Its Kafka key is the
+A thread is identified by ``(resource_id, thread_id)`` (docs/decisions.md#thread-key). Its Kafka key is the
 *thread key*: both ids percent-encoded and joined by ``:`` (``res-1:th-1``), so no pair of ids
 can produce the key of another pair. Every event about a thread is keyed by it (invariant 1).
 """

@@ -1,7 +1,7 @@
 """The exactly-once checker: replays what subscribers observed and what Postgres recorded, and
 asserts the stream and run guarantees of docs/reliability.md.
 
-Stream rules (DECISIONS 15), per run, after dropping duplicates by ``(run_id, seq)`` and every
+Stream rules (docs/decisions.md#chunk-envelope), per run, after dropping duplicates by ``(run_id, seq)`` and every
 chunk of an attempt declared dead by an ``attempt-discarded`` chunk — that attempt and every
 earlier attempt of the step (also chunks seen *before* the marker: a client drops them when the
 marker arrives):
@@ -21,6 +21,7 @@ no tool call outside the kept stream was executed at all.
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -92,7 +93,7 @@ def check_stream(run_id: str, kept: list[dict[str, Any]], fig: Figures, *, expec
     p = fig.problems
     fig.chunks_checked += len(kept)
     seqs = [c["seq"] for c in kept]
-    if any(b <= a for a, b in zip(seqs, seqs[1:])):
+    if any(b <= a for a, b in itertools.pairwise(seqs)):
         fig.order_errors += 1
         p.append(f"{run_id}: seq not strictly increasing: {seqs[:50]}")
     prev = None
@@ -145,7 +146,7 @@ def check_runs(*, observed: list[list[dict[str, Any]]], run_ids: list[str], runs
         views.append(kept)
         for run_id in run_ids:
             check_stream(run_id, kept.get(run_id, []), fig)
-    for a, b in zip(views, views[1:]):  # every subscriber ends with the same view
+    for a, b in itertools.pairwise(views):  # every subscriber ends with the same view
         for run_id in run_ids:
             if [c["seq"] for c in a.get(run_id, [])] != [c["seq"] for c in b.get(run_id, [])]:
                 fig.problems.append(f"{run_id}: subscribers disagree")

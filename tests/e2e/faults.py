@@ -1,4 +1,4 @@
-"""Fault-injection harness for end-to-end tests (built on :class:`tests.e2e.conftest.ServiceSet`).
+"""Fault-injection harness for end-to-end tests (built on :class:`threadline.testing.harness.ServiceSet`).
 
 * ``kill_at(services, name, instance, point)``: start an instance armed with a pause point, wait
   until it holds there, ``kill -9`` it;
@@ -8,12 +8,13 @@
   checkout's cluster the tests that need it are skipped (``restart_unavailable()`` says why);
 * ``force_rebalance(services, name)``: start and stop an extra member of a service's group;
 * ``Observer``: one raw reader of many chunk topics (every record, duplicates and dead attempts
-  included), for the checker.
+  included), for the checker; ``read_all`` (from :mod:`tests.e2e.records`) replays topics.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import time
@@ -23,15 +24,15 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from tests.e2e.records import read_all
+from threadline.testing.harness import wait_file
+
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = ROOT / "deploy" / "native"
 
 
-def wait_file(path: Path, needle: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (path.exists() and needle in path.read_text()):
-        assert time.monotonic() < deadline, f"{needle} never reached"
-        time.sleep(0.05)
+__all__ = ["Observer", "force_rebalance", "kill_at", "read_all", "restart_broker", "restart_postgres",
+           "restart_unavailable", "wait_file"]
 
 
 def kill_at(services: Any, name: str, instance: str, point: str, pause_file: Path,
@@ -86,10 +87,8 @@ def restart_postgres(down_s: float = 0.0) -> float:
 def force_rebalance(services: Any, name: str, instance: str) -> None:
     """Make the group of ``name`` rebalance twice: a member joins (gets partitions), then leaves."""
     services.start(name, instance)
-    log = services.log_dir / f"{instance}.log"
-    deadline = time.monotonic() + 60
-    while b"partitions assigned" not in log.read_bytes() and time.monotonic() < deadline:
-        time.sleep(0.2)
+    with contextlib.suppress(TimeoutError):  # it may get no partition: its leaving still rebalances
+        services.wait_log(instance, "partitions assigned")
     services.stop(instance)
 
 
@@ -131,39 +130,7 @@ class Observer:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            try:
+            with contextlib.suppress(asyncio.CancelledError):
                 await self._task
-            except asyncio.CancelledError:
-                pass
         if self._consumer is not None:
             await self._consumer.stop()
-
-
-async def read_all(bootstrap: str, topics: list[str], *, partitions: int = 1,
-                   timeout_s: float = 60) -> list[dict[str, Any]]:
-    """Every record of ``topics`` (each with ``partitions`` partitions) up to their current end,
-    decoded (a replay from offset 0)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
-                                fetch_max_wait_ms=100, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        parts = [TopicPartition(t, p) for t in topics for p in range(partitions)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning()
-        ends = await consumer.end_offsets(parts)
-        out: list[dict[str, Any]] = []
-        deadline = time.monotonic() + timeout_s
-        while True:
-            behind = [tp for tp in parts if await consumer.position(tp) < ends[tp]]
-            if not behind:
-                break
-            assert time.monotonic() < deadline, "replay did not reach the end offsets"
-            batches = await consumer.getmany(timeout_ms=200, max_records=5000)
-            for records in batches.values():
-                for r in records:
-                    value = orjson.loads(r.value)
-                    if isinstance(value, dict):
-                        out.append(value)
-        return out
-    finally:
-        await consumer.stop()

@@ -12,10 +12,10 @@ from threadline.client import ThreadlineClient
 
 async def test_c04_abort_ends_the_run_with_abort_not_a_tripwire(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
-    model.queue([{"chunks": [str(i) for i in range(1, 21)], "chunk_delay": 0.5}], model="threadline-a4")
+    model.queue([{"chunks": [str(i) for i in range(1, 21)], "chunk_delay": 0.5}], model="threadline-abortable")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread("res-1", thread)
-        result_fut = asyncio.ensure_future(tl.generate("count slowly", agent_id="a4", resource_id="res-1",
+        result_fut = asyncio.ensure_future(tl.generate("count slowly", agent_id="abortable", resource_id="res-1",
                                                        thread_id=thread, timeout_s=60))
         chunks, aborted_at = [], None
 
@@ -49,7 +49,7 @@ async def test_c04_abort_ends_the_run_with_abort_not_a_tripwire(services, settin
     assert await wait_idle(cluster.dsn, thread)
     # the model's HTTP stream was closed: no further chunk was read from it after the abort
     await asyncio.sleep(1.5)
-    journal = model.requests(model="threadline-a4")
+    journal = model.requests(model="threadline-abortable")
     assert len(journal) == 1
     assert time.monotonic() - aborted_at < 30
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", result.run_id)
@@ -64,19 +64,19 @@ async def test_abort_on_an_idle_thread_aborts_nothing(services, settings):
 async def test_c18_follow_ups_survive_the_abort_of_the_active_run_in_order(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
     model.queue([{"chunks": [f"r{i} " for i in range(40)], "chunk_delay": 0.1},
-                 {"chunks": ["answer A"]}, {"chunks": ["answer B"]}], model="threadline-a18")
+                 {"chunks": ["answer A"]}, {"chunks": ["answer B"]}], model="threadline-abort-follow-ups")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread("res-1", thread)
-        r = await (await tl.send_message("start", agent_id="a18", resource_id="res-1", thread_id=thread)).accepted
+        r = await (await tl.send_message("start", agent_id="abort-follow-ups", resource_id="res-1", thread_id=thread)).accepted
         seen = 0
         async for chunk in sub.stream:
             if chunk["type"] == "text-delta":
                 seen += 1
                 if seen == 3:
                     break
-        a = await (await tl.send_message("A", agent_id="a18", resource_id="res-1", thread_id=thread,
+        a = await (await tl.send_message("A", agent_id="abort-follow-ups", resource_id="res-1", thread_id=thread,
                                          if_active={"behavior": "deliver"})).accepted
-        b = await (await tl.queue_message("B", agent_id="a18", resource_id="res-1", thread_id=thread)).accepted
+        b = await (await tl.queue_message("B", agent_id="abort-follow-ups", resource_id="res-1", thread_id=thread)).accepted
         assert (a.action, a.run_id) == ("deliver", r.run_id) and b.action == "deliver"
         assert await sub.abort() is True
         finishes = []
@@ -89,7 +89,7 @@ async def test_c18_follow_ups_survive_the_abort_of_the_active_run_in_order(servi
     assert finishes[0] == (r.run_id, "abort")
     assert [f[1] for f in finishes[1:]] == ["stop", "stop"] and len({f[0] for f in finishes}) == 3
     assert await wait_idle(cluster.dsn, thread)
-    requests = model.requests(model="threadline-a18")
+    requests = model.requests(model="threadline-abort-follow-ups")
     assert len(requests) == 3
     last_users = [[m["content"] for m in req["body"]["messages"] if m["role"] == "user"][-1] for req in requests[1:]]
     assert last_users == ["A", "B"]  # A before B, each answered once

@@ -1,4 +1,4 @@
-"""Issue 6 item 8: payloads over ``max_record_bytes`` (512 KiB) travel by reference.
+"""Payloads over ``max_record_bytes`` (512 KiB) travel by reference.
 
 A user message of several MB reaches the model intact (the client spills it, ingress resolves
 it, the stored history carries it to the worker), and a tool result of several MB reaches the

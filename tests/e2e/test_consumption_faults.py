@@ -7,15 +7,17 @@ import asyncio
 import time
 import uuid
 
+import orjson
 from aiokafka import TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.partitioner import DefaultPartitioner
 
 from tests.e2e.checker import Figures, check_stream, clean
-from tests.e2e.faults import read_all, wait_file
 from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.records import end_offset, read_all, read_records
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
+from threadline.testing.harness import wait_file
 from threadline.topics import Topics, thread_key
 
 
@@ -86,7 +88,7 @@ async def test_c21_a_failed_step_task_is_not_committed_past(services, settings, 
         deadline = time.monotonic() + 60
         while True:
             committed = await _committed(admin, group, tp)
-            end = (await _end_offsets(settings.kafka_bootstrap, tp))
+            end = (await end_offset(settings.kafka_bootstrap, tp))
             if committed == end:
                 break
             assert time.monotonic() < deadline, f"lag stays {end - committed}"
@@ -101,7 +103,7 @@ async def test_c21_a_failed_step_task_is_not_committed_past(services, settings, 
         fig = Figures()
         check_stream(run_id, clean(chunks, fig)[run_id], fig)
         assert fig.ok, fig.problems
-    for run_id, thread in ((r1, t1), (r2, t2)):
+    for _run_id, thread in ((r1, t1), (r2, t2)):
         stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1", thread)
         assert sorted(m["role"] for m in stored) == ["assistant", "user"]  # no duplicate rows
         assert await wait_idle(cluster.dsn, thread)
@@ -111,33 +113,8 @@ async def test_c21_a_failed_step_task_is_not_committed_past(services, settings, 
 
 async def _records(bootstrap: str, tp: TopicPartition) -> list[tuple[int, str]]:
     """(offset, run id) of every record of one partition."""
-    import orjson
-    from aiokafka import AIOKafkaConsumer
-
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    await c.start()
-    try:
-        c.assign([tp])
-        await c.seek_to_beginning(tp)
-        end = (await c.end_offsets([tp]))[tp]
-        out = []
-        while await c.position(tp) < end:
-            for recs in (await c.getmany(timeout_ms=500)).values():
-                out += [(r.offset, orjson.loads(r.value).get("run_id")) for r in recs]
-        return out
-    finally:
-        await c.stop()
-
-
-async def _end_offsets(bootstrap: str, tp: TopicPartition) -> int:
-    from aiokafka import AIOKafkaConsumer
-
-    c = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
-    await c.start()
-    try:
-        return (await c.end_offsets([tp]))[tp]
-    finally:
-        await c.stop()
+    return [(r.offset, orjson.loads(r.value).get("run_id"))
+            for r in await read_records(bootstrap, [tp.topic], partitions=None) if r.partition == tp.partition]
 
 
 async def test_c22_a_step_slower_than_the_poll_interval_runs_once(services, settings, model, cluster):

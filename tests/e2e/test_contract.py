@@ -27,7 +27,7 @@ async def test_p21_retry_with_feedback_then_accepted(services, settings, model, 
 
 async def test_hooks_wrap_a_tool_added_by_a_processor(services, settings, model, cluster):
     model.queue([ms.tool_calls(ms.tool_call("secret_tool", {})), ms.text("done")], model="threadline-hooked")
-    run_id, chunks = await run_stream(settings, "hooked", "use it")
+    _run_id, chunks = await run_stream(settings, "hooked", "use it")
     assert next(c for c in chunks if c["type"] == "tool-result")["payload"]["result"] == {"ok": True}
     audit = await rows(cluster.dsn, "SELECT hook, tool FROM hook_audit WHERE tool = 'secret_tool'")
     assert len(audit) >= 1
@@ -37,7 +37,7 @@ async def test_hooks_wrap_a_tool_added_by_a_processor(services, settings, model,
 
 async def test_call_level_processors_and_hooks_replace_the_agents(services, settings, model, cluster):
     model.queue([ms.tool_calls(ms.tool_call("secret_tool", {})), ms.text("quiet words")], model="threadline-hooked")
-    run_id, chunks = await run_stream(settings, "hooked", "use it", options={
+    _run_id, chunks = await run_stream(settings, "hooked", "use it", options={
         "output_processors": ["shout"], "hooks": "blocking"})
     result = next(c for c in chunks if c["type"] == "tool-result")["payload"]["result"]
     assert result == {"blocked": True}  # the call-level before hook short-circuited the tool

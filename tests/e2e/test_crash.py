@@ -11,29 +11,23 @@ import uuid
 from tests.e2e.helpers import collect_run, content, execute, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
-
-
-def _wait_file(path, needle: str, timeout_s: float = 30) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not (path.exists() and needle in path.read_text()):
-        assert time.monotonic() < deadline, f"{needle} never reached"
-        time.sleep(0.05)
+from threadline.testing.harness import wait_file
 
 
 async def test_c10c_step_gate_still_blocks_after_the_worker_dies_mid_step(services, settings, model, cluster, tmp_path):
     await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
     pause_file = tmp_path / "paused"
     thread = f"th-crash-{uuid.uuid4().hex[:6]}"
-    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}), times=2)], model="threadline-a10")
+    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}), times=2)], model="threadline-gated-mailer")
     services.stop("processor_worker-1")  # the armed worker takes every partition
     services.start("processor_worker", "processor_worker-armed", THREADLINE_PAUSE_POINTS="after_tool_call_chunk_published",
                    THREADLINE_PAUSE_FILE=str(pause_file))
     try:
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
-            sent = await tl.stream("email x", agent_id="a10b", resource_id="res-1", thread_id=thread)
+            sent = await tl.stream("email x", agent_id="step-gated-mailer", resource_id="res-1", thread_id=thread)
             run_id = (await sent.accepted).run_id
-            await asyncio.to_thread(_wait_file, pause_file, "after_tool_call_chunk_published")
+            await asyncio.to_thread(wait_file, pause_file, "after_tool_call_chunk_published", 30)
             services.start("processor_worker", "processor_worker-1")
             services.kill("processor_worker-armed")  # kill -9 at the pause point
             chunks = await collect_run(sub, timeout_s=90)
@@ -49,7 +43,7 @@ async def test_c10c_step_gate_still_blocks_after_the_worker_dies_mid_step(servic
     assert not any(c["type"] == "tool-result" for c in chunks)
     seqs = [c["seq"] for c in chunks]
     assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)  # strictly increasing across the crash
-    assert len(model.requests(model="threadline-a10")) == 2
+    assert len(model.requests(model="threadline-gated-mailer")) == 2
     run = await run_row(cluster.dsn, run_id)
     assert run["status"] == "tripwire" and run["attempt"] == 2
     assert await rows(cluster.dsn, f"SELECT * FROM sent_emails WHERE run_id = '{run_id}'") == []
@@ -60,16 +54,16 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
     thread = f"th-crash-{uuid.uuid4().hex[:6]}"
     # the 4th request hangs, so the worker is inside it when it is killed
     model.queue([{"status": 500, "times": 3}, {"status": 500, "delay": 20}, {"status": 500, "times": 20}],
-                model="threadline-a5")
+                model="threadline-api-retry-forever")
     services.start("processor_worker", "processor_worker-2")
     try:
         await asyncio.sleep(3)
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
-            sent = await tl.stream("x", agent_id="a5", resource_id="res-1", thread_id=thread)
+            sent = await tl.stream("x", agent_id="api-retry-forever", resource_id="res-1", thread_id=thread)
             run_id = (await sent.accepted).run_id
             deadline = time.monotonic() + 30
-            while len(model.requests(model="threadline-a5")) < 4:
+            while len(model.requests(model="threadline-api-retry-forever")) < 4:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
             running = next(name for name in ("processor_worker-1", "processor_worker-2")
@@ -82,7 +76,7 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
             services.stop("processor_worker-2")
         if "processor_worker-1" not in services.procs:
             services.start("processor_worker", "processor_worker-1")
-    assert len(model.requests(model="threadline-a5")) == 11  # the count was read back, not restarted at 0
+    assert len(model.requests(model="threadline-api-retry-forever")) == 11  # the count was read back, not restarted at 0
     crash_marks = [c for c in chunks if c["type"] == "attempt-discarded" and c["payload"].get("reason") == "re-executed"]
     assert len(crash_marks) == 1
     assert content(chunks)[-1] == ("finish", "error")
@@ -103,7 +97,7 @@ async def test_a_tool_that_ran_before_a_crash_is_not_run_again(services, setting
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("email ann", agent_id="mailer", resource_id="res-1",
                                              thread_id=thread)).accepted).run_id
-            await asyncio.to_thread(_wait_file, pause_file, "after_tool_result_stored")
+            await asyncio.to_thread(wait_file, pause_file, "after_tool_result_stored", 30)
             services.start("processor_worker", "processor_worker-1")
             services.kill("processor_worker-armed")
             chunks = await collect_run(sub, timeout_s=90)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
@@ -16,13 +17,6 @@ from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.store import leases
 from threadline.testing import model_script as ms
-
-
-def _wait_log(path, needle: str, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while needle not in path.read_text():
-        assert time.monotonic() < deadline, f"{needle!r} never logged"
-        time.sleep(0.1)
 
 
 async def test_c27_a_cancelled_runs_late_write_is_fenced(services, settings, model, cluster, tmp_path):
@@ -52,8 +46,7 @@ async def test_c27_a_cancelled_runs_late_write_is_fenced(services, settings, mod
             lease_before = (await rows(cluster.dsn, "SELECT * FROM thread_leases WHERE thread_id = $1", thread))[0]
             run1_before = (await rows(cluster.dsn, "SELECT * FROM runs WHERE run_id = $1", r1))[0]
             os.kill(stale.pid, signal.SIGCONT)  # the stale owner wakes up and tries its late write
-            await asyncio.to_thread(_wait_log, services.log_dir / "processor_worker-stale.log",
-                                    "stale writer: step result discarded")
+            await asyncio.to_thread(services.wait_log, "processor_worker-stale", "stale writer: step result discarded")
             await asyncio.sleep(1.0)
             late = await _collect(sub, lambda c: False, 3)  # what R1's worker publishes afterwards
             await sub.unsubscribe()
@@ -73,7 +66,7 @@ async def test_c27_a_cancelled_runs_late_write_is_fenced(services, settings, mod
     texts = [p.get("text") for m in answers for p in m["content"]["parts"] if p.get("type") == "text"]
     assert texts[-1] == "new answer" and "old answer" not in texts
     # R1's late release leaves the current lease untouched
-    async with _conn(cluster.dsn) as conn:
+    async with _Conn(cluster.dsn) as conn:
         assert not await leases.release(conn, thread, r1, run1_before["epoch"])
     assert dict((await rows(cluster.dsn, "SELECT * FROM thread_leases WHERE thread_id = $1", thread))[0]) == dict(lease_before)
     # the subscriber: R1 ended with abort, R2's answer is the latest; nothing of R1 came after
@@ -98,14 +91,12 @@ async def _collect(sub, until, timeout_s: float) -> list:
             if until(chunk):
                 return
 
-    try:
+    with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(pump(), timeout_s)
-    except TimeoutError:
-        pass
     return out
 
 
-class _conn:
+class _Conn:
     def __init__(self, dsn: str) -> None:
         self.dsn = dsn
 

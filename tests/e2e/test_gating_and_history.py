@@ -27,10 +27,10 @@ async def test_c09_input_filtering_does_not_rewrite_stored_history(services, set
                     "VALUES ($1, $2, 'res-1', $3, $4::jsonb)", f"{thread}-{mid}", thread, role, orjson.dumps(body).decode())
     snapshot = await rows(cluster.dsn, "SELECT id, content::text AS c, updated_at, position FROM messages "
                           "WHERE thread_id = $1 ORDER BY position", thread)
-    model.queue([ms.text("You're welcome.")], model="threadline-a9")
-    run_id, _ = await run_stream(settings, "a9", "thanks", thread=thread)
+    model.queue([ms.text("You're welcome.")], model="threadline-history-filter")
+    run_id, _ = await run_stream(settings, "history-filter", "thanks", thread=thread)
     await run_row(cluster.dsn, run_id)
-    sent = model.requests(model="threadline-a9")[0]["body"]["messages"]
+    sent = model.requests(model="threadline-history-filter")[0]["body"]["messages"]
     assert not any(m.get("tool_calls") or m["role"] == "tool" for m in sent)
     after = await rows(cluster.dsn, "SELECT id, content::text AS c, updated_at, position FROM messages "
                        "WHERE thread_id = $1 ORDER BY position", thread)
@@ -39,9 +39,9 @@ async def test_c09_input_filtering_does_not_rewrite_stored_history(services, set
 
 
 async def test_c10a_slow_input_gate_blocks_before_any_model_call(services, settings, model, cluster):
-    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-a10")
-    run_id, chunks = await run_stream(settings, "a10a", "email x")
-    assert model.requests(model="threadline-a10") == []
+    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-gated-mailer")
+    run_id, chunks = await run_stream(settings, "input-gated-mailer", "email x")
+    assert model.requests(model="threadline-gated-mailer") == []
     assert not any(c["type"] == "tool-call" for c in chunks)
     assert content(chunks)[-2:] == [("tripwire", {"reason": "blocked topic", "retry": False, "metadata": None,
                                                   "processorId": "slowgate"}), ("finish", "tripwire")]
@@ -55,10 +55,10 @@ async def test_c10b_step_gate_blocks_the_tool_the_model_already_called(services,
     await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS sent_emails (run_id text, recipient text)")
     await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS hook_calls (tool text)")
     before_hooks = len(await rows(cluster.dsn, "SELECT * FROM hook_calls"))
-    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-a10")
-    run_id, chunks = await run_stream(settings, "a10b", "email x")
+    model.queue([ms.tool_calls(ms.tool_call("send_email", {"to": "x"}))], model="threadline-gated-mailer")
+    run_id, chunks = await run_stream(settings, "step-gated-mailer", "email x")
     await run_row(cluster.dsn, run_id)
-    assert len(model.requests(model="threadline-a10")) == 1
+    assert len(model.requests(model="threadline-gated-mailer")) == 1
     types = [c["type"] for c in chunks]
     assert "tool-call" in types and "tool-result" not in types
     assert content(chunks)[-2:] == [("tripwire", {"reason": "no emails", "retry": False, "metadata": None,
@@ -74,9 +74,9 @@ async def test_c13_tool_calls_ending_with_stop_still_run_the_tool(services, sett
         {"tool_calls": [{"id": "t1", "name": "add", "arguments": '{"a":2,"b":3}'}], "finish_reason": "stop",
          "usage": {"prompt_tokens": 40, "completion_tokens": 9}},
         {"text": "5", "usage": None},
-    ], model="threadline-a13")
-    run_id, chunks = await run_stream(settings, "a13", "2+3?")
-    assert len(model.requests(model="threadline-a13")) == 2
+    ], model="threadline-adder")
+    run_id, chunks = await run_stream(settings, "adder", "2+3?")
+    assert len(model.requests(model="threadline-adder")) == 2
     finishes = [c for c in chunks if c["type"] == "step-finish"]
     assert finishes[0]["payload"]["stepResult"]["reason"] == "tool-calls"
     assert finishes[0]["payload"]["output"]["usage"] == {"inputTokens": 40, "outputTokens": 9, "totalTokens": 49}

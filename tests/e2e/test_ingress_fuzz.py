@@ -1,4 +1,4 @@
-"""Issue 6 item 9: a property-based fuzz of the ingress topic.
+"""A property-based fuzz of the ingress topic.
 
 Hypothesis generates thousands of events: raw bytes, JSON that is not an object, requests of every
 type with fields deleted, replaced by nested junk or wrong types, huge and unicode strings, unknown
@@ -263,7 +263,7 @@ async def test_a_missing_reply_topic_an_empty_event_id_and_a_nul_are_refused(ser
     offsets = {(m.partition, m.offset) for m in empty}
 
     def done(seen: list[Any]) -> bool:
-        return offsets <= {(b["partition"], b["offset"]) for b in map(lambda r: orjson.loads(r.value), seen)
+        return offsets <= {(b["partition"], b["offset"]) for b in (orjson.loads(r.value) for r in seen)
                            if b.get("source_topic") == topics.ingress and b.get("code") == "invalid_event_id"}
 
     assert done(await _read(cluster.bootstrap, [topics.dead_letters], done, timeout_s=30))

@@ -1,5 +1,5 @@
-"""More vectors of mastra-semantics end to end: P6, P9, P18–P20, P23, P30, P33, P38, P43,
-M3, M5–M7 (adapted per DECISIONS)."""
+"""More vectors (docs/cases.md) end to end: P6, P9, P18–P20, P23, P30, P33, P38, P43,
+M3, M5–M7 (adapted per docs/decisions.md)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ async def test_p6_m7_system_messages_reset_each_step_and_never_stored(services, 
     model.queue([ms.tool_calls(ms.tool_call("tool_a", {})), ms.text("end")], model="threadline-system")
     run_id, _ = await run_stream(settings, "system-agent", "hi")
     first, second = (r["body"]["messages"] for r in model.requests(model="threadline-system"))
-    systems = lambda msgs: [m["content"] for m in msgs if m["role"] == "system"]  # noqa: E731
+    systems = lambda msgs: [m["content"] for m in msgs if m["role"] == "system"]  # noqa: E731 - a one-line helper read next to its asserts
     assert systems(first) == ["STEP ZERO ONLY"]
     assert systems(second) == ["ORIGINAL", "added by process_input"]
     await run_row(cluster.dsn, run_id)
@@ -52,8 +52,8 @@ async def test_p9_prepare_step_runs_after_the_processors(services, settings, mod
 
 async def test_p33_abort_on_one_tool_result_ends_the_run_unstored(services, settings, model, cluster):
     model.queue([ms.tool_calls(ms.tool_call("tool_a", {}, id="t1"), ms.tool_call("tool_a", {}, id="t2"))],
-                model="threadline-t1")
-    run_id, chunks = await run_stream(settings, "t1-agent", "go")
+                model="threadline-tool-result-gate")
+    run_id, chunks = await run_stream(settings, "tool-result-gate", "go")
     assert not any(c["type"] == "tool-result" for c in chunks)
     assert content(chunks)[-2:] == [("tripwire", {"reason": "t1 result not allowed", "retry": False, "metadata": None,
                                                   "processorId": "block-t1"}), ("finish", "tripwire")]
@@ -64,8 +64,8 @@ async def test_p33_abort_on_one_tool_result_ends_the_run_unstored(services, sett
 
 async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
-    model.queue([ms.text("first answer")], model="threadline-vectors")
-    first_run, _ = await run_stream(settings, "vectors", "first", thread=thread)
+    model.queue([ms.text("first answer")], model="threadline-plain")
+    first_run, _ = await run_stream(settings, "plain", "first", thread=thread)
     await run_row(cluster.dsn, first_run)
     model.queue([ms.text("second answer")], model="threadline-result")
     run_id, chunks = await run_stream(settings, "result-agent", "second", thread=thread)
@@ -82,11 +82,11 @@ async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(serv
 
 async def test_p43_length_with_a_truncated_tool_call_runs_no_tool(services, settings, model, cluster):
     model.queue([{"tool_calls": [{"id": "t1", "name": "tool_a", "arguments": '{"x": '}], "finish_reason": "length"}],
-                model="threadline-t1")
-    run_id, chunks = await run_stream(settings, "t1-agent", "go")
+                model="threadline-tool-result-gate")
+    _run_id, chunks = await run_stream(settings, "tool-result-gate", "go")
     assert not any(c["type"] in ("tool-result", "tool-error") for c in chunks)
     assert [c["payload"]["stepResult"]["reason"] for c in chunks if c["type"] == "step-finish"] == ["length"]
-    assert len(model.requests(model="threadline-t1")) == 1
+    assert len(model.requests(model="threadline-tool-result-gate")) == 1
 
 
 async def test_m3_a_message_delivered_mid_run_is_stored_between_two_assistant_messages(services, settings, model, cluster):
@@ -115,9 +115,9 @@ async def test_m3_a_message_delivered_mid_run_is_stored_between_two_assistant_me
 
 
 async def test_p23_cap_one_always_retry_is_two_calls_then_a_tripwire(services, settings, model, cluster):
-    model.queue([ms.text("a", times=5)], model="threadline-cap1")
-    run_id, chunks = await run_stream(settings, "cap1", "x")
-    assert len(model.requests(model="threadline-cap1")) == 2
+    model.queue([ms.text("a", times=5)], model="threadline-retry-capped")
+    run_id, chunks = await run_stream(settings, "retry-capped", "x")
+    assert len(model.requests(model="threadline-retry-capped")) == 2
     assert content(chunks)[-2:] == [("tripwire", {"reason": "again", "retry": True, "metadata": None,
                                                   "processorId": "always-retry"}), ("finish", "tripwire")]
     assert (await run_row(cluster.dsn, run_id))["state"]["processor_state"]["always-retry"]["seen"] == [0, 1]
@@ -125,7 +125,7 @@ async def test_p23_cap_one_always_retry_is_two_calls_then_a_tripwire(services, s
 
 async def test_p34_adapted_stream_abort_with_retry_retries_the_step(services, settings, model, cluster):
     model.queue([{"chunks": ["ok ", "BAD ", "rest"]}, {"chunks": ["clean answer"]}], model="threadline-sretry")
-    run_id, chunks = await run_stream(settings, "stream-retry", "x")
+    _run_id, chunks = await run_stream(settings, "stream-retry", "x")
     seq = content(chunks)
     assert seq[0] == ("text-delta", "ok ") and seq[1][0] == "attempt-discarded"
     assert seq[2:] == [("text-delta", "clean answer"), ("finish", "stop")]
@@ -133,8 +133,8 @@ async def test_p34_adapted_stream_abort_with_retry_retries_the_step(services, se
 
 
 async def test_p42_finish_other_without_output_is_an_error(services, settings, model, cluster):
-    model.queue([{"chunks": [], "finish_reason": "other"}], model="threadline-vectors")
-    run_id, chunks = await run_stream(settings, "vectors", "x")
+    model.queue([{"chunks": [], "finish_reason": "other"}], model="threadline-plain")
+    _run_id, chunks = await run_stream(settings, "plain", "x")
     assert content(chunks)[-1] == ("finish", "error")
     assert "without producing any output" in next(c for c in chunks if c["type"] == "error")["payload"]["error"]["message"]
 

@@ -1,5 +1,5 @@
 """The notification inbox end to end on the real cluster: the default policy's priority ×
-active/idle cells, the vectors N1–N15 of mastra-semantics §3.13 as adapted by DECISIONS 9–11 and
+active/idle cells, the vectors N1–N15 (docs/cases.md) as adapted by docs/decisions.md (9–11) and
 Threadline's low-while-active decision (docs/notifications.md), ``queue`` and ``hold``, timed
 delivery with the scheduler's test clock, lifecycle events, the inbox tool.
 
@@ -16,9 +16,10 @@ import asyncpg
 import pytest
 
 from tests.e2e.helpers import collect_run, rows, wait_idle
+from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
-from threadline.store.clock import set_offset
 from threadline.inbox.policy import retry_delay_s
+from threadline.store.clock import set_offset
 
 SLOW = [f"w{i} " for i in range(14)]  # a run that streams for ~2 s: the thread is active meanwhile
 
@@ -128,9 +129,10 @@ async def test_n15_builtin_attributes_win_in_what_the_model_reads(services, sett
 
 async def test_n8_sources_beat_priorities_on_the_cluster(services, settings, model, cluster):
     thread = _thread()
-    async with ThreadlineClient(settings) as tl:  # {decide: () => None, sources: {github: discard}, priorities: {urgent: persist}}
-        github = await _notify(tl, thread, agent="notes-n8", priority="urgent")
-        slack = await _notify(tl, thread, agent="notes-n8", priority="urgent", source="slack")
+    # the policy: {decide: () => None, sources: {github: discard}, priorities: {urgent: persist}}
+    async with ThreadlineClient(settings) as tl:
+        github = await _notify(tl, thread, agent="notes-sources", priority="urgent")
+        slack = await _notify(tl, thread, agent="notes-sources", priority="urgent", source="slack")
     assert github["decision"] == {"action": "discard", "reason": "policy-source"}
     assert github["record"]["status"] == "discarded" and github["record"]["delivery_reason"] == "policy-source"
     assert slack["decision"] == {"action": "persist", "reason": "policy-priority"}
@@ -155,7 +157,8 @@ async def test_n6_low_on_idle_thread_is_a_digest_for_subscribers_only(services, 
     assert model.requests(model="threadline-notes") == []
     assert await rows(cluster.dsn, "SELECT 1 FROM runs WHERE thread_id = $1", thread) == []
     rec = await _record(cluster.dsn, low["record"]["id"])
-    assert rec["status"] == "pending" and rec["summary_at"] is None and rec["summary_signal_id"]  # DECISIONS 11
+    # docs/decisions.md#records-after-a-summary
+    assert rec["status"] == "pending" and rec["summary_at"] is None and rec["summary_signal_id"]
 
 
 # --- the default policy: active thread -----------------------------------------------------------
@@ -344,7 +347,7 @@ async def test_hold_is_re_decided_by_the_policy_when_the_thread_goes_idle(servic
     assert (rec["status"], rec["held"], rec["delivery_reason"]) == ("delivered", False, "released-on-idle")
 
 
-# --- dedupe vs coalesce (DECISIONS 9) ----------------------------------------------------------------
+# --- dedupe vs coalesce (docs/decisions.md#dedupe-and-coalesce) ------------------------------------------
 async def test_n10_dedupe_key_merges_pending_records(services, settings, model, cluster):
     thread = _thread()
     async with ThreadlineClient(settings) as tl:
@@ -465,10 +468,6 @@ async def test_n14_due_items_go_urgent_then_medium_then_the_low_digest(services,
 
 
 async def test_lifecycle_announces_deliveries(services, settings, model, cluster):
-    from aiokafka import AIOKafkaConsumer
-
-    import orjson
-
     thread = _thread()
     model.queue([{"chunks": ["ok"]}], model="threadline-notes")
     async with ThreadlineClient(settings) as tl:
@@ -476,19 +475,8 @@ async def test_lifecycle_announces_deliveries(services, settings, model, cluster
         res = await _notify(tl, thread, priority="urgent")
         await collect_run(sub)
         await sub.unsubscribe()
-    consumer = AIOKafkaConsumer(f"{cluster.prefix}.lifecycle", bootstrap_servers=cluster.bootstrap, group_id=None,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
-    await consumer.start()
-    found = []
-    try:
-        batch = await consumer.getmany(timeout_ms=3000, max_records=100000)
-        for records in batch.values():
-            for r in records:
-                event = orjson.loads(r.value)
-                if event.get("thread_id") == thread and event["type"] == "notification_delivered":
-                    found.append(event)
-    finally:
-        await consumer.stop()
+    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
+    found = [e for e in events if e.get("thread_id") == thread and e["type"] == "notification_delivered"]
     assert len(found) == 1 and found[0]["notification_ids"] == [res["record"]["id"]]
 
 

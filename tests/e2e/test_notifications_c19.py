@@ -1,4 +1,4 @@
-"""Case C19 of cases.md end to end (inbox dedupe/coalesce, priorities, digests, and a wake after a
+"""Case C19 (docs/cases.md) end to end (inbox dedupe/coalesce, priorities, digests, and a wake after a
 restart of all four services), and two notification-schedulers racing over 1,000 due records."""
 
 from __future__ import annotations
@@ -8,10 +8,9 @@ import re
 import uuid
 
 import asyncpg
-import orjson
-from aiokafka import AIOKafkaConsumer
 
 from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 
 
@@ -20,20 +19,8 @@ def _users(request) -> list[str]:
 
 
 async def _lifecycle(cluster, thread: str) -> list[dict]:
-    consumer = AIOKafkaConsumer(f"{cluster.prefix}.lifecycle", bootstrap_servers=cluster.bootstrap, group_id=None,
-                                auto_offset_reset="earliest", enable_auto_commit=False)
-    await consumer.start()
-    found = []
-    try:
-        batch = await consumer.getmany(timeout_ms=3000, max_records=200000)
-        for records in batch.values():
-            for r in records:
-                event = orjson.loads(r.value)
-                if event.get("thread_id") == thread:
-                    found.append(event)
-    finally:
-        await consumer.stop()
-    return found
+    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
+    return [e for e in events if e.get("thread_id") == thread]
 
 
 def _restart_all(services) -> None:
@@ -53,17 +40,17 @@ async def test_c19_inbox_dedupe_coalesce_digest_and_a_wake_after_restarting_ever
     model.queue([{"chunks": [f"part {i} " for i in range(24)], "chunk_delay": 0.15},  # R streams slowly
                  {"chunks": ["I see CI is failing."]},  # R's next step, after the summary
                  {"chunks": ["CI failed (4): looking."]}],  # the full delivery at idle
-                model="threadline-a19")
+                model="threadline-notes-digest")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread(res, thread)
-        r = await (await tl.send_message("watch the repo", agent_id="A19", resource_id=res, thread_id=thread)).accepted
+        r = await (await tl.send_message("watch the repo", agent_id="notes-digest", resource_id=res, thread_id=thread)).accepted
         async for chunk in sub.stream:
             if chunk["type"] == "text-delta":
                 break  # T is active
 
         async def send(**note):
             sent = await tl.send_notification_signal({"source": "github", "summary": note.pop("summary", "x"), **note},
-                                                     agent_id="A19", resource_id=res, thread_id=thread)
+                                                     agent_id="notes-digest", resource_id=res, thread_id=thread)
             return sent.results[0]
 
         n1 = await send(kind="ci-status", priority="low", coalesce_key="main", summary="CI queued")
@@ -83,7 +70,7 @@ async def test_c19_inbox_dedupe_coalesce_digest_and_a_wake_after_restarting_ever
     # while R is active: one summary for the high notification reaches R; the record keeps deliverAt
     assert n3["accepted"] == {"action": "deliver", "run_id": r.run_id} and n3["record"]["deliver_at"]
     assert "accepted" not in n4 and n4["record"]["deliver_at"]
-    requests = model.requests(model="threadline-a19")
+    requests = model.requests(model="threadline-notes-digest")
     assert len(requests) == 3
     summaries = [u for u in _users(requests[1]) if u.startswith("<notification-summary")]
     assert summaries == ['<notification-summary pending="3" priority="high">github: 1</notification-summary>']
@@ -110,11 +97,11 @@ async def test_c19_inbox_dedupe_coalesce_digest_and_a_wake_after_restarting_ever
 
     # restart all four services; then n5 wakes T with the agent's configured model
     _restart_all(services)
-    model.queue([{"chunks": ["On the outage now."]}], model="threadline-a19")
+    model.queue([{"chunks": ["On the outage now."]}], model="threadline-notes-digest")
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread(res, thread)
         n5 = (await tl.send_notification_signal({"source": "pagerduty", "kind": "incident", "priority": "urgent",
-                                                 "summary": "prod down"}, agent_id="A19", resource_id=res,
+                                                 "summary": "prod down"}, agent_id="notes-digest", resource_id=res,
                                                 thread_id=thread)).results[0]
         after = await collect_run(sub, timeout_s=60)
         await sub.unsubscribe()
@@ -122,9 +109,9 @@ async def test_c19_inbox_dedupe_coalesce_digest_and_a_wake_after_restarting_ever
     run5 = await run_row(cluster.dsn, n5["run_id"])
     assert run5["status"] == "finished" and run5["error"] is None
     assert after[-1]["payload"]["finishReason"] == "stop"
-    last = model.requests(model="threadline-a19")[-1]
-    assert last["body"]["model"] == "threadline-a19" and ">prod down</notification>" in _users(last)[-1]
-    assert len(model.requests(model="threadline-a19")) == 4  # no retry loop
+    last = model.requests(model="threadline-notes-digest")[-1]
+    assert last["body"]["model"] == "threadline-notes-digest" and ">prod down</notification>" in _users(last)[-1]
+    assert len(model.requests(model="threadline-notes-digest")) == 4  # no retry loop
 
     events = await _lifecycle(cluster, thread)
     delivered = [e["notification_ids"] for e in events if e["type"] == "notification_delivered"]

@@ -1,4 +1,4 @@
-"""Inbox access for applications (issue 5 §7): list, read, mark seen, dismiss, archive — by thread
+"""Inbox access for applications: list, read, mark seen, dismiss, archive — by thread
 — through the client and the CLI (``threadline notify``, ``threadline inbox``). The agent tool is
 tested in test_notifications.py (test_the_inbox_as_an_agent_tool)."""
 

@@ -20,11 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import SERVICES, ServiceSet
 from tests.e2e.helpers import collect_run, content, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.config import Settings
+from threadline.services import NAMES as SERVICES
 from threadline.testing import model_script as ms
+from threadline.testing.harness import ServiceSet
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 50
@@ -78,7 +79,7 @@ def bounced(cluster, tmp_path_factory):
            "THREADLINE_PG_POOL_TIMEOUT_S": "90", "THREADLINE_TOPIC_PREFIX": prefix,
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": f"http://127.0.0.1:{model_port}/v1",
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    svc = ServiceSet(env=env, log_dir=log_dir)
+    svc = ServiceSet(env=env, log_dir=log_dir, cwd=ROOT)
     try:
         for name in SERVICES:
             svc.start(name, f"{name}-c24")

@@ -1,4 +1,4 @@
-"""Cases of kinds K1–K3 and K5 (../shared/cases: C01, C03, C05, C07, C14) end to end."""
+"""Cases of kinds K1–K3 and K5 (docs/cases.md: C01, C03, C05, C07, C14) end to end."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from threadline.testing import model_script as ms
 
 
 async def test_c01_abort_inside_a_broad_except_still_ends_the_run(services, settings, model, cluster):
-    model.queue([{"chunks": ["Sure. ", "SYSTEM PROMPT: you are", " a bot"]}], model="threadline-a1")
-    run_id, chunks = await run_stream(settings, "a1", "hi")
+    model.queue([{"chunks": ["Sure. ", "SYSTEM PROMPT: you are", " a bot"]}], model="threadline-swallowed-abort")
+    run_id, chunks = await run_stream(settings, "swallowed-abort", "hi")
     assert content(chunks) == [
         ("text-delta", "Sure. "),
         ("tripwire", {"reason": "system prompt leak", "retry": False, "metadata": {"rule": "sp-1"},
@@ -25,20 +25,20 @@ async def test_c01_abort_inside_a_broad_except_still_ends_the_run(services, sett
     assert [p["payload"]["text"] for p in tail if p["type"] == "text-delta"] == ["Sure. "]
     stored = await rows(cluster.dsn, "SELECT content::text AS c FROM messages WHERE run_id = $1", run_id)
     assert not any("SYSTEM PROMPT" in r["c"] for r in stored)
-    assert len(model.requests(model="threadline-a1")) == 1
+    assert len(model.requests(model="threadline-swallowed-abort")) == 1
 
 
 async def test_c03_input_tripwire_reaches_subscribers_and_the_generate_reply(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread("res-1", thread)
-        result = await tl.generate("mail me at x@y.z", agent_id="a3", resource_id="res-1", thread_id=thread,
+        result = await tl.generate("mail me at x@y.z", agent_id="pii-tripwire", resource_id="res-1", thread_id=thread,
                                    timeout_s=60)
         from tests.e2e.helpers import collect_run
 
         run1 = await collect_run(sub)
-        model.queue([{"chunks": ["Hi!"]}], model="threadline-a3")
-        sent = await tl.stream("hello", agent_id="a3", resource_id="res-1", thread_id=thread)
+        model.queue([{"chunks": ["Hi!"]}], model="threadline-pii-tripwire")
+        sent = await tl.stream("hello", agent_id="pii-tripwire", resource_id="res-1", thread_id=thread)
         accepted = await sent.accepted
         run2 = await collect_run(sub)
         await sub.unsubscribe()
@@ -49,14 +49,14 @@ async def test_c03_input_tripwire_reaches_subscribers_and_the_generate_reply(ser
     assert result.finish_reason == "other" and result.tripwire == trip and result.error is None
     assert accepted.action == "wake"  # the lease was released by run 1, not left to expire
     assert content(run2) == [("text-delta", "Hi!"), ("finish", "stop")]
-    requests = model.requests(model="threadline-a3")
+    requests = model.requests(model="threadline-pii-tripwire")
     assert len(requests) == 1 and "x@y.z" not in str(requests[0]["body"]["messages"][-1])
 
 
 async def test_c05a_implicit_cap_of_ten_retries_then_the_mapped_error(services, settings, model, cluster):
-    model.queue([{"status": 500, "times": 20}], model="threadline-a5")
-    run_id, chunks = await run_stream(settings, "a5", "x")
-    assert len(model.requests(model="threadline-a5")) == 11
+    model.queue([{"status": 500, "times": 20}], model="threadline-api-retry-forever")
+    run_id, chunks = await run_stream(settings, "api-retry-forever", "x")
+    assert len(model.requests(model="threadline-api-retry-forever")) == 11
     run = await run_row(cluster.dsn, run_id)
     assert run["state"]["processor_state"]["ar"]["seen"] == list(range(10))
     kinds = [c for c in content(chunks) if c[0] != "attempt-discarded"]
@@ -70,16 +70,16 @@ async def test_c05a_implicit_cap_of_ten_retries_then_the_mapped_error(services, 
 
 
 async def test_c05b_call_level_cap(services, settings, model, cluster):
-    model.queue([{"status": 500, "times": 20}], model="threadline-a5")
-    run_id, _ = await run_stream(settings, "a5", "x", options={"max_processor_retries": 2})
-    assert len(model.requests(model="threadline-a5")) == 3
+    model.queue([{"status": 500, "times": 20}], model="threadline-api-retry-forever")
+    run_id, _ = await run_stream(settings, "api-retry-forever", "x", options={"max_processor_retries": 2})
+    assert len(model.requests(model="threadline-api-retry-forever")) == 3
     assert (await run_row(cluster.dsn, run_id))["state"]["processor_state"]["ar"]["seen"] == [0, 1]
 
 
 async def test_c05c_retry_without_a_cap_is_a_tripwire(services, settings, model, cluster):
-    model.queue([ms.text("ok")], model="threadline-a5c")
-    run_id, chunks = await run_stream(settings, "a5c", "x")
-    assert len(model.requests(model="threadline-a5c")) == 1
+    model.queue([ms.text("ok")], model="threadline-step-retry-uncapped")
+    run_id, chunks = await run_stream(settings, "step-retry-uncapped", "x")
+    assert len(model.requests(model="threadline-step-retry-uncapped")) == 1
     assert content(chunks)[-2:] == [
         ("tripwire", {"reason": "try again", "retry": True, "metadata": None, "processorId": "q"}),
         ("finish", "tripwire")]
@@ -88,9 +88,9 @@ async def test_c05c_retry_without_a_cap_is_a_tripwire(services, settings, model,
 
 async def test_c07_tool_results_and_tool_data_chunks_go_through_processors(services, settings, model, cluster):
     model.queue([ms.tool_calls(ms.tool_call("lookup_customer", {"id": "c1"})), ms.text("Done.")],
-                model="threadline-a7")
-    run_id, chunks = await run_stream(settings, "a7", "who is c1?")
-    seq = [c for c in content(chunks)]
+                model="threadline-redacting-tools")
+    run_id, chunks = await run_stream(settings, "redacting-tools", "who is c1?")
+    seq = list(content(chunks))
     assert [c[0] for c in seq] == ["tool-call", "data-progress", "tool-result", "text-delta", "finish"]
     assert seq[1][1] == {"pct": 100}
     assert seq[2][1]["result"] == {"name": "Ann", "ssn": "[REDACTED]", "email": "[REDACTED]"}
@@ -108,7 +108,7 @@ async def test_c07_tool_results_and_tool_data_chunks_go_through_processors(servi
         dump = await rows(cluster.dsn, f"SELECT count(*) AS n FROM {table} WHERE {table}::text LIKE '%123-45-6789%' "
                                        f"OR {table}::text LIKE '%a@b.c%'")
         assert dump[0]["n"] == 0, table
-    second = model.requests(model="threadline-a7")[1]["body"]["messages"]
+    second = model.requests(model="threadline-redacting-tools")[1]["body"]["messages"]
     tool_msg = next(m for m in second if m["role"] == "tool")
     assert "[REDACTED]" in tool_msg["content"] and "123-45-6789" not in tool_msg["content"]
     stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'assistant'", run_id)
@@ -118,8 +118,8 @@ async def test_c07_tool_results_and_tool_data_chunks_go_through_processors(servi
 
 async def test_c14a_in_band_rate_limit_retried_and_the_dead_attempt_declared(services, settings, model, cluster):
     model.queue([ms.in_band_error(429, "slow down", after=2, chunks=["Hel", "lo"]),
-                 {"chunks": ["Hello there"]}], model="threadline-a14")
-    run_id, chunks = await run_stream(settings, "a14", "greet me")
+                 {"chunks": ["Hello there"]}], model="threadline-stream-errors")
+    run_id, chunks = await run_stream(settings, "stream-errors", "greet me")
     seq = content(chunks)
     assert seq[0] == ("text-delta", "Hel") and seq[1] == ("text-delta", "lo")
     assert seq[2][0] == "attempt-discarded" and seq[2][1]["attempt"] == 1
@@ -133,13 +133,13 @@ async def test_c14a_in_band_rate_limit_retried_and_the_dead_attempt_declared(ser
     stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'assistant'", run_id)
     texts = [p["text"] for p in stored[0]["content"]["parts"] if p["type"] == "text"]
     assert texts == ["Hello there"]
-    assert len(model.requests(model="threadline-a14")) == 2
+    assert len(model.requests(model="threadline-stream-errors")) == 2
 
 
 async def test_c14b_rate_limit_every_time_fails_the_run_once(services, settings, model, cluster):
-    model.queue([ms.in_band_error(429, "slow down", after=2, chunks=["Hel", "lo"], times=5)], model="threadline-a14")
-    run_id, chunks = await run_stream(settings, "a14", "greet me")
-    assert len(model.requests(model="threadline-a14")) == 2
+    model.queue([ms.in_band_error(429, "slow down", after=2, chunks=["Hel", "lo"], times=5)], model="threadline-stream-errors")
+    run_id, chunks = await run_stream(settings, "stream-errors", "greet me")
+    assert len(model.requests(model="threadline-stream-errors")) == 2
     seq = content(chunks)
     assert seq[-2][0] == "error" and seq[-2][1]["error"]["kind"] == "rate_limit" and seq[-1] == ("finish", "error")
     assert not any(c == ("finish", "stop") for c in seq)
@@ -151,9 +151,9 @@ async def test_c14b_rate_limit_every_time_fails_the_run_once(services, settings,
 
 async def test_c14c_503_without_error_processors_fails_and_the_thread_goes_idle(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
-    model.queue([{"status": 503}], model="threadline-a14c")
-    run_id, chunks = await run_stream(settings, "a14c", "x", thread=thread)
-    assert len(model.requests(model="threadline-a14c")) == 1
+    model.queue([{"status": 503}], model="threadline-stream-errors-unhandled")
+    run_id, chunks = await run_stream(settings, "stream-errors-unhandled", "x", thread=thread)
+    assert len(model.requests(model="threadline-stream-errors-unhandled")) == 1
     seq = content(chunks)
     assert seq[-2][0] == "error" and seq[-2][1]["error"]["kind"] == "service_unavailable"
     assert seq[-1] == ("finish", "error")
@@ -162,5 +162,5 @@ async def test_c14c_503_without_error_processors_fails_and_the_thread_goes_idle(
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1", thread)
     assert [r["role"] for r in stored] == ["user"]
     async with ThreadlineClient(settings) as tl:
-        again = await tl.send_message("again", agent_id="a14c", resource_id="res-1", thread_id=thread)
+        again = await tl.send_message("again", agent_id="stream-errors-unhandled", resource_id="res-1", thread_id=thread)
         assert (await again.accepted).action == "wake"

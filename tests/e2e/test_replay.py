@@ -15,9 +15,9 @@ import pytest
 
 from tests.e2e.checker import Figures, check_stream, clean
 from tests.e2e.helpers import collect_run, content, execute, rows, run_row, wait_idle
-from tests.e2e.test_crash import _wait_file
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
+from threadline.testing.harness import wait_file
 
 
 @pytest.mark.parametrize("point", ["after_tool_result_stored"])
@@ -39,7 +39,7 @@ async def test_a_re_executed_step_replays_the_model_output_and_the_tool_runs_onc
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("email ann", agent_id="replayer", resource_id="res-1",
                                              thread_id=thread)).accepted).run_id
-            await asyncio.to_thread(_wait_file, pause_file, point)
+            await asyncio.to_thread(wait_file, pause_file, point, 30)
             services.start("processor_worker", "processor_worker-1")
             services.kill("processor_worker-armed")  # kill -9 between the tool and the step result
             chunks = await collect_run(sub, timeout_s=90)

@@ -10,13 +10,6 @@ from tests.e2e.helpers import collect_run
 from threadline.client import ThreadlineClient
 
 
-def _wait_for(path, needle: bytes, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while needle not in path.read_bytes():
-        assert time.monotonic() < deadline, f"{needle!r} never appeared in {path.name}"
-        time.sleep(0.2)
-
-
 def _steps_done(path, threads: list[str]) -> int:
     lines = [line for line in path.read_text().splitlines() if "step done" in line]
     return sum(1 for t in threads if any(f"thread_id={t} " in line or line.endswith(f"thread_id={t}")
@@ -26,7 +19,7 @@ def _steps_done(path, threads: list[str]) -> int:
 async def test_two_workers_in_one_group_serve_runs_of_different_threads(services, settings, model):
     services.start("processor_worker", "processor_worker-2")
     try:
-        await asyncio.to_thread(_wait_for, services.log_dir / "processor_worker-2.log", b"partitions assigned")
+        await asyncio.to_thread(services.wait_log, "processor_worker-2", "partitions assigned")
         threads = [f"th-scale-{uuid.uuid4().hex[:6]}-{i}" for i in range(16)]
         async with ThreadlineClient(settings) as tl:
             subs = [await tl.subscribe_to_thread("res-1", t) for t in threads]

@@ -1,5 +1,5 @@
 """Per-processor state is carried in Postgres, so a step that moves to another worker instance
-continues the count (issue 3, "State")."""
+continues the count."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ async def test_processor_state_survives_a_step_moving_to_another_worker(services
             proc = services.procs.pop(moved_from)
             try:
                 proc.wait(60)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - whatever the wait raised, the worker is killed
                 proc.kill()
         if "processor_worker-2" in services.procs:
             services.stop("processor_worker-2")

@@ -1,5 +1,5 @@
-"""Chunk and memory vectors of mastra-semantics (C1, C2, C5, C8, M1, M2, P29), adapted per
-DECISIONS (the stream also carries the message echo and a finish after every ending)."""
+"""Chunk and memory vectors (docs/cases.md: C1, C2, C5, C8, M1, M2, P29), adapted per
+docs/decisions.md (the stream also carries the message echo and a finish after every ending)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from threadline.testing import model_script as ms
 
 
 async def test_c1_m1_text_run_chunk_order_and_stored_messages(services, settings, model, cluster):
-    model.queue([ms.text("hello there")], model="threadline-vectors")
-    run_id, chunks = await run_stream(settings, "vectors", "hi")
+    model.queue([ms.text("hello there")], model="threadline-plain")
+    run_id, chunks = await run_stream(settings, "plain", "hi")
     types = [c["type"] for c in chunks]
     assert types[:4] == ["start", "data-user-message", "step-start", "text-start"]
     assert types[-3:] == ["text-end", "step-finish", "finish"]
     assert set(types[4:-3]) == {"text-delta"}
     start = chunks[0]["payload"]
-    assert start["id"] == "vectors" and chunks[2]["payload"]["messageId"] == start["messageId"]
+    assert start["id"] == "plain" and chunks[2]["payload"]["messageId"] == start["messageId"]
     assert isinstance(chunks[2]["payload"]["startedAt"], int)
     await run_row(cluster.dsn, run_id)  # stored with the run's last step, just after its finish chunk
     stored = await rows(cluster.dsn, "SELECT id, role FROM messages WHERE run_id = $1 ORDER BY position", run_id)
@@ -23,8 +23,8 @@ async def test_c1_m1_text_run_chunk_order_and_stored_messages(services, settings
 
 
 async def test_c5_provider_400_without_error_processors(services, settings, model, cluster):
-    model.queue([{"status": 400, "error": {"message": "bad request body"}}], model="threadline-vectors")
-    run_id, chunks = await run_stream(settings, "vectors", "hi")
+    model.queue([{"status": 400, "error": {"message": "bad request body"}}], model="threadline-plain")
+    run_id, chunks = await run_stream(settings, "plain", "hi")
     types = [c["type"] for c in chunks]
     assert types[-3:] == ["error", "step-finish", "finish"]
     assert chunks[-3]["payload"]["error"]["kind"] == "bad_request"
@@ -38,7 +38,7 @@ async def test_p29_c8_cached_response_replayed_through_output_processors(service
     step_start = next(c for c in chunks if c["type"] == "step-start")
     assert "startedAt" not in step_start["payload"]
     text = "".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta")
-    assert text == "CACHED ANSWER"  # replayed chunks went through process_output_stream (DECISIONS 7)
+    assert text == "CACHED ANSWER"  # replayed chunks went through process_output_stream (docs/decisions.md#cached-responses)
     run = await run_row(cluster.dsn, run_id)
     assert run["state"]["processor_state"]["cache"]["from_cache"] == [True] and run["text"] == "CACHED ANSWER"
 

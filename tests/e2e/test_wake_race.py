@@ -1,10 +1,9 @@
 """C16: two ingress instances receive messages for the same idle thread at once; exactly one
-run starts, the other message is delivered into it (DECISIONS 13)."""
+run starts, the other message is delivered into it (docs/decisions.md#wake-lease)."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 
 import orjson
@@ -20,16 +19,13 @@ async def test_c16_double_texting_starts_one_run(services, settings, model, clus
     topics = Topics(cluster.prefix)
     second_topic = f"{cluster.prefix}.ingress-b"
     services.start("ingress", "ingress-b", THREADLINE_INGRESS_TOPIC=second_topic)
-    deadline = time.monotonic() + 30
-    while b"partitions assigned" not in (services.log_dir / "ingress-b.log").read_bytes():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.1)
+    await asyncio.to_thread(services.wait_log, "ingress-b", "partitions assigned", 30)
     thread = f"th-race-{uuid.uuid4().hex[:6]}"
     key = thread_key("res-1", thread).encode()
     model.queue([{"chunks": [f"n{i} " for i in range(20)], "chunk_delay": 0.05}, {"chunks": ["Boston it is."]}],
-                model="threadline-sig")
-    m1 = SendMessage(agent_id="sig", resource_id="res-1", thread_id=thread, message="Book a flight to NYC")
-    m2 = SendMessage(agent_id="sig", resource_id="res-1", thread_id=thread, message="Actually, Boston")
+                model="threadline-signals")
+    m1 = SendMessage(agent_id="signals", resource_id="res-1", thread_id=thread, message="Book a flight to NYC")
+    m2 = SendMessage(agent_id="signals", resource_id="res-1", thread_id=thread, message="Actually, Boston")
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap, linger_ms=0)
     await producer.start()
     try:
@@ -52,7 +48,7 @@ async def test_c16_double_texting_starts_one_run(services, settings, model, clus
     assert await wait_idle(cluster.dsn, thread)
     assert (await rows(cluster.dsn, "SELECT epoch FROM thread_leases WHERE thread_id = $1", thread))[0]["epoch"] == 1
     assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread))[0]["n"] == 1
-    requests = model.requests(model="threadline-sig")
+    requests = model.requests(model="threadline-signals")
     assert len(requests) == 2
     convo = [(m["role"], m.get("content")) for m in requests[1]["body"]["messages"] if m["role"] != "system"]
     first, second = ("Book a flight to NYC", "Actually, Boston") if a1.action == "wake" else \

@@ -1,4 +1,4 @@
-"""The worker's batched keep-alive (issue 6 item 2, found by the concurrency benchmark): every
+"""The worker's batched keep-alive (found by the concurrency benchmark): every
 step in flight keeps its heartbeat and its thread lease alive with one pooled connection per beat,
 however many steps there are; a step taken over and a lease lost are told apart from live ones."""
 
@@ -8,8 +8,8 @@ import contextlib
 import uuid
 from types import SimpleNamespace
 
-from threadline.worker.keepalive import KeepAlive
 from threadline.store.db import Database
+from threadline.worker.keepalive import KeepAlive
 
 OWNER = "worker-a:1:x"
 

@@ -26,7 +26,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
-from tests.e2e.conftest import ServiceSet
+from threadline.testing.harness import ServiceSet
 
 ROOT = Path(__file__).resolve().parents[2]
 HEALTH_S = 2.0
@@ -43,8 +43,8 @@ class Isolated:
 
 @pytest.fixture(scope="module")
 def c26_cluster(cluster):
-    from threadline.testing.harness import create_database, drop_database
     from threadline.store.migrate import migrate
+    from threadline.testing.harness import create_database, drop_database
 
     name = cluster.dsn.rsplit("/", 1)[1] + "_c26"
     asyncio.run(create_database(cluster.admin_dsn, name))
@@ -62,7 +62,7 @@ def scheduler(c26_cluster, cluster, tmp_path_factory):
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_PARTITIONS": "1",
            "THREADLINE_SCHEDULER_INTERVAL_S": "3600", "THREADLINE_PG_LISTEN_HEALTH_S": str(HEALTH_S),
            "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("c26-logs"))
+    svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("c26-logs"), cwd=ROOT)
     svc.start("notification_scheduler", "notification_scheduler-c26")
     try:
         yield svc, prefix

@@ -1,4 +1,4 @@
-"""Issue 6 item 7: transient Postgres faults are retried with backoff (tenacity, in
+"""Transient Postgres faults are retried with backoff (tenacity, in
 ``kafka.handling.guarded``), the others are dead-lettered at once; pool waits are bounded."""
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ async def test_a_terminated_backend_mid_handler_is_retried_and_succeeds(cluster)
                 await conn.execute("INSERT INTO transient_probe VALUES ($1)", attempts)
 
         letters = _Letters()
-        await guarded(handler, letters)(_record())  # type: ignore[arg-type]
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
     assert attempts == 2 and letters.written == []
     assert await admin.fetchval("SELECT array_agg(n) FROM transient_probe") == [2]
     await admin.execute("DROP TABLE transient_probe")
@@ -90,7 +90,7 @@ async def test_a_constraint_violation_is_dead_lettered_without_retry(cluster):
             await db.execute("SELECT 1/0")
 
         letters = _Letters()
-        await guarded(handler, letters)(_record())  # type: ignore[arg-type]
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
     assert attempts == 1
     assert letters.written[0][0] == "handler_failed" and "DivisionByZero" in letters.written[0][1]
 
@@ -99,7 +99,7 @@ async def test_pool_waits_are_bounded(cluster):
     async with Database(cluster.dsn, max_size=1, acquire_timeout_s=0.5) as db:
         async with db.connection():
             started = time.monotonic()
-            with pytest.raises(PoolTimeoutError, match="no Postgres connection free within 0.5 s"):
+            with pytest.raises(PoolTimeoutError, match=r"no Postgres connection free within 0\.5 s"):
                 async with db.connection():
                     pass
             assert time.monotonic() - started < 30  # it ends (generous: a loaded machine)

@@ -28,7 +28,7 @@ class FakeProducer:
 
 
 def _writer(producer: FakeProducer) -> ChunkWriter:
-    return ChunkWriter(producer, "t", run_id="run-1", step=0, attempt=1, seq=10, key="r:t")  # type: ignore[arg-type]
+    return ChunkWriter(producer, "t", run_id="run-1", step=0, attempt=1, seq=10, key="r:t")  # type: ignore[arg-type]  # a fake producer
 
 
 async def test_chunks_are_stamped_and_sent_to_partition_zero() -> None:

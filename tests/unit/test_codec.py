@@ -21,7 +21,8 @@ def test_round_trip():
     (b'{"type": "nope", "agent_id": "a"}', "unknown_type"),
     (b'{"type": "send_message", "schema_version": 99}', "unsupported_version"),
     (b'{"type": "send_message", "agent_id": "a", "resource_id": "r"}', "validation_failed"),
-    (b'{"type": "send_message", "agent_id": "a", "resource_id": "r", "thread_id": "t", "message": "x", "reply_to": "bad topic!"}', "validation_failed"),
+    (b'{"type": "send_message", "agent_id": "a", "resource_id": "r", "thread_id": "t", "message": "x", '
+     b'"reply_to": "bad topic!"}', "validation_failed"),
 ])
 def test_bad_input_is_classified(raw, code):
     with pytest.raises(InvalidEventError) as info:

@@ -8,13 +8,13 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import litellm  # noqa: E402
-import pytest  # noqa: E402
+import litellm
+import pytest
 
-from threadline.errors import ModelCallError  # noqa: E402
-from threadline.runtime import llm  # noqa: E402
-from threadline.testing import model_script as ms  # noqa: E402
-from threadline.testing.model_server import start_in_thread  # noqa: E402
+from threadline.errors import ModelCallError
+from threadline.runtime import llm
+from threadline.testing import model_script as ms
+from threadline.testing.model_server import start_in_thread
 
 SCRIPTS = {
     "text": ms.text("Hello there friend"),

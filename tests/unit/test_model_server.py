@@ -1,4 +1,5 @@
-"""Self-tests of the fake model server, driven through litellm (cases from model-server.md §4.1).
+"""Self-tests of the fake model server, driven through litellm (its scripting contract: errors,
+delays, in-band errors, disconnects).
 
 One server per module, on a free port in a background thread. Each test uses its own model
 name, so the per-model FIFOs keep tests apart without resets.
@@ -17,13 +18,13 @@ import time
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import httpx  # noqa: E402
-import litellm  # noqa: E402
-import pytest  # noqa: E402
-from litellm.exceptions import MidStreamFallbackError  # noqa: E402
+import httpx
+import litellm
+import pytest
+from litellm.exceptions import MidStreamFallbackError
 
-from threadline.testing import model_script as ms  # noqa: E402
-from threadline.testing.model_server import start_in_thread  # noqa: E402
+from threadline.testing import model_script as ms
+from threadline.testing.model_server import start_in_thread
 
 litellm.suppress_debug_info = True
 USER = [{"role": "user", "content": "ping the fake"}]

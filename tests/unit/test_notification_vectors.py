@@ -1,4 +1,4 @@
-"""Notification vectors that are pure logic (mastra-semantics §3.13): N8 (decision order), N13
+"""Notification vectors that are pure logic (docs/cases.md): N8 (decision order), N13
 (digest rendering), N15 (built-in attributes win); the default policy table; retry backoff.
 The others run on the real cluster: tests/e2e/test_notifications.py."""
 

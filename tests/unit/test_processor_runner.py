@@ -17,7 +17,7 @@ class Scrub(Processor):
         try:
             if part.type == "text-delta" and "SYSTEM PROMPT:" in part.payload.text:
                 abort("system prompt leak", metadata={"rule": "sp-1"})
-        except Exception:  # "fail open": must not swallow the abort (C01)
+        except Exception:  # noqa: BLE001 - "fail open" on purpose: must not swallow the abort (C01)
             return part
         return part
 

@@ -1,5 +1,5 @@
-"""Test vectors P* of mastra-semantics that are pure processor-runner logic (adapted per
-DECISIONS where noted)."""
+"""Processor vectors P* (docs/cases.md) that are pure processor-runner logic (adapted per
+docs/decisions.md where noted)."""
 
 from __future__ import annotations
 
@@ -165,7 +165,8 @@ async def test_p35_p36_state_per_processor_id_shared_across_methods():
 
     states = {}
     r = ProcessorRunner(input_processors=[proc("guard", process_input=inc)],
-                        output_processors=[proc("guard", process_output_result=lambda self, state, **_: state.update(seen=state["n"]))],
+                        output_processors=[proc("guard", process_output_result=lambda self, state, **_:
+                                                state.update(seen=state["n"]))],
                         error_processors=[], states=states)
     await r.process_input(MessageList())
     await r.process_output_result(MessageList(), result={})
@@ -179,7 +180,7 @@ def test_p41_processor_index_on_per_run_copies():
     run_a = resolve_list([shared, other], "input", {}, "agent")
     run_b = resolve_list([other, shared], "input", {}, "agent")
     assert [p.processor_index for p in run_a] == [0, 1] and [p.processor_index for p in run_b] == [0, 1]
-    assert shared.processor_index is None  # the shared instance is never mutated (DECISIONS 8)
+    assert shared.processor_index is None  # the shared instance is never mutated (docs/decisions.md#processor-index)
 
 
 async def test_p44_system_entries_from_output_step_become_system_messages():

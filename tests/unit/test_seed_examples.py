@@ -1,4 +1,4 @@
-"""Every processor example of seed 000, ported to Python as written, run through the runner."""
+"""Every processor example of Mastra's Processor documentation, ported to Python as written, run through the runner."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ class ContentFilter(Processor):
         return messages
 
     async def process_output_stream(self, *, part, abort, **_):
-        if part.type == "text-delta":
+        if part.type == "text-delta":  # noqa: SIM102 - the documented example's shape, kept as written
             if any(word in part.payload.text for word in self.blocked_words):
                 abort("Blocked content detected in output")
         return part

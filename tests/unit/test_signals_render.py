@@ -20,7 +20,7 @@ def test_plain_user_message_is_plain_text():  # S13
     assert _render("hello") == "hello"
 
 
-def test_user_attributes_render_as_xml():  # seed example, S14
+def test_user_attributes_render_as_xml():  # Mastra's documented example, S14 (docs/cases.md)
     out = _render({"contents": "Can we simplify the API surface?", "attributes": {"name": "Devin", "from": "slack"}})
     assert out == '<user name="Devin" from="slack">Can we simplify the API surface?</user>'
 

@@ -25,7 +25,7 @@ class AttrDict(dict[str, Any]):
     def __delattr__(self, name: str) -> None:
         self.pop(name, None)
 
-    def copy(self) -> AttrDict:  # type: ignore[override]
+    def copy(self) -> AttrDict:
         return AttrDict(self)
 
 

@@ -1,4 +1,4 @@
-"""``ThreadlineClient``: the seed's Agent thread API over Kafka.
+"""``ThreadlineClient``: Mastra's Agent thread API over Kafka.
 
     async with ThreadlineClient() as tl:
         sub = await tl.subscribe_to_thread("user-123", "thread-abc")
@@ -14,6 +14,8 @@ import asyncio
 from dataclasses import dataclass
 from typing import Any
 
+from threadline.client.replies import ReplyListener
+from threadline.client.subscription import ThreadSubscription
 from threadline.config import Settings, get_settings
 from threadline.errors import ThreadlineError
 from threadline.events import (
@@ -30,15 +32,13 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
-from threadline.client.replies import ReplyListener
-from threadline.client.subscription import ThreadSubscription
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
 
-class RequestFailed(ThreadlineError):
+class RequestFailed(ThreadlineError):  # noqa: N818 - a public name, kept for compatibility
     """Ingress answered a request with an error reply (``code``, ``message``)."""
 
     def __init__(self, reply: ErrorReply) -> None:
@@ -49,7 +49,7 @@ class RequestFailed(ThreadlineError):
 
 @dataclass
 class SendResult:
-    """Return of ``send_message`` / ``queue_message`` (seed: ``{accepted, signal, persisted?}``).
+    """Return of ``send_message`` / ``queue_message`` (Mastra's ``{accepted, signal, persisted?}``).
 
     ``accepted`` resolves to the :class:`Accepted` reply (raises :class:`RequestFailed` on an
     error reply); ``persisted`` resolves when a ``persist`` message is durable.
@@ -67,8 +67,8 @@ class ThreadlineClient:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.default_agent = default_agent
-        # bodies over max_record_bytes (a message of several MB) go to Postgres by reference (issue 6
-        # item 8); the connection is opened only when one is met
+        # bodies over max_record_bytes (a message of several MB) go to Postgres by reference
+        # (docs/decisions.md#payloads-by-reference); the connection is opened only when one is met
         self._payloads = PayloadStore(dsn=self.settings.pg_dsn, statement_cache=self.settings.pg_use_statement_cache)
         self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
                                   max_record_bytes=self.settings.max_record_bytes,
@@ -105,7 +105,7 @@ class ThreadlineClient:
     # --- requests -------------------------------------------------------------------------------
     async def publish(self, request: Event) -> None:
         """Publish a raw request event to the ingress topic, keyed by its thread."""
-        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]
+        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]  # every ingress request has both
         await self._producer.publish(self.topics.ingress, request, key=key)
 
     def _agent(self, agent_id: str | None) -> str:
@@ -126,7 +126,7 @@ class ThreadlineClient:
     async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: dict[str, Any] | None = None,
                            if_idle: dict[str, Any] | None = None) -> SendResult:
-        """``sendMessage``: deliver into the active run, or wake the idle thread (seed 004)."""
+        """``sendMessage``: deliver into the active run, or wake the idle thread."""
         req = SendMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                           message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
         return await self._send(req)
@@ -176,7 +176,7 @@ class ThreadlineClient:
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
-        """``queueMessage``: the next turn after the active run, or a run now (seed 004)."""
+        """``queueMessage``: the next turn after the active run, or a run now."""
         req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                            message=message, **_opts(if_idle=if_idle))
         return await self._send(req)
@@ -206,7 +206,7 @@ class ThreadlineClient:
                     run_id: str | None = None) -> bool:
         """Abort the thread's active run (or ``run_id``); True if a run was aborted.
 
-        What is queued behind the run still runs. Seed: ``subscription.abort()``.
+        What is queued behind the run still runs. Mastra: ``subscription.abort()``.
         """
         req = AbortRequest(agent_id=agent_id or self.default_agent or "-", resource_id=resource_id,
                            thread_id=thread_id, run_id=run_id)

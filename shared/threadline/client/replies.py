@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from threadline.events.codec import decode
 from threadline.events.replies import REPLY_ADAPTER
-from threadline.logging import get_logger
 from threadline.kafka.payloads import PayloadRefs, resolve
+from threadline.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -1,4 +1,4 @@
-"""``subscribe_to_thread``: follow a thread's chunk topic, run after run (seed 004
+"""``subscribe_to_thread``: follow a thread's chunk topic, run after run (Mastra's
 ``subscribeToThread``). Duplicates are dropped by ``(runId, seq)`` and chunks of attempts
 declared dead (``attempt-discarded``) are dropped, so the stream shows every chunk once."""
 
@@ -11,8 +11,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from threadline.errors import InvalidEventError
-from threadline.logging import get_logger
 from threadline.kafka.payloads import PayloadRefs, resolve
+from threadline.logging import get_logger
 
 log = get_logger(__name__)
 
@@ -98,7 +98,7 @@ class ThreadSubscription:
             key = (run_id, int(p.get("step", -1)))
             self._dead[key] = max(self._dead.get(key, -1), int(p.get("attempt", -1)))
         elif isinstance(chunk.get("attempt"), int) and \
-                chunk["attempt"] <= self._dead.get((run_id, chunk.get("step")), -1):  # type: ignore[arg-type]
+                chunk["attempt"] <= self._dead.get((run_id, chunk.get("step")), -1):  # type: ignore[arg-type]  # a foreign step value just misses
             return False
         seq = chunk.get("seq")
         if not isinstance(seq, int) or seq <= self._seen.get(run_id, -1):

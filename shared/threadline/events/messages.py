@@ -19,9 +19,9 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def make_message(role: str, parts: list[dict[str, Any]], *, id: str | None = None,  # noqa: A002 - Mastra's field name
+def make_message(role: str, parts: list[dict[str, Any]], *, id: str | None = None,
                  thread_id: str | None = None, resource_id: str | None = None,
-                 metadata: dict[str, Any] | None = None, type: str | None = None) -> AttrDict:  # noqa: A002 - Mastra's field name
+                 metadata: dict[str, Any] | None = None, type: str | None = None) -> AttrDict:
     """Build a ``MastraDBMessage`` (format 2); ``id`` defaults to a new ``msg_…`` id."""
     content: dict[str, Any] = {"format": 2, "parts": parts}
     if metadata:

@@ -43,7 +43,7 @@ LIVE = ("Draft a short reply to Ada about her tickets.",
          {"chunks": ["Dear Ada, ", "we are on your two tickets ", "and answer within a day."], "chunk_delay": 0.05},
          {"chunks": ["You're welcome, ", "have a good day!"], "chunk_delay": 0.05}])
 
-# turn 4: a notification arrives while the agent is busy (seed sendNotificationSignal, default policy)
+# turn 4: a notification arrives while the agent is busy (send_notification_signal, the default policy)
 BUSY = ("Please look through the open tickets of C-1001.",
         {"source": "ci", "kind": "deploy", "priority": "high",
          "summary": "Deploy of billing v2.3 failed at step 'migrate'.",
@@ -130,7 +130,8 @@ async def notification_while_busy(tl: ThreadlineClient, sub: ThreadSubscription,
     out(f"\n> inbox of {resource}/{thread}:")
     out(f"  {record['id']} {record['priority']} {record['source']}/{record['kind']} status={record['status']} "
         f"summarized={record['summarized']} delivered_at={record['delivered_at']}")
-    payload = (await tl.read_notification(record["id"], resource_id=resource, thread_id=thread))["payload"]
+    full = await tl.read_notification(record["id"], resource_id=resource, thread_id=thread)
+    payload = full["payload"] if full is not None else None
     out(f"  payload (for tools and apps, never shown to the model): {payload}")
     ok = (decision["reason"] == "active-high-summary-then-full" and accepted.get("run_id") == busy.run_id
           and record["status"] == "delivered" and record["summarized"])

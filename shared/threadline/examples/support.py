@@ -1,4 +1,4 @@
-"""The support agent of the demo, in the spirit of the seeds' examples: instructions, a customer
+"""The support agent of the demo, in the spirit of Mastra's documented examples: instructions, a customer
 lookup tool, an input processor that blocks listed words, and an output processor that counts
 the words of the answer and emits a ``data-word-count`` chunk.
 
@@ -55,7 +55,7 @@ class BlockedWords(Processor):
 
 
 class WordCounter(Processor):
-    """Output processor (seed ``WordCounter``): counts words as they stream, emits the count."""
+    """Output processor (Mastra's documented ``WordCounter``): counts words as they stream, emits the count."""
 
     id = "word-counter"
 

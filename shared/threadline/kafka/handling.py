@@ -18,14 +18,15 @@ from threadline.errors import InvalidEventError
 from threadline.events.codec import header
 from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
+from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
-from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.transient import TRANSIENT, is_transient
 
 __all__ = ["TRANSIENT", "DeadLetters", "guarded", "is_transient"]
 
 log = get_logger(__name__)
+
 
 class DeadLetters:
     """Writes dead-letter records for one service."""
@@ -91,13 +92,13 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
             if on_invalid is not None:
                 try:
                     await on_invalid(resolved, exc)
-                except Exception:  # noqa: BLE001 - the dead letter below still records it
+                except Exception:
                     log.exception("error reply failed")
             await dead_letters.write(record, code=exc.code, reason=str(exc),
                                      request_id=_request_id(record))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - dead-letter and go on
+        except Exception as exc:
             log.exception("handling failed; dead-lettering")
             await dead_letters.write(record, code="handler_failed", reason=f"{type(exc).__name__}: {exc}",
                                      request_id=_request_id(record))

@@ -12,6 +12,7 @@ from threadline.orchestration.options import normalize_options
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.tools import Tool, ToolHooks
 
+
 def normalize_instructions(instructions: Any) -> list[dict[str, Any]]:
     """Instructions (string, list of strings, system message, list of system messages) →
     system messages ``[{role: "system", content, providerOptions?}]``."""

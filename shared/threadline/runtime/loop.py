@@ -151,7 +151,7 @@ class StepLoop:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             outcome = Fail({"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code})
             await self._fail(step, outcome.error)
-        except Exception as exc:  # noqa: BLE001 - a failing step fails its run, never the worker
+        except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
                 raise
             log.exception("step failed", run_id=run.run_id, step=step_no)
@@ -322,9 +322,9 @@ class StepLoop:
         results = []
         done = await store.tool_results(run, [c["toolCallId"] for c in calls])
         for call in calls:
-            if call["toolCallId"] not in done:  # still this step's owner? (else another worker runs it)
-                if not await store.still_owner(run, step.writer.attempt):
-                    raise StaleWriterError(run.run_id, run.epoch)
+            # still this step's owner? (else another worker runs it)
+            if call["toolCallId"] not in done and not await store.still_owner(run, step.writer.attempt):
+                raise StaleWriterError(run.run_id, run.epoch)
             if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
                 prior_result, prior_error = done[call["toolCallId"]]
                 log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
@@ -384,6 +384,6 @@ class StepLoop:
                                                         text=None, usage=None, has_text=False))
         try:
             await self._output_result(step, "error")
-        except Exception:  # noqa: BLE001 - the run is failing already
+        except Exception:
             log.warning("process_output_result raised on a failed run", exc_info=True)
         await self._finish_chunk(step, "error", finish_reason="error")

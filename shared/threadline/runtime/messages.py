@@ -17,6 +17,7 @@ import orjson
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ConfigurationError
 from threadline.events.messages import make_message, now_iso
+from threadline.events.signals import render_for_model
 from threadline.ids import new_id
 
 Source = Literal["memory", "input", "response", "context"]
@@ -227,8 +228,6 @@ def to_core(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Signal messages (role ``signal``) become user messages rendered as XML (seed 004).
     """
-    from threadline.runtime.signals import render_for_model  # local: signals imports messages
-
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]

@@ -19,7 +19,6 @@ import orjson
 
 from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.logging import get_logger
-
 from threadline.transient import TRANSIENT_PG, is_transient_pg
 
 log = get_logger(__name__)

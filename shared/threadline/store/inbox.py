@@ -9,7 +9,6 @@ ingress — so schedulers and ingress never deadlock; a scheduler works one thre
 from __future__ import annotations
 
 import random
-
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,11 +17,11 @@ import asyncpg
 
 from threadline.events import LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
+from threadline.events.signals import signal_from_message
 from threadline.ids import new_id
 from threadline.inbox.policy import MAX_DELIVERY_ATTEMPTS, PRIORITY_RANK, Decision, decide, retry_delay_s
 from threadline.inbox.render import combined_notification_signal, digest_signal, notification_signal
 from threadline.logging import get_logger
-from threadline.events.signals import signal_from_message
 from threadline.orchestration.options import normalize_options
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases, outbox
@@ -296,7 +295,7 @@ async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s:
         try:
             await _dispatch_thread(conn, resource_id, tid, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=ids,
                                    touched=touched)
-        except Exception:  # noqa: BLE001 - one thread's trouble must not hold up the others
+        except Exception:
             log.exception("inbox dispatch failed", thread_id=tid, resource_id=resource_id)
     return ids, touched
 

@@ -143,7 +143,7 @@ def _life(kind: str, run: asyncpg.Record, **fields: Any) -> Event:
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],
             "agent_id": run["agent_id"]}
     base.update(fields)
-    return LifecycleEvent(type=kind, **base)  # type: ignore[arg-type]  # kind is one of LifecycleEvent's literals
+    return LifecycleEvent(type=kind, **base)  # kind is one of LifecycleEvent's literals
 
 
 ABORT_CHANNEL = "threadline_abort"

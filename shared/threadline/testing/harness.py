@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
+from threadline.services import NAMES as SERVICES
 
 
 def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
@@ -35,6 +35,18 @@ def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: f
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def wait_file(path: Path, needle: str, timeout_s: float = 60, poll_s: float = 0.05) -> None:
+    """Return once the file at ``path`` exists and contains ``needle`` (a log line, a pause point).
+
+    Raises ``TimeoutError`` (with the needle and the file's name) after ``timeout_s`` seconds.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not (path.exists() and needle in path.read_text(errors="replace")):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{needle!r} did not appear in {path.name} within {timeout_s}s")
+        time.sleep(poll_s)
 
 
 def port_open(host: str, port: int, timeout_s: float = 0.5) -> bool:
@@ -131,10 +143,11 @@ class ModelServerProcess:
 
 @dataclass
 class ServiceSet:
-    """Services as processes (``python -m services.<name>``), logs in ``log_dir/<instance>.log``.
+    """Services as processes (``python -m threadline.services.<name>``), logs in ``log_dir/<instance>.log``.
 
     ``env`` is the whole environment of every process (cluster addresses, topic prefix, agents
-    module…); ``cwd`` must be the repository root (the ``services`` package lives there).
+    module…); ``cwd`` is their working directory (the repository root, so that an agents module
+    such as ``tests.e2e.agents`` imports).
     """
 
     env: dict[str, str]
@@ -153,15 +166,23 @@ class ServiceSet:
         if path.exists():  # each start gets a fresh log, so waits never match an earlier process
             n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
             path.rename(self.log_dir / f"{instance}.{n}.log")
-        log = open(path, "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen([sys.executable, "-m", f"services.{name}"], cwd=self.cwd, env=env,
-                                stdout=log, stderr=subprocess.STDOUT)
+        with open(path, "ab") as log:  # the child keeps its own descriptor
+            proc = subprocess.Popen([sys.executable, "-m", f"threadline.services.{name}"], cwd=self.cwd, env=env,
+                                    stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
         deadline = time.monotonic() + timeout_s
         while b"service started" not in path.read_bytes():
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{instance} did not start:\n" + path.read_text()[-3000:])
             time.sleep(0.1)
+
+    def log_path(self, instance: str) -> Path:
+        """The log of the instance's latest start."""
+        return self.log_dir / f"{instance}.log"
+
+    def wait_log(self, instance: str, needle: str, timeout_s: float = 60) -> None:
+        """Return once ``needle`` is in the instance's log. Raises ``TimeoutError`` after ``timeout_s``."""
+        wait_file(self.log_path(instance), needle, timeout_s, poll_s=0.1)
 
     def start_all(self) -> None:
         """One instance of each service (``<name>-1``)."""

@@ -57,7 +57,7 @@ class Script(TypedDict, total=False):
 
 def text(content: str, **fields: Any) -> Script:
     """A text reply, streamed in word chunks."""
-    return {"text": content, **fields}  # type: ignore[typeddict-item]
+    return {"text": content, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
 def tool_call(name: str, arguments: str | dict[str, Any] | None = None, *, id: str | None = None,
@@ -71,13 +71,13 @@ def tool_call(name: str, arguments: str | dict[str, Any] | None = None, *, id: s
 
 def tool_calls(*calls: ToolCall, **fields: Any) -> Script:
     """A reply made of (parallel) tool calls; finish_reason defaults to "tool_calls"."""
-    return {"tool_calls": list(calls), **fields}  # type: ignore[typeddict-item]
+    return {"tool_calls": list(calls), **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
 def error(status: int, message: str | None = None, *, type: str | None = None, code: str | int | None = None,
           retry_after: float | None = None, **fields: Any) -> Script:
     """An HTTP error response; `retry_after` (seconds) sets the Retry-After header."""
-    script: Script = {"status": status, **fields}  # type: ignore[typeddict-item]
+    script: Script = {"status": status, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
     if message is not None:
         script["error"] = {"message": message, "type": type or "invalid_request_error", "param": None, "code": code}
     if retry_after is not None:
@@ -98,7 +98,7 @@ def rate_limit(retry_after: float = 1, **fields: Any) -> Script:
 
 def mid_stream(fail: str = "disconnect", after: int = 2, **fields: Any) -> Script:
     """A 200 stream that fails (`fail`) after `after` SSE events; litellm raises MidStreamFallbackError."""
-    return {"fail": fail, "fail_after": after, **fields}  # type: ignore[typeddict-item]
+    return {"fail": fail, "fail_after": after, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
 def in_band_error(code: int = 500, message: str | None = None, after: int = 2, **fields: Any) -> Script:

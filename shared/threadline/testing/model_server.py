@@ -48,9 +48,10 @@ import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -88,7 +89,7 @@ def _dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
-class InjectedDisconnect(Exception):
+class InjectedDisconnect(Exception):  # noqa: N818 - a control signal for uvicorn, not an error
     """Raised inside a response body to make uvicorn drop the connection (`fail: disconnect`)."""
 
 
@@ -470,7 +471,8 @@ class RunningServer:
 
     @property
     def store(self) -> ScriptStore:
-        return self.server.config.app.state.store
+        app: Any = self.server.config.app  # the Starlette app built by _make_server
+        return app.state.store
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the server to exit (hung requests end within ~1 s) and wait for its thread."""
@@ -495,13 +497,13 @@ async def serve(host: str, port: int, ready_file: str | None = None, log_level: 
     """Run until SIGTERM/SIGINT; print the listening line (and write ready_file) once bound."""
     server = _make_server(host, port, log_level)
     task = asyncio.create_task(server.serve())
-    while not server.started and not task.done():
+    while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn sets a flag, it has no event to await
         await asyncio.sleep(0.01)
     if server.started:
         url = f"http://{host}:{_bound_port(server)}"
         print(f"model-server listening on {url}", flush=True)
         if ready_file:
-            Path(ready_file).write_text(url + "\n")
+            Path(ready_file).write_text(url + "\n")  # noqa: ASYNC240 - one short line, once, at startup
     await task
 
 

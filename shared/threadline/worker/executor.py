@@ -22,6 +22,7 @@ from threadline.kafka.chunk_writer import ChunkWriter
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
+from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
 from threadline.runtime.ports import (
     AbortedRun,
@@ -34,16 +35,15 @@ from threadline.runtime.ports import (
     StepRecord,
     StepRun,
 )
-from threadline.runtime.llm import stream_model
 from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
 from threadline.store.orchestration import claim_terminal
 from threadline.store.outbox import Outbox
-from threadline.worker.step_store import PgStepStore
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
 from threadline.worker.keepalive import KeepAlive
+from threadline.worker.step_store import PgStepStore
 
 log = get_logger(__name__)
 
@@ -158,7 +158,7 @@ class StepExecutor:
                     if now is not None and now["status"] == "aborted":
                         await self._end_aborted(run, writer)
                     raise
-                except Exception as exc:  # noqa: BLE001 - never leave a run orphaned
+                except Exception as exc:
                     if is_transient(exc):  # Kafka or Postgres went away: hand the step back
                         log.warning("infrastructure fault mid-step; the step task is retried and the "
                                     "step re-executed under a new attempt", error=repr(exc))

@@ -87,7 +87,7 @@ class KeepAlive:
                 await self.beat(renew=renew)
                 if renew:
                     renewed = loop.time()
-            except Exception:  # noqa: BLE001 - try again at the next beat
+            except Exception:
                 log.warning("keep-alive failed; retried at the next beat", steps=len(self._steps), exc_info=True)
 
     async def beat(self, *, renew: bool) -> None:

@@ -1,0 +1,30 @@
+"""Agents of the end-to-end tests, by concern (the services load this package as
+``THREADLINE_AGENTS_MODULE=tests.e2e.agents``).
+
+* :mod:`.basics` — plain agents: echo, the support example, signals, abort, fan-out, state.
+* :mod:`.processing` — input/output processors: tripwires, filters, caches, prompt edits.
+* :mod:`.retries` — retry budgets of output and error processors, errors inside the stream.
+* :mod:`.tools` — tools, their hooks and gates, tool-written data parts, big results.
+* :mod:`.notifications` — notification delivery policies and the inbox tool.
+* :mod:`.crashes` — a model per (thread, step) and a counted side effect, for crash and chaos tests.
+
+Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
+answers never reach another agent. Processors record what they saw in their ``state`` (stored
+with the run), which the tests read back.
+"""
+
+from __future__ import annotations
+
+from threadline.runtime import Agent
+
+from . import basics, crashes, notifications, processing, retries, tools
+
+agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
+                       *notifications.agents, *crashes.agents]
+"""Every agent the services serve (ids are unique: the registry refuses duplicates)."""
+
+processors = processing.named
+"""Processors that call-level options name by id (``input_processors: ["shout"]``)."""
+
+hooks = tools.hooks
+"""Tool hooks that call-level options name (``hooks: "blocking"``)."""
