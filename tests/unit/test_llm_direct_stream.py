@@ -1,6 +1,7 @@
-"""The model stream read directly from the provider (``llm._provider_chunks``) behaves as the
-stream read through litellm's ``CustomStreamWrapper``: same chunks, same outcome, same error
-kind for every failure shape of the fake model server; and litellm callbacks switch it off."""
+"""The model stream read on each of ``llm_stream``'s three paths — the provider's SSE bytes
+parsed here (``raw``), the openai SDK's chunk objects (``sdk``) and litellm's
+``CustomStreamWrapper`` (``wrapper``) — gives the same chunks, the same outcome and the same
+error kind for every stream shape the project knows; litellm callbacks switch to the wrapper."""
 
 from __future__ import annotations
 
@@ -8,29 +9,115 @@ import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
+import json
+
 import litellm
 import pytest
 
 from threadline.errors import ModelCallError
-from threadline.runtime import llm
+from threadline.runtime import llm, llm_stream
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 
-SCRIPTS = {
+
+def _sse(*events: object, done: bool = True, sep: str = "\n") -> str:
+    """A raw SSE body: each event a JSON chunk (dicts get the usual id/object/model fields) or a
+    literal string sent as is."""
+    out = []
+    for event in events:
+        if isinstance(event, dict):
+            event = "data: " + json.dumps({"id": "chatcmpl-x", "object": "chat.completion.chunk", "created": 1,
+                                           "model": "m", **event}) + sep + sep
+        out.append(str(event))
+    if done:
+        out.append("data: [DONE]" + sep + sep)
+    return "".join(out)
+
+
+def _raw(body: str) -> ms.Script:
+    return {"raw": body, "content_type": "text/event-stream"}
+
+
+def _choice(delta: dict, finish: str | None = None) -> dict:
+    return {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+
+USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
+
+SCRIPTS: dict[str, ms.Script] = {
     "text": ms.text("Hello there friend"),
     "tool": ms.tool_calls(ms.tool_call("lookup", {"id": "C-1"}, id="c1")),
+    "parallel-tools": ms.tool_calls(ms.tool_call("lookup", {"id": "C-1", "deep": True}, id="c1", pieces=5),
+                                    ms.tool_call("search", {"q": "split across pieces"}, id="c2", pieces=4)),
+    "tool-no-args": ms.tool_calls(ms.tool_call("ping", {}, id="c1", pieces=1)),
+    "tool-bad-json-args": ms.tool_calls({"name": "lookup", "arguments": '{"id": "C-', "pieces": 2, "id": "c1"}),
+    "text-then-tool": ms.tool_calls(ms.tool_call("lookup", {"id": 1}, id="c1"), chunks=["Let me ", "check."]),
+    "tool-finish-stop": ms.tool_calls(ms.tool_call("lookup", {"id": 1}, id="c1"), finish_reason="stop"),
+    "tool-finish-length": ms.tool_calls(ms.tool_call("lookup", {"id": 1}, id="c1"), finish_reason="length"),
     "length": ms.text("a b c", finish_reason="length"),
+    "content-filter": ms.text("a b", finish_reason="content_filter"),
+    "function-call-finish": ms.text("a", finish_reason="function_call"),
+    "unknown-finish": ms.text("a b", finish_reason="something_new"),
     "usage-null": ms.text("a b", usage=None),
     "usage-on-finish": ms.text("a b", usage_on_finish=True),
+    "usage-given": ms.text("a b", usage={"prompt_tokens": 11, "completion_tokens": 7}),
+    "empty-reply": ms.text(""),
     "in-band-429": ms.in_band_error(429, after=2, chunks=["Hel", "lo"]),
     "in-band-503": ms.in_band_error(503, "overloaded", after=1),
     "in-band-context": ms.in_band_error(400, ms.CONTEXT_OVERFLOW_MESSAGE, after=1),
+    "in-band-before-first": ms.in_band_error(500, after=0),
     "disconnect": ms.mid_stream("disconnect", 3, chunks=["a", "b", "c", "d"]),
     "truncate": ms.mid_stream("truncate", 3, chunks=["a", "b", "c", "d"]),
     "malformed": ms.mid_stream("malformed", 2, chunks=["a", "b", "c"]),
     "abort-finish": ms.text("a b", finish_reason="abort"),
     "stall": ms.mid_stream("stall", 2, chunks=["a", "b", "c"], stall_seconds=3),
+    "http-429": ms.rate_limit(retry_after=2),
+    "http-context": ms.context_overflow(),
+    # Shapes the fake's scripts do not produce, sent as raw SSE bodies.
+    "no-finish-reason": _raw(_sse(_choice({"role": "assistant", "content": "a"}), _choice({"content": "b"}))),
+    "no-finish-no-done": _raw(_sse(_choice({"content": "a"}), done=False)),
+    "no-done": _raw(_sse(_choice({"content": "a"}), _choice({}, "stop"), done=False)),
+    "empty-choices-mid-stream": _raw(_sse(_choice({"content": "a"}), {"choices": []}, _choice({"content": "b"}),
+                                          _choice({}, "stop"), {"choices": [], "usage": USAGE})),
+    "choices-null": _raw(_sse(_choice({"content": "a"}), {"choices": None}, _choice({}, "stop"))),
+    "refusal": _raw(_sse(_choice({"role": "assistant", "content": None, "refusal": "I can't help with that."}),
+                         _choice({"refusal": " Sorry."}), _choice({}, "stop"), {"choices": [], "usage": USAGE})),
+    "reasoning-content": _raw(_sse(_choice({"role": "assistant", "reasoning_content": "Think "}),
+                                   _choice({"reasoning_content": "hard."}), _choice({"content": "Answer."}),
+                                   _choice({}, "stop"))),
+    "reasoning-field": _raw(_sse(_choice({"role": "assistant", "reasoning": "Think."}),
+                                 _choice({"content": "Answer."}), _choice({}, "stop"))),
+    "tool-without-id": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        _choice({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}), _choice({}, "tool_calls"))),
+    "tool-name-late": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"arguments": ""}}]}),
+        _choice({"tool_calls": [{"index": 0, "function": {"name": "late", "arguments": "{}"}}]}),
+        _choice({}, "tool_calls"))),
+    "parallel-interleaved": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\""}},
+                                {"index": 1, "id": "b", "type": "function", "function": {"name": "g", "arguments": "{"}}]}),
+        _choice({"tool_calls": [{"index": 1, "function": {"arguments": "}"}},
+                                {"index": 0, "function": {"arguments": ": 2}"}}]}),
+        _choice({}, "tool_calls"), {"choices": [], "usage": USAGE})),
+    "tools-without-index": _raw(_sse(
+        _choice({"tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                                {"id": "b", "type": "function", "function": {"name": "g", "arguments": "{\"y\": 1}"}}]}),
+        _choice({}, "tool_calls"))),
+    "finish-with-content": _raw(_sse(_choice({"content": "all at once"}, "stop"))),
+    "crlf-and-comments": _raw(": keep-alive\r\n\r\n" + _sse(_choice({"content": "a"}), ": ping",
+                                                            "\n\n", _choice({}, "stop"), sep="\r\n")),
+    "event-error": _raw(_sse(_choice({"content": "a"}),
+                             'event: error\ndata: {"error": {"message": "Rate limit reached.", "code": 429}}\n\n',
+                             done=False)),
+    "non-object-data": _raw(_sse(_choice({"content": "a"}), "data: 42\n\n", _choice({}, "stop"))),
+    "nan-in-logprobs": _raw(_sse({"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"x": float("nan")},
+                                               "finish_reason": None}]}, _choice({}, "stop"))),
 }
+PATHS = ("raw", "sdk", "wrapper")
+WRAPPER_FINISH = {"unknown-finish": "stop"}
+"""Where litellm's wrapper decides the finish reason differently: it turns a finish reason it does
+not know into "stop" (with a warning); read directly it is "other"."""
 
 
 @pytest.fixture(scope="module")
@@ -40,10 +127,17 @@ def server():
     srv.stop()
 
 
-async def _run(server, name: str, direct: bool, monkeypatch: pytest.MonkeyPatch):
-    original = llm._direct
-    monkeypatch.setattr(llm, "_direct", original if direct else (lambda response: False))
-    model = f"threadline-direct-{name}"
+async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
+    original = llm_stream.reader
+    taken: list[str] = []
+
+    def forced(response):
+        natural = original(response)
+        taken.append(natural)
+        return "wrapper" if path == "wrapper" else ("sdk" if natural == "raw" and path == "sdk" else natural)
+
+    monkeypatch.setattr(llm_stream, "reader", forced)
+    model = f"threadline-direct-{name}-{path}"
     await ms.ModelScript(server.url).aqueue(SCRIPTS[name], model=model)
     outcome, chunks, error = llm.ModelOutcome(), [], None
     try:
@@ -54,21 +148,59 @@ async def _run(server, name: str, direct: bool, monkeypatch: pytest.MonkeyPatch)
     except ModelCallError as exc:
         error = (exc.kind, exc.status_code, exc.retryable)
     finally:
-        monkeypatch.setattr(llm, "_direct", original)
-    return chunks, (outcome.text, outcome.tool_calls, outcome.finish_reason, outcome.usage), error
+        monkeypatch.setattr(llm_stream, "reader", original)
+    assert taken in ([], ["raw"]), taken  # every stream of the fake is raw-readable (none when the call failed)
+    return chunks, (outcome.text, outcome.tool_calls, outcome.finish_reason, outcome.usage,
+                    outcome.raw_finish_reason), error
 
 
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
-async def test_direct_stream_matches_the_wrapper(server, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert await _run(server, name, True, monkeypatch) == await _run(server, name, False, monkeypatch)
+async def test_every_path_gives_the_same_chunks_and_outcome(server, name: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    raw, sdk, wrapper = [await _run(server, name, path, monkeypatch) for path in PATHS]
+    assert raw == sdk
+    # the wrapper reports its own normalised raw finish reason (e.g. tool_calls for stop)
+    chunks, (text, calls, finish, usage, _), error = raw
+    w_chunks, (w_text, w_calls, w_finish, w_usage, _), w_error = wrapper
+    assert (chunks, text, calls, usage, error) == (w_chunks, w_text, w_calls, w_usage, w_error)
+    assert w_finish == WRAPPER_FINISH.get(name, finish)
 
 
-def test_a_litellm_callback_turns_the_direct_path_off(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_the_shapes_are_read_as_expected(server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spot checks that the parity above is parity of the right thing."""
+    chunks, (text, calls, finish, usage, _), error = await _run(server, "parallel-tools", "raw", monkeypatch)
+    assert error is None and text == "" and finish == "tool-calls"
+    assert [c["args"] for c in calls] == [{"id": "C-1", "deep": True}, {"q": "split across pieces"}]
+    assert sum(c["type"] == "tool-call-delta" for c in chunks) == 9
+    assert usage is not None and usage["totalTokens"] == usage["inputTokens"] + usage["outputTokens"]
+    chunks, (text, _, finish, usage, _), error = await _run(server, "reasoning-content", "raw", monkeypatch)
+    assert [c["payload"]["text"] for c in chunks if c["type"] == "reasoning-delta"] == ["Think ", "hard."]
+    assert (text, finish, usage, error) == ("Answer.", "stop", None, None)
+    _, (text, _, finish, usage, _), _ = await _run(server, "empty-choices-mid-stream", "raw", monkeypatch)
+    assert (text, finish, usage) == ("ab", "stop", {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8})
+    _, (_, calls, _, _, _), _ = await _run(server, "tool-bad-json-args", "raw", monkeypatch)
+    assert calls[0]["args"] == {"__raw": '{"id": "C-'}
+    assert (await _run(server, "content-filter", "raw", monkeypatch))[1][2] == "content-filter"
+    assert (await _run(server, "in-band-429", "raw", monkeypatch))[2] == ("rate_limit", 429, True)
+    assert (await _run(server, "no-finish-reason", "raw", monkeypatch))[2] == ("service_unavailable", 500, True)
+    _, (_, calls, finish, _, _), _ = await _run(server, "tools-without-index", "raw", monkeypatch)
+    assert [(c["toolCallId"], c["args"]) for c in calls] == [("a", {}), ("b", {"y": 1})] and finish == "tool-calls"
+
+
+def test_a_litellm_callback_turns_the_wrapper_on(monkeypatch: pytest.MonkeyPatch) -> None:
     import openai
+    from openai.types.chat import ChatCompletionChunk
+
+    stream = object.__new__(openai.AsyncStream)
+    stream._cast_to, stream._options, stream._decoder = ChatCompletionChunk, None, llm_stream._SDK_DECODER()
 
     class Response:
-        completion_stream = object.__new__(openai.AsyncStream)
+        completion_stream = stream
 
-    assert llm._direct(Response())
+    stream.response = type("R", (), {"aiter_bytes": lambda self: iter(())})()
+    assert llm_stream.reader(Response()) == "raw"
+    stream._cast_to = dict
+    assert llm_stream.reader(Response()) == "sdk"
+    stream._cast_to = ChatCompletionChunk
     monkeypatch.setattr(litellm, "success_callback", ["langfuse"])
-    assert not llm._direct(Response())
+    assert llm_stream.reader(Response()) == "wrapper"

@@ -2,21 +2,18 @@
 decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
 and maps every litellm exception to a small set of error kinds before processors see it.
 
-Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). When the
-provider stream litellm opened is an OpenAI-compatible ``openai.AsyncStream`` and no litellm
-callback is configured, its chunks are read directly (:func:`_provider_chunks`) instead of
-through litellm's ``CustomStreamWrapper``: the wrapper re-builds every chunk as its own model,
-accumulates the text, and assembles the whole response again at the end for its logging and cost
-callbacks, ~0.3 ms of CPU per chunk against ~0.08 ms for the provider stream itself (profile in
-docs/benchmarks.md). Errors on that path still go through litellm's exception mapping; a stream
-that ends without a finish reason fails as it does in the wrapper. With callbacks configured
-(``litellm.callbacks``, ``success_callback``, …) the wrapper is used, so they see every call.
+Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). How its
+stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, or litellm's
+``CustomStreamWrapper`` when litellm callbacks are configured) is in
+:mod:`threadline.runtime.llm_stream`; every path yields the same chunk dicts and fills the same
+:class:`ModelOutcome`. litellm's cost estimate for a stream it has just opened (always 0 or
+``None``, ~1 ms of CPU) is skipped when no litellm callback is configured
+(:func:`threadline.runtime.llm_stream.no_open_cost_estimate`).
 """
 
 from __future__ import annotations
 
 import os
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,16 +22,14 @@ import orjson
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-import httpx  # noqa: E402
-import litellm  # noqa: E402
-import openai  # noqa: E402
-from litellm import exceptions as lx  # noqa: E402
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type  # noqa: E402
+import litellm
+from litellm import exceptions as lx
 
 litellm.suppress_debug_info = True
 litellm.drop_params = True
 
 from threadline.errors import ModelCallError  # noqa: E402
+from threadline.runtime import llm_stream  # noqa: E402
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection")
@@ -58,7 +53,9 @@ class ModelOutcome:
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
-    out, stack, seen = [], [exc], set()
+    out: list[BaseException] = []
+    stack: list[BaseException | None] = [exc]
+    seen: set[int] = set()
     while stack:
         x = stack.pop()
         if x is None or id(x) in seen:
@@ -202,56 +199,64 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     calls: dict[int, dict[str, Any]] = {}
     direct: Any = None
     try:
-        response = await litellm.acompletion(**kwargs)
-        if _direct(response):
-            reported: dict[str, bool] = {"usage": True}  # straight from the provider: never invented
-            chunks: Any = _provider_chunks(response.completion_stream, model)
-            direct = chunks
+        with llm_stream.no_open_cost_estimate():
+            response = await litellm.acompletion(**kwargs)
+        path = llm_stream.reader(response)
+        if path == "wrapper":
+            reported = llm_stream.spy_usage(response)
+            chunks: Any = llm_stream.wrapper_chunks(response)
         else:
-            reported = _spy_usage(response)
-            chunks = response
+            reported = {"usage": True}  # straight from the provider: never invented
+            chunks = direct = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw")
         async for chunk in chunks:
-            usage = getattr(chunk, "usage", None)
+            usage = chunk.get("usage")
             if usage and reported["usage"]:  # litellm invents usage the provider never sent (C13)
                 outcome.usage = _usage(usage)
-            choices = getattr(chunk, "choices", None) or []
+            choices = chunk.get("choices")
             if not choices:
                 continue
             choice = choices[0]
-            delta = getattr(choice, "delta", None)
-            if delta is not None:
-                reasoning = getattr(delta, "reasoning_content", None)
+            delta = choice.get("delta")
+            if delta:
+                reasoning = delta.get("reasoning_content")
+                if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
+                    reasoning = delta.get("reasoning")
                 if reasoning:
                     yield {"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}}
-                content = getattr(delta, "content", None)
+                content = delta.get("content")
                 if content:
                     if not text_open:
                         text_open = True
                         yield {"type": "text-start", "payload": {"id": "t0"}}
                     outcome.text += content
                     yield {"type": "text-delta", "payload": {"id": "t0", "text": content}}
-                for tc in getattr(delta, "tool_calls", None) or []:
-                    index = getattr(tc, "index", 0) or 0
-                    fn = getattr(tc, "function", None)
+                unindexed = 0
+                for tc in delta.get("tool_calls") or ():
+                    index = tc.get("index")
+                    if index is None:  # numbered by position, as litellm numbers them
+                        index, unindexed = unindexed, unindexed + 1
+                    fn = tc.get("function") or {}
+                    name = fn.get("name")
                     entry = calls.get(index)
                     if entry is None:
-                        entry = calls[index] = {"toolCallId": getattr(tc, "id", None) or f"call_{index}",
-                                                "toolName": getattr(fn, "name", None) or "", "argsText": ""}
+                        entry = calls[index] = {"toolCallId": tc.get("id") or f"call_{index}",
+                                                "toolName": name or "", "argsText": ""}
                         yield {"type": "tool-call-input-streaming-start",
                                "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}}
-                    elif getattr(fn, "name", None) and not entry["toolName"]:
-                        entry["toolName"] = fn.name
-                    args = getattr(fn, "arguments", None)
+                    elif name and not entry["toolName"]:
+                        entry["toolName"] = name
+                    args = fn.get("arguments")
                     if args:
                         entry["argsText"] += args
                         yield {"type": "tool-call-delta",
                                "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
                                            "toolName": entry["toolName"]}}
-            if getattr(choice, "finish_reason", None):
-                outcome.raw_finish_reason = choice.finish_reason
+            finish = choice.get("finish_reason")
+            if finish:
+                outcome.raw_finish_reason = finish
     except ModelCallError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every provider failure is mapped
+    except Exception as exc:
         raise classify(exc) from exc
     finally:
         if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
@@ -272,92 +277,6 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         outcome.finish_reason = "tool-calls"
     else:
         outcome.finish_reason = _FINISH.get(raw or "", "other")
-
-
-_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
-                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
-
-
-def _direct(response: Any) -> bool:
-    """Read the provider stream directly? Only an OpenAI-compatible stream, and only when no
-    litellm callback would miss the call's success or failure."""
-    return isinstance(getattr(response, "completion_stream", None), openai.AsyncStream) and not any(
-        getattr(litellm, name, None) for name in _CALLBACK_LISTS)
-
-
-async def _provider_chunks(stream: Any, model: str) -> AsyncIterator[Any]:
-    """The provider's chunks (``ChatCompletionChunk``); a failure is raised as litellm's
-    wrapper raises it (mapped by ``exception_type``; a client error as is, anything else as
-    ``MidStreamFallbackError``), so :func:`classify` sees the same exceptions on both paths.
-    A stream that ends without a finish reason fails as in the wrapper."""
-    provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
-    finished, sent = False, False
-    try:
-        async for chunk in stream:
-            for choice in chunk.choices or ():
-                if choice.finish_reason:
-                    if choice.finish_reason == "abort":
-                        raise lx.InternalServerError(message="Upstream generation aborted (finish_reason=abort)",
-                                                     model=name, llm_provider=provider)
-                    finished = True
-            sent = True
-            yield chunk
-        if not finished:
-            raise httpx.RemoteProtocolError("Stream ended before a finish_reason was received",
-                                            request=httpx.Request("POST", "https://provider.invalid"))
-    except (GeneratorExit, asyncio.CancelledError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - mapped like litellm maps a failing stream
-        raise _stream_failure(exc, name, provider, sent) from exc
-    finally:
-        await stream.close()
-
-
-def _stream_failure(exc: Exception, model: str, provider: str, sent: bool) -> Exception:
-    if isinstance(exc, lx.MidStreamFallbackError):
-        mapped: Exception = exc
-    else:
-        try:
-            mapped = exception_type(model=model, original_exception=exc, custom_llm_provider=provider)
-        except Exception as raised:  # noqa: BLE001 - exception_type raises the mapped exception
-            mapped = raised
-    if isinstance(mapped, lx.MidStreamFallbackError):
-        return mapped
-    status = _status_of(mapped) or _status_of(exc)
-    timeout = isinstance(exc, httpx.TimeoutException)
-    if not timeout and status is not None and 400 <= status < 500 and status != 429:
-        return mapped
-    return lx.MidStreamFallbackError(message=str(mapped), model=model, llm_provider=provider,
-                                     original_exception=mapped, is_pre_first_chunk=not sent)
-
-
-def _status_of(exc: BaseException) -> int | None:
-    for candidate in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)):
-        try:
-            if candidate is not None:
-                return int(candidate)
-        except (TypeError, ValueError):
-            continue
-    return None
-
-
-def _spy_usage(response: Any) -> dict[str, bool]:
-    """Watch the provider's raw stream for a usage report, so a usage that litellm computed
-    itself is not mistaken for one the provider reported."""
-    seen = {"usage": False}
-    raw = getattr(response, "completion_stream", None)
-    if raw is None:
-        seen["usage"] = True  # not a wrapper we can watch: trust what litellm hands over
-        return seen
-
-    async def spy() -> Any:
-        async for chunk in raw:
-            if getattr(chunk, "usage", None) or (isinstance(chunk, dict) and chunk.get("usage")):
-                seen["usage"] = True
-            yield chunk
-
-    response.completion_stream = spy()
-    return seen
 
 
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}

@@ -1,0 +1,349 @@
+"""How :func:`threadline.runtime.llm.stream_model` reads the stream ``litellm.acompletion``
+returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": …,
+"finish_reason": …}], "usage": …}``), by the cheapest of three paths that is safe for it.
+
+1. **raw** — the provider stream litellm opened is an OpenAI-compatible ``openai.AsyncStream``
+   of ``ChatCompletionChunk`` in the SDK's default SSE mode, and no litellm callback is set: the
+   SSE bytes of its HTTP response are decoded here and every ``data:`` event parsed with orjson
+   (:func:`sse_json`). The openai SDK would build a ``ChatCompletionChunk`` model per chunk, ~100
+   µs of CPU each against ~2 µs for this (docs/benchmarks.md, "The model call").
+2. **sdk** — the same stream, but read through the SDK (an ``AsyncStream`` of another chunk type
+   or mode, or a client with its own decoder): its chunk objects turned into the same dicts.
+3. **wrapper** — litellm's ``CustomStreamWrapper`` (litellm callbacks are configured, or the
+   provider stream is not an ``openai.AsyncStream``), so callbacks see every call.
+
+On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
+``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
+``llm.classify`` sees the same exceptions on every path; a stream that ends without a finish
+reason fails as in the wrapper. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
+Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
+
+Also here: :func:`no_open_cost_estimate`, which skips litellm's cost estimate of a stream it has
+just opened when no litellm callback needs it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import importlib
+import json
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import anyio
+import httpx
+import litellm
+import openai
+import orjson
+from litellm import exceptions as lx
+from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+from openai.types.chat import ChatCompletionChunk
+from pydantic import BaseModel
+
+# What the SDK maps to APITimeoutError / APIConnectionError while reading a stream's body: httpx's
+# errors, and those of httpx2 (the transport of openai 3.x) when it is installed.
+_TIMEOUTS: tuple[type[BaseException], ...] = (httpx.TimeoutException,)
+_REQUEST_ERRORS: tuple[type[BaseException], ...] = (httpx.RequestError, ssl.SSLError, anyio.EndOfStream)
+try:
+    import httpx2
+
+    _TIMEOUTS += (httpx2.TimeoutException,)
+    _REQUEST_ERRORS += (httpx2.RequestError,)
+except ImportError:  # pragma: no cover - depends on the installed openai
+    pass
+_SDK_DECODER: Any = getattr(importlib.import_module("openai._streaming"), "SSEDecoder", None)
+"""The SDK's default SSE decoder: a stream the client gave another decoder is read through the SDK."""
+_DRAIN_S = 0.1
+"""After ``[DONE]`` the rest of an HTTP/1.1 body is read for this long, so the connection can be
+reused (as the SDK does)."""
+
+_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
+                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
+
+
+def callbacks_configured() -> bool:
+    """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
+    litellm's wrapper, which reports the call's success or failure to them."""
+    return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+_SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
+
+
+@contextlib.contextmanager
+def no_open_cost_estimate() -> Iterator[None]:
+    """Around ``litellm.acompletion(stream=True)``: unless a litellm callback is configured, skip
+    the cost litellm computes for the stream it returns as soon as it opens.
+
+    litellm prices the just-opened ``CustomStreamWrapper`` for its ``_hidden_params`` (proxy
+    response headers); the wrapper holds no usage yet, so the figure is ``0.0`` (a model in
+    litellm's price map) or ``None``, and computing it costs ~1 ms of CPU per call (model-info
+    and pricing lookups; docs/benchmarks.md, "The model call"). Skipped, the wrapper's
+    ``response_cost`` is ``None``, as litellm leaves it for a bare provider stream. The cost of the
+    finished call, which callbacks receive, is computed elsewhere and not touched: with a
+    callback configured nothing is skipped at all. Only calls inside this context are affected
+    (a context variable), not other litellm calls of the process.
+    """
+    token = _SKIP_OPEN_COST.set(not callbacks_configured())
+    try:
+        yield
+    finally:
+        _SKIP_OPEN_COST.reset(token)
+
+
+def _install_open_cost_bypass() -> bool:
+    """Wrap litellm's ``Logging.response_cost_calculator`` so it answers ``None`` for a
+    ``CustomStreamWrapper`` inside :func:`no_open_cost_estimate`. Returns whether it is installed
+    (False, and nothing changed, if this litellm has no such method)."""
+    try:
+        from litellm.litellm_core_utils.litellm_logging import Logging
+        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
+    except ImportError:  # pragma: no cover - depends on the installed litellm
+        return False
+    original = getattr(Logging, "response_cost_calculator", None)
+    if original is None or getattr(original, "threadline_bypass", False):
+        return original is not None
+
+    @functools.wraps(original)
+    def response_cost_calculator(self: Any, result: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if _SKIP_OPEN_COST.get() and isinstance(result, CustomStreamWrapper):
+            return None
+        return original(self, result, *args, **kwargs)
+
+    response_cost_calculator.threadline_bypass = True  # type: ignore[attr-defined]  # marks the wrapper, once
+    Logging.response_cost_calculator = response_cost_calculator  # type: ignore[method-assign]  # the bypass itself
+    return True
+
+
+OPEN_COST_BYPASS = _install_open_cost_bypass()
+
+
+def reader(response: Any) -> str:
+    """Which path reads ``response`` (what ``litellm.acompletion(stream=True)`` returned):
+    ``"raw"``, ``"sdk"`` or ``"wrapper"`` (module docstring)."""
+    stream = getattr(response, "completion_stream", None)
+    if not isinstance(stream, openai.AsyncStream) or callbacks_configured():
+        return "wrapper"
+    options = getattr(stream, "_options", None)
+    default_mode = options is None or (getattr(options, "stream_mode", "legacy") == "legacy"
+                                       and not getattr(options, "synthesize_event_and_data", False))
+    if (_SDK_DECODER is not None and type(getattr(stream, "_decoder", None)) is _SDK_DECODER and default_mode
+            and getattr(stream, "_cast_to", None) is ChatCompletionChunk
+            and callable(getattr(getattr(stream, "response", None), "aiter_bytes", None))):
+        return "raw"
+    return "sdk"
+
+
+async def sse_json(response: Any) -> AsyncIterator[Any]:
+    """The JSON of every server-sent event of ``response`` (an httpx-style response whose
+    ``aiter_bytes()`` yields the body) up to ``data: [DONE]``.
+
+    Decodes as the openai SDK does: CR, LF or CRLF line ends; ``data:`` lines of one event joined
+    with ``\\n``; comments and unknown fields ignored; an event is dispatched at a blank line when
+    it has data, an event name, an id (sticky, as in the SDK) or a retry; an unterminated last
+    event is dropped.
+
+    Raises:
+        openai.APIError: an in-band error event (``{"error": {…}}``), with ``body`` the error.
+        openai.APITimeoutError / openai.APIConnectionError: the body could not be read.
+        json.JSONDecodeError: an event's data is not JSON (an empty data included).
+    """
+    chunks = response.aiter_bytes()
+    pending, skip_lf, done = b"", False, False
+    data: list[bytes] = []
+    event, has_id, retry = b"", False, False
+    try:
+        async for block in chunks:
+            if not block:
+                continue
+            if skip_lf:  # the previous block ended in CR: a leading LF completes that CRLF
+                skip_lf = False
+                if block[0] == 10:
+                    block = block[1:]
+            if pending:
+                block = pending + block
+            if b"\r" in block:
+                skip_lf = block[-1] == 13
+                block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+            lines = block.split(b"\n")
+            pending = lines.pop()
+            for line in lines:
+                if line:
+                    if line.startswith(b"data:"):
+                        value = line[5:]
+                        data.append(value[1:] if value.startswith(b" ") else value)
+                    elif line[0] != 58:  # not a ":" comment
+                        name, _, value = line.partition(b":")
+                        value = value[1:] if value.startswith(b" ") else value
+                        if name == b"data":  # a bare "data" line: an empty data line
+                            data.append(value)
+                        elif name == b"event":
+                            event = value
+                        elif name == b"id":
+                            has_id = has_id or b"\0" not in value
+                        elif name == b"retry":
+                            retry = _is_int(value)
+                    continue
+                if not data and not event and not has_id and not retry:
+                    continue
+                payload = data[0] if len(data) == 1 else b"\n".join(data)
+                thread_event = event.decode() if event.startswith(b"thread.") else None
+                data, event, retry = [], b"", False
+                if payload.startswith(b"[DONE]"):
+                    done = True
+                    break
+                obj = _loads(payload)
+                if thread_event:  # an Assistants event: no chat chunk (no choices), as the SDK yields it
+                    yield {"data": obj, "event": thread_event}
+                    continue
+                if isinstance(obj, dict) and obj.get("error"):
+                    error = obj["error"]
+                    message = error.get("message") if isinstance(error, dict) else None
+                    raise openai.APIError(message if message and isinstance(message, str)
+                                          else "An error occurred during streaming",
+                                          response.request, body=error)
+                yield obj
+            if done:
+                break
+        if done and getattr(response, "http_version", None) == "HTTP/1.1":
+            try:
+                async with asyncio.timeout(_DRAIN_S):
+                    async for _ in chunks:
+                        pass
+            except (TimeoutError, *_REQUEST_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+                pass
+    except _TIMEOUTS as exc:
+        raise openai.APITimeoutError(request=response.request) from exc
+    except _REQUEST_ERRORS as exc:
+        raise openai.APIConnectionError(request=response.request) from exc
+
+
+def _loads(payload: bytes) -> Any:
+    try:
+        return orjson.loads(payload)
+    except orjson.JSONDecodeError:  # what orjson rejects and json takes (NaN, integers over 64 bits)
+        return json.loads(payload)
+
+
+def _is_int(value: bytes) -> bool:
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return True
+
+
+async def provider_chunks(stream: Any, model: str, *, raw: bool) -> AsyncIterator[dict[str, Any]]:
+    """The chunk dicts of the provider stream ``stream`` (an ``openai.AsyncStream``): decoded
+    here when ``raw``, else built by the SDK and converted. A failure is raised as litellm's
+    wrapper raises it; ``finish_reason: abort`` fails as in the wrapper; so does a stream that
+    ends without a finish reason. The stream is closed when this generator ends."""
+    provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
+    finished, sent = False, False
+    source: AsyncIterator[Any] = sse_json(stream.response) if raw else _sdk_dicts(stream)
+    try:
+        async for chunk in source:
+            if not isinstance(chunk, dict):  # JSON that is not an object: fails as in litellm's wrapper
+                raise TypeError(f"stream chunk is not a JSON object: {type(chunk).__name__}")
+            for choice in chunk.get("choices") or ():
+                reason = choice.get("finish_reason")
+                if reason:
+                    if reason == "abort":
+                        raise lx.InternalServerError(message="Upstream generation aborted (finish_reason=abort)",
+                                                     model=name, llm_provider=provider)
+                    finished = True
+            sent = True
+            yield chunk
+        if not finished:
+            raise httpx.RemoteProtocolError("Stream ended before a finish_reason was received",
+                                            request=httpx.Request("POST", "https://provider.invalid"))
+    except (GeneratorExit, asyncio.CancelledError):
+        raise
+    except Exception as exc:
+        raise _stream_failure(exc, name, provider, sent) from exc
+    finally:
+        await source.aclose()  # type: ignore[attr-defined]  # both sources are async generators
+        await stream.close()
+
+
+async def _sdk_dicts(stream: Any) -> AsyncIterator[dict[str, Any]]:
+    async for chunk in stream:
+        yield as_dict(chunk) if isinstance(chunk, BaseModel) else chunk
+
+
+async def wrapper_chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
+    """litellm's ``CustomStreamWrapper`` chunks as dicts."""
+    async for chunk in response:
+        yield as_dict(chunk)
+
+
+def as_dict(chunk: Any) -> dict[str, Any]:
+    """A chunk object (the SDK's ``ChatCompletionChunk`` or litellm's ``ModelResponseStream``)
+    as the dict of the fields ``stream_model`` reads; ``usage`` stays the object it was."""
+    choices = []
+    for choice in getattr(chunk, "choices", None) or ():
+        delta = getattr(choice, "delta", None)
+        fields = None
+        if delta is not None:
+            calls = []
+            for tc in getattr(delta, "tool_calls", None) or ():
+                fn = getattr(tc, "function", None)
+                calls.append({"index": getattr(tc, "index", None), "id": getattr(tc, "id", None),
+                              "function": {"name": getattr(fn, "name", None),
+                                           "arguments": getattr(fn, "arguments", None)}})
+            fields = {"reasoning_content": getattr(delta, "reasoning_content", None),
+                      "reasoning": getattr(delta, "reasoning", None),
+                      "content": getattr(delta, "content", None), "tool_calls": calls}
+        choices.append({"delta": fields, "finish_reason": getattr(choice, "finish_reason", None)})
+    return {"usage": getattr(chunk, "usage", None), "choices": choices}
+
+
+def spy_usage(response: Any) -> dict[str, bool]:
+    """Watch the provider's raw stream under litellm's wrapper for a usage report, so a usage
+    that litellm computed itself is not mistaken for one the provider reported."""
+    seen = {"usage": False}
+    raw = getattr(response, "completion_stream", None)
+    if raw is None:
+        seen["usage"] = True  # not a wrapper we can watch: trust what litellm hands over
+        return seen
+
+    async def spy() -> Any:
+        async for chunk in raw:
+            if getattr(chunk, "usage", None) or (isinstance(chunk, dict) and chunk.get("usage")):
+                seen["usage"] = True
+            yield chunk
+
+    response.completion_stream = spy()
+    return seen
+
+
+def _stream_failure(exc: Exception, model: str, provider: str, sent: bool) -> Exception:
+    if isinstance(exc, lx.MidStreamFallbackError):
+        mapped: Exception = exc
+    else:
+        try:
+            mapped = exception_type(model=model, original_exception=exc, custom_llm_provider=provider)
+        except Exception as raised:  # noqa: BLE001 - exception_type raises the mapped exception
+            mapped = raised
+    if isinstance(mapped, lx.MidStreamFallbackError):
+        return mapped
+    status = _status_of(mapped) or _status_of(exc)
+    timeout = isinstance(exc, httpx.TimeoutException)
+    if not timeout and status is not None and 400 <= status < 500 and status != 429:
+        return mapped
+    return lx.MidStreamFallbackError(message=str(mapped), model=model, llm_provider=provider,
+                                     original_exception=mapped, is_pre_first_chunk=not sent)
+
+
+def _status_of(exc: BaseException) -> int | None:
+    for candidate in (getattr(exc, "status_code", None), getattr(getattr(exc, "response", None), "status_code", None)):
+        try:
+            if candidate is not None:
+                return int(candidate)
+        except (TypeError, ValueError):
+            continue
+    return None
