@@ -5,7 +5,7 @@ the idle thread goes (high notifications in full, low digests to subscribers onl
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
 Its clock (what is due) is PostgreSQL's ``now()``; ``THREADLINE_SCHEDULER_TEST_CLOCK=1`` (tests
-only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.inbox.clock`.
+only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.store.clock`.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
-from threadline.inbox.clock import SchedulerClock
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
+from threadline.store.clock import SchedulerClock
 from threadline.store.inbox import dispatch_due, redecide_held
 from threadline.store.listen import Listener
 
@@ -87,8 +87,8 @@ class NotificationScheduler(Service):
         if thread_id is not None and resource_id is not None:
             threads.add((resource_id, thread_id))
         for res, tid in threads:
-            await self.admin.ensure_one(self.topics.chunks(res, tid),
-                                        config={"retention.ms": str(self.settings.chunk_retention_ms)})
+            await self.admin.ensure_chunk_topic(self.topics.chunks(res, tid),
+                                                retention_ms=self.settings.chunk_retention_ms)
         await self.outbox.flush(ids)
         if ids:
             log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)

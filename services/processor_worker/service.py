@@ -10,10 +10,10 @@ from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.kafka.consumer import Record
 from threadline.runtime.registry import load_agents, load_catalogue
-from threadline.runtime.step import StepExecutor
 from threadline.service import Service
 from threadline.store.listen import Listener
 from threadline.store.orchestration import ABORT_CHANNEL
+from threadline.worker import StepExecutor
 
 
 class ProcessorWorker(Service):

@@ -63,7 +63,7 @@ class Settings(BaseSettings):
     """How often the notification-scheduler looks for due inbox records."""
     scheduler_test_clock: bool = False
     """Tests only: the notification-scheduler's "now" gets the offset stored in the table
-    ``inbox_test_clock`` (see ``threadline.inbox.clock``). Never set in a deployment."""
+    ``inbox_test_clock`` (see ``threadline.store.clock``). Never set in a deployment."""
     instance_id: str = "local"
     """Name of this service instance (logs, lease holder names)."""
     lease_ttl_s: float = 30.0

@@ -21,10 +21,10 @@ from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded
 from threadline.kafka.producer import Producer
 from threadline.logging import configure, get_logger
+from threadline.payloads import PayloadStore
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
-from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics
 
 log = get_logger(__name__)

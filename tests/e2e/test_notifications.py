@@ -18,8 +18,8 @@ import pytest
 from tests.e2e.helpers import collect_run, rows, wait_idle
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
-from threadline.inbox.clock import set_offset
 from threadline.inbox.policy import retry_delay_s
+from threadline.store.clock import set_offset
 
 SLOW = [f"w{i} " for i in range(14)]  # a run that streams for ~2 s: the thread is active meanwhile
 
@@ -63,7 +63,7 @@ async def _busy(tl, sub, thread, agent="notes", text="work"):
 @pytest.fixture(scope="session")
 def clock_scheduler(services):
     """The notification-scheduler(s) of this session read the test clock (THREADLINE_SCHEDULER_TEST_CLOCK,
-    see threadline.inbox.clock); every later start of a service keeps the setting."""
+    see threadline.store.clock); every later start of a service keeps the setting."""
     if services.env.get("THREADLINE_SCHEDULER_TEST_CLOCK") != "1":
         services.env["THREADLINE_SCHEDULER_TEST_CLOCK"] = "1"
         services.stop("notification_scheduler-1")

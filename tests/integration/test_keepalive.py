@@ -8,8 +8,8 @@ import contextlib
 import uuid
 from types import SimpleNamespace
 
-from threadline.runtime.keepalive import KeepAlive
 from threadline.store.db import Database
+from threadline.worker.keepalive import KeepAlive
 
 OWNER = "worker-a:1:x"
 

@@ -8,8 +8,8 @@ from typing import Any
 import orjson
 import pytest
 
-from threadline.runtime import chunk_writer
-from threadline.runtime.chunk_writer import ChunkWriter
+from threadline.kafka import chunk_writer
+from threadline.kafka.chunk_writer import ChunkWriter
 
 
 class FakeProducer:

@@ -34,7 +34,7 @@ from threadline.events import (
 from threadline.events.base import Event
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.store.payloads import PayloadStore
+from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
 
@@ -274,7 +274,7 @@ class ThreadlineClient:
             hide_signals: hide the signal echo chunks (all, or of the listed signal types).
         """
         topic = self.topics.chunks(resource_id, thread_id)
-        await self._admin.ensure_one(topic, config={"retention.ms": str(self.settings.chunk_retention_ms)})
+        await self._admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms)
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
                                  from_offset=from_offset,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),

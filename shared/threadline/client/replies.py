@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from threadline.events.codec import decode
 from threadline.events.replies import REPLY_ADAPTER
+from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
-from threadline.store.payloads import PayloadStore, resolve
 
 log = get_logger(__name__)
 
@@ -20,7 +20,7 @@ log = get_logger(__name__)
 class ReplyListener:
     """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
 
-    def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadStore | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadRefs | None = None) -> None:
         self._payloads = payloads
         self._bootstrap = bootstrap
         self._topic = topic

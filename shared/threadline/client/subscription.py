@@ -11,8 +11,8 @@ import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from threadline.errors import InvalidEventError
+from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
-from threadline.store.payloads import PayloadStore, resolve
 
 log = get_logger(__name__)
 
@@ -33,7 +33,7 @@ class ThreadSubscription:
                  from_offset: int | None = None,
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
-                 payloads: PayloadStore | None = None) -> None:
+                 payloads: PayloadRefs | None = None) -> None:
         self._on_abort = on_abort
         self._payloads = payloads
         self._hide = hide_signals

@@ -33,3 +33,112 @@ class Chunk(BaseModel):
     data: Any = None
     """Body of ``data-*`` chunks."""
     transient: bool | None = None
+
+
+# --- builders: the chunk bodies every producer writes (the envelope fields come from ``envelope``)
+
+FROM_AGENT = "AGENT"
+"""The ``from`` field of every chunk a run writes."""
+CHUNK_HEADERS: list[tuple[str, bytes]] = [("tl-type", b"chunk")]
+"""Kafka headers of every chunk record."""
+
+
+def envelope(body: dict[str, Any], *, run_id: str, step: int, attempt: int, seq: int) -> dict[str, Any]:
+    """Stamp ``body`` in place with the addressing fields (``runId``, ``step``, ``attempt``,
+    ``seq``); returns it."""
+    body["runId"] = run_id
+    body["step"] = step
+    body["attempt"] = attempt
+    body["seq"] = seq
+    return body
+
+
+def agent_chunk(kind: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``{type: kind, from: "AGENT", payload}`` (``payload`` defaults to ``{}``)."""
+    return {"type": kind, "from": FROM_AGENT, "payload": {} if payload is None else payload}
+
+
+def start_chunk(agent_id: str, message_id: str) -> dict[str, Any]:
+    """A run's first chunk."""
+    return agent_chunk("start", {"id": agent_id, "messageId": message_id})
+
+
+def step_start_chunk(message_id: str, *, started_at_ms: int | None) -> dict[str, Any]:
+    """A step's first chunk; ``started_at_ms`` is absent on a replayed (cached) response."""
+    payload: dict[str, Any] = {"messageId": message_id}
+    if started_at_ms is not None:
+        payload["startedAt"] = started_at_ms
+    return agent_chunk("step-start", payload)
+
+
+def step_finish_chunk(message_id: str, *, reason: str | None, is_continued: bool, text: str | None,
+                      usage: dict[str, Any] | None, has_text: bool = True) -> dict[str, Any]:
+    """A step's last chunk: ``stepResult {reason, isContinued}`` and ``output {text?, usage}``
+    (``has_text=False`` leaves ``output.text`` out, as on a failed step)."""
+    output: dict[str, Any] = {"text": text, "usage": usage} if has_text else {"usage": usage}
+    return agent_chunk("step-finish", {"messageId": message_id,
+                                       "stepResult": {"reason": reason, "isContinued": is_continued},
+                                       "output": output})
+
+
+def finish_chunk(reason: str, *, finish_reason: str, usage: dict[str, Any] | None = None,
+                 with_output: bool = True, tripwire: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A run's last chunk: ``stepResult.reason``, ``finishReason``, ``output.usage`` (left out
+    when ``with_output`` is False) and the ``tripwire`` that ended it, if any."""
+    payload: dict[str, Any] = {"stepResult": {"reason": reason}, "finishReason": finish_reason}
+    if with_output:
+        payload["output"] = {"usage": usage}
+    if tripwire is not None:
+        payload["tripwire"] = tripwire
+    return agent_chunk("finish", payload)
+
+
+def error_chunk(error: dict[str, Any]) -> dict[str, Any]:
+    """The error that ends a run (``{kind, message, ...}``)."""
+    return agent_chunk("error", {"error": error})
+
+
+def tripwire_chunk(tripwire: dict[str, Any]) -> dict[str, Any]:
+    """A processor blocked the run."""
+    return agent_chunk("tripwire", tripwire)
+
+
+def attempt_discarded_chunk(step: int, attempt: int, reason: str) -> dict[str, Any]:
+    """Subscribers drop the chunks of ``attempt`` of ``step`` (it died or was retried)."""
+    return agent_chunk("attempt-discarded", {"step": step, "attempt": attempt, "reason": reason})
+
+
+def tool_result_chunk(call_id: str, tool_name: str, args: Any, result: Any) -> dict[str, Any]:
+    """A tool's (final) result."""
+    return agent_chunk("tool-result", {"toolCallId": call_id, "toolName": tool_name, "args": args,
+                                       "result": result})
+
+
+def tool_error_chunk(call_id: str, tool_name: str, args: Any, error: str) -> dict[str, Any]:
+    """A tool's error."""
+    return agent_chunk("tool-error", {"toolCallId": call_id, "toolName": tool_name, "args": args,
+                                      "error": error})
+
+
+def echo_chunk(signal: dict[str, Any]) -> dict[str, Any]:
+    """The stream echo of a delivered signal: ``data-user-message`` for user signals, else
+    ``data-signal``; ``data`` holds its non-empty fields, always ``contents``."""
+    kind = "data-user-message" if signal["type"] == "user" else "data-signal"
+    data = {k: signal[k] for k in ("id", "type", "tagName", "contents", "createdAt", "attributes",
+                                   "metadata") if k in signal and signal[k] not in (None, {}, [])}
+    data.setdefault("contents", signal.get("contents", ""))
+    return {"type": kind, "data": data, "transient": True}
+
+
+def abort_chunks() -> list[dict[str, Any]]:
+    """``abort`` then ``finish {stepResult.reason: "abort"}``: how an aborted run ends."""
+    return [agent_chunk("abort"), finish_chunk("abort", finish_reason="abort", with_output=False)]
+
+
+def synthetic_run_chunks(signal: dict[str, Any], *, agent_id: str, run_id: str) -> list[dict[str, Any]]:
+    """``start``, the signal's echo and ``finish``, stamped, of a run that made no model call
+    (an idle thread's ``persist``): what subscribers see of it."""
+    chunks = [start_chunk(agent_id, signal["id"]), {"from": FROM_AGENT, **echo_chunk(signal)},
+              finish_chunk("stop", finish_reason="stop",
+                           usage={"inputTokens": 0, "outputTokens": 0, "totalTokens": 0})]
+    return [envelope(c, run_id=run_id, step=0, attempt=1, seq=i) for i, c in enumerate(chunks)]

@@ -64,6 +64,11 @@ class TopicAdmin:
         # the broker needs a moment before a brand-new topic has a leader
         await self._wait_leader(topic)
 
+    async def ensure_chunk_topic(self, topic: str, *, retention_ms: int) -> None:
+        """Create a per-thread chunk topic (one partition, ``retention.ms`` = ``retention_ms``,
+        ``Settings.chunk_retention_ms``) unless it exists."""
+        await self.ensure_one(topic, config={"retention.ms": str(retention_ms)})
+
     async def exists(self, topic: str) -> bool:
         """Whether the broker has ``topic`` (positive answers are cached; topics are never deleted
         under a running service). Used to refuse a ``reply_to`` naming a topic that does not

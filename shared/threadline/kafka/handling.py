@@ -12,28 +12,20 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from aiokafka.errors import KafkaError
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import header
 from threadline.events.dead_letters import DeadLetter
 from threadline.kafka.consumer import Handler, Record
+from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
-from threadline.store.db import TRANSIENT_PG
-from threadline.store.payloads import PayloadStore, resolve
+from threadline.transient import TRANSIENT, is_transient
+
+__all__ = ["TRANSIENT", "DeadLetters", "guarded", "is_transient"]
 
 log = get_logger(__name__)
-
-TRANSIENT = (OSError, asyncio.TimeoutError, KafkaError, *TRANSIENT_PG)
-"""Faults worth retrying: connections (Kafka's and Postgres's, including a terminated backend and
-a server restarting), timeouts (a pool wait), serialisation conflicts."""
-
-
-def is_transient(exc: BaseException) -> bool:
-    """True for faults that a retry can cure."""
-    return isinstance(exc, TRANSIENT)
 
 
 class DeadLetters:
@@ -72,7 +64,7 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            payloads: PayloadStore | None = None, attempts: int = 6, max_wait_s: float = 5.0,
+            payloads: PayloadRefs | None = None, attempts: int = 6, max_wait_s: float = 5.0,
             retry_for_s: float | None = None) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 
@@ -100,13 +92,13 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
             if on_invalid is not None:
                 try:
                     await on_invalid(resolved, exc)
-                except Exception:  # noqa: BLE001 - the dead letter below still records it
+                except Exception:
                     log.exception("error reply failed")
             await dead_letters.write(record, code=exc.code, reason=str(exc),
                                      request_id=_request_id(record))
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # noqa: BLE001 - dead-letter and go on
+        except Exception as exc:
             log.exception("handling failed; dead-lettering")
             await dead_letters.write(record, code="handler_failed", reason=f"{type(exc).__name__}: {exc}",
                                      request_id=_request_id(record))

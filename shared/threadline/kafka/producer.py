@@ -1,7 +1,7 @@
 """The process-wide Kafka producer (aiokafka), idempotent, batching with ``linger_ms``.
 
 A record body over ``max_record_bytes`` is handed to ``spill`` (the payload store,
-:mod:`threadline.store.payloads`) and replaced by a reference (issue 6 item 8); without a
+:mod:`threadline.kafka.payloads`) and replaced by a reference; without a
 ``spill`` such a record is refused with :class:`RecordTooLargeError`, never dropped.
 """
 
@@ -16,7 +16,7 @@ from aiokafka import AIOKafkaProducer
 from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.events.base import Event
 from threadline.events.codec import Headers, encode
-from threadline.store.payloads import reference, with_ref_header
+from threadline.kafka.payloads import reference, with_ref_header
 
 
 class RecordTooLargeError(ThreadlineError, ValueError):

@@ -8,18 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from threadline.errors import ConfigurationError
+from threadline.orchestration.options import normalize_options
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.tools import Tool, ToolHooks
-
-_OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processor_retries",
-                   "toolChoice": "tool_choice", "modelSettings": "model_settings",
-                   "providerOptions": "provider_options", "activeTools": "active_tools",
-                   "requestContext": "request_context"}
-
-
-def normalize_options(options: dict[str, Any] | None) -> dict[str, Any]:
-    """Execution options with Mastra's camelCase names mapped to Python names."""
-    return {_OPTION_ALIASES.get(k, k): v for k, v in (options or {}).items()}
 
 
 def normalize_instructions(instructions: Any) -> list[dict[str, Any]]:

@@ -10,38 +10,17 @@ result?}}``, ``data-<name> {data}``, ``error``.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ConfigurationError
+from threadline.events.messages import make_message, now_iso
+from threadline.events.signals import render_for_model
 from threadline.ids import new_id
 
 Source = Literal["memory", "input", "response", "context"]
-
-
-def now_iso() -> str:
-    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
-
-
-def make_message(role: str, parts: list[dict[str, Any]], *, id: str | None = None,
-                 thread_id: str | None = None, resource_id: str | None = None,
-                 metadata: dict[str, Any] | None = None, type: str | None = None) -> AttrDict:
-    """Build a ``MastraDBMessage`` (format 2)."""
-    content: dict[str, Any] = {"format": 2, "parts": parts}
-    if metadata:
-        content["metadata"] = metadata
-    msg: dict[str, Any] = {"id": id or new_id("msg"), "role": role, "createdAt": now_iso(),
-                           "content": content}
-    if thread_id is not None:
-        msg["threadId"] = thread_id
-    if resource_id is not None:
-        msg["resourceId"] = resource_id
-    if type is not None:
-        msg["type"] = type
-    return wrap(msg)
 
 
 def text_of(message: dict[str, Any]) -> str:
@@ -249,8 +228,6 @@ def to_core(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Signal messages (role ``signal``) become user messages rendered as XML (seed 004).
     """
-    from threadline.runtime.signals import render_for_model  # local: signals imports messages
-
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]

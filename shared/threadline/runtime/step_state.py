@@ -3,21 +3,18 @@
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
-
-import asyncpg
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
-from threadline.runtime.chunk_writer import ChunkWriter
 from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.messages import MessageList, make_message
+from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
-from threadline.store.steps import hand_back
 
 log = get_logger(__name__)
 
@@ -38,16 +35,26 @@ class StepState:
     """Mutable state of one step execution: the run row, its message list, processors, the
     response message being built, steps so far, usage totals."""
 
-    run: asyncpg.Record
+    run: StepRun
+    """The run whose step executes."""
     agent: Agent
-    writer: ChunkWriter
+    """The run's agent."""
+    writer: ChunkSink
+    """Where the step's chunks go."""
     ml: MessageList
+    """The run's message list (replaced on a processor retry)."""
     runner: ProcessorRunner
+    """The processors of the run."""
     response_id: str
+    """The assistant message the step appends to."""
     steps: list[dict[str, Any]]
-    state: dict[str, Any]
+    """Summaries of the run's finished steps (``RunState.steps``)."""
+    state: RunState
+    """The run's working state."""
     usage_total: dict[str, Any] = field(default_factory=dict)
+    """Usage summed over the run (``RunState.usage``)."""
     echoes: list[dict[str, Any]] = field(default_factory=list)
+    """Echo chunks of the drained signals (emitted once the input processors passed)."""
     recorded: dict[str, Any] | None = None
     """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
 
@@ -74,8 +81,8 @@ class StepState:
     def response_message(self) -> AttrDict:
         msg = self.ml.get_by_id(self.response_id)
         if msg is None:
-            msg = make_message("assistant", [], id=self.response_id, thread_id=self.run["thread_id"],
-                               resource_id=self.run["resource_id"])
+            msg = make_message("assistant", [], id=self.response_id, thread_id=self.run.thread_id,
+                               resource_id=self.run.resource_id)
             self.ml.add(msg, "response")
             msg = self.ml.get_by_id(self.response_id)
         assert msg is not None
@@ -105,7 +112,7 @@ def error_view(exc: ModelCallError) -> AttrDict:
                  "retry_after_s": exc.retry_after_s, "retryable": exc.retryable})
 
 
-async def replay(cached: Any, outcome: ModelOutcome) -> Any:
+async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
     """Replay a cached response ``{chunks: [...]}`` as if it streamed (DECISIONS 7)."""
     chunks = cached.get("chunks") if isinstance(cached, dict) else cached
     for chunk in chunks or []:
@@ -119,14 +126,3 @@ async def replay(cached: Any, outcome: ModelOutcome) -> Any:
             continue
         yield chunk
     outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
-
-
-async def hand_back_step(db: Any, run: asyncpg.Record, owner: str) -> None:
-    """Shutdown mid-step: clear the heartbeat so the next owner re-executes at once."""
-    try:
-        async with asyncio.timeout(2):
-            async with db.connection() as conn:
-                await hand_back(conn, run["run_id"], owner)
-        log.info("step handed back", run_id=run["run_id"])
-    except Exception:  # noqa: BLE001 - the heartbeat then goes stale instead
-        log.warning("could not hand the step back", run_id=run["run_id"])

@@ -19,22 +19,10 @@ import orjson
 
 from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.logging import get_logger
+from threadline.transient import TRANSIENT_PG, is_transient_pg
 
 log = get_logger(__name__)
-
-TRANSIENT_PG = (asyncpg.PostgresConnectionError, asyncpg.InterfaceError, asyncpg.TooManyConnectionsError,
-                asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
-                asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.SerializationError,
-                asyncpg.exceptions.DeadlockDetectedError)
-"""Postgres faults a retry can cure: a lost or refused connection (class 08, a terminated
-backend 57P01, a server starting or stopping 57P03), too many connections, serialisation
-conflicts and deadlocks. Constraint violations, syntax and data errors are not among them."""
-
-
-def is_transient_pg(exc: BaseException) -> bool:
-    """True for a Postgres fault worth retrying (see :data:`TRANSIENT_PG`)."""
-    return isinstance(exc, TRANSIENT_PG)
-
+__all__ = ["TRANSIENT_PG", "Database", "PoolTimeoutError", "connect", "is_transient_pg"]
 
 class PoolTimeoutError(ThreadlineError, TimeoutError):
     """No pooled connection became free within the acquire timeout (transient: retried)."""

@@ -9,24 +9,24 @@ ingress — so schedulers and ingress never deadlock; a scheduler works one thre
 from __future__ import annotations
 
 import random
-
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import asyncpg
 
-from threadline.events import Accepted, LifecycleEvent, Notified, SendSignal
+from threadline.events import LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
+from threadline.events.signals import signal_from_message
 from threadline.ids import new_id
 from threadline.inbox.policy import MAX_DELIVERY_ATTEMPTS, PRIORITY_RANK, Decision, decide, retry_delay_s
 from threadline.inbox.render import combined_notification_signal, digest_signal, notification_signal
 from threadline.logging import get_logger
-from threadline.runtime.agent import normalize_options
-from threadline.runtime.signals import signal_from_message
+from threadline.orchestration.options import normalize_options
+from threadline.orchestration.routing import Inbound
 from threadline.store import leases, outbox
-from threadline.store.routing import Routed, ensure_thread, route
+from threadline.store.processed import claim_event
+from threadline.store.routing import RequestRejected, Routed, ensure_thread, queue_signal, route
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -79,30 +79,30 @@ async def _send(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str,
                 lease_ttl_s: float, wake: bool, stream_options: dict[str, Any], event_id: str,
                 reply_to: str | None) -> Routed:
     """Route ``signal`` like ``send_signal``: into the active run, else wake (or persist) the thread."""
-    req = SendSignal(event_id=event_id, agent_id=row["agent_id"], resource_id=row["resource_id"],
-                     thread_id=row["thread_id"], signal=signal, reply_to=reply_to,
-                     if_idle={"behavior": "wake" if wake else "persist", "stream_options": stream_options})
+    req = _inbound(row, signal, event_id=event_id, reply_to=reply_to, wake=wake, stream_options=stream_options)
     return await route(conn, req, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=True)
+
+
+def _inbound(row: asyncpg.Record, signal: dict[str, Any], *, event_id: str, reply_to: str | None, wake: bool,
+             stream_options: dict[str, Any]) -> Inbound:
+    return Inbound.signal(SignalInput.model_validate(signal), event_id=event_id, agent_id=row["agent_id"],
+                          resource_id=row["resource_id"], thread_id=row["thread_id"], reply_to=reply_to,
+                          if_idle="wake" if wake else "persist", stream_options=stream_options)
 
 
 async def _queue(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], *, topics: Topics,
                  lease_ttl_s: float, stream_options: dict[str, Any], event_id: str, reply_to: str | None) -> Routed:
-    """The ``queue`` action (DECISIONS 10): the next turn after the active run, like ``queueMessage``;
-    on an idle thread it wakes a run at once."""
-    from threadline.store.routing import _insert_signal
-
+    """The ``queue`` action: the next turn after the active run, like ``queueMessage``; on an
+    idle thread it wakes a run at once."""
     lease = await leases.lock_thread(conn, row["resource_id"], row["thread_id"])
     if not lease.active:
         return await _send(conn, row, signal, topics=topics, lease_ttl_s=lease_ttl_s, wake=True,
                            stream_options=stream_options, event_id=event_id, reply_to=reply_to)
     sig = signal_from_message({k: signal[k] for k in ("contents", "attributes", "metadata")}, kind="notification",
                               tag_name=signal.get("tag_name"))
-    queued_run = new_id("run")  # the run that will answer it (the orchestrator starts it after the active one)
-    req = SimpleNamespace(thread_id=row["thread_id"], resource_id=row["resource_id"], agent_id=row["agent_id"],
-                          event_id=event_id, reply_to=reply_to, type="queue_message")
-    await _insert_signal(conn, req, sig, mode="queue", status="pending", run_id=None,
-                         options={**normalize_options(stream_options), "run_id": queued_run})
-    return Routed(reply=Accepted(request_id=event_id, action="deliver", run_id=queued_run, signal_id=sig["id"]))
+    req = Inbound(event_id=event_id, kind="queue_message", agent_id=row["agent_id"], resource_id=row["resource_id"],
+                  thread_id=row["thread_id"], reply_to=reply_to, run_options=normalize_options(stream_options))
+    return Routed(reply=await queue_signal(conn, req, sig))
 
 
 async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any], topics: Topics,
@@ -117,9 +117,7 @@ async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any],
     ids: list[int] = []
     reply_topic = req.reply_to or topics.replies
     async with conn.transaction():
-        from threadline.store.routing import RequestRejected, _seen
-
-        if await _seen(conn, req.event_id) is not None:
+        if not await claim_event(conn, "ingress", req.event_id):
             return ids, Notified(request_id=req.event_id, results=[])
         if not agent_known:
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
@@ -297,7 +295,7 @@ async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s:
         try:
             await _dispatch_thread(conn, resource_id, tid, now=now, topics=topics, lease_ttl_s=lease_ttl_s, ids=ids,
                                    touched=touched)
-        except Exception:  # noqa: BLE001 - one thread's trouble must not hold up the others
+        except Exception:
             log.exception("inbox dispatch failed", thread_id=tid, resource_id=resource_id)
     return ids, touched
 

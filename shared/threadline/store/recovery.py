@@ -10,9 +10,9 @@ from typing import Any
 import asyncpg
 import orjson
 
-from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask
+from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
 from threadline.recovery.decide import RunSnapshot
-from threadline.runtime.signals import signal_to_message
+from threadline.events.signals import signal_to_message
 from threadline.store import outbox
 from threadline.store.orchestration import TERMINAL, _hand_over, claim_terminal
 from threadline.topics import Topics, thread_key
@@ -121,8 +121,8 @@ async def redeliver_result(conn: asyncpg.Connection, run: asyncpg.Record, topics
 
 def _chunk(run: asyncpg.Record, kind: str, payload: dict[str, Any], *, step: int, attempt: int,
            seq: int) -> bytes:
-    return orjson.dumps({"type": kind, "from": "AGENT", "payload": payload, "runId": run["run_id"], "step": step,
-                         "attempt": attempt, "seq": seq})
+    return orjson.dumps(chunks.envelope(chunks.agent_chunk(kind, payload), run_id=run["run_id"], step=step,
+                                        attempt=attempt, seq=seq))
 
 
 async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *, reason: str, instance: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -120,7 +121,7 @@ def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
 
 
 async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg.Record,
-                       entries: list[tuple[dict[str, Any], str]], consumed: list[str],
+                       entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str],
                        state: dict[str, Any], next_seq: int, result: StepResult,
                        final_fields: dict[str, Any] | None, lease_ttl_s: float) -> int:
     """Write the step's effects in the caller's transaction, fenced by the lease epoch.
@@ -201,3 +202,76 @@ async def recorded_model_output(conn: asyncpg.Connection, run_id: str, step: int
 async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:
     """A processor retry asks the model again: the recorded output no longer applies."""
     await conn.execute("DELETE FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
+
+
+_BEAT = """
+UPDATE runs SET step_heartbeat = now()
+FROM unnest($1::text[], $2::int[]) AS u(run_id, attempt)
+WHERE runs.run_id = u.run_id AND runs.step_owner = $3 AND runs.attempt = u.attempt
+  AND runs.status = 'running'
+  AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id
+              AND l.run_id = runs.run_id AND l.epoch = runs.epoch)
+RETURNING runs.run_id
+"""
+
+_RENEW = """
+UPDATE thread_leases l SET expires_at = now() + make_interval(secs => $4), updated_at = now()
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(thread_id, run_id, epoch)
+WHERE l.thread_id = u.thread_id AND l.run_id = u.run_id AND l.epoch = u.epoch
+RETURNING l.run_id
+"""
+
+
+async def beat_all(conn: asyncpg.Connection, run_ids: list[str], attempts: list[int], owner: str) -> set[str]:
+    """One heartbeat for many steps of ``owner`` (``attempts[i]`` of ``run_ids[i]``), fenced by the
+    lease epoch; returns the runs whose heartbeat moved (the others were taken over or lost the
+    thread)."""
+    return {r["run_id"] for r in await conn.fetch(_BEAT, run_ids, attempts, owner)}
+
+
+async def renew_all(conn: asyncpg.Connection, thread_ids: list[str], run_ids: list[str], epochs: list[int],
+                    ttl_s: float) -> set[str]:
+    """Renew many thread leases by ``ttl_s`` seconds (each still held by its run at its epoch);
+    returns the runs whose lease was renewed."""
+    return {r["run_id"] for r in await conn.fetch(_RENEW, thread_ids, run_ids, epochs, ttl_s)}
+
+
+async def aborted_among(conn: asyncpg.Connection, run_ids: list[str]) -> list[str]:
+    """The runs of ``run_ids`` that are aborted."""
+    rows = await conn.fetch("SELECT run_id FROM runs WHERE run_id = ANY($1::text[]) AND status = 'aborted'",
+                            run_ids)
+    return [r["run_id"] for r in rows]
+
+
+async def restart_attempt(conn: asyncpg.Connection, run_id: str, thread_id: str, epoch: int, step: int, *,
+                          attempt: int, retry_count: int) -> None:
+    """A processor retry: the step continues as ``attempt`` (the previous one is dead), with
+    ``retry_count`` in the run's state and the recorded model output forgotten (the model is
+    asked again). In the caller's transaction.
+
+    Raises:
+        StaleWriterError: the run no longer holds the thread, or ``attempt - 1`` is no longer current.
+    """
+    await leases.check(conn, thread_id, run_id, epoch)
+    await forget_model_output(conn, run_id, step)
+    status = await conn.execute(
+        "UPDATE runs SET attempt = $2, state = jsonb_set(state, '{retry_count}', to_jsonb($3::int)), "
+        "updated_at = now() WHERE run_id = $1 AND attempt = $2 - 1", run_id, attempt, retry_count)
+    if not status.endswith(" 1"):
+        raise StaleWriterError(run_id, epoch)
+
+
+async def tool_results(conn: asyncpg.Connection, run_id: str,
+                       call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+    """``(result, error)`` of the run's tool calls among ``call_ids`` that already ran, by call id."""
+    rows = await conn.fetch(
+        "SELECT tool_call_id, result, error FROM tool_calls WHERE run_id = $1 AND tool_call_id = ANY($2::text[])",
+        run_id, call_ids)
+    return {r["tool_call_id"]: (r["result"], r["error"]) for r in rows}
+
+
+async def save_tool_result(conn: asyncpg.Connection, run_id: str, call_id: str, tool_name: str, result: Any,
+                           error: str | None) -> None:
+    """Record what a tool call returned (the first record wins)."""
+    await conn.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "
+                       "VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING", run_id, call_id, tool_name, result, error)

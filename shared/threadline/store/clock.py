@@ -14,6 +14,7 @@ real time.
 
 from __future__ import annotations
 
+import contextlib
 from datetime import datetime
 
 import asyncpg
@@ -46,10 +47,8 @@ class SchedulerClock:
 
 async def create_table(conn: asyncpg.Connection) -> None:
     """Create the test clock's table (idempotent; two creators racing is harmless)."""
-    try:
+    with contextlib.suppress(asyncpg.UniqueViolationError):  # concurrent CREATE TABLE IF NOT EXISTS on the catalog
         await conn.execute(_CREATE)
-    except asyncpg.UniqueViolationError:  # concurrent CREATE TABLE IF NOT EXISTS on the catalog
-        pass
 
 
 async def set_offset(conn: asyncpg.Connection, seconds: float) -> None:

@@ -16,14 +16,16 @@ from typing import Any
 
 import orjson
 
+from threadline.events.chunks import CHUNK_HEADERS, envelope
 from threadline.kafka.producer import Producer
 
-_HEADERS = [("tl-type", b"chunk")]
+_HEADERS = CHUNK_HEADERS
 _PRUNE_EVERY = 1024
 
 
 class ChunkWriter:
-    """Assigns ``seq`` (strictly increasing within the run) and publishes."""
+    """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
+    increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "finished", "key", "run_id",
                  "seq", "step")
@@ -44,10 +46,7 @@ class ChunkWriter:
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
-        chunk["runId"] = self.run_id
-        chunk["step"] = self.step
-        chunk["attempt"] = self.attempt
-        chunk["seq"] = self.seq
+        envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
         if chunk.get("type") == "finish":
             self.finished = True

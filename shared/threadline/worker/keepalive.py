@@ -2,7 +2,7 @@
 
 While a step runs, its heartbeat (``runs.step_heartbeat``, fenced by the lease epoch) is refreshed
 every ``step_heartbeat_s`` and its thread lease every ``lease_ttl_s / 3``, so a slow step is never
-taken for a dead one (issue 6, item 2). Refreshing each step on its own costs one pooled
+taken for a dead one. Refreshing each step on its own costs one pooled
 connection per step per beat: with hundreds of concurrent runs that starves the pool and the
 heartbeats themselves time out. Here every beat is one ``UPDATE … FROM unnest(…)`` for all the
 steps of this process, and every renewal one more.
@@ -12,29 +12,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from threadline.logging import get_logger
+from threadline.store.steps import beat_all, renew_all
 
 log = get_logger(__name__)
-
-_BEAT = """
-UPDATE runs SET step_heartbeat = now()
-FROM unnest($1::text[], $2::int[]) AS u(run_id, attempt)
-WHERE runs.run_id = u.run_id AND runs.step_owner = $3 AND runs.attempt = u.attempt
-  AND runs.status = 'running'
-  AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id
-              AND l.run_id = runs.run_id AND l.epoch = runs.epoch)
-RETURNING runs.run_id
-"""
-
-_RENEW = """
-UPDATE thread_leases l SET expires_at = now() + make_interval(secs => $4), updated_at = now()
-FROM unnest($1::text[], $2::text[], $3::bigint[]) AS u(thread_id, run_id, epoch)
-WHERE l.thread_id = u.thread_id AND l.run_id = u.run_id AND l.epoch = u.epoch
-RETURNING l.run_id
-"""
 
 
 @dataclass
@@ -68,8 +53,16 @@ class KeepAlive:
     _task: asyncio.Task[None] | None = None
 
     def add(self, run: Any, writer: Any) -> None:
-        """Keep ``run``'s step alive until :meth:`discard` (starts the loop on first use)."""
-        self._steps[run["run_id"]] = _Step(run["run_id"], run["thread_id"], run["epoch"], writer)
+        """Keep ``run``'s step alive until :meth:`discard` (starts the loop on first use).
+
+        ``run``: a :class:`~threadline.runtime.ports.StepRun`, or a mapping with ``run_id``,
+        ``thread_id`` and ``epoch``; ``writer``: the step's chunk sink (its ``attempt`` is the one
+        this process executes)."""
+        if isinstance(run, Mapping):
+            step = _Step(run["run_id"], run["thread_id"], run["epoch"], writer)
+        else:
+            step = _Step(run.run_id, run.thread_id, run.epoch, writer)
+        self._steps[step.run_id] = step
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._loop(), name="step-keep-alive")
 
@@ -94,7 +87,7 @@ class KeepAlive:
                 await self.beat(renew=renew)
                 if renew:
                     renewed = loop.time()
-            except Exception:  # noqa: BLE001 - try again at the next beat
+            except Exception:
                 log.warning("keep-alive failed; retried at the next beat", steps=len(self._steps), exc_info=True)
 
     async def beat(self, *, renew: bool) -> None:
@@ -110,18 +103,16 @@ class KeepAlive:
         async with self.db.connection() as conn:
             beating = [s for s in steps if s.owned]
             if beating:
-                rows = await conn.fetch(_BEAT, [s.run_id for s in beating], [s.writer.attempt for s in beating],
-                                        self.owner)
-                alive = {r["run_id"] for r in rows}
+                alive = await beat_all(conn, [s.run_id for s in beating], [s.writer.attempt for s in beating],
+                                       self.owner)
                 for s in beating:
                     if s.run_id not in alive and s.run_id in self._steps:
                         s.owned = False
                         log.warning("step taken over by another worker, or the run lost the thread", run_id=s.run_id)
             held = [s for s in steps if s.lease_held]
             if renew and held:
-                rows = await conn.fetch(_RENEW, [s.thread_id for s in held], [s.run_id for s in held],
-                                        [s.epoch for s in held], self.lease_ttl_s)
-                renewed = {r["run_id"] for r in rows}
+                renewed = await renew_all(conn, [s.thread_id for s in held], [s.run_id for s in held],
+                                          [s.epoch for s in held], self.lease_ttl_s)
                 for s in held:
                     if s.run_id not in renewed and s.run_id in self._steps:
                         s.lease_held = False

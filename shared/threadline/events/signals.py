@@ -1,0 +1,161 @@
+"""Thread signals: their types, construction, XML rendering for the model, and their transcript
+messages.
+
+A signal is a dict ``{id, type, tagName, contents, attributes, metadata, createdAt,
+providerOptions?}`` (stored in ``signals.payload``). The model always sees a signal as a *user*
+message: a ``user`` signal without attributes is its plain text; anything else is rendered
+``<tag attr="v">contents</tag>`` with contents and values XML-escaped and tag/attribute names
+validated, so no input can forge a tag.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Protocol
+
+from threadline._internal.attrdict import AttrDict
+from threadline.errors import InvalidEventError
+from threadline.events.messages import make_message, now_iso
+from threadline.ids import new_id
+
+SIGNAL_TYPES = ("user", "state", "reactive", "notification")
+LEGACY_TYPES = {"user-message": "user", "system-reminder": "reactive"}
+DEFAULT_TAGS = {"user": "user", "state": "state", "reactive": "system-reminder",
+                "notification": "notification"}
+_XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_RECORDED = ("id", "type", "tagName", "createdAt", "attributes", "metadata")
+
+
+def normalize_type(kind: str) -> str:
+    """Canonical signal type (legacy ``user-message`` → ``user``, ``system-reminder`` → ``reactive``).
+
+    Raises:
+        InvalidEventError: unknown type (code ``invalid_signal_type``).
+    """
+    kind = LEGACY_TYPES.get(kind, kind)
+    if kind not in SIGNAL_TYPES:
+        raise InvalidEventError(f"Invalid signal type: {kind}. Use a supported signal type and set "
+                                "tag_name for custom XML tags.", code="invalid_signal_type")
+    return kind
+
+
+def escape_text(value: str) -> str:
+    """``&``, ``<`` and ``>`` escaped."""
+    return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def escape_attr(value: str) -> str:
+    """:func:`escape_text` and ``"`` escaped."""
+    return escape_text(value).replace('"', "&quot;")
+
+
+def _stringify(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def render_markup(tag: str, attributes: dict[str, Any] | None, contents: str) -> str:
+    """``<tag k="v">contents</tag>``, or ``<tag k="v" />`` when ``contents`` is empty.
+
+    Raises:
+        InvalidEventError: a tag or attribute name that is not an XML name.
+    """
+    if not _XML_NAME.match(tag):
+        raise InvalidEventError(f"Invalid signal XML tag name: {tag}", code="invalid_tag_name")
+    attrs = ""
+    for key, value in (attributes or {}).items():
+        if value is None:
+            continue
+        if not _XML_NAME.match(str(key)):
+            raise InvalidEventError(f"Invalid signal XML attribute name: {key}",
+                                    code="invalid_attribute_name")
+        attrs += f' {key}="{escape_attr(_stringify(value))}"'
+    if not contents:
+        return f"<{tag}{attrs} />"
+    return f"<{tag}{attrs}>{escape_text(contents)}</{tag}>"
+
+
+def contents_parts(contents: Any) -> list[dict[str, Any]]:
+    """A signal's ``contents`` (string or text/file parts) as message parts.
+
+    Raises:
+        InvalidEventError: a part that is not a text or file part (code ``invalid_parts``).
+    """
+    if isinstance(contents, str):
+        return [{"type": "text", "text": contents}]
+    parts: list[dict[str, Any]] = []
+    for p in contents or []:
+        if not isinstance(p, dict) or p.get("type") not in ("text", "file"):
+            raise InvalidEventError("message parts must be text or file parts ({type: 'text', text} or "
+                                    "{type: 'file', data, mimeType}); a message is a string, such parts, or "
+                                    "{contents, attributes, metadata}", code="invalid_parts")
+        if p["type"] == "text" and not isinstance(p.get("text"), str):
+            raise InvalidEventError("a text part needs a string 'text'", code="invalid_parts")
+        parts.append(dict(p))
+    return parts or [{"type": "text", "text": ""}]
+
+
+def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | None = None) -> dict[str, Any]:
+    """Normalise a ``sendMessage`` input (string, parts, a pydantic model or ``{contents,
+    attributes, metadata, provider_options}``) to a new signal dict.
+
+    Raises:
+        InvalidEventError: unknown type, bad tag or attribute name, bad parts.
+    """
+    if hasattr(message, "model_dump"):
+        message = message.model_dump(exclude_none=True)
+    body: dict[str, Any] = {"contents": message} if isinstance(message, str | list) else dict(message)
+    kind = normalize_type(kind)
+    tag = tag_name or DEFAULT_TAGS[kind]
+    render_markup(tag, body.get("attributes"), "")  # validate names now, not at prompt time
+    contents_parts(body.get("contents", ""))  # likewise the parts
+    return {"id": new_id("sig"), "type": kind, "tagName": tag, "contents": body.get("contents", ""),
+            "attributes": dict(body.get("attributes") or {}), "metadata": dict(body.get("metadata") or {}),
+            "createdAt": now_iso(),
+            **({"providerOptions": body["provider_options"]} if body.get("provider_options") else {})}
+
+
+def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: str) -> AttrDict:
+    """The transcript message of a signal: role ``user`` for user signals, else ``signal``
+    (``type`` = the tag); the signal itself is in ``content.metadata.signal``."""
+    meta = {"signal": {k: signal[k] for k in _RECORDED if k in signal}}
+    role = "user" if signal["type"] == "user" else "signal"
+    return make_message(role, contents_parts(signal["contents"]), id=signal["id"], thread_id=thread_id,
+                        resource_id=resource_id, metadata=meta,
+                        type=None if role == "user" else signal["tagName"])
+
+
+def render_for_model(msg: dict[str, Any]) -> str:
+    """The user-role text the model sees for a stored user or signal message."""
+    content = msg["content"]
+    parts = content.get("parts") or []
+    texts = [p.get("text", "") for p in parts if p.get("type") == "text"]
+    meta = (content.get("metadata") or {}).get("signal") or {}
+    attrs = {k: v for k, v in (meta.get("attributes") or {}).items() if v is not None}
+    if msg["role"] == "user" and not attrs:
+        text = "".join(texts)
+        if not text and isinstance(content.get("content"), str):
+            text = content["content"]
+        return text
+    tag = meta.get("tagName") or msg.get("type") or ("user" if msg["role"] == "user" else "system-reminder")
+    return render_markup(tag, attrs, "\n".join(texts))
+
+
+class RetryReason(Protocol):
+    """What a processor retry names: the processor and its reason (a ``TripWire``)."""
+
+    @property
+    def processor_id(self) -> str | None: ...
+
+    @property
+    def reason(self) -> str: ...
+
+
+def retry_feedback(tripwire: RetryReason) -> AttrDict:
+    """The feedback of a processor retry: a user-role
+    ``<system-reminder type="processor-retry" processor="ID">reason</system-reminder>``."""
+    signal = {"id": f"retry-feedback-{tripwire.processor_id}", "type": "reactive", "tagName": "system-reminder",
+              "contents": tripwire.reason, "createdAt": now_iso(),
+              "attributes": {"type": "processor-retry", "processor": tripwire.processor_id}}
+    return signal_to_message(signal, thread_id="", resource_id="")

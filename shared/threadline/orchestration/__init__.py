@@ -1,0 +1,36 @@
+"""Threadline's decisions as pure functions: how a request is routed on a thread
+(:mod:`~threadline.orchestration.routing`) and how a run moves from step to step and ends
+(:mod:`~threadline.orchestration.runs`). They read values and answer small typed values; the
+store does the reading and the writing around them."""
+
+from threadline.orchestration.routing import (
+    Deliver,
+    Discard,
+    Inbound,
+    NextVersion,
+    Persist,
+    Queue,
+    Route,
+    Skip,
+    ThreadState,
+    Wake,
+    decide_route,
+    decide_state,
+)
+from threadline.orchestration.runs import (
+    AbortActive,
+    EndRun,
+    Ignore,
+    NextRun,
+    NothingToAbort,
+    RunRow,
+    ScheduleStep,
+    next_run,
+    on_abort,
+    on_start_run,
+    on_step_result,
+)
+
+__all__ = ["AbortActive", "Deliver", "Discard", "EndRun", "Ignore", "Inbound", "NextRun", "NextVersion",
+           "NothingToAbort", "Persist", "Queue", "Route", "RunRow", "ScheduleStep", "Skip", "ThreadState", "Wake",
+           "decide_route", "decide_state", "next_run", "on_abort", "on_start_run", "on_step_result"]

@@ -1,0 +1,17 @@
+"""Run options as requests name them: Mastra's camelCase names mapped to Python names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+_OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processor_retries",
+                   "toolChoice": "tool_choice", "modelSettings": "model_settings",
+                   "providerOptions": "provider_options", "activeTools": "active_tools",
+                   "requestContext": "request_context"}
+
+
+def normalize_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Execution options with Mastra's camelCase names (``maxSteps``) mapped to Python names
+    (``max_steps``); other keys are kept as they are."""
+    return {_OPTION_ALIASES.get(k, k): v for k, v in (options or {}).items()}

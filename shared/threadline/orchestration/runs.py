@@ -1,0 +1,210 @@
+"""The run state machine's decisions (run-orchestrator): what a ``start_run``, a ``step_result``
+or an ``abort_run`` does to a run, and which run takes the thread over when one ends. Pure: the
+store reads the rows, calls these, and writes what they answer in one transaction.
+
+- ``start_run`` of a run that is running at the command's epoch with no step done:
+  :class:`ScheduleStep` 0 (announcing ``thread_active`` unless the lease was handed over, and
+  ``run_started``); any other run (missing, ended, another epoch, already stepping): :class:`Ignore`.
+- ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``).
+- ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` at the run's epoch:
+  :class:`EndRun` (``step_finished``, the terminal event, the ``generate`` result).
+- ``step_result`` of a missing run, of another epoch, or of an aborted run: :class:`Ignore`.
+- ``abort_run`` of the thread's active run (or the one it names), running: :class:`AbortActive`;
+  otherwise :class:`NothingToAbort`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from threadline.events.commands import StartRun, StepResult
+from threadline.ids import new_id
+
+TERMINAL: dict[str, str] = {"finished": "run_finished", "failed": "run_failed", "tripwire": "run_tripwire",
+                            "aborted": "run_aborted"}
+"""Step outcome that ends a run → the lifecycle event announcing it."""
+LifecycleKind = Literal["thread_active", "run_started", "step_finished"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunRow:
+    """The fields of a ``runs`` row the transitions read."""
+
+    run_id: str
+    """The run."""
+    resource_id: str
+    """The thread's owner."""
+    thread_id: str
+    """The thread."""
+    agent_id: str
+    """The run's agent."""
+    status: str
+    """``running``, ``finished``, ``failed``, ``tripwire`` or ``aborted``."""
+    epoch: int
+    """The lease epoch the run holds."""
+    step: int
+    """The current step (0-based)."""
+    steps_done: int
+    """Steps whose result is stored (``step + 1`` when no step is outstanding)."""
+    attempt: int
+    """The current step's attempt number (from 1)."""
+    kind: str
+    """``stream`` or ``generate`` (a ``generate`` is answered with a ``result`` reply)."""
+    request_id: str | None
+    """The request that started the run."""
+    reply_to: str | None
+    """Where that request's replies go."""
+
+    @classmethod
+    def of(cls, row: Mapping[str, Any]) -> RunRow:
+        """The view of a ``runs`` row (an ``asyncpg.Record`` or a dict)."""
+        return cls(run_id=row["run_id"], resource_id=row["resource_id"], thread_id=row["thread_id"],
+                   agent_id=row["agent_id"], status=row["status"], epoch=row["epoch"], step=row["step"],
+                   steps_done=row["steps_done"], attempt=row["attempt"], kind=row["kind"],
+                   request_id=row["request_id"], reply_to=row["reply_to"])
+
+    @property
+    def outstanding(self) -> bool:
+        """A step was scheduled and its result is not stored yet."""
+        return self.steps_done != self.step + 1
+
+
+@dataclass(frozen=True, slots=True)
+class Ignore:
+    """Nothing to do (a stale, duplicate or superseded event)."""
+
+    reason: str
+    """Why, for the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleStep:
+    """Publish the step task of ``step`` (``attempt``) and announce ``lifecycle``."""
+
+    step: int
+    """The step to execute."""
+    attempt: int
+    """Its attempt number."""
+    lifecycle: tuple[LifecycleKind, ...]
+    """Lifecycle events to announce, in order."""
+    finished_step: int | None = None
+    """The step that just finished (announced as ``step_finished``), if any."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndRun:
+    """The run is over: announce ``step_finished`` and ``terminal``, answer a ``generate``,
+    release the lease and hand the thread to what waits for it."""
+
+    finished_step: int
+    """The run's last step."""
+    terminal: str
+    """``run_finished``, ``run_failed``, ``run_tripwire`` or ``run_aborted``."""
+    reply_result: bool
+    """A ``generate`` run: its request is answered with a ``result``."""
+
+
+def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | Ignore:
+    """Schedule step 0 of a new run; announce ``thread_active`` (unless the lease was handed
+    over from the previous run) and ``run_started``."""
+    if run is None:
+        return Ignore("no such run")
+    if run.status != "running" or run.epoch != cmd.epoch or run.steps_done > 0:
+        return Ignore("run not startable")
+    return ScheduleStep(step=0, attempt=run.attempt,
+                        lifecycle=("run_started",) if cmd.handover else ("thread_active", "run_started"))
+
+
+def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | EndRun | Ignore:
+    """Schedule the next step (``continue``), or end the run.
+
+    ``ScheduleStep.step`` is ``res.step + 1``; the store applies it only while the run is still
+    at ``res.step`` with its result stored (else it is a duplicate and nothing happens).
+    """
+    if run is None or run.epoch != res.epoch:
+        return Ignore("stale step result")
+    if run.status == "aborted":
+        return Ignore("run aborted")  # ended by the abort itself
+    if res.outcome == "continue":
+        return ScheduleStep(step=res.step + 1, attempt=1, lifecycle=("step_finished",), finished_step=res.step)
+    return EndRun(finished_step=res.step, terminal=TERMINAL[res.outcome],
+                  reply_result=run.kind == "generate" and bool(run.request_id))
+
+
+def abort_target(active_run_id: str | None, requested: str | None) -> str | None:
+    """The run an ``abort_run`` ends: the thread's active run, if it is the one requested (when
+    one is named); ``None``: nothing to abort."""
+    if requested is not None and requested != active_run_id:
+        return None
+    return active_run_id
+
+
+@dataclass(frozen=True, slots=True)
+class NothingToAbort:
+    """No run to abort: answered ``aborted: false``."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbortActive:
+    """End the run with ``abort``: fence it, consume its input, hand the thread over."""
+
+    emit_terminal: bool
+    """No step is outstanding, so the orchestrator writes ``abort`` + ``finish`` itself (else
+    the worker running the step does)."""
+    reply_result: bool
+    """A ``generate`` run: its request is answered with a ``result`` (``finish_reason: abort``)."""
+
+
+def on_abort(run: RunRow | None) -> AbortActive | NothingToAbort:
+    """What an ``abort_run`` does to its target run (see :func:`abort_target`)."""
+    if run is None or run.status != "running":
+        return NothingToAbort()
+    return AbortActive(emit_terminal=not run.outstanding,
+                       reply_result=run.kind == "generate" and bool(run.request_id))
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingInput:
+    """The oldest input waiting for a thread whose run ended: a signal delivered to that run
+    after its last drain, or a queued turn."""
+
+    mode: str
+    """``deliver`` (left over from the ended run), ``queue``, or ``wake``."""
+    agent_id: str | None
+    """The agent it was sent to."""
+    request_id: str | None
+    """The request that carried it."""
+    options: Mapping[str, Any]
+    """Its stored options: run options plus ``run_id`` / ``kind`` / ``reply_to``."""
+
+
+@dataclass(frozen=True, slots=True)
+class NextRun:
+    """The run that takes the thread over."""
+
+    run_id: str
+    """A queued turn keeps the id its ``accepted`` reply named; else a new id."""
+    agent_id: str
+    """The input's agent, else the ended run's."""
+    kind: Literal["stream", "generate"]
+    """``generate`` when the input came from a ``generate`` request."""
+    reply_to: str
+    """Where the input's request wanted its replies."""
+    options: dict[str, Any] = field(default_factory=dict)
+    """A queued turn's own options; a leftover delivery continues with the ended run's."""
+
+
+def next_run(waiting: WaitingInput, ended_agent_id: str, ended_options: Mapping[str, Any] | None, *,
+             replies_topic: str, make_id: Callable[[], str] = lambda: new_id("run")) -> NextRun:
+    """The run started for ``waiting`` when the thread's run ended (the signal becomes its input;
+    a leftover delivery becomes a wake)."""
+    opts = dict(waiting.options)
+    run_id = opts.pop("run_id", None) or make_id()
+    kind = opts.pop("kind", None)
+    reply_to = opts.pop("reply_to", None)
+    options = opts if waiting.mode == "queue" else dict(ended_options or {})
+    return NextRun(run_id=run_id, agent_id=waiting.agent_id or ended_agent_id,
+                   kind="generate" if kind == "generate" else "stream",
+                   reply_to=reply_to or replies_topic, options=options)

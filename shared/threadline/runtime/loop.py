@@ -1,0 +1,389 @@
+"""One step of a run: the agentic loop (processors, the model call, tools), against the ports of
+:mod:`threadline.runtime.ports` — where the step's state is loaded and saved, where its chunks
+go, and the model function. No SQL, no Kafka here.
+
+One step:
+ 1. step 0: the thread history, the instructions, ``start``;
+ 2. the signals the step drained join the list (echo chunks; a new response message id after
+    step 0);
+ 3. step 0: ``process_input``; every step: system messages reset, ``process_input_step``;
+ 4. ``process_llm_request``; the model call (or a cached response) streamed chunk by chunk
+    through ``process_output_stream``;
+ 5. ``process_llm_response``; the response message built from the *processed* chunks;
+ 6. ``process_output_step`` (before any tool runs), then each tool with its hooks and
+    ``process_tool_result``; the ``tool-result`` chunk through ``process_output_stream``;
+ 7. ``step-finish``; on the last step ``process_output_result`` and ``finish``;
+ 8. chunks acknowledged, then the effects and the step result saved in one call.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.faults import armed, pause_point
+from threadline.errors import ModelCallError, StaleWriterError
+from threadline.events import chunks
+from threadline.events.signals import retry_feedback, signal_to_message
+from threadline.ids import new_id
+from threadline.logging import get_logger
+from threadline.runtime.agent import Agent
+from threadline.runtime.llm import ModelOutcome, stream_model
+from threadline.runtime.messages import MessageList
+from threadline.runtime.ports import (
+    ChunkSink,
+    Continue,
+    Fail,
+    Finish,
+    ModelFn,
+    StepInputs,
+    StepOutcome,
+    StepRecord,
+    StepRun,
+    StepStore,
+    Trip,
+)
+from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.registry import Catalogue
+from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
+from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
+from threadline.runtime.tools import ToolContext, ToolHooks
+from threadline.transient import is_transient
+
+log = get_logger(__name__)
+DEFAULT_MAX_STEPS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """How one attempt of a step ended (no processor retry pending)."""
+
+    finish_reason: str
+    """The model's finish reason."""
+    continued: bool
+    """The run takes another step (tool results, or signals pending, within ``max_steps``)."""
+
+
+class StepLoop:
+    """Runs the current step of a claimed run.
+
+    Args:
+        default_model: the model when neither the agent nor a processor names one.
+        model_api_base: the OpenAI-compatible base URL for local models (``None``: the provider's).
+        model_timeout_s: seconds a model call may take.
+        catalogue: processors and hooks requests may name.
+        model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+    """
+
+    def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
+                 catalogue: Catalogue | None = None, model: ModelFn = stream_model) -> None:
+        self._default_model = default_model
+        self._api_base = model_api_base
+        self._timeout_s = model_timeout_s
+        self._catalogue = catalogue or Catalogue()
+        self._model = model
+
+    async def run(self, run: StepRun, agent: Agent, inputs: StepInputs, sink: ChunkSink,
+                  store: StepStore) -> StepOutcome:
+        """Execute the step, stream its chunks to ``sink`` and save it through ``store``.
+
+        A failing step fails its run (the outcome says so); transient infrastructure faults and
+        :class:`~threadline.errors.StaleWriterError` propagate (the step is re-executed or was
+        taken over).
+        """
+        step_no, state = run.step, run.state
+        options = {**agent.default_options, **run.options}
+        request_context = {**(options.get("request_context") or {}), "thread_id": run.thread_id,
+                           "resource_id": run.resource_id}
+        cat = self._catalogue.processors
+        inputs_ = resolve_list(options.get("input_processors", agent.input_processors), "input",
+                               request_context, agent.id, cat)
+        if callable(options.get("prepare_step")):  # runs after the input processors
+            inputs_.append(PrepareStep(options["prepare_step"]))
+        # a crashed retry attempt spent its share of the budget: requests stay capped
+        runner = ProcessorRunner(
+            input_processors=inputs_,
+            output_processors=resolve_list(options.get("output_processors", agent.output_processors),
+                                           "output", request_context, agent.id, cat),
+            error_processors=resolve_list(options.get("error_processors", agent.error_processors), "error",
+                                          request_context, agent.id, cat),
+            states=state.processor_state, request_context=request_context,
+            retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
+        signals = inputs.signals
+        if step_no == 0:
+            ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
+            ml.add(inputs.history, "memory")
+            for sm in agent.system_messages(request_context):
+                ml.add_system(sm)
+            response_id = new_id("msg")
+        else:
+            ml = MessageList.from_state(state.message_list or {}, thread_id=run.thread_id,
+                                        resource_id=run.resource_id)
+            response_id = state.response_message_id or new_id("msg")
+            if signals:  # a drained signal starts a new assistant message after it
+                response_id = new_id("msg")
+        step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
+                         steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded)
+        runner.writer = StepWriter(step, through_processors=False)
+        if step_no == 0:
+            await sink.emit(chunks.start_chunk(agent.id, response_id))
+        consumed = []
+        for sig in signals:
+            ml.add(signal_to_message(sig.payload, thread_id=run.thread_id, resource_id=run.resource_id), "input")
+            consumed.append(sig.id)
+        step.echoes = [chunks.echo_chunk(sig.payload) for sig in signals]
+        outcome: StepOutcome
+        try:
+            done = await self._step(step, options, consumed, store)
+            outcome = Continue(done.finish_reason) if done.continued else Finish(done.finish_reason)
+        except TripWire as tw:
+            outcome = Trip(tw.payload())
+            log.info("tripwire", run_id=run.run_id, processor_id=tw.processor_id, reason=tw.reason)
+            for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
+                step.ml.remove_by_ids([msg["id"]])
+            await sink.emit(chunks.tripwire_chunk(outcome.tripwire))
+            await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=outcome.tripwire)
+        except ModelCallError as exc:
+            log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
+            outcome = Fail({"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code})
+            await self._fail(step, outcome.error)
+        except Exception as exc:
+            if is_transient(exc):  # not the run's fault: re-executed, not failed
+                raise
+            log.exception("step failed", run_id=run.run_id, step=step_no)
+            outcome = Fail({"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+            await self._fail(step, outcome.error)
+        await sink.flush()
+        state.message_list = step.ml.to_state()
+        state.retry_count = runner.retry_count
+        state.response_message_id = step.response_id
+        final = not isinstance(outcome, Continue)
+        await pause_point("before_step_result_write")
+        await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=step.ml._entries,
+                                    consumed=consumed, state=state.dump(), next_seq=sink.seq,
+                                    text=final_text(step) if final else None, usage=step.usage_total))
+        return outcome
+
+    async def _step(self, step: StepState, options: dict[str, Any], consumed: list[str],
+                    store: StepStore) -> Attempted:
+        """Steps 3–7 of the module docstring, with processor retries.
+
+        A retry (``abort(..., retry=True)`` or ``process_api_error`` → ``{retry: True}``) happens
+        only while ``retry_count < cap``: the attempt is declared dead on the stream
+        (``attempt-discarded``), its output is rolled back, a tripwire's reason is added as
+        feedback, and the step runs again under the next attempt number.
+        """
+        run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
+        if run.step == 0:
+            await runner.process_input(ml)
+            step.state.system_snapshot = [dict(m) for m in ml.get_system_messages()]
+        for echo in step.echoes:  # drained signals are echoed once input checks have passed
+            await step.writer.emit(echo)
+        cap = self._retry_cap(options, agent, runner)
+        while True:
+            saved = orjson.loads(orjson.dumps(ml.to_state()))
+            try:
+                done = await self._attempt(step, options, consumed, store)
+                break
+            except TripWire as tw:
+                if not tw.retry or cap is None or runner.retry_count >= cap:
+                    raise
+                feedback: TripWire | None = tw
+            except ModelCallError as exc:
+                if cap is None or runner.retry_count >= cap or not await runner.process_api_error(
+                        ml, error=error_view(exc), step_number=run.step, steps=step.steps):
+                    raise
+                feedback = None
+            step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
+            runner.retry_count += 1
+            dead = step.writer.attempt
+            step.writer.attempt += 1
+            await store.restart_attempt(run, step.writer.attempt, runner.retry_count)
+            await step.writer.emit(chunks.attempt_discarded_chunk(
+                run.step, dead, feedback.reason if feedback else "api-error"))
+            if feedback is not None:
+                ml.add(retry_feedback(feedback), "context")
+            log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt)
+        runner.retry_count = 0  # consecutive retries only
+        if not done.continued:
+            await self._output_result(step, done.finish_reason)
+            await self._finish_chunk(step, done.finish_reason, finish_reason=done.finish_reason)
+        return done
+
+    def _retry_cap(self, options: dict[str, Any], agent: Agent, runner: ProcessorRunner) -> int | None:
+        cap: int | None = options.get("max_processor_retries", agent.max_processor_retries)
+        if cap is None and runner.error:
+            cap = 10
+            log.warning("implicit retry cap applied: error processors and no max_processor_retries",
+                        cap=cap)
+        return cap
+
+    async def _attempt(self, step: StepState, options: dict[str, Any], consumed: list[str],
+                       store: StepStore) -> Attempted:
+        """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
+        run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
+        step_no = run.step
+        ml.replace_all_system_messages(step.state.system_snapshot or [])
+        step_input: dict[str, Any] = {
+            "model": agent.resolve_model(self._default_model, runner.request_context),
+            "tools": dict(agent.tools), "tool_choice": options.get("tool_choice"),
+            "active_tools": options.get("active_tools"), "provider_options": options.get("provider_options"),
+            "model_settings": options.get("model_settings"), "structured_output": options.get("structured_output"),
+        }
+        step_input = await runner.process_input_step(ml, step_input, step_number=step_no, steps=step.steps)
+        model = step_input.get("model") or self._default_model
+        tools = dict(step_input.get("tools") or {})
+        if step_input.get("active_tools") is not None:
+            tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
+        prompt = [{"role": "system", "content": m["content"]} for m in ml.all_system_messages()] + ml.get.all.core()
+        prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
+                                                          steps=step.steps)
+        await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
+            step.response_id, started_at_ms=None if cached else int(time.time() * 1000)))
+        step.response_message()
+        outcome = ModelOutcome()
+        processed: list[AttrDict] = []
+        recorded, step.recorded = step.recorded, None
+        if cached:
+            source: Any = replay(cached, outcome)
+        elif recorded is not None:  # a crashed attempt got this far: same output, same tool call ids
+            log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
+            source = replay(recorded, outcome)
+        else:
+            source = self._model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
+                                 tool_choice=step_input.get("tool_choice"),
+                                 model_settings=step_input.get("model_settings"),
+                                 provider_options=step_input.get("provider_options"),
+                                 api_base=self._api_base, timeout_s=self._timeout_s, outcome=outcome)
+        raw_chunks: list[dict[str, Any]] = []
+        try:
+            async for chunk in source:
+                raw_chunks.append(chunk)
+                chunk["from"] = chunks.FROM_AGENT
+                part = await step.emit(chunk)
+                if part is not None:
+                    processed.append(part)
+        finally:
+            await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+        if recorded is not None:
+            outcome.usage = recorded.get("usage")
+            outcome.finish_reason = recorded.get("finish_reason", outcome.finish_reason)
+        if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
+            raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
+                                 kind="server_error", retryable=True)
+        await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
+                                          from_cache=bool(cached))
+        text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
+        calls = [dict(p["payload"]) for p in processed if p["type"] == "tool-call"]
+        parts = step.response_message()["content"]["parts"]
+        parts.append(wrap({"type": "step-start"}))
+        if text:
+            parts.append(wrap({"type": "text", "text": text}))
+        for call in calls:
+            parts.append(wrap({"type": "tool-invocation", "toolInvocation": {
+                "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
+                "args": call.get("args") or {}}}))
+        usage = outcome.usage
+        if armed("after_tool_call_chunk_published"):
+            await step.writer.flush()
+            await pause_point("after_tool_call_chunk_published")
+        await runner.process_output_step(ml, step_number=step_no, steps=step.steps,
+                                         finish_reason=outcome.finish_reason,
+                                         tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
+        results = []
+        if outcome.finish_reason == "tool-calls":
+            if recorded is None and not cached:  # before any tool runs: a re-execution replays this
+                output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in raw_chunks],
+                          "usage": outcome.usage, "finish_reason": outcome.finish_reason}
+                await store.record_model_output(run, step.writer.attempt, output)
+                await pause_point("after_model_output_recorded")
+            results = await self._run_tools(step, calls, tools, options, store)
+        add_usage(step.usage_total, usage)
+        step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
+                           "finishReason": outcome.finish_reason, "usage": usage})
+        more = await store.more_pending(run, consumed)
+        max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
+        continued = (bool(results) or more) and step_no + 1 < max_steps
+        await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
+                                                 is_continued=continued, text=text, usage=usage))
+        return Attempted(outcome.finish_reason, continued)
+
+    async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
+                         options: dict[str, Any], store: StepStore) -> list[dict[str, Any]]:
+        run, ml = step.run, step.ml
+        call_hooks = options.get("hooks")
+        if isinstance(call_hooks, str):  # named in a JSON request: looked up in the catalogue
+            call_hooks = self._catalogue.hooks.get(call_hooks)
+        hooks = step.agent.hooks.merged(ToolHooks.of(call_hooks))
+        results = []
+        done = await store.tool_results(run, [c["toolCallId"] for c in calls])
+        for call in calls:
+            # still this step's owner? (else another worker runs it)
+            if call["toolCallId"] not in done and not await store.still_owner(run, step.writer.attempt):
+                raise StaleWriterError(run.run_id, run.epoch)
+            if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
+                prior_result, prior_error = done[call["toolCallId"]]
+                log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
+                results.append(await self._tool_outcome(step, call, prior_result, prior_error))
+                continue
+            ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
+                              resource_id=run.resource_id, agent_id=step.agent.id, step=run.step,
+                              idempotency_key=f"{run.run_id}:{call['toolCallId']}",
+                              writer=StepWriter(step, through_processors=True),
+                              request_context=step.runner.request_context)
+            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
+                                                agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
+                                                            "agent_name": step.agent.name})
+            final = output
+            if error is None:
+                await step.runner.process_tool_result(ml, step_number=run.step, steps=step.steps,
+                                                      tool_name=call["toolName"], tool_call_id=call["toolCallId"],
+                                                      args=call.get("args"), result=output)
+                found, replaced = read_result(ml, call["toolCallId"])
+                final = replaced if found else output
+            # what ran is recorded (the processed view only)
+            await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
+            await pause_point("after_tool_result_stored")
+            results.append(await self._tool_outcome(step, call, final, error))
+        return results
+
+    async def _tool_outcome(self, step: StepState, call: dict[str, Any], result: Any,
+                            error: str | None) -> dict[str, Any]:
+        """Put a tool's (final) result or error into the list and onto the stream."""
+        base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
+        if error is not None:
+            set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
+            await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
+            return {**base, "error": error}
+        set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
+        await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
+        return {**base, "result": result}
+
+    async def _output_result(self, step: StepState, finish_reason: str) -> None:
+        await step.runner.process_output_result(step.ml, result={
+            "text": final_text(step), "usage": step.usage_total, "finishReason": finish_reason,
+            "steps": step.steps})
+
+    async def _finish_chunk(self, step: StepState, reason: str, *, finish_reason: str,
+                            tripwire: dict[str, Any] | None = None) -> None:
+        chunk = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason, usage=step.usage_total,
+                                         tripwire=tripwire))
+        try:  # processors see the terminal chunk but cannot drop or block it
+            await step.runner.process_output_stream(chunk, step.ml)
+        except TripWire as tw:
+            log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
+        await step.writer.emit(chunk)
+
+    async def _fail(self, step: StepState, error: dict[str, Any]) -> None:
+        await step.writer.emit(chunks.error_chunk(error))
+        await step.writer.emit(chunks.step_finish_chunk(step.response_id, reason="error", is_continued=False,
+                                                        text=None, usage=None, has_text=False))
+        try:
+            await self._output_result(step, "error")
+        except Exception:
+            log.warning("process_output_result raised on a failed run", exc_info=True)
+        await self._finish_chunk(step, "error", finish_reason="error")

@@ -1,0 +1,290 @@
+"""The ports of the step loop: what one step of a run reads and writes, and where its chunks
+go. The loop (:mod:`threadline.runtime.loop`) works against these protocols only; the
+processor-worker plugs in PostgreSQL (:class:`threadline.worker.step_store.PgStepStore`) and Kafka
+(:class:`threadline.kafka.chunk_writer.ChunkWriter`), tests may plug in memory.
+
+A step costs one :meth:`StepStore.begin` (claims the step and loads everything it needs) and
+one :meth:`StepStore.save` (writes everything it produced and reports its result); the other
+methods serve crash safety mid-step (a recorded model output, tool results, a processor retry).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from threadline.runtime.llm import ModelOutcome
+
+
+@dataclass(slots=True)
+class RunState:
+    """A run's working state between its steps (stored as JSON in ``runs.state``)."""
+
+    message_list: dict[str, Any] | None = None
+    """The run's :class:`~threadline.runtime.messages.MessageList` (``to_state()``); ``None``
+    before the first step ended."""
+    response_message_id: str | None = None
+    """The id of the assistant message the next step appends to."""
+    retry_count: int = 0
+    """Consecutive processor retries of the current step (capped by ``max_processor_retries``)."""
+    processor_state: dict[str, Any] = field(default_factory=dict)
+    """Each processor's ``state`` dict, by processor id, kept across steps."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    """One summary per finished step: ``{stepNumber, text, toolCalls, toolResults, finishReason, usage}``."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """Token usage summed over the steps (``inputTokens``, ``outputTokens``, ``totalTokens``,
+    ``partial`` when a step reported none)."""
+    system_snapshot: list[dict[str, Any]] | None = None
+    """The system messages after the input processors of step 0; each step starts from them."""
+
+    @classmethod
+    def of(cls, stored: Mapping[str, Any] | None) -> RunState:
+        """The state as stored (``None``/``{}``: a new run). The stored dict is not shared."""
+        import copy
+
+        data = copy.deepcopy(dict(stored or {}))
+        return cls(message_list=data.get("message_list"), response_message_id=data.get("response_message_id"),
+                   retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
+                   steps=data.get("steps") or [], usage=data.get("usage") or {},
+                   system_snapshot=data.get("system_snapshot"))
+
+    def dump(self) -> dict[str, Any]:
+        """The JSON stored in ``runs.state``."""
+        out: dict[str, Any] = {"processor_state": self.processor_state, "steps": self.steps, "usage": self.usage,
+                               "message_list": self.message_list, "retry_count": self.retry_count,
+                               "response_message_id": self.response_message_id}
+        if self.system_snapshot is not None:
+            out["system_snapshot"] = self.system_snapshot
+        return out
+
+
+@dataclass(slots=True)
+class StepRun:
+    """The run whose current step executes, as claimed."""
+
+    run_id: str
+    """The run."""
+    resource_id: str
+    """The thread's owner."""
+    thread_id: str
+    """The thread."""
+    agent_id: str
+    """The run's agent."""
+    epoch: int
+    """The lease epoch the run holds (every write is fenced by it)."""
+    step: int
+    """The step being executed (0-based)."""
+    next_seq: int
+    """The first chunk ``seq`` of this step as stored before the claim."""
+    options: dict[str, Any]
+    """The run's options (normalised names)."""
+    state: RunState
+    """The run's working state as the previous step left it."""
+    stored_state: dict[str, Any] | None = None
+    """``runs.state`` as read (written back unchanged when the step cannot run at all)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Signal:
+    """A signal addressed to the run, drained by this step."""
+
+    id: str
+    """The signal id."""
+    payload: dict[str, Any]
+    """The signal (``{id, type, tagName, contents, attributes, metadata, createdAt}``)."""
+
+
+@dataclass(slots=True)
+class StepInputs:
+    """Everything a claimed step reads, loaded at the claim."""
+
+    attempt: int
+    """This execution's attempt number."""
+    seq_base: int
+    """The first chunk ``seq`` reserved for this attempt."""
+    restarted: bool
+    """An earlier attempt of the step started and never finished (its chunks are discarded)."""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    """Step 0: the thread's stored messages, oldest first (other steps: empty)."""
+    signals: list[Signal] = field(default_factory=list)
+    """Signals drained by this step, in arrival order (step 0: not the deliveries)."""
+    recorded: dict[str, Any] | None = None
+    """The model output a crashed attempt recorded: ``{chunks, usage, finish_reason}``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The step is this worker's: run it."""
+
+    run: StepRun
+    """The run."""
+    inputs: StepInputs
+    """What it reads."""
+
+
+@dataclass(frozen=True, slots=True)
+class Busy:
+    """Another worker executes the step and may be alive (its heartbeat is ``heartbeat``)."""
+
+    heartbeat: Any
+    """The heartbeat value seen (compared on the next try)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """The task is stale or done already (nothing to do)."""
+
+    reason: str
+    """Why, for the log."""
+
+
+@dataclass(frozen=True, slots=True)
+class AbortedRun:
+    """The run was aborted while its step task was in flight; its stream is not ended yet."""
+
+    run: StepRun
+    """The run."""
+
+
+Begun = Claimed | Busy | Skipped | AbortedRun
+"""What :meth:`StepStore.begin` answers."""
+
+
+@dataclass(frozen=True, slots=True)
+class Continue:
+    """The run takes another step."""
+
+    finish_reason: str | None
+    """The model's finish reason of this step (``tool-calls``, ``stop``…)."""
+    wire: Literal["continue"] = "continue"
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """The run ended normally."""
+
+    finish_reason: str
+    """The model's finish reason of the last step."""
+    wire: Literal["finished"] = "finished"
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """The run failed."""
+
+    error: dict[str, Any]
+    """``{kind, message, statusCode?}``."""
+    finish_reason: str = "error"
+    wire: Literal["failed"] = "failed"
+
+
+@dataclass(frozen=True, slots=True)
+class Trip:
+    """A processor blocked the run."""
+
+    tripwire: dict[str, Any]
+    """``{reason, retry, metadata, processorId}``."""
+    finish_reason: str = "other"
+    wire: Literal["tripwire"] = "tripwire"
+
+
+StepOutcome = Continue | Finish | Fail | Trip
+"""How a step ended; ``wire`` is the ``StepResult.outcome`` it reports."""
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """Everything a step produced, saved in one transaction with its result."""
+
+    run: StepRun
+    """The run."""
+    attempt: int
+    """The attempt that produced it (a later attempt fences it out)."""
+    outcome: StepOutcome
+    """How the step ended."""
+    entries: Sequence[tuple[Mapping[str, Any], str]]
+    """The message list's entries ``(message, source)``; ``input``/``response`` ones are stored."""
+    consumed: list[str] | None
+    """Signals this step consumed; ``None``: every signal still pending for the run (it failed)."""
+    state: dict[str, Any]
+    """The run's working state to store."""
+    next_seq: int
+    """The next chunk ``seq`` of the run."""
+    text: str | None = None
+    """The final text (a run that ended)."""
+    usage: dict[str, Any] | None = None
+    """Usage summed over the run's steps (``None``: the step could not run at all)."""
+
+
+class ChunkSink(Protocol):
+    """Where a step's chunks go: stamps ``runId``/``step``/``attempt``/``seq`` and publishes."""
+
+    run_id: str
+    step: int
+    attempt: int
+    seq: int
+    finished: bool
+
+    async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        """Stamp and send ``chunk``; returns it stamped."""
+        ...
+
+    async def flush(self) -> None:
+        """Wait until every emitted chunk is acknowledged (raises the first delivery failure)."""
+        ...
+
+
+class StepStore(Protocol):
+    """Where a step's state is loaded and saved, fenced by the thread lease (each write raises
+    :class:`~threadline.errors.StaleWriterError` once the run lost the thread or a later attempt
+    took the step over)."""
+
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Begun:
+        """Claim the run's step ``step`` and load what it reads (one call).
+
+        ``takeover_from``: the heartbeat value the caller watched stand still (the step is taken
+        from its owner only if the heartbeat still has that value or was handed back)."""
+        ...
+
+    async def save(self, record: StepRecord) -> None:
+        """Write the step's messages, consumed signals, state and result (one call), then
+        report the result to the orchestrator."""
+        ...
+
+    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
+        """Keep the model's completed output of ``attempt`` (before its tools run) so a
+        re-execution replays it instead of asking again."""
+        ...
+
+    async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
+        """A processor retry: the step continues as ``attempt`` (the previous one is dead)."""
+        ...
+
+    async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+        """Results ``(result, error)`` of the tool calls that already ran, by call id."""
+        ...
+
+    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
+                               error: str | None) -> None:
+        """Record what a tool call returned (once)."""
+        ...
+
+    async def still_owner(self, run: StepRun, attempt: int) -> bool:
+        """This worker still executes ``attempt`` of the step (refreshes its heartbeat)."""
+        ...
+
+    async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
+        """Signals other than ``exclude`` are pending for the run (it takes another step)."""
+        ...
+
+
+class ModelFn(Protocol):
+    """The model call: yields Mastra chunks ``{type, payload}`` and fills ``outcome``
+    (:func:`threadline.runtime.llm.stream_model`)."""
+
+    def __call__(self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                 tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
+                 api_base: str | None, timeout_s: float, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
+        """Stream one model response."""
+        ...

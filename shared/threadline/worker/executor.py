@@ -1,0 +1,240 @@
+"""Executing step tasks on a processor-worker. Any worker can take any step: everything a step
+needs is read from PostgreSQL and everything the next step needs is written back, fenced by the
+thread lease. The step itself runs in :class:`threadline.runtime.loop.StepLoop`; this module
+claims it (waiting while another live worker has it), keeps it alive, stops it when its run is
+aborted, hands it back on shutdown, and ends the run when the step cannot run at all."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import structlog
+
+from threadline._internal.faults import deaf
+from threadline.config import Settings
+from threadline.errors import StaleWriterError
+from threadline.events import StepTask, chunks
+from threadline.ids import new_id
+from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.chunk_writer import ChunkWriter
+from threadline.kafka.producer import Producer
+from threadline.logging import get_logger
+from threadline.runtime.agent import Agent
+from threadline.runtime.llm import stream_model
+from threadline.runtime.loop import StepLoop
+from threadline.runtime.ports import (
+    AbortedRun,
+    Busy,
+    Claimed,
+    Fail,
+    ModelFn,
+    Skipped,
+    StepInputs,
+    StepRecord,
+    StepRun,
+)
+from threadline.runtime.registry import Catalogue
+from threadline.store.db import Database
+from threadline.store.orchestration import claim_terminal
+from threadline.store.outbox import Outbox
+from threadline.store.steps import aborted_among, hand_back
+from threadline.topics import Topics, thread_key
+from threadline.transient import is_transient
+from threadline.worker.keepalive import KeepAlive
+from threadline.worker.step_store import PgStepStore
+
+log = get_logger(__name__)
+
+
+class StepExecutor:
+    """Runs step tasks for the agents of this process.
+
+    Args:
+        db, producer, admin, outbox, topics, settings: the service's connections and settings.
+        agents: the agents this worker runs, by id.
+        catalogue: processors and hooks requests may name.
+        model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+    """
+
+    def __init__(self, *, db: Database, producer: Producer, admin: TopicAdmin, outbox: Outbox,
+                 topics: Topics, settings: Settings, agents: dict[str, Agent],
+                 catalogue: Catalogue | None = None, model: ModelFn = stream_model) -> None:
+        self._db = db
+        self._producer = producer
+        self._admin = admin
+        self._topics = topics
+        self._settings = settings
+        self._agents = agents
+        self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
+        self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
+                                  lease_ttl_s=settings.lease_ttl_s)
+        self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
+                              model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model)
+        self._running: dict[str, asyncio.Task[str]] = {}
+        self._aborted: set[str] = set()
+        self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
+                                    renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
+
+    async def close(self) -> None:
+        """Stop the keep-alive loop (service shutdown, after the steps were drained or handed back)."""
+        await self._keepalive.close()
+
+    def on_abort(self, run_id: str) -> None:
+        """The run was aborted (NOTIFY): stop its step now; the model call is closed."""
+        if deaf():  # fault injection: the notification is lost
+            return
+        self._aborted.add(run_id)
+        task = self._running.get(run_id)
+        if task is not None:
+            task.cancel()
+
+    async def catch_up_aborts(self) -> None:
+        """After the LISTEN connection healed: stop steps of runs aborted meanwhile."""
+        if not self._running:
+            return
+        async with self._db.connection() as conn:
+            aborted = await aborted_among(conn, list(self._running))
+        for run_id in aborted:
+            self.on_abort(run_id)
+
+    async def execute(self, task: StepTask) -> None:
+        """Execute ``task`` unless it is stale or already done (redelivery is harmless).
+
+        When another worker still executes the step (its heartbeat moves: a rebalance handed the
+        task over while that worker lives), wait; take the step over only once the heartbeat has
+        stood still for ``3 × step_heartbeat_s`` as seen from here, or was handed back.
+        """
+        watched, since = None, 0.0
+        loop = asyncio.get_running_loop()
+        topic = self._topics.chunks(task.resource_id, task.thread_id)
+        while True:
+            await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms)
+            still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
+            begun = await self._store.begin(task.run_id, step=task.step, epoch=task.epoch,
+                                            takeover_from=watched if still else None)
+            if not isinstance(begun, Busy):
+                break
+            if begun.heartbeat != watched:
+                if watched is None:
+                    log.info("step executed by a live worker; waiting", run_id=task.run_id, step=task.step)
+                watched, since = begun.heartbeat, loop.time()
+            await asyncio.sleep(self._settings.step_heartbeat_s)
+        if isinstance(begun, AbortedRun):
+            await self._end_aborted(begun.run, None)
+            return
+        if isinstance(begun, Skipped):
+            log.info(begun.reason, run_id=task.run_id, step=task.step)
+            return
+        await self._run_claimed(begun, task)
+
+    async def _run_claimed(self, claimed: Claimed, task: StepTask) -> None:
+        run, inputs = claimed.run, claimed.inputs
+        writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
+                             step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
+                             key=thread_key(run.resource_id, run.thread_id))
+        if inputs.restarted:  # an earlier attempt died mid-step: subscribers drop its chunks
+            await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
+        self._keepalive.add(run, writer)
+        try:
+            with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id,
+                                                         step=task.step, attempt=task.attempt):
+                log.info("step started")
+                child = asyncio.create_task(self._step(run, inputs, writer))
+                self._running[run.run_id] = child
+                try:
+                    outcome = await child
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if run.run_id not in self._aborted or (current is not None and current.cancelling()):
+                        self._keepalive.discard(run.run_id)  # no beat after the hand-back
+                        await self._hand_back(run)
+                        raise  # shutdown, not an abort
+                    outcome = "aborted"
+                    await self._end_aborted(run, writer)
+                except StaleWriterError:
+                    now = await self._db.fetchrow("SELECT status FROM runs WHERE run_id = $1", run.run_id)
+                    if now is not None and now["status"] == "aborted":
+                        await self._end_aborted(run, writer)
+                    raise
+                except Exception as exc:
+                    if is_transient(exc):  # Kafka or Postgres went away: hand the step back
+                        log.warning("infrastructure fault mid-step; the step task is retried and the "
+                                    "step re-executed under a new attempt", error=repr(exc))
+                        raise
+                    log.exception("step could not run; failing the run")
+                    outcome = "failed"
+                    await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+                log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq)
+        except StaleWriterError as exc:
+            log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
+        finally:
+            self._running.pop(run.run_id, None)
+            self._aborted.discard(run.run_id)
+            self._keepalive.discard(run.run_id)
+
+    async def _step(self, run: StepRun, inputs: StepInputs, writer: ChunkWriter) -> str:
+        """Run the step in the loop; returns the outcome for the log."""
+        agent = self._agents.get(run.agent_id)
+        if agent is None:
+            await self._fail_run(run, writer, {"kind": "configuration",
+                                               "message": f"no agent {run.agent_id!r} in this worker"})
+            return "failed"
+        outcome = await self._loop.run(run, agent, inputs, writer, self._store)
+        return outcome.wire
+
+    async def _hand_back(self, run: StepRun) -> None:
+        """Shutdown mid-step: clear the heartbeat so the next owner re-executes at once."""
+        try:
+            async with asyncio.timeout(2):
+                async with self._db.connection() as conn:
+                    await hand_back(conn, run.run_id, self._owner)
+            log.info("step handed back", run_id=run.run_id)
+        except Exception:  # noqa: BLE001 - the heartbeat then goes stale instead
+            log.warning("could not hand the step back", run_id=run.run_id)
+
+    async def _end_aborted(self, run: StepRun, writer: ChunkWriter | None) -> None:
+        """Emit the aborted run's ``abort`` + ``finish`` (if no one else has): after the chunks
+        this worker already published when it was mid-step, else from the stored sequence.
+
+        When the interrupted attempt already streamed its own ``finish`` (the abort came between
+        that chunk and the step result), or another worker's attempt is left unfinished, that
+        attempt is declared dead first (``attempt-discarded``), so the run shows one ``finish``.
+        """
+        async with self._db.transaction() as conn:
+            claimed = await claim_terminal(conn, run.run_id)
+        if claimed is None:
+            return
+        dead = None
+        if writer is None:
+            topic = self._topics.chunks(run.resource_id, run.thread_id)
+            writer = ChunkWriter(self._producer, topic, run_id=run.run_id, step=claimed["step"],
+                                 attempt=claimed["attempt"], seq=claimed["next_seq"],
+                                 key=thread_key(run.resource_id, run.thread_id))
+            if claimed["outstanding"]:
+                dead = claimed["attempt"]
+        elif writer.finished:
+            dead = writer.attempt
+        if dead is not None:
+            writer.attempt = dead + 1
+            await writer.emit(chunks.attempt_discarded_chunk(writer.step, dead, "aborted"))
+        for chunk in chunks.abort_chunks():
+            await writer.emit(chunk)
+        await writer.flush()
+        log.info("run aborted; terminal chunks emitted", run_id=run.run_id, discarded_attempt=dead)
+
+    async def _fail_run(self, run: StepRun, writer: ChunkWriter, error: dict[str, Any]) -> None:
+        """End the run as failed when its step could not even run, or could not store its result:
+        ``error`` then ``finish``; what was addressed to the run ends with it. When the attempt
+        already streamed its own ``finish``, it is declared dead first (``attempt-discarded``,
+        the run's attempt + 1), so the run shows one ``finish``."""
+        if writer.finished:
+            dead, writer.attempt = writer.attempt, writer.attempt + 1
+            await self._store.restart_attempt(run, writer.attempt, (run.stored_state or {}).get("retry_count", 0))
+            await writer.emit(chunks.attempt_discarded_chunk(run.step, dead, "failed"))
+        await writer.emit(chunks.error_chunk(error))
+        await writer.emit(chunks.finish_chunk("error", finish_reason="error", with_output=False))
+        await writer.flush()
+        await self._store.save(StepRecord(run=run, attempt=writer.attempt, outcome=Fail(error), entries=[],
+                                          consumed=None, state=dict(run.stored_state or {}), next_seq=writer.seq))

@@ -1,0 +1,101 @@
+"""Every run transition of the orchestrator through the pure functions
+(``threadline.orchestration.runs``): start, continue, every way a run ends, stale and duplicate
+events, and which run takes the thread over."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from threadline.events import StartRun, StepResult
+from threadline.orchestration.runs import (
+    EndRun,
+    Ignore,
+    NextRun,
+    RunRow,
+    ScheduleStep,
+    WaitingInput,
+    next_run,
+    on_start_run,
+    on_step_result,
+)
+
+pytestmark = pytest.mark.unit
+
+RUN = RunRow(run_id="run-1", resource_id="res", thread_id="th", agent_id="agent-a", status="running", epoch=3,
+             step=0, steps_done=0, attempt=1, kind="stream", request_id="req-1", reply_to="replies-x")
+
+
+def _start(**kw: object) -> StartRun:
+    return StartRun(**{"run_id": "run-1", "resource_id": "res", "thread_id": "th", "epoch": 3, **kw})
+
+
+def _result(outcome: str, **kw: object) -> StepResult:
+    return StepResult(**{"run_id": "run-1", "resource_id": "res", "thread_id": "th", "step": 0, "attempt": 1,
+                         "epoch": 3, "outcome": outcome, **kw})
+
+
+# --- start_run
+
+def test_start_schedules_step_zero_and_announces_the_thread_active() -> None:
+    assert on_start_run(RUN, _start()) == ScheduleStep(step=0, attempt=1, lifecycle=("thread_active", "run_started"))
+
+
+def test_start_after_a_handover_does_not_announce_the_thread_active_again() -> None:
+    assert on_start_run(RUN, _start(handover=True)) == ScheduleStep(step=0, attempt=1, lifecycle=("run_started",))
+
+
+def test_start_keeps_the_runs_attempt() -> None:
+    move = on_start_run(replace(RUN, attempt=2), _start())
+    assert isinstance(move, ScheduleStep) and move.attempt == 2
+
+
+@pytest.mark.parametrize("run", [None, replace(RUN, status="aborted"), replace(RUN, status="finished"),
+                                 replace(RUN, epoch=4), replace(RUN, steps_done=1)],
+                         ids=["missing", "aborted", "finished", "other-epoch", "already-stepping"])
+def test_start_of_a_run_that_cannot_start_is_ignored(run: RunRow | None) -> None:
+    assert isinstance(on_start_run(run, _start()), Ignore)
+
+
+# --- step_result
+
+def test_continue_schedules_the_next_step() -> None:
+    running = replace(RUN, step=2, steps_done=3)
+    assert on_step_result(running, _result("continue", step=2)) == ScheduleStep(
+        step=3, attempt=1, lifecycle=("step_finished",), finished_step=2)
+
+
+@pytest.mark.parametrize(("outcome", "terminal"), [("finished", "run_finished"), ("failed", "run_failed"),
+                                                   ("tripwire", "run_tripwire"), ("aborted", "run_aborted")])
+def test_every_terminal_outcome_ends_the_run(outcome: str, terminal: str) -> None:
+    assert on_step_result(RUN, _result(outcome)) == EndRun(finished_step=0, terminal=terminal, reply_result=False)
+
+
+def test_a_generate_run_is_answered_with_its_result_when_it_ends() -> None:
+    generate = replace(RUN, kind="generate")
+    assert on_step_result(generate, _result("finished")) == EndRun(0, "run_finished", reply_result=True)
+    assert on_step_result(replace(generate, request_id=None), _result("finished")) == EndRun(0, "run_finished", False)
+
+
+@pytest.mark.parametrize("run", [None, replace(RUN, epoch=2), replace(RUN, status="aborted")],
+                         ids=["missing", "stale-epoch", "aborted"])
+@pytest.mark.parametrize("outcome", ["continue", "finished"])
+def test_step_result_of_a_gone_or_aborted_run_is_ignored(run: RunRow | None, outcome: str) -> None:
+    assert isinstance(on_step_result(run, _result(outcome)), Ignore)
+
+
+# --- hand-over: the run that takes the thread when one ends
+
+def test_a_queued_turn_keeps_its_run_id_its_options_and_its_reply_topic() -> None:
+    waiting = WaitingInput(mode="queue", agent_id="agent-b", request_id="req-2",
+                           options={"run_id": "run-q", "kind": "generate", "reply_to": "mine", "max_steps": 2})
+    assert next_run(waiting, "agent-a", {"max_steps": 9}, replies_topic="replies") == NextRun(
+        run_id="run-q", agent_id="agent-b", kind="generate", reply_to="mine", options={"max_steps": 2})
+
+
+def test_a_leftover_delivery_continues_with_the_ended_runs_options() -> None:
+    waiting = WaitingInput(mode="deliver", agent_id=None, request_id="req-3", options={"kind": "send_message"})
+    assert next_run(waiting, "agent-a", {"max_steps": 9}, replies_topic="replies",
+                    make_id=lambda: "run-new") == NextRun(run_id="run-new", agent_id="agent-a", kind="stream",
+                                                          reply_to="replies", options={"max_steps": 9})

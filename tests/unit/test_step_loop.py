@@ -1,0 +1,199 @@
+"""The step loop on its ports, in memory: a step runs against a StepStore, a ChunkSink and a
+model function that are plain Python objects here (the worker plugs in PostgreSQL and Kafka)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from threadline.errors import ModelCallError
+from threadline.runtime import Agent, create_tool
+from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.loop import StepLoop
+from threadline.runtime.ports import (
+    Continue,
+    Fail,
+    Finish,
+    RunState,
+    Signal,
+    StepInputs,
+    StepRecord,
+    StepRun,
+)
+
+pytestmark = pytest.mark.unit
+
+
+class MemorySink:
+    """A ChunkSink that keeps the chunks."""
+
+    def __init__(self, run_id: str, step: int, attempt: int = 1, seq: int = 0) -> None:
+        self.run_id, self.step, self.attempt, self.seq, self.finished = run_id, step, attempt, seq, False
+        self.chunks: list[dict[str, Any]] = []
+        self.flushed = 0
+
+    async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
+        chunk = {**chunk, "runId": self.run_id, "step": self.step, "attempt": self.attempt, "seq": self.seq}
+        self.seq += 1
+        self.finished = self.finished or chunk["type"] == "finish"
+        self.chunks.append(chunk)
+        return chunk
+
+    async def flush(self) -> None:
+        self.flushed += 1
+
+
+class MemoryStore:
+    """A StepStore that records what the loop saves."""
+
+    def __init__(self, pending: list[str] | None = None) -> None:
+        self.saved: list[StepRecord] = []
+        self.outputs: list[dict[str, Any]] = []
+        self.tools: dict[str, tuple[Any, str | None]] = {}
+        self.pending = pending or []
+
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Any:
+        raise AssertionError("the loop never claims")
+
+    async def save(self, record: StepRecord) -> None:
+        self.saved.append(record)
+
+    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
+        self.outputs.append(output)
+
+    async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
+        raise AssertionError("no retry expected")
+
+    async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+        return {k: v for k, v in self.tools.items() if k in call_ids}
+
+    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
+                               error: str | None) -> None:
+        self.tools[call_id] = (result, error)
+
+    async def still_owner(self, run: StepRun, attempt: int) -> bool:
+        return True
+
+    async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
+        return any(p not in exclude for p in self.pending)
+
+
+def scripted(*responses: list[dict[str, Any]] | Exception) -> Any:
+    """A model function answering each call with the next scripted response."""
+    queue = list(responses)
+    prompts: list[list[dict[str, Any]]] = []
+
+    async def model(*, messages: list[dict[str, Any]], outcome: ModelOutcome,
+                    **_: Any) -> AsyncIterator[dict[str, Any]]:
+        prompts.append(messages)
+        response = queue.pop(0)
+        if isinstance(response, Exception):
+            raise response
+        for chunk in response:
+            if chunk["type"] == "text-delta":
+                outcome.text += chunk["payload"]["text"]
+            if chunk["type"] == "tool-call":
+                outcome.tool_calls.append(chunk["payload"])
+            yield dict(chunk)
+        outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
+        outcome.usage = {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
+
+    model.prompts = prompts  # type: ignore[attr-defined]  # read by the tests
+    return model
+
+
+def _run(step: int = 0, state: RunState | None = None) -> StepRun:
+    return StepRun(run_id="run-1", resource_id="res", thread_id="th", agent_id="a", epoch=1, step=step, next_seq=0,
+                   options={}, state=state or RunState())
+
+
+def _loop(model: Any) -> StepLoop:
+    return StepLoop(default_model="openai/threadline-test", model_api_base=None, model_timeout_s=5, model=model)
+
+
+SIGNAL = Signal("sig-1", {"id": "sig-1", "type": "user", "tagName": "user", "contents": "hello",
+                          "attributes": {}, "metadata": {}, "createdAt": "2026-01-01T00:00:00Z"})
+
+
+async def test_a_one_step_run_streams_answers_and_saves_once() -> None:
+    model = scripted([{"type": "text-delta", "payload": {"text": "hi "}},
+                      {"type": "text-delta", "payload": {"text": "there"}}])
+    sink, store = MemorySink("run-1", 0), MemoryStore()
+    agent = Agent(id="a", instructions="be brief")
+    outcome = await _loop(model).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False,
+                                                                signals=[SIGNAL]), sink, store)
+    assert outcome == Finish("stop")
+    assert [c["type"] for c in sink.chunks] == ["start", "data-user-message", "step-start", "text-delta",
+                                                "text-delta", "step-finish", "finish"]
+    assert all(c["from"] == "AGENT" for c in sink.chunks if c["type"] != "data-user-message")
+    assert model.prompts[0][0] == {"role": "system", "content": "be brief"}
+    assert model.prompts[0][-1]["role"] == "user"
+    [saved] = store.saved
+    assert saved.outcome == outcome and saved.consumed == ["sig-1"] and saved.text == "hi there"
+    assert saved.next_seq == sink.seq and saved.usage == {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
+    assert [m["role"] for m, source in saved.entries if source in ("input", "response")] == ["user", "assistant"]
+    assert saved.state["steps"][0]["text"] == "hi there" and saved.state["message_list"] is not None
+
+
+class Lookup(BaseModel):
+    customer: str
+
+
+async def test_a_tool_call_records_the_output_runs_the_tool_once_and_continues() -> None:
+    ran: list[str] = []
+
+    async def lookup(input: Lookup, context: Any) -> dict[str, str]:
+        ran.append(input.customer)
+        return {"plan": "paid"}
+
+    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
+    model = scripted([{"type": "tool-call", "payload": {"toolCallId": "c1", "toolName": "lookup",
+                                                        "args": {"customer": "C-1"}}}])
+    sink, store = MemorySink("run-1", 0), MemoryStore()
+    outcome = await _loop(model).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False), sink, store)
+    assert outcome == Continue("tool-calls")
+    assert ran == ["C-1"] and store.tools == {"c1": ({"plan": "paid"}, None)}
+    assert [o["finish_reason"] for o in store.outputs] == ["tool-calls"]  # recorded before the tool ran
+    assert [c["type"] for c in sink.chunks][-2:] == ["tool-result", "step-finish"]
+    assert store.saved[0].outcome == outcome and store.saved[0].text is None
+
+
+async def test_a_model_error_fails_the_run_with_error_and_finish() -> None:
+    model = scripted(ModelCallError("boom", kind="bad_request", retryable=False))
+    sink, store = MemorySink("run-1", 0), MemoryStore()
+    outcome = await _loop(model).run(_run(), Agent(id="a"), StepInputs(attempt=1, seq_base=0, restarted=False),
+                                     sink, store)
+    assert isinstance(outcome, Fail) and outcome.error["kind"] == "bad_request" and outcome.wire == "failed"
+    assert [c["type"] for c in sink.chunks][-3:] == ["error", "step-finish", "finish"]
+    assert store.saved[0].outcome == outcome
+
+
+async def test_a_later_step_continues_the_stored_message_list() -> None:
+    first = MemoryStore()
+    await _loop(scripted([{"type": "text-delta", "payload": {"text": "one"}}])).run(
+        _run(), Agent(id="a"), StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]),
+        MemorySink("run-1", 0), first)
+    state = RunState.of(first.saved[0].state)
+    model = scripted([{"type": "text-delta", "payload": {"text": "two"}}])
+    more = Signal("sig-2", {**SIGNAL.payload, "id": "sig-2", "contents": "and more"})
+    store = MemoryStore()
+    outcome = await _loop(model).run(_run(step=1, state=state), Agent(id="a"),
+                                     StepInputs(attempt=1, seq_base=0, restarted=False, signals=[more]),
+                                     MemorySink("run-1", 1), store)
+    assert outcome == Finish("stop")
+    users = [m["content"] for m in model.prompts[0] if m["role"] == "user"]
+    assert users == ["hello", "and more"]
+    assert [s["text"] for s in store.saved[0].state["steps"]] == ["one", "two"]
+
+
+def test_run_state_round_trips_and_omits_an_unset_system_snapshot() -> None:
+    stored = {"message_list": {"entries": []}, "response_message_id": "msg-1", "retry_count": 2,
+              "processor_state": {"p": {"n": 1}}, "steps": [{"stepNumber": 0}], "usage": {"totalTokens": 4}}
+    state = RunState.of(stored)
+    assert state.dump() == stored
+    state.processor_state["p"]["n"] = 2
+    assert stored["processor_state"] == {"p": {"n": 1}}  # the stored dict is not shared
+    assert RunState.of(None).dump()["steps"] == [] and "system_snapshot" not in RunState.of({}).dump()
