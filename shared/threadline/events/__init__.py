@@ -28,14 +28,14 @@ from threadline.events.ingress import (
     Stream,
 )
 from threadline.events.lifecycle import LifecycleEvent
-from threadline.events.replies import Aborted, Accepted, ErrorReply, Persisted, Notified, Reply, RunResult, Skipped
+from threadline.events.replies import Aborted, Accepted, ErrorReply, Notified, Persisted, Reply, RunResult, Skipped
 
 __all__ = [
     "SCHEMA_VERSION",
     "SCHEMA_VERSIONS",
     "AbortRequest",
-    "Aborted",
     "AbortRun",
+    "Aborted",
     "Accepted",
     "Chunk",
     "DeadLetter",
@@ -48,21 +48,21 @@ __all__ = [
     "InternalEvent",
     "LifecycleEvent",
     "MessageObject",
+    "NotificationInput",
+    "Notified",
     "Persisted",
     "QueueMessage",
     "Reply",
     "RunCommand",
     "RunResult",
-    "Notified",
-    "NotificationInput",
     "SendMessage",
     "SendNotificationSignal",
     "SendSignal",
     "SendStateSignal",
     "SignalInput",
     "Skipped",
-    "StateInput",
     "StartRun",
+    "StateInput",
     "StepResult",
     "StepTask",
     "Stream",

@@ -104,7 +104,7 @@ class Stream(_ThreadRequest):
 class Generate(Stream):
     """``agent.generate(...)``: like ``stream``; the run's result is also sent as a reply."""
 
-    type: Literal["generate"] = "generate"  # type: ignore[assignment]
+    type: Literal["generate"] = "generate"  # type: ignore[assignment]  # narrows the parent's Literal on purpose
 
 
 class SignalInput(BaseModel):

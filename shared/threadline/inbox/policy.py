@@ -24,9 +24,8 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
-
 from types import SimpleNamespace
+from typing import Any, Literal
 
 from tenacity import wait_exponential
 
@@ -42,7 +41,7 @@ _BACKOFF = wait_exponential(multiplier=5, max=300)
 
 def retry_delay_s(attempts: int) -> float:
     """Seconds before the next delivery attempt after ``attempts`` failures: 5, 10, 20, 40 … ≤ 300."""
-    return float(_BACKOFF(SimpleNamespace(attempt_number=max(1, attempts))))
+    return float(_BACKOFF(SimpleNamespace(attempt_number=max(1, attempts))))  # type: ignore[arg-type]  # tenacity's wait reads only attempt_number
 
 
 @dataclass(slots=True)

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from threadline.config import get_settings
 from threadline.inbox import access
-from threadline.store.db import connect
 from threadline.runtime.tools import Tool, ToolContext, create_tool
+from threadline.store.db import connect
 
 _STATUS = {"seen": "seen", "dismiss": "dismissed", "archive": "archived"}
 _BRIEF = ("id", "source", "kind", "priority", "status", "summary", "coalesced_count")

@@ -116,6 +116,6 @@ def raw_field(record: Record, name: str) -> Any:
 
     try:
         body = orjson.loads(record.value)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - best effort on a record that may not be JSON
         return None
     return body.get(name) if isinstance(body, dict) else None

@@ -28,8 +28,8 @@ from litellm import exceptions as lx
 litellm.suppress_debug_info = True
 litellm.drop_params = True
 
-from threadline.errors import ModelCallError  # noqa: E402
-from threadline.runtime import llm_stream  # noqa: E402
+from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
+from threadline.runtime import llm_stream  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection")
@@ -73,7 +73,7 @@ def _embedded_status(exc: BaseException) -> int | None:
         for candidate in (getattr(x, "code", None), (getattr(x, "body", None) or {}).get("code")
                           if isinstance(getattr(x, "body", None), dict) else None):
             try:
-                code = int(candidate)  # type: ignore[arg-type]
+                code = int(candidate)  # type: ignore[arg-type]  # any attribute value; ValueError/TypeError are caught
             except (TypeError, ValueError):
                 continue
             if 400 <= code <= 599:

@@ -9,7 +9,7 @@ result?}}``, ``data-<name> {data}``, ``error``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -223,7 +223,7 @@ def _json(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
-def to_core(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
     Signal messages (role ``signal``) become user messages rendered as XML (seed 004).
@@ -241,7 +241,8 @@ def to_core(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
 
-        def flush() -> None:
+        def flush(text: list[str] = text, calls: list[dict[str, Any]] = calls,
+                  results: list[dict[str, Any]] = results) -> None:  # bound to this message's lists
             if text or calls:
                 entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
                 if calls:

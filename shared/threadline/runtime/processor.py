@@ -238,7 +238,7 @@ class ProcessorRunner:
                                 "detail": tw.metadata}))
             if inspect.isawaitable(out):
                 await out
-        except Exception:  # noqa: BLE001 - seed: errors from on_violation are swallowed
+        except Exception:
             log.warning("on_violation raised; ignored", processor_id=processor.id, exc_info=True)
 
     # --- message-returning phases --------------------------------------------------------------
@@ -266,7 +266,7 @@ class ProcessorRunner:
         else:
             raise ConfigurationError(f"unsupported processor return value {type(result).__name__}")
         if system is not None:
-            ml.replace_all_system_messages([m for m in system])
+            ml.replace_all_system_messages(list(system))
         if messages is None:
             return
         returned_ids = {m.get("id") for m in messages if isinstance(m, dict)}
@@ -275,8 +275,8 @@ class ProcessorRunner:
             if split_system and isinstance(m, dict) and m.get("role") == "system":
                 ml.add_system(system_text(m))
                 continue
-            source = ml.source_of(m.get("id")) if isinstance(m, dict) and m.get("id") else None
-            ml.add(m, source or default_source)  # type: ignore[arg-type]
+            source = ml.source_of(str(m["id"])) if isinstance(m, dict) and m.get("id") else None
+            ml.add(m, source or default_source)  # type: ignore[arg-type]  # source_of returns a Source name or None
 
     async def process_input(self, ml: MessageList) -> None:
         """``processInput``: once, before the loop, over the chat messages (no system ones)."""
@@ -373,7 +373,7 @@ class ProcessorRunner:
                                       part=part, stream_parts=seen, message_list=ml)
             except TripWire:
                 raise
-            except Exception:  # noqa: BLE001 - seed: the chunk continues unchanged
+            except Exception:
                 log.warning("process_output_stream raised; chunk passed on unchanged",
                             processor_id=p.id, exc_info=True)
                 continue
@@ -433,7 +433,7 @@ class ProcessorRunner:
                                       step_number=step_number, steps=steps)
             except TripWire:
                 raise
-            except Exception:  # noqa: BLE001 - seed: errors of error processors are swallowed
+            except Exception:
                 log.warning("process_api_error raised; ignored", processor_id=p.id, exc_info=True)
                 continue
             if isinstance(out, dict) and out.get("retry"):

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Any
 
 from threadline.errors import ConfigurationError
-from dataclasses import dataclass, field
-
 from threadline.runtime.agent import Agent
 from threadline.runtime.tools import ToolHooks
 

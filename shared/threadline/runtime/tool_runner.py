@@ -34,7 +34,7 @@ async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: 
             await _after(hooks, hook_ctx, output, None)
             return output, None
     tool = tools.get(name)
-    output: Any = None
+    output = None
     error: str | None = None
     if tool is None:
         error = f"unknown tool {name!r}"

@@ -15,7 +15,7 @@ from typing import Any
 
 import asyncpg
 
-from threadline.events import LifecycleEvent, Notified, SignalInput
+from threadline.events import Accepted, LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
 from threadline.events.signals import signal_from_message
 from threadline.ids import new_id
@@ -171,7 +171,7 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
         if _outcome(routed) == "rejected":
             await _failed(conn, [row], _rejection(routed), now, column="summary_at")
             return await conn.fetchrow("SELECT * FROM notifications WHERE id = $1", rid), {}
-        sig = routed.reply.signal_id  # type: ignore[union-attr]
+        sig = routed.reply.signal_id  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
         ids.append(await _announce(conn, topics, row, "summary_delivered", [rid], sig,
                                    getattr(routed.reply, "run_id", None)))
         row = await conn.fetchrow("UPDATE notifications SET summary_at = NULL, summarized = true, "
@@ -198,7 +198,7 @@ async def _send_wake(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict
 def _outcome(routed: Routed) -> str:
     """``delivered`` (a run has it), ``skipped`` (accepted as persist/discard), ``rejected``."""
     reply = routed.reply
-    if reply is None or reply.type != "accepted":
+    if not isinstance(reply, Accepted):
         return "rejected"
     return "delivered" if reply.action in ("wake", "deliver") else "skipped"
 
@@ -207,12 +207,12 @@ def _rejection(routed: Routed) -> str:
     reply = routed.reply
     if reply is None:
         return "no reply from routing"
-    return f"{getattr(reply, 'code', reply.type)}: {getattr(reply, 'message', '')}"
+    return f"{getattr(reply, 'code', getattr(reply, 'type', '?'))}: {getattr(reply, 'message', '')}"
 
 
 def _sent(routed: Routed) -> dict[str, Any]:
     reply = routed.reply
-    if reply is None or reply.type != "accepted":
+    if not isinstance(reply, Accepted):
         return {}
     return {"signal_id": reply.signal_id, "run_id": reply.run_id, "accepted": {"action": reply.action,
                                                                               "run_id": reply.run_id}}
@@ -220,7 +220,7 @@ def _sent(routed: Routed) -> dict[str, Any]:
 
 async def _announce(conn: asyncpg.Connection, topics: Topics, row: asyncpg.Record, kind: str,
                     record_ids: list[str], signal_id: str | None, run_id: str | None) -> int:
-    event = LifecycleEvent(type=kind, resource_id=row["resource_id"], thread_id=row["thread_id"],  # type: ignore[arg-type]
+    event = LifecycleEvent(type=kind, resource_id=row["resource_id"], thread_id=row["thread_id"],
                            agent_id=row["agent_id"], run_id=run_id, notification_ids=record_ids, signal_id=signal_id)
     return await outbox.add(conn, topics.lifecycle, event, key=thread_key(row["resource_id"], row["thread_id"]))
 
@@ -229,12 +229,12 @@ async def _mark_delivered(conn: asyncpg.Connection, rows: list[asyncpg.Record], 
                           topics: Topics, ids: list[int]) -> list[asyncpg.Record]:
     reply = routed.reply
     rids = [r["id"] for r in rows]
-    ids.append(await _announce(conn, topics, rows[0], "notification_delivered", rids, reply.signal_id,  # type: ignore[union-attr]
-                               reply.run_id))  # type: ignore[union-attr]
+    ids.append(await _announce(conn, topics, rows[0], "notification_delivered", rids, reply.signal_id,  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
+                               reply.run_id))  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
     return await conn.fetch(
         "UPDATE notifications SET status = 'delivered', delivered_at = now(), delivered_signal_id = $2, "
         "delivery_reason = coalesce($3, delivery_reason), deliver_at = NULL, summary_at = NULL, held = false, "
-        "updated_at = now() WHERE id = ANY($1::text[]) RETURNING *", rids, reply.signal_id, reason)  # type: ignore[union-attr]
+        "updated_at = now() WHERE id = ANY($1::text[]) RETURNING *", rids, reply.signal_id, reason)  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
 
 
 async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: str, now: datetime, *,
@@ -363,14 +363,14 @@ async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now:
             routed = await _send(conn, first, digest_signal([dict(r) for r in batch], pending=pending), topics=topics,
                                  lease_ttl_s=lease_ttl_s, wake=not all_low, stream_options={},
                                  event_id=f"digest:{first['id']}:{new_id()}", reply_to=None)
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - a failed delivery is recorded and retried, never fatal
         await _failed(conn, batch, f"{type(exc).__name__}: {exc}", now, column="summary_at")
         return
     ids.extend(routed.outbox_ids)
     if _outcome(routed) == "rejected":
         await _failed(conn, batch, _rejection(routed), now, column="summary_at")
         return
-    sig = routed.reply.signal_id  # type: ignore[union-attr]
+    sig = routed.reply.signal_id  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
     ids.append(await _announce(conn, topics, first, "summary_delivered", [r["id"] for r in batch], sig,
                                getattr(routed.reply, "run_id", None)))
     await conn.execute("UPDATE notifications SET summary_at = NULL, summarized = true, summary_signal_id = $2, "

@@ -101,5 +101,5 @@ class OutboxRelay:
             await asyncio.sleep(self._interval_s)
             try:
                 await self._outbox.relay_once()
-            except Exception:  # noqa: BLE001 - keep relaying
+            except Exception:
                 log.exception("outbox relay failed")

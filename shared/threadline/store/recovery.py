@@ -11,8 +11,8 @@ import asyncpg
 import orjson
 
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
-from threadline.recovery.decide import RunSnapshot
 from threadline.events.signals import signal_to_message
+from threadline.recovery.decide import RunSnapshot
 from threadline.store import outbox
 from threadline.store.orchestration import TERMINAL, _hand_over, claim_terminal
 from threadline.topics import Topics, thread_key

@@ -57,7 +57,7 @@ SEQ_BLOCK = 1_000_000
 attempt's, so ``seq`` never repeats or goes back within a run."""
 
 
-class StepBusy(Exception):
+class StepBusyError(Exception):
     """Another live worker executes this step (its heartbeat moves); ``heartbeat`` is the value seen."""
 
     def __init__(self, heartbeat: Any) -> None:
@@ -78,7 +78,7 @@ async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl
     (handed back) or still equals ``takeover_from`` (the caller watched it stand still).
 
     Raises:
-        StepBusy: another worker owns the step and may be alive.
+        StepBusyError: another worker owns the step and may be alive.
         StaleWriterError: the run no longer holds the thread.
     """
     await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
@@ -86,7 +86,7 @@ async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl
                               "FOR UPDATE", run["run_id"])
     if old is not None and old["step_started"] and old["step_owner"] not in (None, owner) \
             and old["step_heartbeat"] is not None and old["step_heartbeat"] != takeover_from:
-        raise StepBusy(old["step_heartbeat"])
+        raise StepBusyError(old["step_heartbeat"])
     return await conn.fetchrow(
         "UPDATE runs r SET attempt = CASE WHEN r.step_started THEN r.attempt + 1 ELSE r.attempt END, "
         "  step_started = true, next_seq = r.next_seq + $4, step_owner = $5, step_heartbeat = now(), "

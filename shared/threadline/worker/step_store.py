@@ -30,7 +30,7 @@ from threadline.runtime.ports import (
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
 from threadline.store.steps import (
-    StepBusy,
+    StepBusyError,
     begin_attempt,
     has_pending,
     heartbeat,
@@ -96,7 +96,7 @@ class PgStepStore:
                 begun = await begin_attempt(conn, row, self._ttl, owner=self._owner, takeover_from=takeover_from)
         except StaleWriterError:
             begun = None
-        except StepBusy as busy:
+        except StepBusyError as busy:
             return Busy(busy.heartbeat)
         if begun is None:
             return Skipped("step no longer ours; skipped")
