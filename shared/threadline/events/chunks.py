@@ -1,4 +1,4 @@
-"""The chunk envelope of the per-thread chunk topics (invariant 5, DECISIONS 15).
+"""The chunk envelope of the per-thread chunk topics (invariant 5, docs/decisions.md §15).
 
 Hot path note: workers build chunk dicts directly and encode them with orjson; this model is the
 published schema and what subscribers may validate against.

@@ -2,7 +2,7 @@
 
 Seed ``004``: ``sendMessage`` / ``queueMessage`` (thread signals) and ``generate`` / ``stream``
 with ``memory: {resource, thread}``. Every request names its thread by ``resource_id`` and
-``thread_id`` (DECISIONS 16) and may name a ``reply_to`` topic for its replies.
+``thread_id`` (docs/decisions.md §16) and may name a ``reply_to`` topic for its replies.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Inbox access for applications and tools (issue 5 §7): list, read, mark seen, dismiss, archive
-— always within one thread (``resource_id`` + ``thread_id``, DECISIONS 16). Used by the client
+"""Inbox access for applications and tools: list, read, mark seen, dismiss, archive
+— always within one thread (``resource_id`` + ``thread_id``, docs/decisions.md §16). Used by the client
 (:meth:`ThreadlineClient.inbox` …), the CLI (``threadline inbox``) and the agent tool
 (:func:`threadline.inbox.tool.inbox_tool`).
 """

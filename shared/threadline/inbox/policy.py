@@ -1,4 +1,4 @@
-"""Delivery policy (seed 004 ``sendNotificationSignal`` and ``notifications.deliveryPolicy``).
+"""Delivery policy (Mastra's Agent API ``sendNotificationSignal`` and ``notifications.deliveryPolicy``).
 
 The default, exactly as the seed states it:
 

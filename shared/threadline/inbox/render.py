@@ -1,4 +1,4 @@
-"""How notifications and digests reach the model (mastra-semantics §3.9 "Rendering")."""
+"""How notifications and digests reach the model (docs/notifications.md)."""
 
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ def digest_signal(records: list[dict[str, Any]], *, pending: int) -> dict[str, A
 
 
 def combined_notification_signal(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """One ``notification`` signal for records sharing a ``coalesce_key`` (DECISIONS 9): the
+    """One ``notification`` signal for records sharing a ``coalesce_key`` (docs/decisions.md §9): the
     summaries one per line, the first record's attributes, ``coalescedCount`` = how many
     notifications it stands for, ``notificationIds`` in the metadata."""
     if len(records) == 1:

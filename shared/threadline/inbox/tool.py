@@ -1,4 +1,4 @@
-"""The inbox as an agent tool (issue 5, "inbox access ... as an agent tool"): the model can list,
+"""The inbox as an agent tool: the model can list,
 read, mark seen, dismiss and archive the notifications of its own thread."""
 
 from __future__ import annotations

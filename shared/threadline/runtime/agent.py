@@ -1,4 +1,4 @@
-"""The ``Agent`` (seed 004, "Agent 類別"): instructions, model, tools and hooks, processors,
+"""The ``Agent`` (Mastra's Agent API, "Agent 類別"): instructions, model, tools and hooks, processors,
 default options. Defined in plain Python in the agents module and loaded by every service.
 """
 
@@ -51,8 +51,8 @@ class Agent:
         input_processors, output_processors, error_processors: processor lists, or functions
             ``(request_context) -> list``.
         default_options: defaults for every run (``max_steps``, …; camelCase accepted).
-        max_processor_retries: cap on processor-requested retries (seed 000).
-        notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (seed 004),
+        max_processor_retries: cap on processor-requested retries (docs/processors.md).
+        notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (Mastra's Agent API),
             and optionally ``digest_window_s``: how long this agent's low/medium notifications wait
             to be batched into a digest (default ``THREADLINE_DIGEST_WINDOW_S``).
 

@@ -1,4 +1,4 @@
-"""Mastra's message shapes and the ``MessageList`` (seed 000, "messages vs messageList").
+"""Mastra's message shapes and the ``MessageList`` (docs/processors.md, "messages vs messageList").
 
 A message is a ``MastraDBMessage``: ``{id, role, createdAt, threadId, resourceId, type?,
 content: {format: 2, parts: [...], content?, metadata?}}``, held as an :class:`AttrDict` so both
@@ -226,7 +226,7 @@ def _json(value: Any) -> str:
 def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
-    Signal messages (role ``signal``) become user messages rendered as XML (seed 004).
+    Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API).
     """
     out: list[dict[str, Any]] = []
     for msg in messages:

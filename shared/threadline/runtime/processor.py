@@ -1,4 +1,4 @@
-"""The Processor contract (seed 000): the base class, ``abort()`` tripwires, and the runner that
+"""The Processor contract (docs/processors.md): the base class, ``abort()`` tripwires, and the runner that
 calls the nine methods at their fixed points with the per-processor ``state``.
 
 Methods (Python name ← Mastra name): ``process_input`` ← processInput, ``process_input_step`` ←
@@ -113,7 +113,7 @@ def _check_one(p: Any, kind: str, agent_id: str) -> None:
 def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], agent_id: str,
                  catalogue: dict[str, Any] | None = None) -> list[Any]:
     """Resolve a list (or a function of ``request_context``) into per-run copies with
-    ``processor_index`` set (DECISIONS 8: never on a shared instance).
+    ``processor_index`` set (docs/decisions.md §8: never on a shared instance).
 
     A call-level list travels in a JSON request, so it names processors by id; ids are looked
     up in ``catalogue`` (the agents module's ``processors`` and the agent's own).
@@ -326,7 +326,7 @@ class ProcessorRunner:
                 self.apply_messages(ml, {"messages": messages, "system_messages": system},
                                     before_ids=before, default_source="input")
             for key, value in result.items():
-                step_input[_snake(key)] = value  # key present → override; None clears (DECISIONS 6)
+                step_input[_snake(key)] = value  # key present → override; None clears (docs/decisions.md §6)
         return step_input
 
     async def process_llm_request(self, prompt: list[dict[str, Any]], *, model: str, step_number: int,
@@ -443,7 +443,7 @@ class ProcessorRunner:
 
 class PrepareStep(Processor):
     """The agent's ``prepare_step`` callback, run after the input processors as part of the
-    ``process_input_step`` chain (seed 000, "execution order in the agentic loop")."""
+    ``process_input_step`` chain (docs/processors.md, "execution order in the agentic loop")."""
 
     id = "prepare-step"
 

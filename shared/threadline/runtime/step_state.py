@@ -20,7 +20,7 @@ log = get_logger(__name__)
 
 
 class StepWriter:
-    """``writer.custom(chunk)`` for processors and tools (seed 000, "發出自訂資料 chunk")."""
+    """``writer.custom(chunk)`` for processors and tools (docs/processors.md, "發出自訂資料 chunk")."""
 
     def __init__(self, step: StepState, *, through_processors: bool) -> None:
         self._step = step
@@ -113,7 +113,7 @@ def error_view(exc: ModelCallError) -> AttrDict:
 
 
 async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
-    """Replay a cached response ``{chunks: [...]}`` as if it streamed (DECISIONS 7)."""
+    """Replay a cached response ``{chunks: [...]}`` as if it streamed (docs/decisions.md §7)."""
     chunks = cached.get("chunks") if isinstance(cached, dict) else cached
     for chunk in chunks or []:
         chunk = dict(chunk)

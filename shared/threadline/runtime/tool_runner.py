@@ -1,5 +1,5 @@
 """Executing one tool call: hooks around it, ``process_tool_result`` after it, the result into
-the message list and onto the stream (seed 004 "Tool hook", seed 000 ``processToolResult``)."""
+the message list and onto the stream (Mastra's Agent API "Tool hook", docs/processors.md ``processToolResult``)."""
 
 from __future__ import annotations
 

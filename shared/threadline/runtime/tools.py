@@ -1,4 +1,4 @@
-"""Tools with pydantic input schemas, and the tool hooks (seed 004, "Tool hook").
+"""Tools with pydantic input schemas, and the tool hooks (Mastra's Agent API, "Tool hook").
 
 A tool's ``execute(input, context)`` may be sync or async; ``input`` is an instance of the tool's
 ``input_schema`` (validated from the model's arguments), ``context`` a :class:`ToolContext`.
@@ -127,7 +127,7 @@ HookFn = Callable[[Any], Any | Awaitable[Any]]
 
 @dataclass
 class ToolHooks:
-    """``hooks.beforeToolCall`` / ``hooks.afterToolCall`` (seed 004).
+    """``hooks.beforeToolCall`` / ``hooks.afterToolCall`` (Mastra's Agent API).
 
     ``before_tool_call(ctx)`` gets ``ctx.tool_name``, ``ctx.input``, ``ctx.context``,
     ``ctx.metadata`` (``agent_id``, ``agent_name``); returning ``{"proceed": False, "output": x}``

@@ -1,4 +1,4 @@
-"""asyncpg pool with JSON codecs, bounded waits and PgBouncer-safe settings (issue 6 item 7).
+"""asyncpg pool with JSON codecs, bounded waits and PgBouncer-safe settings (docs/reliability.md, "Postgres done right").
 
 Behind a transaction-pooling PgBouncer (``pg_transaction_pooling``, case C24) consecutive
 transactions of one client connection may run on different server connections, so nothing may

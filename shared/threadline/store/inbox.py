@@ -40,7 +40,7 @@ _ACTIVE = ("EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = n.thread_i
            "AND l.expires_at > now())")
 _WAITS_FOR_IDLE = "(n.priority = 'low' OR (n.summarized AND n.summary_at IS NULL))"
 """Records that never enter an active run: low ones (Threadline's N7 decision) and high ones whose
-summary already reached the run (delivered in full when the thread goes idle, DECISIONS 11)."""
+summary already reached the run (delivered in full when the thread goes idle, docs/decisions.md §11)."""
 
 
 def record_view(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
@@ -256,7 +256,7 @@ async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: s
 
 def _items(recs: list[asyncpg.Record]) -> list[list[asyncpg.Record]]:
     """Individual deliveries: records sharing a ``coalesce_key`` (and source) go together
-    (DECISIONS 9); by priority, then age."""
+    (docs/decisions.md §9); by priority, then age."""
     groups: dict[Any, list[asyncpg.Record]] = {}
     for r in recs:
         key = (r["source"], r["coalesce_key"]) if r["coalesce_key"] else r["id"]
@@ -353,7 +353,7 @@ async def _deliver_group(conn: asyncpg.Connection, group: list[asyncpg.Record], 
 
 async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now: datetime, topics: Topics,
                   lease_ttl_s: float, ids: list[int]) -> None:
-    """One ``notification-summary`` for the batch; the records stay pending (DECISIONS 11)."""
+    """One ``notification-summary`` for the batch; the records stay pending (docs/decisions.md §11)."""
     first = batch[0]
     pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 AND status = 'pending'",
                                   first["thread_id"])
@@ -380,7 +380,7 @@ async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now:
 async def redecide_held(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
                         policy_of: Callable[[str], dict[str, Any] | None], now: datetime, topics: Topics,
                         lease_ttl_s: float, digest_window_s: float) -> list[int]:
-    """``hold`` (DECISIONS 10): the thread went idle, so ask the agent's policy again about every
+    """``hold`` (docs/decisions.md §10): the thread went idle, so ask the agent's policy again about every
     held record of the thread and act on the new decision (which may be ``hold`` again).
 
     Args:

@@ -1,4 +1,4 @@
-"""The per-thread lease (invariant 2, DECISIONS 13): one active run per thread, enforced by a
+"""The per-thread lease (invariant 2, docs/decisions.md §13): one active run per thread, enforced by a
 row lock and a fencing epoch that every write of a run checks."""
 
 from __future__ import annotations

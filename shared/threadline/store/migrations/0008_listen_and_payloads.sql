@@ -15,7 +15,7 @@ CREATE TRIGGER notifications_due_notify
     AFTER INSERT OR UPDATE OF status, deliver_at, summary_at ON notifications
     FOR EACH ROW EXECUTE FUNCTION threadline_inbox_due_notify();
 
--- Big payloads by reference (issue 6 item 8): a Kafka record body over max_record_bytes is
+-- Big payloads by reference: a Kafka record body over max_record_bytes is
 -- stored here and the record carries its id (header tl-payload-ref). Rows are immutable.
 CREATE TABLE payloads (
     id         text PRIMARY KEY,
