@@ -15,9 +15,7 @@ one is a bug elsewhere to find.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-
+from threadline._internal.periodic import Periodic
 from threadline.logging import get_logger
 from threadline.recovery.decide import decide
 from threadline.store import recovery
@@ -50,26 +48,18 @@ class Sweeper:
         self._stuck_after_s = stuck_after_s
         self._max_recoveries = max_recoveries
         self._lease_ttl_s = lease_ttl_s
-        self._task: asyncio.Task[None] | None = None
+        self._periodic = Periodic("stuck-run-sweeper", interval_s, self.sweep_once,
+                                  failure="sweep failed; tried again at the next interval")
         self.recovered = 0
         """Recoveries made by this instance since it started."""
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="stuck-run-sweeper")
+        """Start sweeping every ``interval_s``."""
+        await self._periodic.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self.sweep_once()
-            except Exception:  # Postgres or Kafka away: sweep again next time
-                log.warning("sweep failed; tried again at the next interval", exc_info=True)
+        """Stop sweeping."""
+        await self._periodic.stop()
 
     async def sweep_once(self) -> int:
         """One pass; returns how many runs it recovered."""

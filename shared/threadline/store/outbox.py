@@ -9,10 +9,10 @@ mark); consumers drop duplicate event ids.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 import asyncpg
 
+from threadline._internal.periodic import Periodic
 from threadline.events.base import Event
 from threadline.events.codec import encode
 from threadline.kafka.producer import Producer
@@ -79,27 +79,8 @@ class Outbox:
         return len(rows)
 
 
-class OutboxRelay:
+class OutboxRelay(Periodic):
     """Background task: every ``interval_s``, publish what a crash left in the outbox."""
 
     def __init__(self, outbox: Outbox, *, interval_s: float = 1.0) -> None:
-        self._outbox = outbox
-        self._interval_s = interval_s
-        self._task: asyncio.Task[None] | None = None
-
-    async def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="outbox-relay")
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-    async def _loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._interval_s)
-            try:
-                await self._outbox.relay_once()
-            except Exception:
-                log.exception("outbox relay failed")
+        super().__init__("outbox-relay", interval_s, outbox.relay_once, failure="outbox relay failed")
