@@ -19,7 +19,6 @@ import orjson
 from threadline.events.chunks import CHUNK_HEADERS, envelope
 from threadline.kafka.producer import Producer
 
-_HEADERS = CHUNK_HEADERS
 _PRUNE_EVERY = 1024
 
 
@@ -51,7 +50,7 @@ class ChunkWriter:
         if chunk.get("type") == "finish":
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
-                                            headers=_HEADERS, partition=0)
+                                            headers=CHUNK_HEADERS, partition=0)
         self._futures.append(fut)
         if len(self._futures) >= self._prune_at:
             self._prune()

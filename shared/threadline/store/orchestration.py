@@ -97,7 +97,7 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
                               error=res.error)
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
         await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
-        ids.append(await _hand_over(conn, run, topics, lease_ttl_s))
+        ids.append(await hand_over(conn, run, topics, lease_ttl_s))
     return ids
 
 
@@ -130,7 +130,7 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
                             key=thread_key(prev["resource_id"], prev["thread_id"]))
 
 
-async def _hand_over(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, lease_ttl_s: float) -> int:
+async def hand_over(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, lease_ttl_s: float) -> int:
     """After a run ended: start what waits for the thread, or announce ``thread_idle``."""
     started = await start_next(conn, run, topics, lease_ttl_s)
     if started is not None:
@@ -211,5 +211,5 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
         if cmd.request_id:
             ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,
                                                                    run_id=run["run_id"]), key=cmd.request_id))
-        ids.append(await _hand_over(conn, run, topics, lease_ttl_s))
+        ids.append(await hand_over(conn, run, topics, lease_ttl_s))
     return ids

@@ -14,7 +14,7 @@ from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, c
 from threadline.events.signals import signal_to_message
 from threadline.recovery.decide import RunSnapshot
 from threadline.store import outbox
-from threadline.store.orchestration import TERMINAL, _hand_over, claim_terminal
+from threadline.store.orchestration import TERMINAL, claim_terminal, hand_over
 from threadline.topics import Topics, thread_key
 
 _CANDIDATES = """
@@ -119,12 +119,6 @@ async def redeliver_result(conn: asyncpg.Connection, run: asyncpg.Record, topics
     return [await outbox.add(conn, topics.step_results, _stored_result(run), key=key)]
 
 
-def _chunk(run: asyncpg.Record, kind: str, payload: dict[str, Any], *, step: int, attempt: int,
-           seq: int) -> bytes:
-    return orjson.dumps(chunks.envelope(chunks.agent_chunk(kind, payload), run_id=run["run_id"], step=step,
-                                        attempt=attempt, seq=seq))
-
-
 async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *, reason: str, instance: str,
                lease_ttl_s: float) -> list[int]:
     """End a run that cannot go on: ``failed`` with ``error {kind: "stuck", message: reason}``.
@@ -147,18 +141,16 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
         claimed = await claim_terminal(conn, run["run_id"])
         if claimed is not None:
             step, attempt, seq = claimed["step"], claimed["attempt"], claimed["next_seq"]
-            chunks = []
+            terminal = []
             if claimed["outstanding"]:
-                chunks.append(("attempt-discarded", {"step": step, "attempt": attempt, "reason": "stuck"}))
+                terminal.append(chunks.attempt_discarded_chunk(step, attempt, "stuck"))
                 attempt += 1
-            chunks += [("error", {"error": error}),
-                       ("finish", {"stepResult": {"reason": "error"}, "finishReason": "error"})]
+            terminal += [chunks.error_chunk(error), chunks.finish_chunk("error", finish_reason="error", with_output=False)]
             topic = topics.chunks(run["resource_id"], run["thread_id"])
-            for i, (kind, payload) in enumerate(chunks):
-                ids.append(await outbox.add_raw(conn, topic, _chunk(run, kind, payload, step=step, attempt=attempt,
-                                                                    seq=seq + i),
-                                                key=key, headers=[("tl-type", b"chunk")]))
-            await conn.execute("UPDATE runs SET next_seq = $2 WHERE run_id = $1", run["run_id"], seq + len(chunks))
+            for i, chunk in enumerate(terminal):
+                body = chunks.envelope(chunk, run_id=run["run_id"], step=step, attempt=attempt, seq=seq + i)
+                ids.append(await outbox.add_raw(conn, topic, orjson.dumps(body), key=key, headers=chunks.CHUNK_HEADERS))
+            await conn.execute("UPDATE runs SET next_seq = $2 WHERE run_id = $1", run["run_id"], seq + len(terminal))
     event = {"failed": "run_failed"}.get(status) or TERMINAL.get(status, "run_failed")
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],
             "agent_id": run["agent_id"]}
@@ -184,5 +176,5 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
             msg["content"])
     await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
                        "updated_at = now() WHERE thread_id = $1 AND run_id = $2", run["thread_id"], run["run_id"])
-    ids.append(await _hand_over(conn, run, topics, lease_ttl_s))
+    ids.append(await hand_over(conn, run, topics, lease_ttl_s))
     return ids
