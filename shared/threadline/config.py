@@ -54,6 +54,13 @@ class Settings(BaseSettings):
     """Base URL of the local model server; used only for ``*/threadline-*`` model names."""
     model_timeout_s: float = 120.0
     """Per-read timeout of a model call."""
+    model_max_retries: int = 2
+    """Retries of one model on a transient error when neither the agent, the call nor the
+    fallback entry sets ``max_retries`` (docs/models.md)."""
+    model_retry_initial_s: float = 2.0
+    """Backoff before the first model retry; doubles per retry, with jitter (x0.5–1.0)."""
+    model_retry_max_wait_s: float = 60.0
+    """Longest wait before a model retry, a provider's ``Retry-After`` included."""
     ingress_topic: str | None = None
     """Test hook: an ingress instance consuming another topic (and its own group), to race two
     instances on one thread in spite of partition affinity (case C16)."""

@@ -59,7 +59,11 @@ class RunError(ThreadlineError):
 
 
 class ModelCallError(RunError):
-    """The model call failed. ``kind`` is one of ``threadline.runtime.llm.ERROR_KINDS``."""
+    """The model call failed. ``kind`` is one of ``threadline.runtime.llm.ERROR_KINDS``.
+
+    ``retry_after_s`` is the provider's ``Retry-After`` (seconds) when it sent one; ``streamed``
+    is true when the model had streamed output before failing; ``model`` names the model.
+    """
 
     def __init__(self, message: str, *, kind: str, status_code: int | None = None,
                  retry_after_s: float | None = None, retryable: bool = False) -> None:
@@ -68,3 +72,5 @@ class ModelCallError(RunError):
         self.status_code = status_code
         self.retry_after_s = retry_after_s
         self.retryable = retryable
+        self.streamed = False
+        self.model: str | None = None

@@ -103,9 +103,15 @@ def tripwire_chunk(tripwire: dict[str, Any]) -> dict[str, Any]:
     return agent_chunk("tripwire", tripwire)
 
 
-def attempt_discarded_chunk(step: int, attempt: int, reason: str) -> dict[str, Any]:
-    """Subscribers drop the chunks of ``attempt`` of ``step`` (it died or was retried)."""
-    return agent_chunk("attempt-discarded", {"step": step, "attempt": attempt, "reason": reason})
+def attempt_discarded_chunk(step: int, attempt: int, reason: str,
+                            retry: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Subscribers drop the chunks of ``attempt`` of ``step`` (it died or was retried).
+
+    ``retry`` (a processor asked for the retry): ``{retryProcessorId, retryReason,
+    retryMetadata}``, merged into the payload so a subscriber can say why the text it saw was
+    withdrawn.
+    """
+    return agent_chunk("attempt-discarded", {"step": step, "attempt": attempt, "reason": reason, **(retry or {})})
 
 
 def tool_result_chunk(call_id: str, tool_name: str, args: Any, result: Any) -> dict[str, Any]:

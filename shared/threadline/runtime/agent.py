@@ -9,6 +9,7 @@ from typing import Any
 
 from threadline.errors import ConfigurationError
 from threadline.orchestration.options import normalize_options
+from threadline.runtime.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.tools import Tool, ToolHooks
 
@@ -44,8 +45,13 @@ class Agent:
         description: what the agent is for.
         instructions: a string, list of strings, ``{role: "system", content, providerOptions}``,
             a list of those, or a function ``(request_context) -> any of these``.
-        model: litellm router string ``provider/model`` (credentials from the environment);
-            ``None`` uses ``THREADLINE_MODEL``.
+        model: litellm router string ``provider/model`` (credentials from the environment),
+            a function ``(request_context) -> str``, or a fallback list of strings /
+            ``{"model": ..., "max_retries": n}`` tried in order (docs/models.md); ``None`` uses
+            ``THREADLINE_MODEL``.
+        max_retries: retries of one model on a transient error (rate limit, 5xx, timeout,
+            connection); ``None``: ``THREADLINE_MODEL_MAX_RETRIES`` (default 2). A call's
+            ``max_retries`` option and a fallback entry's ``max_retries`` take precedence.
         tools: list of :class:`Tool` or ``{name: Tool}``.
         hooks: :class:`ToolHooks` or ``{"before_tool_call": f, "after_tool_call": g}``.
         input_processors, output_processors, error_processors: processor lists, or functions
@@ -62,11 +68,11 @@ class Agent:
     """
 
     def __init__(self, *, id: str, name: str | None = None, description: str | None = None,
-                 instructions: Any = "", model: str | Callable[..., str] | None = None,
+                 instructions: Any = "", model: str | Callable[..., str] | list[Any] | None = None,
                  tools: list[Tool] | dict[str, Tool] | None = None, hooks: Any = None,
                  input_processors: Any = None, output_processors: Any = None,
                  error_processors: Any = None, default_options: dict[str, Any] | None = None,
-                 max_processor_retries: int | None = None,
+                 max_processor_retries: int | None = None, max_retries: int | None = None,
                  metadata: dict[str, Any] | None = None, notifications: dict[str, Any] | None = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
@@ -98,6 +104,10 @@ class Agent:
         self.error_processors = check_processor_list(error_processors, "error", agent_id=id)
         self.default_options = normalize_options(default_options)
         self.max_processor_retries = max_processor_retries
+        if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
+            raise ConfigurationError(f"agent {id}: max_retries must be a non-negative integer")
+        self.max_retries = max_retries
+        check_fallback_list(model)
 
     def system_messages(self, request_context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The agent's instructions as system messages."""
@@ -106,9 +116,12 @@ class Agent:
         return [dict(m) for m in self._system]
 
     def resolve_model(self, default: str, request_context: dict[str, Any] | None = None) -> str:
-        """The model string for a run."""
-        model = self.model(request_context or {}) if callable(self.model) else self.model
-        return model or default
+        """The model string for a run (the first of a fallback list)."""
+        return self.resolve_models(default, request_context)[0].model
+
+    def resolve_models(self, default: str, request_context: dict[str, Any] | None = None) -> list[ModelChoice]:
+        """The fallback list for a run (one entry when ``model`` is a single model)."""
+        return fallback_list(self.model, default, request_context)
 
     def __repr__(self) -> str:
         return f"Agent(id={self.id!r})"

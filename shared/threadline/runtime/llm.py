@@ -51,6 +51,11 @@ class ModelOutcome:
     usage: dict[str, Any] | None = None
     raw_finish_reason: str | None = None
 
+    def reset(self) -> None:
+        """Forget a failed call's partial output (before a retry or the next fallback model)."""
+        self.text, self.tool_calls, self.finish_reason = "", [], "other"
+        self.usage = self.raw_finish_reason = None
+
 
 def _chain(exc: BaseException) -> list[BaseException]:
     out: list[BaseException] = []
@@ -191,7 +196,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         if tool_choice is not None:
             kwargs["tool_choice"] = _tool_choice(tool_choice)
     for key, value in (model_settings or {}).items():
-        if value is not None and key not in ("max_retries", "timeout"):
+        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
             kwargs[_SETTINGS.get(key, key)] = value
     if provider_options:
         kwargs.update(provider_options.get(model.split("/", 1)[0], {}))

@@ -34,6 +34,7 @@ from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
+from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, RetryPolicy
 from threadline.runtime.ports import (
     ChunkSink,
     Continue,
@@ -77,10 +78,16 @@ class StepLoop:
         model_timeout_s: seconds a model call may take.
         catalogue: processors and hooks requests may name.
         model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+        retry_policy: waits between model-level retries (docs/models.md).
+        max_retries: retries of a model when neither its fallback entry, the call nor the agent
+            sets any.
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
-                 catalogue: Catalogue | None = None, model: ModelFn = stream_model) -> None:
+                 catalogue: Catalogue | None = None, model: ModelFn = stream_model,
+                 retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+        self._retry_policy = retry_policy or RetryPolicy()
+        self._max_retries = max_retries
         self._default_model = default_model
         self._api_base = model_api_base
         self._timeout_s = model_timeout_s
@@ -149,7 +156,10 @@ class StepLoop:
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=outcome.tripwire)
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
-            outcome = Fail({"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code})
+            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
+            if exc.retry_after_s is not None:
+                error["retry_after_s"] = exc.retry_after_s
+            outcome = Fail(error)
             await self._fail(step, outcome.error)
         except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
@@ -186,6 +196,7 @@ class StepLoop:
         cap = self._retry_cap(options, agent, runner)
         while True:
             saved = orjson.loads(orjson.dumps(ml.to_state()))
+            retry: dict[str, Any] | None = None
             try:
                 done = await self._attempt(step, options, consumed, store)
                 break
@@ -193,26 +204,57 @@ class StepLoop:
                 if not tw.retry or cap is None or runner.retry_count >= cap:
                     raise
                 feedback: TripWire | None = tw
+                step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
+                retry = {"retryProcessorId": tw.processor_id, "retryReason": tw.reason, "retryMetadata": tw.metadata}
             except ModelCallError as exc:
-                if cap is None or runner.retry_count >= cap or not await runner.process_api_error(
-                        ml, error=error_view(exc), step_number=run.step, steps=step.steps):
-                    raise
+                # the attempt's own additions are dropped first: the error processors edit the
+                # list the failed request was built from, and their edits reach the retried request
+                step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
                 feedback = None
-            step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
+                if exc.streamed and step.next_model():  # the model died mid-answer: the next one takes over
+                    await self._discard(step, store, "fallback", None)
+                    continue
+                asked = None
+                if cap is not None and runner.retry_count < cap:
+                    asked = await runner.process_api_error(ml, error=error_view(exc), step_number=run.step,
+                                                           steps=step.steps)
+                if not asked:
+                    raise
+                retry = {"retryProcessorId": asked["processorId"], "retryReason": f"api-error: {exc.kind}",
+                         "retryMetadata": asked["metadata"]}
             runner.retry_count += 1
-            dead = step.writer.attempt
-            step.writer.attempt += 1
-            await store.restart_attempt(run, step.writer.attempt, runner.retry_count)
-            await step.writer.emit(chunks.attempt_discarded_chunk(
-                run.step, dead, feedback.reason if feedback else "api-error"))
+            await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
             if feedback is not None:
                 ml.add(retry_feedback(feedback), "context")
-            log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt)
+            log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt,
+                     processor_id=retry and retry["retryProcessorId"])
         runner.retry_count = 0  # consecutive retries only
         if not done.continued:
             await self._output_result(step, done.finish_reason)
             await self._finish_chunk(step, done.finish_reason, finish_reason=done.finish_reason)
         return done
+
+    async def _discard(self, step: StepState, store: StepStore, reason: str, retry: dict[str, Any] | None) -> None:
+        """Declare the current attempt dead on the stream and continue under the next one."""
+        dead = step.writer.attempt
+        step.writer.attempt += 1
+        await store.restart_attempt(step.run, step.writer.attempt, step.runner.retry_count)
+        await step.writer.emit(chunks.attempt_discarded_chunk(step.run.step, dead, reason, retry))
+
+    def _caller(self, step: StepState, options: dict[str, Any], model: str, chosen: ModelChoice) -> ModelCaller:
+        """The model call of an attempt: the fallback list from the model in use, or only the
+        model a processor chose. Retries: the entry's, else the call's ``max_retries`` (or
+        ``model_settings.maxRetries``), else the agent's, else the worker's default."""
+        settings = options.get("model_settings") or {}
+        default = options.get("max_retries", settings.get("maxRetries", settings.get("max_retries")))
+        if default is None:
+            default = step.agent.max_retries if step.agent.max_retries is not None else self._max_retries
+        assert step.models is not None
+        if model == chosen.model:
+            return ModelCaller(self._model, step.models, default_retries=int(default), policy=self._retry_policy,
+                               start=step.model_index)
+        return ModelCaller(self._model, [ModelChoice(model, chosen.max_retries)], default_retries=int(default),
+                           policy=self._retry_policy)
 
     def _retry_cap(self, options: dict[str, Any], agent: Agent, runner: ProcessorRunner) -> int | None:
         cap: int | None = options.get("max_processor_retries", agent.max_processor_retries)
@@ -228,14 +270,18 @@ class StepLoop:
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
         step_no = run.step
         ml.replace_all_system_messages(step.state.system_snapshot or [])
+        if step.models is None:
+            step.models = agent.resolve_models(self._default_model, runner.request_context)
+        chosen = step.models[step.model_index]
         step_input: dict[str, Any] = {
-            "model": agent.resolve_model(self._default_model, runner.request_context),
+            "model": chosen.model,
             "tools": dict(agent.tools), "tool_choice": options.get("tool_choice"),
             "active_tools": options.get("active_tools"), "provider_options": options.get("provider_options"),
             "model_settings": options.get("model_settings"), "structured_output": options.get("structured_output"),
         }
         step_input = await runner.process_input_step(ml, step_input, step_number=step_no, steps=step.steps)
         model = step_input.get("model") or self._default_model
+        caller = self._caller(step, options, model, chosen)
         tools = dict(step_input.get("tools") or {})
         if step_input.get("active_tools") is not None:
             tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
@@ -254,11 +300,11 @@ class StepLoop:
             log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
             source = replay(recorded, outcome)
         else:
-            source = self._model(model=model, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
-                                 tool_choice=step_input.get("tool_choice"),
-                                 model_settings=step_input.get("model_settings"),
-                                 provider_options=step_input.get("provider_options"),
-                                 api_base=self._api_base, timeout_s=self._timeout_s, outcome=outcome)
+            source = caller.stream(outcome, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
+                                   tool_choice=step_input.get("tool_choice"),
+                                   model_settings=step_input.get("model_settings"),
+                                   provider_options=step_input.get("provider_options"),
+                                   api_base=self._api_base, timeout_s=self._timeout_s)
         raw_chunks: list[dict[str, Any]] = []
         try:
             async for chunk in source:
@@ -269,6 +315,8 @@ class StepLoop:
                     processed.append(part)
         finally:
             await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+            if caller.choices is step.models:  # a fallback model stays in use for the step's retries
+                step.model_index = caller.index
         if recorded is not None:
             outcome.usage = recorded.get("usage")
             outcome.finish_reason = recorded.get("finish_reason", outcome.finish_reason)

@@ -422,8 +422,13 @@ class ProcessorRunner:
             self.apply_messages(ml, out, before_ids=before, default_source="response", split_system=False)
 
     async def process_api_error(self, ml: MessageList, *, error: Any, step_number: int,
-                                steps: list[Any]) -> bool:
-        """``processAPIError`` of the error processors: True if one asked for a retry."""
+                                steps: list[Any]) -> dict[str, Any] | None:
+        """``processAPIError`` of the error processors.
+
+        Returns:
+            ``{"processorId", "metadata"}`` of the first processor that returned ``{retry: True}``
+            (its optional ``metadata`` included), or ``None`` when none asked for a retry.
+        """
         for p in self.error:
             if not implements(p, "process_api_error"):
                 continue
@@ -437,8 +442,8 @@ class ProcessorRunner:
                 log.warning("process_api_error raised; ignored", processor_id=p.id, exc_info=True)
                 continue
             if isinstance(out, dict) and out.get("retry"):
-                return True
-        return False
+                return {"processorId": p.id, "metadata": out.get("metadata")}
+        return None
 
 
 class PrepareStep(Processor):

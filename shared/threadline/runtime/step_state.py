@@ -13,6 +13,7 @@ from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.messages import MessageList, make_message
+from threadline.runtime.model_calls import ModelChoice
 from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
 
@@ -57,6 +58,17 @@ class StepState:
     """Echo chunks of the drained signals (emitted once the input processors passed)."""
     recorded: dict[str, Any] | None = None
     """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
+    models: list[ModelChoice] | None = None
+    """The run's fallback list (resolved at the first attempt)."""
+    model_index: int = 0
+    """The fallback model in use; processor retries keep it."""
+
+    def next_model(self) -> bool:
+        """Switch to the next fallback model; False when the one in use is the last."""
+        if self.models is None or self.model_index + 1 >= len(self.models):
+            return False
+        self.model_index += 1
+        return True
 
     async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
         """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""

@@ -24,6 +24,7 @@ from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
+from threadline.runtime.model_calls import RetryPolicy
 from threadline.runtime.ports import (
     AbortedRun,
     Busy,
@@ -71,7 +72,10 @@ class StepExecutor:
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
                                   lease_ttl_s=settings.lease_ttl_s)
         self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
-                              model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model)
+                              model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
+                              max_retries=settings.model_max_retries,
+                              retry_policy=RetryPolicy(initial_s=settings.model_retry_initial_s,
+                                                       max_wait_s=settings.model_retry_max_wait_s))
         self._running: dict[str, asyncio.Task[str]] = {}
         self._aborted: set[str] = set()
         self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,

@@ -6,6 +6,7 @@
 * :mod:`.retries` — retry budgets of output and error processors, errors inside the stream.
 * :mod:`.tools` — tools, their hooks and gates, tool-written data parts, big results.
 * :mod:`.notifications` — notification delivery policies and the inbox tool.
+* :mod:`.providers` — model-level retries, fallback models, request edits of error processors.
 * :mod:`.crashes` — a model per (thread, step) and a counted side effect, for crash and chaos tests.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from threadline.runtime import Agent
 
-from . import basics, crashes, notifications, processing, retries, tools
+from . import basics, crashes, notifications, processing, providers, retries, tools
 
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
-                       *notifications.agents, *crashes.agents]
+                       *notifications.agents, *crashes.agents, *providers.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named

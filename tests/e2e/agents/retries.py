@@ -82,14 +82,15 @@ class RetryStreamOnBadWord(Processor):
         return part
 
 
+# max_retries=0: these budgets count processor retries, one model call each (no model-level retries)
 api_retry_forever = Agent(id="api-retry-forever", model="openai/threadline-api-retry-forever",
-                          error_processors=[RetryEveryApiError()])
+                          error_processors=[RetryEveryApiError()], max_retries=0)
 step_retry_uncapped = Agent(id="step-retry-uncapped", model="openai/threadline-step-retry-uncapped",
                             output_processors=[RetryEveryStep()])
 stream_errors = Agent(id="stream-errors", model="openai/threadline-stream-errors",
                       error_processors=[RetryRateLimitOnce()], output_processors=[ObserveOutput()])
 stream_errors_unhandled = Agent(id="stream-errors-unhandled", model="openai/threadline-stream-errors-unhandled",
-                                output_processors=[ObserveOutput()])
+                                output_processors=[ObserveOutput()], max_retries=0)
 retrying = Agent(id="retrying", model="openai/threadline-retrying", output_processors=[RetryShortAnswers()],
                  max_processor_retries=2)
 retry_capped = Agent(id="retry-capped", model="openai/threadline-retry-capped", output_processors=[AlwaysRetryStep()],

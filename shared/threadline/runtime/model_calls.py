@@ -1,0 +1,186 @@
+"""Model-level retries and fallback models (docs/models.md, "Retries and fallbacks").
+
+One model call of a step goes through :class:`ModelCaller`: the models of the agent's fallback
+list are tried in order; each is retried up to its ``max_retries`` with exponential backoff and
+jitter (or the provider's ``Retry-After``) while the error is transient (``retryable``) and the
+model has streamed nothing yet. A model that is exhausted hands over to the next one; when the
+last one is exhausted its error goes to the error processors (:mod:`threadline.runtime.loop`).
+
+Waiting happens inside the step: the worker's keep-alive keeps renewing the run's lease, and the
+step holds no database connection while it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from threadline.errors import ConfigurationError, ModelCallError
+from threadline.logging import get_logger
+from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.ports import ModelFn
+
+log = get_logger(__name__)
+DEFAULT_MAX_RETRIES = 2
+"""Retries of one model when neither the model entry, the call nor the agent sets any (Mastra's default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelChoice:
+    """One entry of a fallback list."""
+
+    model: str
+    """litellm ``provider/model`` string."""
+    max_retries: int | None = None
+    """Retries of this model (``None``: the call's, else the agent's, else the default)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How long to wait between retries (seconds).
+
+    The n-th retry (0-based) waits ``initial_s * factor**n`` scaled by a random factor in
+    ``[0.5, 1.0]`` (jitter), capped at ``max_wait_s``; a provider's ``Retry-After`` replaces the
+    backoff (plus up to 10 % jitter), also capped at ``max_wait_s``.
+    """
+
+    initial_s: float = 2.0
+    factor: float = 2.0
+    max_wait_s: float = 60.0
+
+    def delay(self, retry: int, retry_after_s: float | None, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number ``retry`` (0-based)."""
+        r = rng or random
+        if retry_after_s is not None and retry_after_s >= 0:
+            return min(retry_after_s * (1 + 0.1 * r.random()), self.max_wait_s)
+        base = self.initial_s * self.factor ** retry
+        return min(base * (0.5 + 0.5 * r.random()), self.max_wait_s)
+
+
+def fallback_list(model: Any, default: str, request_context: dict[str, Any] | None = None) -> list[ModelChoice]:
+    """The agent's ``model`` as a fallback list.
+
+    ``model`` is a string, a function ``(request_context) -> str``, ``None`` (``default``), or a
+    list of strings / ``{"model": str | function, "max_retries": int}`` (camelCase
+    ``maxRetries`` accepted).
+
+    Raises:
+        ConfigurationError: an entry without a model, or a negative ``max_retries``.
+    """
+    ctx = request_context or {}
+    out: list[ModelChoice] = []
+    for item, retries in _entries(model):
+        name = item(ctx) if callable(item) else item
+        out.append(ModelChoice(name or default, retries))
+    return out or [ModelChoice(default)]
+
+
+def _entries(model: Any) -> list[tuple[Any, int | None]]:
+    """``(model or function, max_retries)`` per entry of ``model``.
+
+    Raises:
+        ConfigurationError: an entry without a model, a negative or non-integer ``max_retries``.
+    """
+    items = model if isinstance(model, list | tuple) else [model]
+    out: list[tuple[Any, int | None]] = []
+    for item in items:
+        retries = None
+        if isinstance(item, dict):
+            retries = item.get("max_retries", item.get("maxRetries"))
+            item = item.get("model")
+            if item is None:
+                raise ConfigurationError('every fallback entry needs a "model"')
+        if retries is not None and (not isinstance(retries, int) or isinstance(retries, bool) or retries < 0):
+            raise ConfigurationError(f"max_retries must be a non-negative integer, got {retries!r}")
+        if item is not None and not (isinstance(item, str) or callable(item)):
+            raise ConfigurationError(f"a model is a provider/model string or a function, got {type(item).__name__}")
+        out.append((item, retries))
+    return out
+
+
+def check_fallback_list(model: Any) -> None:
+    """Validate an agent's ``model`` without resolving functions (see :func:`fallback_list`).
+
+    Raises:
+        ConfigurationError: as :func:`fallback_list`.
+    """
+    _entries(model)
+
+
+class ModelCaller:
+    """Streams one model response with retries and fallbacks (see the module docstring).
+
+    Args:
+        model_fn: the model function (one HTTP call per invocation).
+        choices: the fallback list, tried from ``start``.
+        default_retries: retries of a model whose entry sets none.
+        policy: the waits between retries.
+        sleep: how to wait (tests may pass a recorder).
+    """
+
+    def __init__(self, model_fn: ModelFn, choices: list[ModelChoice], *, default_retries: int,
+                 policy: RetryPolicy, start: int = 0,
+                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+        self._fn = model_fn
+        self.choices = choices
+        self.index = min(start, len(choices) - 1)
+        """The model in use (its position in ``choices``)."""
+        self._default = default_retries
+        self._policy = policy
+        self._sleep = sleep
+        self.calls = 0
+        """HTTP calls made so far."""
+
+    @property
+    def model(self) -> str:
+        """The model in use."""
+        return self.choices[self.index].model
+
+    def has_next(self) -> bool:
+        """Another model follows the one in use."""
+        return self.index + 1 < len(self.choices)
+
+    async def stream(self, outcome: ModelOutcome, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
+        """Yield the chunks of the first call that succeeds; fill ``outcome``.
+
+        Raises:
+            ModelCallError: the error of the last model once it is exhausted, or any error after
+                the model streamed output (``error.streamed`` is then true and ``error.model``
+                names the model; the caller decides whether the next model takes over).
+        """
+        while True:
+            choice = self.choices[self.index]
+            retries = self._default if choice.max_retries is None else choice.max_retries
+            retry = 0
+            while True:
+                yielded = False
+                self.calls += 1
+                try:
+                    async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
+                        yielded = True
+                        yield chunk
+                    return
+                except ModelCallError as exc:
+                    exc.model = choice.model
+                    if yielded:
+                        exc.streamed = True
+                        raise
+                    if not exc.retryable or retry >= retries:
+                        if not self.has_next():
+                            raise
+                        log.warning("model exhausted; next fallback model", model=choice.model,
+                                    next_model=self.choices[self.index + 1].model, kind=exc.kind,
+                                    retries=retry)
+                        break
+                    wait = self._policy.delay(retry, exc.retry_after_s)
+                    retry += 1
+                    log.info("model call retried", model=choice.model, kind=exc.kind, status=exc.status_code,
+                             retry=retry, max_retries=retries, wait_s=round(wait, 3),
+                             retry_after_s=exc.retry_after_s)
+                    outcome.reset()
+                    await self._sleep(wait)
+            self.index += 1
+            outcome.reset()

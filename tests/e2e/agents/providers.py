@@ -1,0 +1,30 @@
+"""Agents of the provider tests: model-level retries, fallback models, error processors that
+edit the request before a retry."""
+
+from __future__ import annotations
+
+from threadline.runtime import Agent, Processor
+
+
+class TrimOnOverflow(Processor):
+    """The seed's ``ErrorRecoveryProcessor``: on a context overflow, drop every message but the
+    last one and ask for a retry (once)."""
+
+    id = "trim"
+
+    def process_api_error(self, *, error, message_list, retry_count, state, **_):
+        state.setdefault("kinds", []).append(error.kind)
+        if retry_count > 0 or error.kind != "context_length_exceeded":
+            return None
+        messages = message_list.get.all.db()
+        message_list.remove_by_ids([m["id"] for m in messages[:-1]])
+        return {"retry": True, "metadata": {"dropped": len(messages) - 1}}
+
+
+model_retry = Agent(id="model-retry", model="openai/threadline-model-retry")
+fallback = Agent(id="fallback", model=[{"model": "openai/threadline-fb-primary", "max_retries": 1},
+                                       {"model": "openai/threadline-fb-backup", "max_retries": 0}])
+trim_retry = Agent(id="trim-retry", model="openai/threadline-trim-retry", error_processors=[TrimOnOverflow()],
+                   max_retries=0, max_processor_retries=2)
+
+agents = [model_retry, fallback, trim_retry]

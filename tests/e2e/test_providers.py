@@ -1,0 +1,97 @@
+"""Real-provider behaviour against the fake provider: model-level retries (Retry-After honoured),
+fallback models, error processors whose edits reach the retried request, retry announcements
+(docs/models.md)."""
+
+from __future__ import annotations
+
+import uuid
+
+from tests.e2e.helpers import content, run_stream
+from threadline.testing import model_script as ms
+
+
+def _texts(chunks: list[dict]) -> str:
+    return "".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta")
+
+
+def _prompt(request: dict) -> list[tuple[str, str]]:
+    out = []
+    for m in request["body"]["messages"]:
+        body = m["content"] if isinstance(m["content"], str) else " ".join(p.get("text", "") for p in m["content"])
+        out.append((m["role"], body))
+    return out
+
+
+async def test_transient_errors_are_retried_quietly_and_retry_after_is_honoured(services, settings, model):
+    model.queue([ms.rate_limit(retry_after=1), {"status": 503}, ms.text("Hello there")],
+                model="threadline-model-retry")
+    _, chunks = await run_stream(settings, "model-retry", "greet me")
+    requests = model.requests(model="threadline-model-retry")
+    assert len(requests) == 3  # the default of two retries, all spent
+    assert [r["body"]["messages"] for r in requests[1:]] == [requests[0]["body"]["messages"]] * 2
+    assert requests[1]["time"] - requests[0]["time"] >= 1.0  # the provider's Retry-After was waited out
+    assert [c[0] for c in content(chunks)] == ["text-delta", "text-delta", "finish"]  # no dead attempt, no error
+    assert _texts(chunks) == "Hello there" and content(chunks)[-1] == ("finish", "stop")
+    assert sum(1 for c in chunks if c["type"] == "step-start") == 1
+
+
+async def test_retries_spent_fail_the_run_with_the_retry_after_on_the_error_chunk(services, settings, model):
+    model.queue([ms.rate_limit(retry_after=0.2, times=3)], model="threadline-model-retry")
+    _, chunks = await run_stream(settings, "model-retry", "x", options={"max_retries": 2})
+    assert len(model.requests(model="threadline-model-retry")) == 3
+    seq = content(chunks)
+    assert seq[-2][0] == "error" and seq[-1] == ("finish", "error")
+    assert seq[-2][1]["error"]["kind"] == "rate_limit" and seq[-2][1]["error"]["retry_after_s"] == 0.2
+    # a call-level max_retries wins over the default
+    model.queue([{"status": 500, "times": 5}], model="threadline-model-retry")
+    _, chunks = await run_stream(settings, "model-retry", "x", options={"maxRetries": 0})
+    assert len(model.requests(model="threadline-model-retry")) == 4
+    assert content(chunks)[-2][1]["error"]["kind"] == "server_error"
+
+
+async def test_a_fallback_model_takes_over_before_and_after_output(services, settings, model):
+    model.queue([{"status": 500, "times": 2}], model="threadline-fb-primary")
+    model.queue([ms.text("from the backup")], model="threadline-fb-backup")
+    _, chunks = await run_stream(settings, "fallback", "hi")
+    assert len(model.requests(model="threadline-fb-primary")) == 2  # max_retries=1 of the primary
+    backup = model.requests(model="threadline-fb-backup")
+    assert len(backup) == 1 and _prompt(backup[0])[-1] == ("user", "hi")
+    assert [c[0] for c in content(chunks)] == ["text-delta"] * 3 + ["finish"]
+    assert _texts(chunks) == "from the backup"
+
+    model.reset()  # the primary dies mid-answer: its text is withdrawn, the backup answers
+    model.queue([ms.in_band_error(500, "boom", after=2, chunks=["Hal", "f"])], model="threadline-fb-primary")
+    model.queue([ms.text("whole")], model="threadline-fb-backup")
+    _, chunks = await run_stream(settings, "fallback", "hi")
+    seq = content(chunks)
+    assert seq[:2] == [("text-delta", "Hal"), ("text-delta", "f")]
+    assert seq[2][0] == "attempt-discarded" and seq[2][1]["reason"] == "fallback"
+    assert seq[3:] == [("text-delta", "whole"), ("finish", "stop")]
+    assert len(model.requests(model="threadline-fb-primary")) == 1  # output was streamed: no retry of that model
+
+
+async def test_error_processor_edits_reach_the_retried_request(services, settings, model, cluster):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    model.queue([ms.text("first answer")], model="threadline-trim-retry")
+    await run_stream(settings, "trim-retry", "first question", thread=thread)
+    model.queue([ms.context_overflow(), ms.text("ok")], model="threadline-trim-retry")
+    _, chunks = await run_stream(settings, "trim-retry", "second question", thread=thread)
+    failed, retried = model.requests(model="threadline-trim-retry")[1:]
+    assert _prompt(failed) == [("user", "first question"), ("assistant", "first answer"),
+                               ("user", "second question")]
+    assert _prompt(retried) == [("user", "second question")]  # the processor's trim was sent
+    seq = content(chunks)
+    assert seq[0][0] == "attempt-discarded"
+    assert {k: seq[0][1][k] for k in ("reason", "retryProcessorId", "retryReason", "retryMetadata")} == {
+        "reason": "api-error", "retryProcessorId": "trim", "retryReason": "api-error: context_length_exceeded",
+        "retryMetadata": {"dropped": 2}}
+    assert seq[1:] == [("text-delta", "ok"), ("finish", "stop")]
+
+
+async def test_a_processor_retry_is_announced_with_its_processor_reason_and_metadata(services, settings, model):
+    model.queue([{"chunks": ["meh"]}, {"chunks": ["a much longer answer"]}], model="threadline-retrying")
+    _, chunks = await run_stream(settings, "retrying", "x")
+    marks = [c["payload"] for c in chunks if c["type"] == "attempt-discarded"]
+    assert len(marks) == 1
+    assert (marks[0]["retryProcessorId"], marks[0]["retryReason"], marks[0]["retryMetadata"]) == (
+        "too-short", "too short", None)
