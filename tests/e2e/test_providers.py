@@ -95,3 +95,17 @@ async def test_a_processor_retry_is_announced_with_its_processor_reason_and_meta
     assert len(marks) == 1
     assert (marks[0]["retryProcessorId"], marks[0]["retryReason"], marks[0]["retryMetadata"]) == (
         "too-short", "too short", None)
+
+
+async def test_a_rejected_or_missing_key_is_an_authentication_error_naming_the_variable(services, settings, model):
+    model.queue([{"status": 401, "error": {"message": "Incorrect API key provided"}}], model="threadline-model-retry")
+    _, chunks = await run_stream(settings, "model-retry", "x")
+    assert len(model.requests(model="threadline-model-retry")) == 1  # not transient: never retried
+    error = content(chunks)[-2][1]["error"]
+    assert error["kind"] == "authentication" and error["statusCode"] == 401
+    assert "Incorrect API key provided" in error["message"] and "set OPENAI_API_KEY" in error["message"]
+    # the seed's google/gemini-2.5-pro with no key set: nothing is sent, the message names the variables
+    _, chunks = await run_stream(settings, "google-no-key", "x")
+    error = content(chunks)[-2][1]["error"]
+    assert error["kind"] == "authentication" and content(chunks)[-1] == ("finish", "error")
+    assert "GOOGLE_GENERATIVE_AI_API_KEY or GOOGLE_API_KEY" in error["message"]

@@ -29,7 +29,7 @@ litellm.suppress_debug_info = True
 litellm.drop_params = True
 
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
-from threadline.runtime import llm_stream  # noqa: E402 - after litellm is configured above
+from threadline.runtime import llm_stream, providers  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection")
@@ -167,11 +167,22 @@ def _retry_after(exc: BaseException) -> float | None:
 
 
 def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
-    """litellm arguments that route ``model``: local model names go to ``api_base``."""
-    kwargs: dict[str, Any] = {"model": model, "timeout": timeout_s, "num_retries": 0, "max_retries": 0}
-    if api_base and LOCAL_MARKER in model:
-        kwargs["api_base"] = api_base
-        kwargs["api_key"] = "threadline-local"
+    """litellm arguments that route ``model``: local model names go to ``api_base``; Mastra's
+    provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.providers`).
+
+    Raises:
+        ModelCallError: kind ``authentication`` when the provider's API key is not set.
+    """
+    local = bool(api_base) and LOCAL_MARKER in model
+    if local:
+        known = providers.PROVIDERS.get(providers.provider_of(model) or "")
+        name = f"{known.litellm}/{model.split('/', 1)[1]}" if known else model
+        return {"model": name, "timeout": timeout_s, "num_retries": 0, "max_retries": 0,
+                "api_base": api_base, "api_key": "threadline-local"}
+    routed = providers.route(model)
+    kwargs: dict[str, Any] = {"model": routed.model, "timeout": timeout_s, "num_retries": 0, "max_retries": 0}
+    if routed.api_key is not None:
+        kwargs["api_key"] = routed.api_key
     return kwargs
 
 
@@ -262,7 +273,11 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     except ModelCallError:
         raise
     except Exception as exc:
-        raise classify(exc) from exc
+        err = classify(exc)
+        hint = providers.key_hint(model)
+        if err.kind == "authentication" and hint:  # say which variable holds the rejected key
+            err.args = (f"{err.args[0]} ({hint})",)
+        raise err from exc
     finally:
         if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
             await direct.aclose()

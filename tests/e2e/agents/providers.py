@@ -27,4 +27,6 @@ fallback = Agent(id="fallback", model=[{"model": "openai/threadline-fb-primary",
 trim_retry = Agent(id="trim-retry", model="openai/threadline-trim-retry", error_processors=[TrimOnOverflow()],
                    max_retries=0, max_processor_retries=2)
 
-agents = [model_retry, fallback, trim_retry]
+google_without_key = Agent(id="google-no-key", model="google/gemini-2.5-pro")  # the services set no Google key
+
+agents = [model_retry, fallback, trim_retry, google_without_key]
