@@ -4,6 +4,7 @@ fallback models, error processors whose edits reach the retried request, retry a
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from tests.e2e.helpers import content, run_stream
@@ -109,3 +110,30 @@ async def test_a_rejected_or_missing_key_is_an_authentication_error_naming_the_v
     error = content(chunks)[-2][1]["error"]
     assert error["kind"] == "authentication" and content(chunks)[-1] == ("finish", "error")
     assert "GOOGLE_GENERATIVE_AI_API_KEY or GOOGLE_API_KEY" in error["message"]
+
+
+async def test_the_anthropic_dialect_gets_litellms_translation(services, settings, model):
+    model.queue([{"status": 429, "headers": {"retry-after": "0.1"}},
+                 ms.tool_calls(ms.tool_call("weather", {"city": "Oslo"})), ms.text("Clear in Oslo.")],
+                model="threadline-anthropic")
+    _, chunks = await run_stream(settings, "anthropic-fake", "weather in Oslo?")
+    requests = model.requests(model="threadline-anthropic")
+    assert [r["path"] for r in requests] == ["/v1/messages"] * 3  # a 429 of Anthropic's is retried too
+    first, last = requests[1]["body"], requests[2]["body"]
+    assert first["system"] == [{"type": "text", "text": "Answer briefly."}]
+    assert first["messages"] == [{"role": "user", "content": [{"type": "text", "text": "weather in Oslo?"}]}]
+    assert [(t["name"], t["input_schema"]) for t in first["tools"]] == [
+        ("weather", {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]})]
+    assert first["stream"] is True and isinstance(first["max_tokens"], int)
+    # the tool call and its result went back as Anthropic blocks
+    call_block = last["messages"][1]["content"][-1]
+    assert call_block["type"] == "tool_use" and call_block["name"] == "weather" and call_block["input"] == {"city": "Oslo"}
+    result_block = last["messages"][2]["content"][0]
+    assert result_block["type"] == "tool_result" and result_block["tool_use_id"] == call_block["id"]
+    assert "clear" in json.dumps(result_block["content"])
+    seq = content(chunks)
+    assert seq[0][0] == "tool-call" and seq[0][1]["args"] == {"city": "Oslo"}
+    assert seq[1][0] == "tool-result" and seq[1][1]["result"] == {"city": "Oslo", "sky": "clear"}
+    assert _texts(chunks) == "Clear in Oslo." and seq[-1] == ("finish", "stop")
+    finish = [c for c in chunks if c["type"] == "step-finish"]
+    assert finish[0]["payload"]["stepResult"]["reason"] == "tool-calls"

@@ -177,6 +177,8 @@ def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[s
     if local:
         known = providers.PROVIDERS.get(providers.provider_of(model) or "")
         name = f"{known.litellm}/{model.split('/', 1)[1]}" if known else model
+        if name.startswith("anthropic/") and api_base and api_base.rstrip("/").endswith("/v1"):
+            api_base = api_base.rstrip("/")[:-3]  # litellm appends /v1/messages to an Anthropic base
         return {"model": name, "timeout": timeout_s, "num_retries": 0, "max_retries": 0,
                 "api_base": api_base, "api_key": "threadline-local"}
     routed = providers.route(model)

@@ -9,6 +9,7 @@ In-process: `srv = start_in_thread(); ...; srv.stop()` (port 0 picks a free port
 
 Endpoints
   POST   /v1/chat/completions  stream (SSE) and non-stream
+  POST   /v1/messages          Anthropic's Messages API, same scripts (model_server_anthropic)
   GET    /v1/models
   POST   /_fake/script         {"scripts": [script, ...], "model": name | null}: append to a FIFO
                                (that model's queue when given, else the global one)
@@ -418,8 +419,11 @@ async def health(request: Request) -> Response:
 
 def create_app() -> Starlette:
     """Build the ASGI app with an empty ScriptStore at `app.state.store`."""
+    from threadline.testing.model_server_anthropic import messages  # the second dialect (imports this module)
+
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
+        Route("/v1/messages", messages, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/_fake/script", add_scripts, methods=["POST"]),

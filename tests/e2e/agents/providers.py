@@ -3,7 +3,9 @@ edit the request before a retry."""
 
 from __future__ import annotations
 
-from threadline.runtime import Agent, Processor
+from threadline.runtime import Agent, Processor, create_tool
+
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 class TrimOnOverflow(Processor):
@@ -29,4 +31,8 @@ trim_retry = Agent(id="trim-retry", model="openai/threadline-trim-retry", error_
 
 google_without_key = Agent(id="google-no-key", model="google/gemini-2.5-pro")  # the services set no Google key
 
-agents = [model_retry, fallback, trim_retry, google_without_key]
+anthropic = Agent(id="anthropic-fake", model="anthropic/threadline-anthropic", instructions="Answer briefly.",
+                  tools=[create_tool(id="weather", description="the weather in a city", input_schema=CITY,
+                                     execute=lambda args: {"city": args["city"], "sky": "clear"})])
+
+agents = [model_retry, fallback, trim_retry, google_without_key, anthropic]
