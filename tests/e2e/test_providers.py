@@ -137,3 +137,33 @@ async def test_the_anthropic_dialect_gets_litellms_translation(services, setting
     assert _texts(chunks) == "Clear in Oslo." and seq[-1] == ("finish", "stop")
     finish = [c for c in chunks if c["type"] == "step-finish"]
     assert finish[0]["payload"]["stepResult"]["reason"] == "tool-calls"
+
+
+async def test_provider_options_of_instructions_messages_signals_calls_and_steps_reach_the_provider(
+        services, settings, model):
+    thinking = {"anthropic": {"thinking": {"type": "enabled", "budgetTokens": 2048}}}
+    cache = {"anthropic": {"cacheControl": {"type": "ephemeral"}}}
+    model.queue([ms.text("ok"), ms.text("ok again")], model="claude-sonnet-4-5-threadline-cache")
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    await run_stream(settings, "cached-claude", {"contents": "the big document", "provider_options": cache},
+                     thread=thread, options={"providerOptions": thinking})
+    await run_stream(settings, "cached-claude", "and now?", thread=thread,
+                     options={"providerOptions": thinking, "requestContext": {"think_hard": True}})
+    first, second = (r["body"] for r in model.requests(model="claude-sonnet-4-5-threadline-cache"))
+    assert first["system"] == [{"type": "text", "text": "The long, stable policy text.",
+                                "cache_control": {"type": "ephemeral"}},
+                               {"type": "text", "text": "Answer briefly."}]
+    assert first["messages"][0]["content"] == [{"type": "text", "text": "the big document",
+                                                "cache_control": {"type": "ephemeral"}}]
+    assert first["thinking"] == {"type": "enabled", "budget_tokens": 2048}  # the call's options
+    assert second["thinking"] == {"type": "enabled", "budget_tokens": 8192}  # a processor's step options win
+    assert second["messages"][0]["content"][0]["cache_control"] == {"type": "ephemeral"}  # kept with the message
+    assert "cache_control" not in json.dumps(second["messages"][-1])  # the plain message has none
+    # OpenAI's names, and a signal's options (only the called provider's entry is used)
+    model.queue([ms.text("fine")], model="threadline-reasoning")
+    await run_stream(settings, "reasoning-gpt", {"contents": "think", "provider_options": cache},
+                     options={"providerOptions": {"openai": {"reasoningEffort": "high", "parallelToolCalls": False},
+                                                  "anthropic": {"thinking": {"type": "enabled"}}}})
+    body = model.requests(model="threadline-reasoning")[0]["body"]
+    assert body["reasoning_effort"] == "high" and body["parallel_tool_calls"] is False
+    assert "thinking" not in body and "reasoningEffort" not in body and "cache_control" not in json.dumps(body)

@@ -23,7 +23,7 @@ LEGACY_TYPES = {"user-message": "user", "system-reminder": "reactive"}
 DEFAULT_TAGS = {"user": "user", "state": "state", "reactive": "system-reminder",
                 "notification": "notification"}
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_RECORDED = ("id", "type", "tagName", "createdAt", "attributes", "metadata")
+_RECORDED = ("id", "type", "tagName", "createdAt", "attributes", "metadata", "providerOptions")
 
 
 def normalize_type(kind: str) -> str:

@@ -30,6 +30,7 @@ litellm.drop_params = True
 
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
 from threadline.runtime import llm_stream, providers  # noqa: E402 - after litellm is configured above
+from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection")
@@ -203,7 +204,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         ModelCallError: any failure, before or during the stream (in-band errors included).
     """
     kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
-    kwargs.update(messages=messages, stream=True, stream_options={"include_usage": True})
+    kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
+                  stream_options={"include_usage": True})
     if tools:
         kwargs["tools"] = tools
         if tool_choice is not None:
@@ -211,8 +213,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     for key, value in (model_settings or {}).items():
         if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
             kwargs[_SETTINGS.get(key, key)] = value
-    if provider_options:
-        kwargs.update(provider_options.get(model.split("/", 1)[0], {}))
+    for key, value in provider_opts.request_options(provider_options, model).items():
+        if key not in _CORE:  # provider options never reroute the call or replace the prompt
+            kwargs[key] = value
     text_open = False
     calls: dict[int, dict[str, Any]] = {}
     direct: Any = None
@@ -301,6 +304,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         outcome.finish_reason = _FINISH.get(raw or "", "other")
 
 
+_CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "api_base", "api_key", "timeout",
+                   "num_retries", "max_retries"})
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
 
 

@@ -285,7 +285,9 @@ class StepLoop:
         tools = dict(step_input.get("tools") or {})
         if step_input.get("active_tools") is not None:
             tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
-        prompt = [{"role": "system", "content": m["content"]} for m in ml.all_system_messages()] + ml.get.all.core()
+        prompt = [{"role": "system", "content": m["content"],  # instructions keep their providerOptions
+                   **({"providerOptions": m["providerOptions"]} if m.get("providerOptions") else {})}
+                  for m in ml.all_system_messages()] + ml.get.all.core()
         prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
                                                           steps=step.steps)
         await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay

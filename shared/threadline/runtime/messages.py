@@ -226,14 +226,19 @@ def _json(value: Any) -> str:
 def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
-    Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API).
+    Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API);
+    a message or signal sent with ``providerOptions`` keeps them on its user message.
     """
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]
         parts = msg["content"].get("parts") or []
         if role in ("user", "signal"):
-            out.append({"role": "user", "content": render_for_model(msg)})
+            user: dict[str, Any] = {"role": "user", "content": render_for_model(msg)}
+            options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
+            if options:  # sent by threadline.runtime.provider_options.prepare_messages
+                user["providerOptions"] = options
+            out.append(user)
             continue
         if role != "assistant":
             continue

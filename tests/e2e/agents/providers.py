@@ -23,6 +23,17 @@ class TrimOnOverflow(Processor):
         return {"retry": True, "metadata": {"dropped": len(messages) - 1}}
 
 
+class ThinkHarder(Processor):
+    """Step-level provider options: asked for through the request context, they replace the call's."""
+
+    id = "think-harder"
+
+    def process_input_step(self, *, request_context, **_):
+        if request_context.get("think_hard"):
+            return {"providerOptions": {"anthropic": {"thinking": {"type": "enabled", "budgetTokens": 8192}}}}
+        return None
+
+
 model_retry = Agent(id="model-retry", model="openai/threadline-model-retry")
 fallback = Agent(id="fallback", model=[{"model": "openai/threadline-fb-primary", "max_retries": 1},
                                        {"model": "openai/threadline-fb-backup", "max_retries": 0}])
@@ -35,4 +46,12 @@ anthropic = Agent(id="anthropic-fake", model="anthropic/threadline-anthropic", i
                   tools=[create_tool(id="weather", description="the weather in a city", input_schema=CITY,
                                      execute=lambda args: {"city": args["city"], "sky": "clear"})])
 
-agents = [model_retry, fallback, trim_retry, google_without_key, anthropic]
+# a Claude-like name: litellm sends thinking only to models it knows can reason
+cached_claude = Agent(id="cached-claude", model="anthropic/claude-sonnet-4-5-threadline-cache",
+                      instructions=[{"role": "system", "content": "The long, stable policy text.",
+                                     "providerOptions": {"anthropic": {"cacheControl": {"type": "ephemeral"}}}},
+                                    "Answer briefly."],
+                      input_processors=[ThinkHarder()])
+reasoning_gpt = Agent(id="reasoning-gpt", model="openai/threadline-reasoning")
+
+agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cached_claude, reasoning_gpt]
