@@ -107,7 +107,8 @@ def prepare_messages(messages: list[dict[str, Any]], model: str) -> list[dict[st
         control = _cache_control(message.get("providerOptions"), model)
         content = msg.get("content")
         if control is not None and content:
-            blocks = [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content]
+            blocks: list[dict[str, Any]] = ([{"type": "text", "text": content}] if isinstance(content, str)
+                                            else [dict(b) for b in content])
             if blocks and isinstance(blocks[-1], dict):
                 blocks[-1]["cache_control"] = control
                 msg["content"] = blocks
