@@ -4,10 +4,16 @@ fallback models, error processors whose edits reach the retried request, retry a
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import uuid
 
-from tests.e2e.helpers import content, run_stream
+import pytest
+
+from tests.e2e.helpers import content, rows, run_stream
+from threadline.client import ThreadlineClient
+from threadline.client.client import RequestFailed
 from threadline.testing import model_script as ms
 
 
@@ -167,3 +173,45 @@ async def test_provider_options_of_instructions_messages_signals_calls_and_steps
     body = model.requests(model="threadline-reasoning")[0]["body"]
     assert body["reasoning_effort"] == "high" and body["parallel_tool_calls"] is False
     assert "thinking" not in body and "reasoningEffort" not in body and "cache_control" not in json.dumps(body)
+
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n" + bytes(range(64))).decode()
+PDF = base64.b64encode(b"%PDF-1.4 a small document").decode()
+
+
+async def test_images_and_documents_reach_the_model_in_each_providers_shape(services, settings, model, cluster):
+    parts = [{"type": "text", "text": "What is in these?"}, {"type": "image", "image": PNG, "mediaType": "image/png"},
+             {"type": "file", "data": PDF, "mimeType": "application/pdf", "filename": "terms.pdf"},
+             {"type": "image", "image": "https://example.com/cat.png"}]
+    model.queue([ms.text("A cat and some terms.")], model="threadline-anthropic")
+    _, chunks = await run_stream(settings, "anthropic-fake", parts)
+    assert _texts(chunks) == "A cat and some terms."
+    sent = model.requests(model="threadline-anthropic")[0]["body"]["messages"][0]["content"]
+    assert sent == [{"type": "text", "text": "What is in these?"},
+                    {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}},
+                    {"type": "document", "source": {"type": "base64", "media_type": "application/pdf", "data": PDF}},
+                    {"type": "image", "source": {"type": "url", "url": "https://example.com/cat.png"}}]
+    # OpenAI's shape; a big image (over the record limit) travels by reference and arrives whole
+    big = base64.b64encode(os.urandom(600 * 1024)).decode()
+    model.queue([ms.text("noise")], model="threadline-vision")
+    run_id, _ = await run_stream(settings, "vision-gpt", [{"type": "text", "text": "and this?"},
+                                                          {"type": "file", "data": big, "mimeType": "image/jpeg"}])
+    sent = model.requests(model="threadline-vision")[0]["body"]["messages"][-1]["content"]
+    assert sent == [{"type": "text", "text": "and this?"},
+                    {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{big}"}}]
+    stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'user'", run_id)
+    assert stored[0]["content"]["parts"][1] == {"type": "file", "data": big, "mimeType": "image/jpeg"}
+
+
+async def test_an_unreadable_image_is_a_clear_error_reply_and_the_thread_goes_on(services, settings, model):
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    async with ThreadlineClient(settings) as tl:
+        sent = await tl.stream([{"type": "text", "text": "look"}, {"type": "image", "image": "not base64 at all!",
+                                                                  "mediaType": "image/png"}],
+                               agent_id="vision-gpt", resource_id="res-1", thread_id=thread)
+        with pytest.raises(RequestFailed) as info:
+            await sent.accepted
+    assert info.value.code == "invalid_parts" and "not a URL, a data: URL or valid base64" in str(info.value)
+    model.queue([ms.text("still here")], model="threadline-vision")
+    _, chunks = await run_stream(settings, "vision-gpt", "hello", thread=thread)
+    assert _texts(chunks) == "still here"

@@ -15,6 +15,7 @@ from typing import Any, Protocol
 
 from threadline._internal.attrdict import AttrDict
 from threadline.errors import InvalidEventError
+from threadline.events.files import normalize_file_part
 from threadline.events.messages import make_message, now_iso
 from threadline.ids import new_id
 
@@ -77,22 +78,24 @@ def render_markup(tag: str, attributes: dict[str, Any] | None, contents: str) ->
 
 
 def contents_parts(contents: Any) -> list[dict[str, Any]]:
-    """A signal's ``contents`` (string or text/file parts) as message parts.
+    """A signal's ``contents`` (string or text/file/image parts) as message parts (an image part
+    is stored as a file part: :func:`threadline.events.files.normalize_file_part`).
 
     Raises:
-        InvalidEventError: a part that is not a text or file part (code ``invalid_parts``).
+        InvalidEventError: a part that is not a text, file or image part, or an unreadable file
+            part (code ``invalid_parts``).
     """
     if isinstance(contents, str):
         return [{"type": "text", "text": contents}]
     parts: list[dict[str, Any]] = []
     for p in contents or []:
-        if not isinstance(p, dict) or p.get("type") not in ("text", "file"):
+        if not isinstance(p, dict) or p.get("type") not in ("text", "file", "image"):
             raise InvalidEventError("message parts must be text or file parts ({type: 'text', text} or "
                                     "{type: 'file', data, mimeType}); a message is a string, such parts, or "
                                     "{contents, attributes, metadata}", code="invalid_parts")
         if p["type"] == "text" and not isinstance(p.get("text"), str):
             raise InvalidEventError("a text part needs a string 'text'", code="invalid_parts")
-        parts.append(dict(p))
+        parts.append(dict(p) if p["type"] == "text" else normalize_file_part(p))
     return parts or [{"type": "text", "text": ""}]
 
 

@@ -16,6 +16,7 @@ import orjson
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ConfigurationError
+from threadline.events.files import to_model_block
 from threadline.events.messages import make_message, now_iso
 from threadline.events.signals import render_for_model
 from threadline.ids import new_id
@@ -223,18 +224,28 @@ def _json(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
+def _user_content(msg: dict[str, Any]) -> Any:
+    """The text the model sees, then a content block per file part (when there are any)."""
+    text = render_for_model(msg)
+    files = [to_model_block(p) for p in msg["content"].get("parts") or [] if p.get("type") == "file"]
+    if not files:
+        return text
+    return ([{"type": "text", "text": text}] if text else []) + files
+
+
 def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
     Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API);
-    a message or signal sent with ``providerOptions`` keeps them on its user message.
+    a message or signal sent with ``providerOptions`` keeps them on its user message; file parts
+    become content blocks after the text (:func:`threadline.events.files.to_model_block`).
     """
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]
         parts = msg["content"].get("parts") or []
         if role in ("user", "signal"):
-            user: dict[str, Any] = {"role": "user", "content": render_for_model(msg)}
+            user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
             options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
             if options:  # sent by threadline.runtime.provider_options.prepare_messages
                 user["providerOptions"] = options

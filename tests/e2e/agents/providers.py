@@ -53,5 +53,7 @@ cached_claude = Agent(id="cached-claude", model="anthropic/claude-sonnet-4-5-thr
                                     "Answer briefly."],
                       input_processors=[ThinkHarder()])
 reasoning_gpt = Agent(id="reasoning-gpt", model="openai/threadline-reasoning")
+vision_gpt = Agent(id="vision-gpt", model="openai/threadline-vision")
 
-agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cached_claude, reasoning_gpt]
+agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cached_claude, reasoning_gpt,
+          vision_gpt]
