@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tests.e2e.helpers import content, rows, run_stream
+from tests.e2e.helpers import content, rows, run_row, run_stream
 from threadline.client import ThreadlineClient
 from threadline.client.client import RequestFailed
 from threadline.testing import model_script as ms
@@ -215,3 +215,35 @@ async def test_an_unreadable_image_is_a_clear_error_reply_and_the_thread_goes_on
     model.queue([ms.text("still here")], model="threadline-vision")
     _, chunks = await run_stream(settings, "vision-gpt", "hello", thread=thread)
     assert _texts(chunks) == "still here"
+
+
+async def test_reasoning_is_streamed_stored_and_seen_by_processors_and_usage_has_its_details(
+        services, settings, model, cluster):
+    usage = {"prompt_tokens": 40, "completion_tokens": 12, "prompt_tokens_details": {"cached_tokens": 30}}
+    model.queue([ms.tool_calls(ms.tool_call("weather", {"city": "Bergen"}), reasoning="Bergen is rainy, check.",
+                               usage=usage),
+                 ms.text("Rain in Bergen.", usage={"prompt_tokens": 60, "completion_tokens": 5})],
+                model="claude-sonnet-4-5-threadline-thinker")
+    run_id, chunks = await run_stream(settings, "thinker", "weather in Bergen?")
+    types = [c["type"] for c in chunks]
+    assert types[types.index("step-start") + 1] == "reasoning-start"
+    assert "".join(c["payload"]["text"] for c in chunks if c["type"] == "reasoning-delta") == "Bergen is rainy, check."
+    assert types.index("reasoning-end") < types.index("tool-call")
+    run = await run_row(cluster.dsn, run_id)
+    assert run["state"]["processor_state"]["reasoning-transformer"]["seen"][0] == [
+        "step-start", "reasoning", "tool-invocation"]  # the stored reasoning part, seen at step 1
+    finish = chunks[-1]["payload"]["output"]["usage"]
+    assert finish["inputTokens"] == 100 and finish["outputTokens"] == 17 and finish["cachedInputTokens"] == 30
+    second = model.requests(model="claude-sonnet-4-5-threadline-thinker")[1]["body"]
+    assert [b["type"] for b in second["messages"][1]["content"]] == ["tool_use"]  # reasoning is not sent back
+
+
+async def test_the_runs_usage_counts_every_billed_attempt(services, settings, model):
+    model.queue([{"chunks": ["meh"], "usage": {"prompt_tokens": 10, "completion_tokens": 2,
+                                                "completion_tokens_details": {"reasoning_tokens": 1}}},
+                 {"chunks": ["a much longer answer"], "usage": {"prompt_tokens": 12, "completion_tokens": 6}}],
+                model="threadline-retrying")
+    _, chunks = await run_stream(settings, "retrying", "x")
+    assert sum(1 for c in chunks if c["type"] == "attempt-discarded") == 1
+    usage = chunks[-1]["payload"]["output"]["usage"]
+    assert (usage["inputTokens"], usage["outputTokens"], usage["totalTokens"], usage["reasoningTokens"]) == (22, 8, 30, 1)

@@ -51,10 +51,11 @@ class ModelOutcome:
     finish_reason: str = "other"
     usage: dict[str, Any] | None = None
     raw_finish_reason: str | None = None
+    reasoning: str = ""
 
     def reset(self) -> None:
         """Forget a failed call's partial output (before a retry or the next fallback model)."""
-        self.text, self.tool_calls, self.finish_reason = "", [], "other"
+        self.text, self.reasoning, self.tool_calls, self.finish_reason = "", "", [], "other"
         self.usage = self.raw_finish_reason = None
 
 
@@ -216,7 +217,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     for key, value in provider_opts.request_options(provider_options, model).items():
         if key not in _CORE:  # provider options never reroute the call or replace the prompt
             kwargs[key] = value
-    text_open = False
+    text_open = reasoning_open = False
     calls: dict[int, dict[str, Any]] = {}
     direct: Any = None
     try:
@@ -243,8 +244,15 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                 if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
                     reasoning = delta.get("reasoning")
                 if reasoning:
+                    if not reasoning_open:
+                        reasoning_open = True
+                        yield {"type": "reasoning-start", "payload": {"id": "r0"}}
+                    outcome.reasoning += reasoning
                     yield {"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}}
                 content = delta.get("content")
+                if (content or delta.get("tool_calls")) and reasoning_open:  # reasoning comes first
+                    reasoning_open = False
+                    yield {"type": "reasoning-end", "payload": {"id": "r0"}}
                 if content:
                     if not text_open:
                         text_open = True
@@ -286,6 +294,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     finally:
         if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
             await direct.aclose()
+    if reasoning_open:
+        yield {"type": "reasoning-end", "payload": {"id": "r0"}}
     if text_open:
         yield {"type": "text-end", "payload": {"id": "t0"}}
     for entry in calls.values():
@@ -315,9 +325,23 @@ def _tool_choice(choice: Any) -> Any:
     return choice
 
 
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
 def _usage(usage: Any) -> dict[str, Any]:
-    get = usage.get if isinstance(usage, dict) else lambda k, d=None: getattr(usage, k, d)
-    inp, out = get("prompt_tokens", None), get("completion_tokens", None)
-    total = get("total_tokens", None)
-    return {"inputTokens": inp, "outputTokens": out,
-            "totalTokens": total if total is not None else (inp or 0) + (out or 0)}
+    """Mastra's usage: ``inputTokens``, ``outputTokens``, ``totalTokens``, and
+    ``cachedInputTokens`` / ``reasoningTokens`` when the provider reported them."""
+    inp, out = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
+    total = _get(usage, "total_tokens")
+    result = {"inputTokens": inp, "outputTokens": out,
+              "totalTokens": total if total is not None else (inp or 0) + (out or 0)}
+    cached = _get(_get(usage, "prompt_tokens_details"), "cached_tokens")
+    if cached is None:
+        cached = _get(usage, "cache_read_input_tokens")
+    reasoning = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
+    if isinstance(cached, int) and cached:
+        result["cachedInputTokens"] = cached
+    if isinstance(reasoning, int) and reasoning:
+        result["reasoningTokens"] = reasoning
+    return result

@@ -322,22 +322,27 @@ class StepLoop:
         if recorded is not None:
             outcome.usage = recorded.get("usage")
             outcome.finish_reason = recorded.get("finish_reason", outcome.finish_reason)
+        usage = outcome.usage
+        add_usage(step.usage_total, usage)  # billed even if a processor retries the attempt below
         if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
             raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                                  kind="server_error", retryable=True)
         await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
                                           from_cache=bool(cached))
         text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
+        reasoning = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "reasoning-delta")
         calls = [dict(p["payload"]) for p in processed if p["type"] == "tool-call"]
         parts = step.response_message()["content"]["parts"]
         parts.append(wrap({"type": "step-start"}))
+        if reasoning:  # what the output processors let through (a ReasoningTransformer's edits)
+            parts.append(wrap({"type": "reasoning", "reasoning": reasoning,
+                               "details": [{"type": "text", "text": reasoning}]}))
         if text:
             parts.append(wrap({"type": "text", "text": text}))
         for call in calls:
             parts.append(wrap({"type": "tool-invocation", "toolInvocation": {
                 "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
                 "args": call.get("args") or {}}}))
-        usage = outcome.usage
         if armed("after_tool_call_chunk_published"):
             await step.writer.flush()
             await pause_point("after_tool_call_chunk_published")
@@ -352,7 +357,6 @@ class StepLoop:
                 await store.record_model_output(run, step.writer.attempt, output)
                 await pause_point("after_model_output_recorded")
             results = await self._run_tools(step, calls, tools, options, store)
-        add_usage(step.usage_total, usage)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
                            "finishReason": outcome.finish_reason, "usage": usage})
         more = await store.more_pending(run, consumed)

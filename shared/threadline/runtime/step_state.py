@@ -114,7 +114,7 @@ def add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
     if usage is None:
         total["partial"] = True
         return
-    for key in ("inputTokens", "outputTokens", "totalTokens"):
+    for key in ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens"):
         if usage.get(key) is not None:
             total[key] = (total.get(key) or 0) + usage[key]
 

@@ -44,8 +44,9 @@ class Script(TypedDict, total=False):
     text: str
     chunks: list[str]
     tool_calls: list[ToolCall]
+    reasoning: str
     finish_reason: str
-    usage: dict[str, int] | None
+    usage: dict[str, Any] | None
     usage_on_finish: bool
     fail: Literal["error_event", "disconnect", "truncate", "malformed", "stall"]
     fail_after: int

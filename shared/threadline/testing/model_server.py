@@ -29,8 +29,10 @@ Script fields (all optional; times in seconds):
   ttft, chunk_delay          wait before the first chunk / between chunks
   text | chunks              reply text, split on words / given pieces (default: the echo)
   tool_calls [{id?, name, arguments: str | object, pieces (default 3)}]  streamed as fragments
+  reasoning                  streamed first, in word chunks, as `reasoning_content` deltas
   finish_reason              default "stop", or "tool_calls" when tool calls are scripted
-  usage {prompt_tokens, completion_tokens} | null   null sends no usage at all
+  usage {prompt_tokens, completion_tokens, prompt_tokens_details?, completion_tokens_details?} | null
+                             null sends no usage at all
   usage_on_finish            put usage on the finish chunk instead of a final `choices: []` chunk
   fail + fail_after (n events, default 0): error_event | disconnect | truncate | malformed | stall
   error_event                in-band body, default {"error": <error or a server_error>}
@@ -69,7 +71,7 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "delay": _NUM, "ttft": _NUM, "chunk_delay": _NUM, "text": (str,), "chunks": (list,),
     "tool_calls": (list,), "finish_reason": (str,), "usage": (dict, type(None)),
     "usage_on_finish": (bool,), "fail": (str,), "fail_after": (int,), "error_event": (dict,),
-    "stall_seconds": _NUM, "times": (int,), "model": (str,),
+    "stall_seconds": _NUM, "times": (int,), "model": (str,), "reasoning": (str,),
 }
 _TOOL_FIELDS = {"id", "name", "arguments", "pieces"}
 _REDACTED = {"authorization", "api-key", "x-api-key", "cookie"}
@@ -174,7 +176,8 @@ class _Reply:
     pieces: list[str]
     calls: list[dict[str, Any]]
     finish_reason: str
-    usage: dict[str, int] | None
+    usage: dict[str, Any] | None
+    reasoning: list[str]
 
 
 def _content_text(content: Any) -> str:
@@ -214,7 +217,7 @@ def _plan(script: dict[str, Any], body: dict[str, Any]) -> _Reply:
                  **(script.get("usage") or {})}
         usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
     finish = script.get("finish_reason", "tool_calls" if calls else "stop")
-    return _Reply(pieces, calls, finish, usage)
+    return _Reply(pieces, calls, finish, usage, _WORDS.findall(script.get("reasoning", "")))
 
 
 def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish: bool) -> list[str]:
@@ -223,7 +226,8 @@ def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish:
     null_usage = include_usage and reply.usage is not None
     head = f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},"model":{json.dumps(model)},'
     tail = ',"finish_reason":null}]' + (',"usage":null' if null_usage else "") + "}\n\n"
-    deltas: list[dict[str, Any]] = [{"content": p} for p in reply.pieces]
+    deltas: list[dict[str, Any]] = [{"reasoning_content": p} for p in reply.reasoning]
+    deltas += [{"content": p} for p in reply.pieces]
     for index, call in enumerate(reply.calls):
         for j, frag in enumerate(call["fragments"]):
             tc = ({"index": index, "id": call["id"], "type": "function",

@@ -4,7 +4,7 @@ provider would receive (system blocks with ``cache_control``, ``thinking``, imag
 schemas) is journaled as it arrived, and the reply is Anthropic's event stream.
 
 The scripts are those of :mod:`threadline.testing.model_server` (one queue per model name):
-``text``/``chunks``, ``tool_calls``, ``finish_reason`` (``stop`` → ``end_turn``, ``tool_calls`` →
+``text``/``chunks``, ``reasoning`` (a thinking block), ``tool_calls``, ``finish_reason`` (``stop`` → ``end_turn``, ``tool_calls`` →
 ``tool_use``, ``length`` → ``max_tokens``), ``usage``, ``status``/``error``/``headers``,
 ``delay``/``ttft``/``chunk_delay``, ``fail: error_event | disconnect`` (+ ``fail_after``),
 ``times``. Not supported here: ``raw``, ``truncate``, ``malformed``, ``stall``.
@@ -39,19 +39,30 @@ def _event(name: str, data: dict[str, Any]) -> str:
     return f"event: {name}\ndata: {base._dumps({'type': name, **data})}\n\n"
 
 
-def _usage(reply: Any) -> tuple[int, int]:
+def _usage(reply: Any) -> tuple[int, int, int]:
     usage = reply.usage or {}
-    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    # OpenAI's prompt_tokens include cached reads; Anthropic's input_tokens do not
+    return int(usage.get("prompt_tokens") or 0) - int(cached), int(usage.get("completion_tokens") or 0), int(cached)
 
 
 def _events(reply: Any, model: str) -> list[str]:
     """The reply as Anthropic's stream: message_start, one block per text / tool call, message_delta."""
-    inp, out = _usage(reply)
+    inp, out, cached = _usage(reply)
     events = [_event("message_start", {"message": {
         "id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant", "model": model,
         "content": [], "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": inp, "output_tokens": 1}}})]
+        "usage": {"input_tokens": inp, "output_tokens": 1, "cache_read_input_tokens": cached}}})]
     index = 0
+    if reply.reasoning:
+        events.append(_event("content_block_start", {"index": index,
+                                                     "content_block": {"type": "thinking", "thinking": ""}}))
+        events += [_event("content_block_delta", {"index": index, "delta": {"type": "thinking_delta", "thinking": p}})
+                   for p in reply.reasoning]
+        events.append(_event("content_block_delta", {"index": index, "delta": {
+            "type": "signature_delta", "signature": "fake-signature-" + secrets.token_hex(4)}}))
+        events.append(_event("content_block_stop", {"index": index}))
+        index += 1
     if reply.pieces:
         events.append(_event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}}))
         events += [_event("content_block_delta", {"index": index, "delta": {"type": "text_delta", "text": p}})
@@ -80,10 +91,11 @@ def _message(reply: Any, model: str) -> dict[str, Any]:
     for call in reply.calls:
         content.append({"type": "tool_use", "id": call["id"].replace("call_", "toolu_"), "name": call["name"],
                         "input": json.loads(call["arguments"] or "{}")})
-    inp, out = _usage(reply)
+    inp, out, cached = _usage(reply)
     return {"id": "msg_" + secrets.token_hex(12), "type": "message", "role": "assistant", "model": model,
             "content": content, "stop_reason": _STOP.get(reply.finish_reason, reply.finish_reason),
-            "stop_sequence": None, "usage": {"input_tokens": inp, "output_tokens": out}}
+            "stop_sequence": None,
+            "usage": {"input_tokens": inp, "output_tokens": out, "cache_read_input_tokens": cached}}
 
 
 async def _stream(events: list[str], script: dict[str, Any], request: Request) -> AsyncIterator[bytes]:

@@ -34,6 +34,22 @@ class ThinkHarder(Processor):
         return None
 
 
+class ReasoningTransformer(Processor):
+    """The seed's ``ReasoningTransformer``: reasoning parts of earlier assistant messages become
+    ``thinking`` parts at each step; records the part types it found."""
+
+    id = "reasoning-transformer"
+
+    def process_input_step(self, *, messages, message_list, state, **_):
+        for msg in messages:
+            if msg["role"] == "assistant" and msg["content"].get("parts"):
+                state.setdefault("seen", []).append([p["type"] for p in msg["content"]["parts"]])
+                for part in msg["content"]["parts"]:
+                    if part["type"] == "reasoning":
+                        part["type"] = "thinking"
+        return message_list
+
+
 model_retry = Agent(id="model-retry", model="openai/threadline-model-retry")
 fallback = Agent(id="fallback", model=[{"model": "openai/threadline-fb-primary", "max_retries": 1},
                                        {"model": "openai/threadline-fb-backup", "max_retries": 0}])
@@ -54,6 +70,9 @@ cached_claude = Agent(id="cached-claude", model="anthropic/claude-sonnet-4-5-thr
                       input_processors=[ThinkHarder()])
 reasoning_gpt = Agent(id="reasoning-gpt", model="openai/threadline-reasoning")
 vision_gpt = Agent(id="vision-gpt", model="openai/threadline-vision")
+thinker = Agent(id="thinker", model="anthropic/claude-sonnet-4-5-threadline-thinker", input_processors=[ReasoningTransformer()],
+                tools=[create_tool(id="weather", description="the weather in a city", input_schema=CITY,
+                                   execute=lambda args: {"city": args["city"], "sky": "rain"})])
 
 agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cached_claude, reasoning_gpt,
-          vision_gpt]
+          vision_gpt, thinker]
