@@ -4,9 +4,9 @@ provider would receive (system blocks with ``cache_control``, ``thinking``, imag
 schemas) is journaled as it arrived, and the reply is Anthropic's event stream.
 
 The scripts are those of :mod:`threadline.testing.model_server` (one queue per model name):
-``text``/``chunks``, ``reasoning`` (a thinking block), ``tool_calls``, ``finish_reason`` (``stop`` → ``end_turn``, ``tool_calls`` →
-``tool_use``, ``length`` → ``max_tokens``), ``usage``, ``status``/``error``/``headers``,
-``delay``/``ttft``/``chunk_delay``, ``fail: error_event | disconnect`` (+ ``fail_after``),
+``text``/``chunks``, ``reasoning`` (a thinking block), ``tool_calls``, ``finish_reason``
+(``stop`` → ``end_turn``, ``tool_calls`` → ``tool_use``, ``length`` → ``max_tokens``), ``usage``,
+``status``/``error``/``headers``, ``delay``/``ttft``/``chunk_delay``, ``fail: error_event | disconnect`` (+ ``fail_after``),
 ``times``. Not supported here: ``raw``, ``truncate``, ``malformed``, ``stall``.
 """
 
