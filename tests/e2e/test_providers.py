@@ -247,3 +247,56 @@ async def test_the_runs_usage_counts_every_billed_attempt(services, settings, mo
     assert sum(1 for c in chunks if c["type"] == "attempt-discarded") == 1
     usage = chunks[-1]["payload"]["output"]["usage"]
     assert (usage["inputTokens"], usage["outputTokens"], usage["totalTokens"], usage["reasoningTokens"]) == (22, 8, 30, 1)
+
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}, "temp": {"type": "number"}},
+           "required": ["city", "temp"]}
+
+
+async def test_structured_output_is_requested_validated_streamed_and_returned(services, settings, model):
+    model.queue([ms.text('{"city": "Oslo", "temp": 3}')], model="threadline-json")
+    async with ThreadlineClient(settings) as tl:
+        result = await tl.generate("weather?", agent_id="json-gpt", resource_id="res-1",
+                                   thread_id=f"th-{uuid.uuid4().hex[:8]}", timeout_s=60,
+                                   options={"structuredOutput": {"schema": WEATHER, "name": "weather"}})
+    assert result.object == {"city": "Oslo", "temp": 3} and result.error is None
+    body = model.requests(model="threadline-json")[0]["body"]
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "weather", "schema": WEATHER}}
+    # the stream carries Mastra's object chunks (the object at the top level)
+    model.queue([ms.text('{"city": "Rome", "temp": 21}')], model="threadline-json")
+    _, chunks = await run_stream(settings, "json-gpt", "weather?", options={"structuredOutput": {"schema": WEATHER}})
+    objects = [(c["type"], c["object"]) for c in chunks if c["type"] in ("object", "object-result")]
+    assert objects == [("object", {"city": "Rome", "temp": 21}), ("object-result", {"city": "Rome", "temp": 21})]
+    assert content(chunks)[-1] == ("finish", "stop")
+
+
+async def test_structured_output_through_anthropic_is_a_forced_tool_and_a_pydantic_model_validates_it(
+        services, settings, model):
+    model.queue([ms.tool_calls(ms.tool_call("json_tool_call", {"city": "Paris", "days": ["sun", "rain"]}))],
+                model="threadline-forecast")
+    async with ThreadlineClient(settings) as tl:
+        result = await tl.generate("forecast?", agent_id="forecaster", resource_id="res-1",
+                                   thread_id=f"th-{uuid.uuid4().hex[:8]}", timeout_s=60)
+    assert result.object == {"city": "Paris", "days": ["sun", "rain"]}
+    body = model.requests(model="threadline-forecast")[0]["body"]
+    assert body["tool_choice"] == {"name": "json_tool_call", "type": "tool"}
+    assert body["tools"][0]["name"] == "json_tool_call"
+    assert body["tools"][0]["input_schema"]["required"] == ["city", "days"]
+
+
+async def test_an_invalid_answer_or_a_schema_that_is_not_json_schema_is_a_clear_error(services, settings, model):
+    model.queue([ms.text('{"city": 3}')], model="threadline-json")
+    _, chunks = await run_stream(settings, "json-gpt", "weather?", options={"structuredOutput": {"schema": WEATHER}})
+    error = content(chunks)[-2][1]["error"]
+    assert error["kind"] == "structured_output" and "does not match the schema" in error["message"]
+    assert content(chunks)[-1] == ("finish", "error")
+    before = len(model.requests(model="threadline-json"))
+    thread = f"th-{uuid.uuid4().hex[:8]}"
+    _, chunks = await run_stream(settings, "json-gpt", "weather?", thread=thread,
+                                 options={"structuredOutput": {"schema": {"type": "no-such-type"}}})
+    error = content(chunks)[-2][1]["error"]
+    assert error["kind"] == "structured_output" and "not a valid JSON Schema" in error["message"]
+    assert len(model.requests(model="threadline-json")) == before  # nothing was sent
+    model.queue([ms.text("fine")], model="threadline-json")  # the worker and the thread go on
+    _, chunks = await run_stream(settings, "json-gpt", "hello", thread=thread)
+    assert _texts(chunks) == "fine"

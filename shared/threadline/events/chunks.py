@@ -93,6 +93,12 @@ def finish_chunk(reason: str, *, finish_reason: str, usage: dict[str, Any] | Non
     return agent_chunk("finish", payload)
 
 
+def object_chunk(obj: Any, *, final: bool = False) -> dict[str, Any]:
+    """Structured output: ``object`` (the object so far) or ``object-result`` (the validated
+    object); as in Mastra, the object is at the top level (``{type, from, object}``, no payload)."""
+    return {"type": "object-result" if final else "object", "from": FROM_AGENT, "object": obj}
+
+
 def error_chunk(error: dict[str, Any]) -> dict[str, Any]:
     """The error that ends a run (``{kind, message, ...}``)."""
     return agent_chunk("error", {"error": error})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter
+from pydantic import Field, TypeAdapter, model_validator
 
 from threadline.events.base import Event
 
@@ -51,6 +51,14 @@ class RunResult(_ReplyBase):
     steps: list[dict[str, Any]] = Field(default_factory=list)
     tripwire: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    object: Any = None
+    """The validated structured output (``structuredOutput``): the last step's ``object``."""
+
+    @model_validator(mode="after")
+    def _object_of_the_last_step(self) -> RunResult:
+        if self.object is None and self.steps and isinstance(self.steps[-1], dict):
+            self.object = self.steps[-1].get("object")
+        return self
 
 
 class Aborted(_ReplyBase):

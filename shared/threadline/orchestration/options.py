@@ -8,7 +8,8 @@ from typing import Any
 _OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processor_retries",
                    "toolChoice": "tool_choice", "modelSettings": "model_settings",
                    "providerOptions": "provider_options", "activeTools": "active_tools",
-                   "requestContext": "request_context", "maxRetries": "max_retries"}
+                   "requestContext": "request_context", "maxRetries": "max_retries",
+                   "structuredOutput": "structured_output"}
 
 
 def normalize_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -33,7 +33,7 @@ from threadline.runtime import llm_stream, providers  # noqa: E402 - after litel
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
-               "timeout", "authentication", "not_found", "server_error", "connection")
+               "timeout", "authentication", "not_found", "server_error", "connection", "structured_output")
 """What processors see in ``error.kind``."""
 
 _FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
@@ -193,7 +193,8 @@ def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[s
 async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                        tool_choice: Any, model_settings: dict[str, Any] | None,
                        provider_options: dict[str, Any] | None, api_base: str | None,
-                       timeout_s: float, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
+                       timeout_s: float, outcome: ModelOutcome,
+                       response_format: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
     """Call the model and yield Mastra chunks (``{type, payload}``); fill ``outcome``.
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
@@ -214,6 +215,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     for key, value in (model_settings or {}).items():
         if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
             kwargs[_SETTINGS.get(key, key)] = value
+    if response_format is not None:  # structured output (threadline.runtime.structured)
+        kwargs["response_format"] = response_format
     for key, value in provider_opts.request_options(provider_options, model).items():
         if key not in _CORE:  # provider options never reroute the call or replace the prompt
             kwargs[key] = value
@@ -315,7 +318,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 
 
 _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "api_base", "api_key", "timeout",
-                   "num_retries", "max_retries"})
+                   "num_retries", "max_retries", "response_format"})
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
 
 

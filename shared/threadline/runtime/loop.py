@@ -31,6 +31,7 @@ from threadline.events import chunks
 from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
+from threadline.runtime import structured
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
@@ -282,6 +283,8 @@ class StepLoop:
         step_input = await runner.process_input_step(ml, step_input, step_number=step_no, steps=step.steps)
         model = step_input.get("model") or self._default_model
         caller = self._caller(step, options, model, chosen)
+        spec = structured.resolve(step_input.get("structured_output"))  # a bad schema fails here, clearly
+        extra = {"response_format": spec.response_format()} if spec is not None else {}
         tools = dict(step_input.get("tools") or {})
         if step_input.get("active_tools") is not None:
             tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
@@ -306,7 +309,7 @@ class StepLoop:
                                    tool_choice=step_input.get("tool_choice"),
                                    model_settings=step_input.get("model_settings"),
                                    provider_options=step_input.get("provider_options"),
-                                   api_base=self._api_base, timeout_s=self._timeout_s)
+                                   api_base=self._api_base, timeout_s=self._timeout_s, **extra)
         raw_chunks: list[dict[str, Any]] = []
         try:
             async for chunk in source:
@@ -343,6 +346,11 @@ class StepLoop:
             parts.append(wrap({"type": "tool-invocation", "toolInvocation": {
                 "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
                 "args": call.get("args") or {}}}))
+        obj: Any = None
+        if spec is not None and outcome.finish_reason != "tool-calls":  # the final answer is the object
+            obj = spec.parse(text)
+            await step.writer.emit(chunks.object_chunk(obj))
+            await step.writer.emit(chunks.object_chunk(obj, final=True))
         if armed("after_tool_call_chunk_published"):
             await step.writer.flush()
             await pause_point("after_tool_call_chunk_published")
@@ -358,7 +366,8 @@ class StepLoop:
                 await pause_point("after_model_output_recorded")
             results = await self._run_tools(step, calls, tools, options, store)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
-                           "finishReason": outcome.finish_reason, "usage": usage})
+                           "finishReason": outcome.finish_reason, "usage": usage,
+                           **({"object": obj} if spec is not None and obj is not None else {})})
         more = await store.more_pending(run, consumed)
         max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
         continued = (bool(results) or more) and step_no + 1 < max_steps

@@ -285,6 +285,7 @@ class ModelFn(Protocol):
 
     def __call__(self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
-                 api_base: str | None, timeout_s: float, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:
-        """Stream one model response."""
+                 api_base: str | None, timeout_s: float, outcome: ModelOutcome,
+                 response_format: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+        """Stream one model response (``response_format`` is passed only for structured output)."""
         ...

@@ -3,6 +3,8 @@ edit the request before a retry."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
+
 from threadline.runtime import Agent, Processor, create_tool
 
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
@@ -50,6 +52,20 @@ class ReasoningTransformer(Processor):
         return message_list
 
 
+class Forecast(BaseModel):
+    city: str
+    days: list[str]
+
+
+class AskForForecast(Processor):
+    """Step-level structured output: a pydantic model, set by a processor."""
+
+    id = "forecast-schema"
+
+    def process_input_step(self, **_):
+        return {"structuredOutput": {"schema": Forecast}}
+
+
 model_retry = Agent(id="model-retry", model="openai/threadline-model-retry")
 fallback = Agent(id="fallback", model=[{"model": "openai/threadline-fb-primary", "max_retries": 1},
                                        {"model": "openai/threadline-fb-backup", "max_retries": 0}])
@@ -76,3 +92,6 @@ thinker = Agent(id="thinker", model="anthropic/claude-sonnet-4-5-threadline-thin
 
 agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cached_claude, reasoning_gpt,
           vision_gpt, thinker]
+json_gpt = Agent(id="json-gpt", model="openai/threadline-json")
+forecaster = Agent(id="forecaster", model="anthropic/threadline-forecast", input_processors=[AskForForecast()])
+agents += [json_gpt, forecaster]
