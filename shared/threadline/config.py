@@ -61,6 +61,11 @@ class Settings(BaseSettings):
     """Backoff before the first model retry; doubles per retry, with jitter (x0.5–1.0)."""
     model_retry_max_wait_s: float = 60.0
     """Longest wait before a model retry, a provider's ``Retry-After`` included."""
+    model_limits: dict[str, dict[str, float]] = {}
+    """Cluster-wide provider limits per model string, as JSON:
+    ``{"openai/gpt-5": {"rpm": 500, "tpm": 200000}}`` (docs/models.md)."""
+    model_limit_burst_s: float = 1.0
+    """A limit's bucket holds this many seconds of its rate (0: calls evenly spaced)."""
     ingress_topic: str | None = None
     """Test hook: an ingress instance consuming another topic (and its own group), to race two
     instances on one thread in spite of partition affinity (case C16)."""

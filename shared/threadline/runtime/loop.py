@@ -35,7 +35,7 @@ from threadline.runtime import structured
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.messages import MessageList
-from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, RetryPolicy
+from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.ports import (
     ChunkSink,
     Continue,
@@ -82,11 +82,14 @@ class StepLoop:
         retry_policy: waits between model-level retries (docs/models.md).
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.
+        limiter: cluster-wide provider limits (``None``: none).
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
-                 retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES) -> None:
+                 retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
+                 limiter: ModelLimiter | None = None) -> None:
+        self._limiter = limiter
         self._retry_policy = retry_policy or RetryPolicy()
         self._max_retries = max_retries
         self._default_model = default_model
@@ -253,9 +256,9 @@ class StepLoop:
         assert step.models is not None
         if model == chosen.model:
             return ModelCaller(self._model, step.models, default_retries=int(default), policy=self._retry_policy,
-                               start=step.model_index)
+                               start=step.model_index, limiter=self._limiter)
         return ModelCaller(self._model, [ModelChoice(model, chosen.max_retries)], default_retries=int(default),
-                           policy=self._retry_policy)
+                           policy=self._retry_policy, limiter=self._limiter)
 
     def _retry_cap(self, options: dict[str, Any], agent: Agent, runner: ProcessorRunner) -> int | None:
         cap: int | None = options.get("max_processor_retries", agent.max_processor_retries)

@@ -16,7 +16,9 @@ import asyncio
 import random
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import orjson
 
 from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
@@ -110,6 +112,26 @@ def check_fallback_list(model: Any) -> None:
     _entries(model)
 
 
+class ModelLimiter(Protocol):
+    """Cluster-wide provider limits (:class:`threadline.store.model_limits.PgModelLimiter`)."""
+
+    async def acquire(self, model: str, tokens: int) -> float:
+        """Wait until a call of ``model`` with about ``tokens`` prompt tokens fits its limits."""
+        ...
+
+    async def settle(self, model: str, output_tokens: int | None) -> None:
+        """Charge a finished call's output tokens."""
+        ...
+
+
+def estimate_tokens(messages: Any) -> int:
+    """A rough prompt size: 4 bytes of JSON per token."""
+    try:
+        return len(orjson.dumps(messages, default=str)) // 4
+    except TypeError:
+        return 0
+
+
 class ModelCaller:
     """Streams one model response with retries and fallbacks (see the module docstring).
 
@@ -119,12 +141,14 @@ class ModelCaller:
         default_retries: retries of a model whose entry sets none.
         policy: the waits between retries.
         sleep: how to wait (tests may pass a recorder).
+        limiter: cluster-wide limits, taken before every HTTP call (retries included).
     """
 
     def __init__(self, model_fn: ModelFn, choices: list[ModelChoice], *, default_retries: int,
                  policy: RetryPolicy, start: int = 0,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Any] = asyncio.sleep, limiter: ModelLimiter | None = None) -> None:
         self._fn = model_fn
+        self._limiter = limiter
         self.choices = choices
         self.index = min(start, len(choices) - 1)
         """The model in use (its position in ``choices``)."""
@@ -158,10 +182,14 @@ class ModelCaller:
             while True:
                 yielded = False
                 self.calls += 1
+                if self._limiter is not None:
+                    await self._limiter.acquire(choice.model, estimate_tokens(kwargs.get("messages")))
                 try:
                     async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
                         yielded = True
                         yield chunk
+                    if self._limiter is not None:
+                        await self._limiter.settle(choice.model, (outcome.usage or {}).get("outputTokens"))
                     return
                 except ModelCallError as exc:
                     exc.model = choice.model

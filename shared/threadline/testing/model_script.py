@@ -148,8 +148,15 @@ class ModelScript:
         self._call("DELETE", "/_fake/script", params={"model": model} if model else None)
 
     def reset(self) -> None:
-        """Drop all scripts and the request journal."""
+        """Drop all scripts, limits and the request journal."""
         self._call("POST", "/_fake/reset")
+
+    def limit(self, model: str, rps: float | None) -> None:
+        """Answer 429 above ``rps`` requests/s of ``model`` (``None`` lifts the limit)."""
+        self._call("POST", "/_fake/limit", json={"model": model, "rps": rps})
+
+    async def alimit(self, model: str, rps: float | None) -> None:
+        await self._acall("POST", "/_fake/limit", json={"model": model, "rps": rps})
 
     def requests(self, model: str | None = None) -> list[dict[str, Any]]:
         """The journal, oldest first: [{model, path, stream, scripted, headers, body, time}]."""

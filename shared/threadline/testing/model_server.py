@@ -16,7 +16,9 @@ Endpoints
   DELETE /_fake/script         drop queued scripts (all, or only `?model=`)
   GET    /_fake/requests       {"requests": [{model, path, stream, scripted, headers, body, time}]},
                                `?model=` filters; time is Unix seconds; auth headers are redacted
-  POST   /_fake/reset          drop scripts and the journal
+  POST   /_fake/limit          {"model": name, "rps": n | null}: answer 429 (Retry-After: 1) above n
+                               requests/s of that model; journaled with `limited: true`
+  POST   /_fake/reset          drop scripts, limits and the journal
   GET    /_fake/health         {"status": "ok", "queued": n}
 
 A request takes the head of its model's queue, else of the global queue, else gets the default
@@ -134,6 +136,22 @@ class ScriptStore:
     def __init__(self, journal_size: int = 10_000) -> None:
         self.queues: dict[str | None, deque[list[Any]]] = {}
         self.journal: deque[dict[str, Any]] = deque(maxlen=journal_size)
+        self.limits: dict[str, tuple[float, deque[float]]] = {}
+        """Per model: the requests/s it accepts and the arrival times of the last second."""
+
+    def over_limit(self, model: str | None) -> bool:
+        """Count a request of ``model``; True when it is over the model's requests/s limit."""
+        limit = self.limits.get(model or "")
+        if limit is None:
+            return False
+        rps, recent = limit
+        now = time.monotonic()
+        while recent and recent[0] <= now - 1.0:
+            recent.popleft()
+        if len(recent) >= rps:
+            return True
+        recent.append(now)
+        return False
 
     def add(self, scripts: list[Any], model: str | None = None) -> int:
         """Validate all scripts, then append them; a script's own `model` picks its queue."""
@@ -351,6 +369,9 @@ async def chat_completions(request: Request) -> Response:
         error = {"message": "The body must be a JSON object.", "type": "invalid_request_error"}
         return JSONResponse({"error": error}, 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
+    limited = rate_limited(store, model, request, body)
+    if limited is not None:
+        return limited
     script = store.take(model)
     headers = {k: ("<redacted>" if k in _REDACTED else v) for k, v in request.headers.items()}
     store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
@@ -378,6 +399,33 @@ async def chat_completions(request: Request) -> Response:
     if script.get("ttft") and not await _pause(app, script["ttft"], request):
         return Response(status_code=499)
     return Response(data, status, out_headers, media_type="application/json")
+
+
+def rate_limited(store: ScriptStore, model: str | None, request: Request, body: dict[str, Any]) -> Response | None:
+    """A 429 (``Retry-After: 1``, journaled with ``limited: true``) when ``model`` is over its
+    requests/s limit (``POST /_fake/limit``), else ``None``."""
+    if not store.over_limit(model):
+        return None
+    store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
+                          "scripted": False, "limited": True, "headers": {}, "body": {}, "time": time.time()})
+    return JSONResponse(_error_body(429, None), 429, {"retry-after": "1"})
+
+
+async def set_limit(request: Request) -> Response:
+    """``{"model": name, "rps": n}``: answer 429 above n requests/s of that model (``rps: null`` lifts it)."""
+    try:
+        payload = await request.json()
+        model, rps = payload["model"], payload.get("rps")
+        if not isinstance(model, str) or not (rps is None or (isinstance(rps, int | float) and rps > 0)):
+            raise ValueError
+    except (ValueError, KeyError, TypeError):
+        return JSONResponse({"error": {"message": 'the body must be {"model": name, "rps": n > 0 | null}',
+                                       "type": "invalid_request_error"}}, 400)
+    if rps is None:
+        request.app.state.store.limits.pop(model, None)
+    else:
+        request.app.state.store.limits[model] = (float(rps), deque())
+    return JSONResponse({"model": model, "rps": rps})
 
 
 async def list_models(request: Request) -> Response:
@@ -414,6 +462,7 @@ async def journal(request: Request) -> Response:
 async def reset(request: Request) -> Response:
     request.app.state.store.clear()
     request.app.state.store.journal.clear()
+    request.app.state.store.limits.clear()
     return JSONResponse({"status": "ok"})
 
 
@@ -432,6 +481,7 @@ def create_app() -> Starlette:
         Route("/v1/models", list_models, methods=["GET"]),
         Route("/_fake/script", add_scripts, methods=["POST"]),
         Route("/_fake/script", clear_scripts, methods=["DELETE"]),
+        Route("/_fake/limit", set_limit, methods=["POST"]),
         Route("/_fake/requests", journal, methods=["GET"]),
         Route("/_fake/reset", reset, methods=["POST"]),
         Route("/_fake/health", health, methods=["GET"]),

@@ -134,6 +134,9 @@ async def messages(request: Request) -> Response:
     except ValueError:
         return JSONResponse(_error(400, {"message": "The body must be a JSON object."}), 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
+    limited = base.rate_limited(store, model, request, body)
+    if limited is not None:
+        return limited
     script = store.take(model)
     headers = {k: ("<redacted>" if k in base._REDACTED else v) for k, v in request.headers.items()}
     store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),

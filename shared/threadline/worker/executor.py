@@ -38,6 +38,7 @@ from threadline.runtime.ports import (
 )
 from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
+from threadline.store.model_limits import PgModelLimiter, parse_limits
 from threadline.store.orchestration import claim_terminal
 from threadline.store.outbox import Outbox
 from threadline.store.steps import aborted_among, hand_back
@@ -75,7 +76,10 @@ class StepExecutor:
                               model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
                               max_retries=settings.model_max_retries,
                               retry_policy=RetryPolicy(initial_s=settings.model_retry_initial_s,
-                                                       max_wait_s=settings.model_retry_max_wait_s))
+                                                       max_wait_s=settings.model_retry_max_wait_s),
+                              limiter=PgModelLimiter(db, parse_limits(settings.model_limits),
+                                                     burst_s=settings.model_limit_burst_s)
+                              if settings.model_limits else None)
         self._running: dict[str, asyncio.Task[str]] = {}
         self._aborted: set[str] = set()
         self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
