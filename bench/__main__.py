@@ -7,7 +7,7 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
     python -m bench --only ttfc --runs 100       # one figure, smaller
     python -m bench --only concurrency --sizes 50,100 --quick
 
-Figures: ttfc, throughput, concurrency (also gives scaling), scaling, signals, pipeline.
+Figures: ttfc, throughput, concurrency (also gives scaling), scaling, signals, pipeline, limits.
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
 
@@ -31,7 +31,7 @@ from bench import pipeline
 from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
-FIGURES = ("ttfc", "throughput", "concurrency", "scaling", "signals", "pipeline")
+FIGURES = ("ttfc", "throughput", "concurrency", "scaling", "signals", "pipeline", "limits")
 
 
 def machine() -> dict[str, Any]:
@@ -101,6 +101,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
     p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
+    p.add_argument("--limit-runs", type=int, default=200, help="runs of the provider-limits figure (default 200)")
+    p.add_argument("--limit-rps", type=float, default=20, help="requests/s the limits figure's provider takes")
     p.add_argument("--quick", action="store_true", help="small sizes everywhere (a smoke run, ~2 minutes)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy recordings")
     args = p.parse_args(argv)
@@ -122,8 +124,13 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),
                                "command": "python -m bench " + " ".join(argv if argv is not None else sys.argv[1:])}
     started = time.monotonic()
-    if only - {"pipeline"}:
+    if only - {"pipeline", "limits"}:
         results.update(asyncio.run(cluster_figures(args, only, stamp)))
+    if "limits" in only:  # its own services per condition (the limits are worker settings)
+        from bench import limits
+
+        results["limits"] = asyncio.run(limits.run(runs=args.limit_runs, rps=args.limit_rps,
+                                                   partitions=args.partitions))
     if "pipeline" in only:
         results["pipeline"] = pipeline.run()
     results["duration_s"] = round(time.monotonic() - started, 1)

@@ -25,3 +25,4 @@ throughput = Agent(id="bench-throughput", instructions="Answer briefly.", model=
 concurrency = Agent(id="bench-concurrency", instructions="Answer briefly.",
                     model="openai/threadline-bench-concurrency")
 signals = Agent(id="bench-signals", instructions="Answer briefly.", model="openai/threadline-bench-signals")
+limits = Agent(id="bench-limits", model="openai/threadline-bench-limits")

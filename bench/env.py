@@ -37,8 +37,10 @@ WORKER = "processor_worker"
 class BenchEnv:
     """Start with ``await env.start()``; always ``await env.stop()``."""
 
-    def __init__(self, *, partitions: int = 6, log_dir: Path | None = None) -> None:
+    def __init__(self, *, partitions: int = 6, log_dir: Path | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.partitions = partitions
+        self.extra_env = extra_env or {}
         self.tag = uuid.uuid4().hex[:10]
         self.prefix = f"tlbench-{self.tag}"
         self.dbname = f"tl_bench_{self.tag}"
@@ -64,7 +66,8 @@ class BenchEnv:
         env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": self.bootstrap,
                "THREADLINE_PG_DSN": dsn, "THREADLINE_TOPIC_PREFIX": self.prefix,
                "THREADLINE_AGENTS_MODULE": "bench.agents", "THREADLINE_MODEL_API_BASE": self.model.api_base,
-               "THREADLINE_PARTITIONS": str(self.partitions), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+               "THREADLINE_PARTITIONS": str(self.partitions), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+               **self.extra_env}
         self.services = ServiceSet(env=env, log_dir=self.log_dir, cwd=ROOT)
         await asyncio.to_thread(self.services.start_all)
         self.workers = [f"{WORKER}-1"]

@@ -39,7 +39,10 @@ def services(cluster, model_server, tmp_path_factory) -> Iterator[ServiceSet]:
            "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
+           "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5",
+           # the limited agent's model: 5 requests/s over all workers, evenly spaced
+           "THREADLINE_MODEL_LIMITS": '{"openai/threadline-limited": {"rpm": 300}}',
+           "THREADLINE_MODEL_LIMIT_BURST_S": "0"}
     for name in ("GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"):
         env.pop(name, None)  # the google-no-key agent shows the error of a missing key
     svc = ServiceSet(env=env, log_dir=log_dir, cwd=ROOT)

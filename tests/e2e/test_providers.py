@@ -4,6 +4,7 @@ fallback models, error processors whose edits reach the retried request, retry a
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -300,3 +301,17 @@ async def test_an_invalid_answer_or_a_schema_that_is_not_json_schema_is_a_clear_
     model.queue([ms.text("fine")], model="threadline-json")  # the worker and the thread go on
     _, chunks = await run_stream(settings, "json-gpt", "hello", thread=thread)
     assert _texts(chunks) == "fine"
+
+
+async def test_a_cluster_wide_limit_spaces_the_calls_of_concurrent_runs(services, settings, model, cluster):
+    model.queue([ms.text("ok", times=12)], model="threadline-limited")
+    threads = [f"th-lim-{uuid.uuid4().hex[:6]}" for _ in range(12)]
+    results = await asyncio.gather(*(run_stream(settings, "limited", "go", thread=t) for t in threads))
+    assert all(content(chunks)[-1] == ("finish", "stop") for _, chunks in results)
+    times = sorted(r["time"] for r in model.requests(model="threadline-limited"))
+    assert len(times) == 12
+    # 5/s over every worker: the 12th call is due 2.2 s after the first was taken (less the first
+    # call's own way from the take to the provider, given a full second here)
+    assert times[-1] - times[0] >= 11 / 5 - 1.0
+    bucket = await rows(cluster.dsn, "SELECT key FROM model_rate_buckets WHERE key = 'openai/threadline-limited|rpm'")
+    assert len(bucket) == 1

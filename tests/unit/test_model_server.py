@@ -285,3 +285,28 @@ def test_process_exits_on_sigterm_with_hanging_request():
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_a_requests_per_second_limit_answers_429_and_journals_it(server, fake):
+    fake.reset()
+    fake.limit("limited-model", 2)
+    body = {"model": "limited-model", "messages": [{"role": "user", "content": "hi"}]}
+    codes = [httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=5).status_code for _ in range(3)]
+    assert codes[:2] == [200, 200] and codes[2] == 429  # three within one second: the third is over
+    journal = fake.requests(model="limited-model")
+    assert [bool(r.get("limited")) for r in journal] == [False, False, True]
+    fake.limit("limited-model", None)
+    assert httpx.post(f"{server.url}/v1/chat/completions", json=body, timeout=5).status_code == 200
+    assert httpx.post(f"{server.url}/_fake/limit", json={"model": "x", "rps": -1}, timeout=5).status_code == 400
+
+
+def test_the_anthropic_dialect_answers_messages_with_events(server, fake):
+    fake.reset()
+    fake.queue([ms.text("Hi there", reasoning="thinking hard")], model="claude-x")
+    body = {"model": "claude-x", "max_tokens": 10, "stream": True, "messages": [{"role": "user", "content": "hi"}]}
+    response = httpx.post(f"{server.url}/v1/messages", json=body, timeout=5)
+    events = [line.removeprefix("event: ") for line in response.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "message_start" and events[-2:] == ["message_delta", "message_stop"]
+    assert '"thinking_delta"' in response.text and '"text_delta"' in response.text
+    plain = httpx.post(f"{server.url}/v1/messages", json={**body, "stream": False}, timeout=5)
+    assert plain.json()["content"][0] == {"type": "text", "text": "You said: hi"}

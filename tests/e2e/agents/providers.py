@@ -94,4 +94,5 @@ agents = [model_retry, fallback, trim_retry, google_without_key, anthropic, cach
           vision_gpt, thinker]
 json_gpt = Agent(id="json-gpt", model="openai/threadline-json")
 forecaster = Agent(id="forecaster", model="anthropic/threadline-forecast", input_processors=[AskForForecast()])
-agents += [json_gpt, forecaster]
+limited = Agent(id="limited", model="openai/threadline-limited")  # THREADLINE_MODEL_LIMITS in tests/e2e/conftest.py
+agents += [json_gpt, forecaster, limited]
