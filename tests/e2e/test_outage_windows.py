@@ -3,8 +3,8 @@ between the store and Kafka (the chaos seed 777 pattern: the broker away while P
 restarts, both back at about the same moment):
 
 * ``after_step_result_stored`` (worker): the step's result is committed, not yet published; the
-  publish then meets the outage, the step task is retried and finds its step stored (skipped as
-  done), and the stored result must still reach the orchestrator (outbox relay);
+  publish then meets the outage, the step ends as done (its result left to the outbox relay), and
+  the stored result must still reach the orchestrator;
 * ``after_step_result_applied`` (orchestrator): the next step task is committed in the outbox,
   not yet published; the handler's retry finds the result applied and publishes nothing itself.
 
