@@ -67,3 +67,32 @@ async def test_flush_marks_what_was_taken_and_names_what_waits(parts):
     assert set(err.value.failed) == {poison}
     assert isinstance(err.value, TimeoutError)  # transient: the caller's retry and the relay take it from here
     assert await _published(db, [poison, fine]) == {poison: False, fine: True}
+
+
+class WedgedProducer:
+    """A Kafka client whose acknowledgements never come (seen as a producer that never recovers
+    from a broker restart): every send is queued, no future ever resolves."""
+
+    async def send_raw(self, *args: object, **kwargs: object) -> asyncio.Future[None]:
+        return asyncio.get_running_loop().create_future()
+
+
+async def test_a_relay_pass_wedged_on_kafka_lets_the_rows_go_to_another_relay(parts):
+    """Relay passes lock their rows (``FOR UPDATE SKIP LOCKED``) while they publish. A pass whose
+    acknowledgements never came kept its locks for ever, so every other instance's relay skipped
+    those rows: the runs behind them were stranded with a healthy cluster around them."""
+    db, box, good, _missing, tag = parts
+    ids = [await _add(db, good, f"w-{tag}-{i}") for i in range(3)]
+    await asyncio.sleep(0.2)
+    wedged = ob.Outbox(db, WedgedProducer(), ack_timeout_s=2.0)  # type: ignore[arg-type]  # a stand-in client
+    stuck = asyncio.create_task(wedged.relay_once(older_than_s=0))
+    await asyncio.sleep(0.5)  # the wedged pass holds the rows now
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    published = 0
+    while published < 3 and loop.time() < deadline:
+        published += await box.relay_once(older_than_s=0)
+        await asyncio.sleep(0.2)
+    stuck.cancel()
+    assert published == 3
+    assert await _published(db, ids) == {i: True for i in ids}
