@@ -95,4 +95,4 @@ async def test_a_relay_pass_wedged_on_kafka_lets_the_rows_go_to_another_relay(pa
         await asyncio.sleep(0.2)
     stuck.cancel()
     assert published == 3
-    assert await _published(db, ids) == {i: True for i in ids}
+    assert await _published(db, ids) == dict.fromkeys(ids, True)
