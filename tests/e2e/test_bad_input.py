@@ -29,6 +29,9 @@ BAD = [  # (record, dead-letter code or None, request id, error-reply code)
                    "thread_id": "t-bad", "message": [{"role": "user", "content": "mastra shape"}]}),
      None, "bad-parts-1", "invalid_parts"),
     (b"\xff\xfe binary", "invalid_json", None, None),
+    # JSON, but not UTF-8 text (a lone surrogate): orjson refuses it, the ids are still read to answer
+    (b'{"event_id": "bad-surrogate-1", "type": "send_message", "agent_id": "echo-agent", "resource_id": "r", '
+     b'"thread_id": "t-bad", "message": "half \\ud800 a pair"}', "invalid_json", "bad-surrogate-1", "invalid_json"),
 ]
 
 

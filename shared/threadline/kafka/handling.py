@@ -111,11 +111,24 @@ def _request_id(record: Record) -> str | None:
 
 
 def raw_field(record: Record, name: str) -> Any:
-    """Best-effort read of a top-level JSON field of an undecodable record (for error replies)."""
+    """Best-effort read of a top-level JSON field of an undecodable record (for error replies).
+
+    orjson refuses JSON that is well-formed but not valid UTF-8 text — a lone surrogate escape
+    (``"\\ud800"``), bytes that are not UTF-8 — so such a record would get a dead letter and no
+    reply; the standard library's parser, on the body decoded with replacement characters, still
+    finds the ids to answer with. ``None`` when the body is not a JSON object at all."""
+    import json
+
     import orjson
 
     try:
         body = orjson.loads(record.value)
     except Exception:  # noqa: BLE001 - best effort on a record that may not be JSON
-        return None
-    return body.get(name) if isinstance(body, dict) else None
+        try:
+            body = json.loads(record.value.decode("utf-8", errors="replace"))
+        except ValueError:
+            return None
+    value = body.get(name) if isinstance(body, dict) else None
+    if isinstance(value, str):  # what we echo back must itself be encodable
+        value = value.encode("utf-8", errors="replace").decode("utf-8")
+    return value
