@@ -85,19 +85,30 @@ class Database:
             raise NotConnectedError("database not started")
         return self._pool
 
+    @property
+    def max_size(self) -> int:
+        """The pool size (connections)."""
+        return self._max_size
+
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection (bounded wait).
+    async def connection(self, *, patient: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection (bounded wait, or with ``patient`` as long as it takes: a wait
+        past ``acquire_timeout_s`` is logged and waited again).
 
         Raises:
-            PoolTimeoutError: none became free within ``acquire_timeout_s``.
+            PoolTimeoutError: none became free within ``acquire_timeout_s`` (not ``patient``).
         """
         pool = self.pool
-        try:
-            conn = await pool.acquire(timeout=self._acquire_timeout_s)
-        except TimeoutError as exc:
-            raise PoolTimeoutError(f"no Postgres connection free within {self._acquire_timeout_s:g} s "
-                                   f"(pool of {self._max_size})") from exc
+        while True:
+            try:
+                conn = await pool.acquire(timeout=self._acquire_timeout_s)
+                break
+            except TimeoutError as exc:
+                message = (f"no Postgres connection free within {self._acquire_timeout_s:g} s "
+                           f"(pool of {self._max_size})")
+                if not patient:
+                    raise PoolTimeoutError(message) from exc
+                log.warning("still waiting for a Postgres connection", reason=message)
         try:
             yield conn
         finally:

@@ -45,6 +45,27 @@ class Outbox:
     def __init__(self, db: Database, producer: Producer) -> None:
         self._db = db
         self._producer = producer
+        self._unmarked: list[int] = []
+        self._marker: asyncio.Task[None] | None = None
+
+    async def publish_stored(self, box_id: int, topic: str, key: str | None, value: bytes,
+                             headers: list[tuple[str, bytes]]) -> None:
+        """Publish a row just committed by the caller from what it holds in memory (no read back)
+        and wait for the acknowledgement; the row is marked published shortly after, together with
+        the others acknowledged meanwhile (one ``UPDATE`` for all). A row whose mark is lost (a
+        crash, a failed update) is published again by the relay: consumers drop the duplicate."""
+        await (await self._producer.send_raw(topic, value, key=key, headers=headers))
+        self._unmarked.append(box_id)
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.create_task(self._mark_unmarked(), name="outbox-marks")
+
+    async def _mark_unmarked(self) -> None:
+        while self._unmarked:
+            ids, self._unmarked = self._unmarked, []
+            try:
+                await self._db.execute(_MARK, ids)
+            except Exception:  # noqa: BLE001 - the relay publishes them again; duplicates are dropped
+                log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
     async def flush(self, ids: list[int]) -> None:
         """Publish the given rows (in id order), wait for acks, mark them published."""
