@@ -64,7 +64,7 @@ class Outbox:
             ids, self._unmarked = self._unmarked, []
             try:
                 await self._db.execute(_MARK, ids)
-            except Exception:  # noqa: BLE001 - the relay publishes them again; duplicates are dropped
+            except Exception:  # the relay publishes them again; duplicates are dropped
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
     async def flush(self, ids: list[int]) -> None:
