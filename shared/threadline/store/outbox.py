@@ -55,7 +55,12 @@ class Outbox:
         the others acknowledged meanwhile (one ``UPDATE`` for all). A row whose mark is lost (a
         crash, a failed update) is published again by the relay: consumers drop the duplicate."""
         await (await self._producer.send_raw(topic, value, key=key, headers=headers))
-        self._unmarked.append(box_id)
+        self._mark_soon([box_id])
+
+    def _mark_soon(self, ids: list[int]) -> None:
+        """Mark acknowledged rows published off the caller's path (one ``UPDATE`` for all the
+        rows acknowledged meanwhile); the caller's record is finished once Kafka acknowledged."""
+        self._unmarked.extend(ids)
         if self._marker is None or self._marker.done():
             self._marker = asyncio.create_task(self._mark_unmarked(), name="outbox-marks")
 
@@ -68,7 +73,8 @@ class Outbox:
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
     async def flush(self, ids: list[int]) -> None:
-        """Publish the given rows (in id order), wait for acks, mark them published."""
+        """Publish the given rows (in id order), wait for acks; they are marked published
+        shortly after (:meth:`publish_stored`)."""
         if not ids:
             return
         rows = await self._db.fetch(
@@ -76,7 +82,7 @@ class Outbox:
             "AND published_at IS NULL ORDER BY id", ids)
         if rows:  # no pooled connection is held while Kafka acknowledges
             await self._send(rows)
-            await self._db.execute(_MARK, [r["id"] for r in rows])
+            self._mark_soon([r["id"] for r in rows])
 
     async def _send(self, rows: list[asyncpg.Record]) -> None:
         """Send ``rows`` in order and wait for every acknowledgement."""
