@@ -96,18 +96,25 @@ async def _db_now(env: BenchEnv) -> Any:
 
 
 async def _stored_runs(env: BenchEnv, threads: list[str], since: Any) -> dict[str, int]:
-    """What PostgreSQL says about the batch's runs: how many, how many did not finish, and the
-    re-executed steps (a step claimed again under a new attempt: ``attempt > 1``; the bench's
-    agents have no processors, so no processor retry raises it)."""
+    """What PostgreSQL says about the batch's runs once none is ``running`` any more (a run's
+    ``finish`` chunk reaches the subscriber just before its step is stored; at most 60 s): how
+    many, how many did not finish, and the re-executed steps (a step claimed again under a new
+    attempt: ``attempt > 1``; the bench's agents have no processors, so no processor retry raises
+    it)."""
     import asyncpg
 
     conn = await asyncpg.connect(env.dsn)
     try:
-        row = await conn.fetchrow(
-            "SELECT count(*) AS runs, count(*) FILTER (WHERE status <> 'finished') AS not_finished, "
-            "count(*) FILTER (WHERE attempt > 1) AS runs_with_re_executed_step, "
-            "coalesce(sum(attempt - 1), 0) AS re_executed_steps "
-            "FROM runs WHERE thread_id = ANY($1::text[]) AND created_at >= $2", threads, since)
+        for _ in range(600):
+            row = await conn.fetchrow(
+                "SELECT count(*) AS runs, count(*) FILTER (WHERE status = 'running') AS still_running, "
+                "count(*) FILTER (WHERE status NOT IN ('running', 'finished')) AS not_finished, "
+                "count(*) FILTER (WHERE attempt > 1) AS runs_with_re_executed_step, "
+                "coalesce(sum(attempt - 1), 0) AS re_executed_steps "
+                "FROM runs WHERE thread_id = ANY($1::text[]) AND created_at >= $2", threads, since)
+            if row["still_running"] == 0:
+                break
+            await asyncio.sleep(0.1)
     finally:
         await conn.close()
     return {k: int(v) for k, v in dict(row).items()}

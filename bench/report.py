@@ -40,7 +40,8 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     if b := results.get("burst"):
         st = b["stored"]
         out.append((f"3b burst: {b['runs']} runs at once, 1 worker: failed runs; re-executed steps; pool timeouts",
-                    f"{b['failed_runs']} (stored not finished {st['not_finished']}); {st['re_executed_steps']}; "
+                    f"{b['failed_runs']} (stored: not finished {st['not_finished']}, running {st['still_running']}); "
+                    f"{st['re_executed_steps']}; "
                     f"{b['pool_timeouts_in_worker_logs']}", "-", "-", "0; 0"))
         out.append(("  burst: first token p50 / p99 (ms); wall (s) vs ideal",
                     f"{b['first_delta_ms']['p50']} / {b['first_delta_ms']['p99']}; {b['wall_s']} vs {b['ideal_wall_s']}",

@@ -37,6 +37,13 @@ class Settings(BaseSettings):
     """Connections per service instance."""
     pg_pool_timeout_s: float = 10.0
     """Longest wait for a pooled connection before the event is retried."""
+    kafka_linger_ms: int = 2
+    """How long (ms) the services' producer waits to fill a batch before sending (aiokafka
+    ``linger_ms``); records sent while a request is in flight are batched anyway
+    (docs/benchmarks.md, "Kafka client settings")."""
+    kafka_fetch_max_wait_ms: int = 50
+    """How long (ms) the broker may hold a consumer's fetch when no record is there yet
+    (aiokafka ``fetch_max_wait_ms``); a record that arrives ends the wait at once."""
     max_record_bytes: int = 512 * 1024
     """Largest JSON body put on a Kafka record; a larger payload (a big message, tool result or
     chunk) is stored in PostgreSQL (``payloads``) and the record carries a reference to it."""

@@ -9,6 +9,7 @@ mark); consumers drop duplicate event ids.
 from __future__ import annotations
 
 import asyncio
+from typing import NamedTuple
 
 import asyncpg
 
@@ -22,18 +23,42 @@ from threadline.store.db import Database
 log = get_logger(__name__)
 
 
-async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> int:
-    """Insert ``event`` for ``topic`` in the current transaction; return the outbox id."""
+async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> Queued:
+    """Insert ``event`` for ``topic`` in the current transaction; return the outbox id (a
+    :class:`Queued`, which also holds the record)."""
     value, headers = encode(event)
     return await add_raw(conn, topic, value, key=key, headers=headers)
 
 
 async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: str | None,
-                  headers: list[tuple[str, bytes]]) -> int:
-    """Insert a ready record (e.g. a chunk) in the current transaction; return the outbox id."""
-    return await conn.fetchval(
+                  headers: list[tuple[str, bytes]]) -> Queued:
+    """Insert a ready record (e.g. a chunk) in the current transaction; return the outbox id
+    (a :class:`Queued`, which also holds the record)."""
+    box_id = await conn.fetchval(
         "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
         topic, key, [[k, v.decode()] for k, v in headers], value)
+    return Queued(box_id, _Row(box_id, topic, key, headers, value))
+
+
+class _Row(NamedTuple):
+    id: int
+    topic: str
+    key: str | None
+    headers: list[tuple[str, bytes]]
+    value: bytes
+
+
+class Queued(int):
+    """An outbox id that still holds its record: :meth:`Outbox.flush` publishes it after commit
+    from memory instead of reading it back (one round trip fewer per flush). Compares, hashes
+    and is stored as the plain id."""
+
+    row: _Row
+
+    def __new__(cls, box_id: int, row: _Row) -> Queued:
+        obj = super().__new__(cls, box_id)
+        obj.row = row
+        return obj
 
 
 _MARK = "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])"
@@ -73,22 +98,27 @@ class Outbox:
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
     async def flush(self, ids: list[int]) -> None:
-        """Publish the given rows (in id order), wait for acks; they are marked published
-        shortly after (:meth:`publish_stored`)."""
+        """Publish the given rows (in id order) after their transaction committed, wait for
+        acks; they are marked published shortly after (:meth:`publish_stored`). Ids returned by
+        :func:`add` (:class:`Queued`) are published from memory; plain ids are read back (and
+        skipped when already published)."""
         if not ids:
             return
-        rows = await self._db.fetch(
-            "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
-            "AND published_at IS NULL ORDER BY id", ids)
+        rows = [i.row for i in ids if isinstance(i, Queued)]
+        unknown = [int(i) for i in ids if not isinstance(i, Queued)]
+        if unknown:
+            rows += [_Row(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]], r["value"])
+                     for r in await self._db.fetch(
+                         "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
+                         "AND published_at IS NULL ORDER BY id", unknown)]
         if rows:  # no pooled connection is held while Kafka acknowledges
+            rows.sort(key=lambda r: r.id)
             await self._send(rows)
-            self._mark_soon([r["id"] for r in rows])
+            self._mark_soon([r.id for r in rows])
 
-    async def _send(self, rows: list[asyncpg.Record]) -> None:
+    async def _send(self, rows: list[_Row]) -> None:
         """Send ``rows`` in order and wait for every acknowledgement."""
-        futures = [await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
-                                                 headers=[(k, v.encode()) for k, v in r["headers"]])
-                   for r in rows]
+        futures = [await self._producer.send_raw(r.topic, r.value, key=r.key, headers=r.headers) for r in rows]
         await asyncio.gather(*futures)
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
@@ -99,7 +129,8 @@ class Outbox:
                 "AND created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2 "
                 "FOR UPDATE SKIP LOCKED", older_than_s, limit)
             if rows:
-                await self._send(rows)
+                await self._send([_Row(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]],
+                                       r["value"]) for r in rows])
                 await conn.execute(_MARK, [r["id"] for r in rows])
         if rows:
             log.info("outbox relay published leftovers", count=len(rows))
