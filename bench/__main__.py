@@ -1,4 +1,4 @@
-"""``make bench`` / ``python -m bench``: the six figures of docs/benchmarks.md, each beside a baseline
+"""``make bench`` / ``python -m bench``: the figures of docs/benchmarks.md (six, plus the burst), each beside a baseline
 measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
 ``--only``, writes ``<date>-<figures>.json``; ``--quick`` adds ``-quick``) plus py-spy profiles of the TTFC and throughput
 runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).

@@ -27,14 +27,6 @@ SEQ_BLOCK = 1_000_000
 attempt's, so ``seq`` never repeats or goes back within a run."""
 
 
-class StepBusyError(Exception):
-    """Another live worker executes this step (its heartbeat moves); ``heartbeat`` is the value seen."""
-
-    def __init__(self, heartbeat: Any) -> None:
-        super().__init__(f"step executed elsewhere (heartbeat {heartbeat})")
-        self.heartbeat = heartbeat
-
-
 _BEGIN = ("SELECT * FROM threadline_begin_step($1::text, $2::int, $3::bigint, $4::text, $5::float8, "
           "$6::timestamptz, $7::bigint, $8::int)")
 
