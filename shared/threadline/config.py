@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     change of its row, nothing of it in the outbox) before the sweeper drives it on."""
     sweep_max_recoveries: int = 3
     """Recoveries of one step of a run after which a run still stuck is failed instead."""
+    kafka_ack_timeout_s: float = 30.0
+    """The longest a service waits for Kafka to take what it publishes from the outbox (topic
+    metadata and acknowledgements), in seconds. What is not acknowledged by then stays in the
+    outbox for the relay, so no Kafka stall can hold a step, a handler or a background pass."""
     reply_timeout_s: float = 30.0
     """How long the client waits for a reply from ingress."""
     log_level: str = Field(default="INFO")

@@ -61,9 +61,18 @@ def restart_unavailable() -> str | None:
     return None
 
 
-def _native(script: str, *args: str, timeout_s: float = 180) -> None:
-    subprocess.run(["bash", str(NATIVE / script), *args], cwd=ROOT, check=True, timeout=timeout_s,
-                   capture_output=True)
+def _native(script: str, *args: str, timeout_s: float = 180, tries: int = 3) -> None:
+    """Run a ``deploy/native`` script; a ``start`` that fails (a port not yet released by the
+    process just stopped, a slow start-up on a loaded machine) is tried again. Raises
+    ``RuntimeError`` with the script's own error output when every try failed."""
+    for attempt in range(1, tries + 1):
+        done = subprocess.run(["bash", str(NATIVE / script), *args], cwd=ROOT, timeout=timeout_s, capture_output=True)
+        if done.returncode == 0:
+            return
+        if "start" not in args or attempt == tries:
+            raise RuntimeError(f"{script} {' '.join(args)} failed (exit {done.returncode}):\n"
+                               + done.stderr.decode(errors="replace")[-2000:])
+        time.sleep(2.0 * attempt)
 
 
 def restart_broker(down_s: float = 0.0) -> float:

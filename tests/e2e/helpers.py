@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -102,3 +104,27 @@ async def execute(dsn: str, sql: str, *args: Any) -> None:
         await conn.execute(sql, *args)
     finally:
         await conn.close()
+
+
+async def explain_run(dsn: str, run_id: str, logs: Sequence[Path] = ()) -> str:
+    """Why a run did not end, for an assertion message: its row, its thread's outbox rows, every
+    unpublished outbox row (the relays' backlog), its recoveries, and the Threadline lines (not
+    the Kafka client's) at the end of each log in ``logs`` (paths)."""
+    from threadline.topics import thread_key
+
+    run = (await rows(dsn, "SELECT run_id, status, step, steps_done, attempt, epoch, step_owner, updated_at, "
+                           "step_heartbeat, resource_id, thread_id FROM runs WHERE run_id = $1", run_id))
+    out = [f"run: {dict(run[0]) if run else None}"]
+    if run:
+        key = thread_key(run[0]["resource_id"], run[0]["thread_id"])
+        out += ["thread's outbox rows:"] + [f"  {dict(r)}" for r in await rows(
+            dsn, "SELECT id, topic, created_at, published_at FROM outbox WHERE key = $1 ORDER BY id", key)]
+    out += ["unpublished outbox rows (all threads):"] + [f"  {dict(r)}" for r in await rows(
+        dsn, "SELECT topic, count(*) AS n, min(created_at) AS oldest FROM outbox WHERE published_at IS NULL "
+             "GROUP BY topic ORDER BY 3")]
+    out += ["recoveries:"] + [f"  {dict(r)}" for r in await rows(
+        dsn, "SELECT * FROM run_recoveries WHERE run_id = $1 ORDER BY 1", run_id)]
+    for path in logs:
+        lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if "[threadline" in ln]
+        out += [f"--- {Path(path).name} (last 40 Threadline lines)"] + [ln[:400] for ln in lines[-40:]]
+    return "\n".join(out)

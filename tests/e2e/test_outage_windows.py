@@ -3,8 +3,8 @@ between the store and Kafka (the chaos seed 777 pattern: the broker away while P
 restarts, both back at about the same moment):
 
 * ``after_step_result_stored`` (worker): the step's result is committed, not yet published; the
-  publish then meets the outage, the step task is retried and finds its step stored (skipped as
-  done), and the stored result must still reach the orchestrator (outbox relay);
+  publish then meets the outage, the step ends as done (its result left to the outbox relay), and
+  the stored result must still reach the orchestrator;
 * ``after_step_result_applied`` (orchestrator): the next step task is committed in the outbox,
   not yet published; the handler's retry finds the result applied and publishes nothing itself.
 
@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.checker import Figures, check_stream, clean
 from tests.e2e.faults import _native, read_all, restart_unavailable, wait_file
-from tests.e2e.helpers import execute, rows, run_row, wait_idle
+from tests.e2e.helpers import execute, explain_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
@@ -57,7 +57,9 @@ async def test_restarts_between_store_and_publish(services, settings, model, clu
 
         await asyncio.to_thread(outage)
         row = await run_row(cluster.dsn, run_id, settle_s=120)
-        assert row["status"] == "finished", dict(row)
+        assert row["status"] == "finished", await explain_run(
+            cluster.dsn, run_id, [services.log_path(f"{service}-window"), services.log_path("run_orchestrator-1")
+                                  if service != "run_orchestrator" else services.log_path(f"{service}-window")])
         assert await wait_idle(cluster.dsn, thread, timeout_s=60)
         await asyncio.sleep(1.0)
     finally:

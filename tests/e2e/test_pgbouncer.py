@@ -29,7 +29,6 @@ from threadline.testing.harness import ServiceSet
 
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 50
-PGB_PORT = int(os.environ.get("THREADLINE_PGBOUNCER_PORT", "16432"))
 
 
 def _native_pg_port(cluster) -> int | None:
@@ -50,12 +49,14 @@ def bounced(cluster, tmp_path_factory):
     pg_port = _native_pg_port(cluster)
     if pg_port is None:
         pytest.skip("C24 needs the native PostgreSQL to put PgBouncer in front of (testcontainers in use)")
-    env_pgb = {**os.environ, "THREADLINE_PGBOUNCER_PORT": str(PGB_PORT), "THREADLINE_PG_PORT": str(pg_port),
+    # beside its PostgreSQL's port (as deploy/native/pgbouncer.sh derives it): parallel checkouts never share it
+    pgb_port = int(os.environ.get("THREADLINE_PGBOUNCER_PORT") or pg_port - 39000)
+    env_pgb = {**os.environ, "THREADLINE_PGBOUNCER_PORT": str(pgb_port), "THREADLINE_PG_PORT": str(pg_port),
                "THREADLINE_PGBOUNCER_POOL_SIZE": "2"}
     subprocess.run(["bash", str(ROOT / "deploy/native/pgbouncer.sh"), "start"], env=env_pgb, check=True,
                    timeout=600)
     dbname = cluster.dsn.rsplit("/", 1)[1]
-    bounced_dsn = f"postgresql://threadline:threadline@127.0.0.1:{PGB_PORT}/{dbname}"
+    bounced_dsn = f"postgresql://threadline:threadline@127.0.0.1:{pgb_port}/{dbname}"
     prefix = f"{cluster.prefix}-c24"
     # the model server in its own process: 50 subscribers in this process must not starve it
     log_dir = tmp_path_factory.mktemp("c24-logs")

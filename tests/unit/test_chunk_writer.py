@@ -73,3 +73,14 @@ async def test_a_failure_pruned_during_the_stream_is_raised_by_flush(monkeypatch
     await writer.emit({"type": "text-delta"})  # the failure is reported once
     producer.futures[-1].set_result(None)
     await writer.flush()
+
+
+async def test_flush_gives_up_on_acknowledgements_that_never_come() -> None:
+    """A broker that never acknowledges must not hang the step (its heartbeat would keep beating
+    and nothing would ever recover it): flush fails as a transient fault after ``ack_timeout_s``."""
+    producer = FakeProducer()
+    writer = ChunkWriter(producer, "t", run_id="run-1", step=0, attempt=1, seq=0, key="r:t",  # type: ignore[arg-type]  # a fake producer
+                         ack_timeout_s=0.05)
+    await writer.emit({"type": "text-delta", "payload": {"text": "x"}})
+    with pytest.raises(TimeoutError, match="run-1"):
+        await asyncio.wait_for(writer.flush(), 5)

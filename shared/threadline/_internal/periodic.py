@@ -15,22 +15,26 @@ log = get_logger(__name__)
 class Periodic:
     """Run ``fn()`` every ``interval_s`` seconds (first after one interval) until :meth:`stop`.
 
-    An exception from ``fn`` is logged as ``failure`` (a warning with the traceback) and the loop
-    goes on at the next interval: background duties (the outbox relay, the stuck-run sweeper)
-    outlive a Postgres or Kafka outage.
+    An exception from ``fn`` (or a call that outlives ``timeout_s``) is logged as ``failure`` (a
+    warning with the traceback) and the loop goes on at the next interval: background duties (the
+    outbox relay, the stuck-run sweeper) outlive a Postgres or Kafka outage.
 
     Args:
         name: the asyncio task's name.
         interval_s: seconds between the end of one call and the start of the next.
         fn: ``async () -> Any``.
         failure: the log message when a call raises.
+        timeout_s: the longest one call may take, in seconds (``None``: unbounded); a call that
+            outlives it is cancelled, logged as ``failure``, and the next one runs on time.
     """
 
-    def __init__(self, name: str, interval_s: float, fn: Callable[[], Awaitable[Any]], *, failure: str) -> None:
+    def __init__(self, name: str, interval_s: float, fn: Callable[[], Awaitable[Any]], *, failure: str,
+                 timeout_s: float | None = None) -> None:
         self._name = name
         self._interval_s = interval_s
         self._fn = fn
         self._failure = failure
+        self._timeout_s = timeout_s
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -50,6 +54,7 @@ class Periodic:
         while True:
             await asyncio.sleep(self._interval_s)
             try:
-                await self._fn()
+                async with asyncio.timeout(self._timeout_s):
+                    await self._fn()
             except Exception:  # a background duty never dies of one failed pass
                 log.warning(self._failure, task=self._name, exc_info=True)

@@ -26,11 +26,11 @@ class ChunkWriter:
     """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
     increasing within the run) and publishes."""
 
-    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "attempt", "finished", "key", "run_id",
-                 "seq", "step")
+    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt", "finished",
+                 "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
-                 seq: int, key: str) -> None:
+                 seq: int, key: str, ack_timeout_s: float = 30.0) -> None:
         self._producer = producer
         self._topic = topic
         self.run_id = run_id
@@ -42,6 +42,8 @@ class ChunkWriter:
         self._failure: BaseException | None = None
         self._prune_at = _PRUNE_EVERY
         self.finished = False  # a ``finish`` chunk was emitted
+        self.ack_timeout_s = ack_timeout_s
+        """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -72,10 +74,18 @@ class ChunkWriter:
         Raises:
             Exception: the first delivery failure (aiokafka's ``KafkaError``) of any chunk
                 emitted since the last flush.
+            TimeoutError: not every chunk was acknowledged within ``ack_timeout_s`` (a broker
+                away, or a stalled client): the step is not hung by it, it fails as a transient
+                fault and is executed again under the next attempt.
         """
         futures, self._futures = self._futures, []
         failure, self._failure = self._failure, None
         if failure is not None:
             raise failure
-        for fut in futures:  # in send order; each await of a resolved future is cheap
-            await fut
+        try:
+            async with asyncio.timeout(self.ack_timeout_s):
+                for fut in futures:  # in send order; each await of a resolved future is cheap
+                    await fut
+        except TimeoutError:
+            raise TimeoutError(f"chunks of run {self.run_id} not acknowledged by Kafka within "
+                               f"{self.ack_timeout_s} s") from None

@@ -49,7 +49,8 @@ class Sweeper:
         self._max_recoveries = max_recoveries
         self._lease_ttl_s = lease_ttl_s
         self._periodic = Periodic("stuck-run-sweeper", interval_s, self.sweep_once,
-                                  failure="sweep failed; tried again at the next interval")
+                                  failure="sweep failed; tried again at the next interval",
+                                  timeout_s=outbox.ack_timeout_s + 60.0)
         self.recovered = 0
         """Recoveries made by this instance since it started."""
 
@@ -87,5 +88,8 @@ class Sweeper:
             log.warning("stuck run recovered", run_id=run_id, thread_id=row["thread_id"], step=row["step"],
                         attempt=row["attempt"], status=row["status"], steps_done=row["steps_done"],
                         action=decision.action, reason=decision.reason, recoveries=self.recovered)
-            await self._outbox.flush(out)
+            try:
+                await self._outbox.flush(out)
+            except Exception:  # stored in the outbox: the relay publishes it; the sweep goes on
+                log.warning("recovery not published yet; left to the outbox relay", run_id=run_id, exc_info=True)
         return done

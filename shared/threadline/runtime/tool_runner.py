@@ -3,19 +3,15 @@ the message list and onto the stream (Mastra's Agent API "Tool hook", docs/proce
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.usercode import call_user
 from threadline.logging import get_logger
 from threadline.runtime.messages import MessageList
 from threadline.runtime.tools import Tool, ToolContext, ToolHooks
 
 log = get_logger(__name__)
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value
 
 
 async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
@@ -28,7 +24,7 @@ async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: 
                                  "thread_id": context.thread_id, "resource_id": context.resource_id},
                      "metadata": agent_meta})
     if hooks.before_tool_call is not None:
-        decision = await _maybe_await(hooks.before_tool_call(hook_ctx))
+        decision = await call_user(hooks.before_tool_call, hook_ctx)
         if isinstance(decision, dict) and decision.get("proceed") is False:
             output = decision.get("output")
             await _after(hooks, hook_ctx, output, None)
@@ -53,7 +49,7 @@ async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None
         return
     ctx["output"] = output
     ctx["error"] = error
-    await _maybe_await(hooks.after_tool_call(ctx))
+    await call_user(hooks.after_tool_call, ctx)
 
 
 def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: Any) -> AttrDict | None:

@@ -1,6 +1,7 @@
 """Tools with pydantic input schemas, and the tool hooks (Mastra's Agent API, "Tool hook").
 
-A tool's ``execute(input, context)`` may be sync or async; ``input`` is an instance of the tool's
+A tool's ``execute(input, context)`` may be sync or async (a sync one runs in a worker thread, so
+that blocking code never freezes the worker's other runs); ``input`` is an instance of the tool's
 ``input_schema`` (validated from the model's arguments), ``context`` a :class:`ToolContext`.
 """
 
@@ -13,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
 
 
@@ -88,9 +90,8 @@ class Tool:
     async def run(self, args: Any, context: ToolContext) -> Any:
         """Validate ``args``, execute, and return a JSON-ready result."""
         parsed = self.parse(args)
-        out = self.execute(parsed, context) if self._takes_context else self.execute(parsed)
-        if inspect.isawaitable(out):
-            out = await out
+        out = await (call_user(self.execute, parsed, context) if self._takes_context
+                     else call_user(self.execute, parsed))
         return to_jsonable(out)
 
 

@@ -9,11 +9,12 @@ mark); consumers drop duplicate event ids.
 from __future__ import annotations
 
 import asyncio
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import asyncpg
 
 from threadline._internal.periodic import Periodic
+from threadline.errors import ThreadlineError
 from threadline.events.base import Event
 from threadline.events.codec import encode
 from threadline.kafka.producer import Producer
@@ -47,6 +48,10 @@ class _Row(NamedTuple):
     headers: list[tuple[str, bytes]]
     value: bytes
 
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> _Row:
+        return cls(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]], r["value"])
+
 
 class Queued(int):
     """An outbox id that still holds its record: :meth:`Outbox.flush` publishes it after commit
@@ -64,23 +69,78 @@ class Queued(int):
 _MARK = "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])"
 
 
-class Outbox:
-    """Publishes outbox rows and marks them published."""
+class OutboxNotAcknowledgedError(ThreadlineError, TimeoutError):
+    """Some outbox rows were not acknowledged by Kafka in time (or were refused); they stay
+    unpublished and the relay publishes them later. A ``TimeoutError``, so callers treat it as
+    transient. ``failed``: outbox id -> what happened to it."""
 
-    def __init__(self, db: Database, producer: Producer) -> None:
+    def __init__(self, failed: dict[int, BaseException]) -> None:
+        first = next(iter(failed.values()))
+        super().__init__(f"{len(failed)} outbox row(s) not published: {first!r}")
+        self.failed = failed
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    """Done-callback: an acknowledgement nobody waits for any more must not log 'never retrieved'."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class Outbox:
+    """Publishes outbox rows and marks them published.
+
+    Args:
+        db: the service's pool.
+        producer: the service's producer.
+        ack_timeout_s: the longest one publish waits for Kafka (topic metadata and every
+            acknowledgement), in seconds; what is not acknowledged by then stays for the relay.
+    """
+
+    def __init__(self, db: Database, producer: Producer, *, ack_timeout_s: float = 30.0) -> None:
         self._db = db
         self._producer = producer
+        self.ack_timeout_s = ack_timeout_s
         self._unmarked: list[int] = []
         self._marker: asyncio.Task[None] | None = None
 
     async def publish_stored(self, box_id: int, topic: str, key: str | None, value: bytes,
                              headers: list[tuple[str, bytes]]) -> None:
-        """Publish a row just committed by the caller from what it holds in memory (no read back)
-        and wait for the acknowledgement; the row is marked published shortly after, together with
-        the others acknowledged meanwhile (one ``UPDATE`` for all). A row whose mark is lost (a
-        crash, a failed update) is published again by the relay: consumers drop the duplicate."""
-        await (await self._producer.send_raw(topic, value, key=key, headers=headers))
-        self._mark_soon([box_id])
+        """Publish a row just committed by the caller from what it holds in memory (no read
+        back), as :meth:`flush` does.
+
+        Raises:
+            OutboxNotAcknowledgedError: as :meth:`flush`.
+        """
+        await self.flush([Queued(box_id, _Row(box_id, topic, key, headers, value))])
+
+    async def flush(self, ids: list[int]) -> None:
+        """Publish the given rows (in id order) after their transaction committed and wait for
+        the acks. Ids returned by :func:`add` (:class:`Queued`) are published from memory; plain
+        ids are read back (and skipped when already published). When all were acknowledged they
+        are marked published off the caller's path, all rows acknowledged meanwhile in one
+        ``UPDATE`` (a lost mark means the relay publishes the row again and consumers drop the
+        duplicate); when some were not, the others are marked before the error is raised.
+
+        Raises:
+            OutboxNotAcknowledgedError: some rows were not acknowledged within ``ack_timeout_s``
+                (or were refused); those stay for the relay, the others are marked.
+        """
+        if not ids:
+            return
+        rows = [i.row for i in ids if isinstance(i, Queued)]
+        unknown = [int(i) for i in ids if not isinstance(i, Queued)]
+        if unknown:
+            rows += [_Row.of(r) for r in await self._db.fetch(
+                "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
+                "AND published_at IS NULL ORDER BY id", unknown)]
+        if rows:  # no pooled connection is held while Kafka acknowledges
+            rows.sort(key=lambda r: r.id)
+            acked, failed = await self._send(rows)
+            if failed:  # the rare path: mark what was taken now, then hand the rest to the caller's retry
+                if acked:
+                    await self._db.execute(_MARK, acked)
+                raise OutboxNotAcknowledgedError(failed)
+            self._mark_soon(acked)
 
     def _mark_soon(self, ids: list[int]) -> None:
         """Mark acknowledged rows published off the caller's path (one ``UPDATE`` for all the
@@ -97,48 +157,85 @@ class Outbox:
             except Exception:  # the relay publishes them again; duplicates are dropped
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
-    async def flush(self, ids: list[int]) -> None:
-        """Publish the given rows (in id order) after their transaction committed, wait for
-        acks; they are marked published shortly after (:meth:`publish_stored`). Ids returned by
-        :func:`add` (:class:`Queued`) are published from memory; plain ids are read back (and
-        skipped when already published)."""
-        if not ids:
-            return
-        rows = [i.row for i in ids if isinstance(i, Queued)]
-        unknown = [int(i) for i in ids if not isinstance(i, Queued)]
-        if unknown:
-            rows += [_Row(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]], r["value"])
-                     for r in await self._db.fetch(
-                         "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
-                         "AND published_at IS NULL ORDER BY id", unknown)]
-        if rows:  # no pooled connection is held while Kafka acknowledges
-            rows.sort(key=lambda r: r.id)
-            await self._send(rows)
-            self._mark_soon([r.id for r in rows])
+    async def _send(self, rows: list[_Row]) -> tuple[list[int], dict[int, BaseException]]:
+        """Send ``rows`` in order and wait, at most ``ack_timeout_s`` in all, for their
+        acknowledgements. Returns the ids that may be marked published and the failed ones.
 
-    async def _send(self, rows: list[_Row]) -> None:
-        """Send ``rows`` in order and wait for every acknowledgement."""
-        futures = [await self._producer.send_raw(r.topic, r.value, key=r.key, headers=r.headers) for r in rows]
-        await asyncio.gather(*futures)
+        One row cannot hold up the others: a topic whose metadata does not come (a missing
+        topic, a broker away) fails that topic's rows only, and a row that is refused or not
+        acknowledged in time fails alone. A key with a failed row keeps all its rows of this
+        batch unmarked, so the relay publishes them again in their order.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.ack_timeout_s
+        failed: dict[int, BaseException] = {}
+        queued: list[tuple[_Row, asyncio.Future[Any]]] = []
+        by_topic: dict[str, list[_Row]] = {}
+        for r in rows:
+            by_topic.setdefault(r.topic, []).append(r)
+
+        async def queue(topic_rows: list[_Row]) -> None:
+            """One topic's rows, in order (so each key keeps its order); the first refusal
+            (e.g. metadata that never comes) fails the rest of this topic's rows."""
+            for i, r in enumerate(topic_rows):
+                try:
+                    fut = await self._producer.send_raw(r.topic, r.value, key=r.key, headers=r.headers)
+                except Exception as exc:  # noqa: BLE001 - a refused row fails its topic, not the batch
+                    failed.update((rest.id, exc) for rest in topic_rows[i:])
+                    return
+                fut.add_done_callback(_retrieve)
+                queued.append((r, fut))
+
+        tasks = [asyncio.create_task(queue(topic_rows)) for topic_rows in by_topic.values()]
+        _, late = await asyncio.wait(tasks, timeout=self.ack_timeout_s)
+        for task in late:  # its topic's metadata did not come in time
+            task.cancel()
+        if late:
+            await asyncio.wait(late)
+        if queued:
+            await asyncio.wait([f for _, f in queued], timeout=max(0.0, deadline - loop.time()))
+        for r, fut in queued:
+            if not fut.done():
+                failed[r.id] = TimeoutError(f"not acknowledged by Kafka within {self.ack_timeout_s} s")
+            elif fut.cancelled():
+                failed[r.id] = asyncio.CancelledError()
+            elif (refused := fut.exception()) is not None:
+                failed[r.id] = refused
+        sent = {r.id for r, _ in queued}
+        for r in rows:  # queued nowhere: its topic's metadata did not come in time
+            if r.id not in sent and r.id not in failed:
+                failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {self.ack_timeout_s} s")
+        bad_keys = {r.key for r in rows if r.id in failed}
+        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
-        """Publish rows left unpublished for ``older_than_s``; return how many."""
+        """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
+        does not take (see :meth:`_send`) stay for the next pass and are logged; the others are
+        marked."""
+        failed: dict[int, BaseException] = {}
         async with self._db.transaction() as conn:
             rows = await conn.fetch(
                 "SELECT id, topic, key, headers, value FROM outbox WHERE published_at IS NULL "
                 "AND created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2 "
                 "FOR UPDATE SKIP LOCKED", older_than_s, limit)
+            acked: list[int] = []
             if rows:
-                await self._send([_Row(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]],
-                                       r["value"]) for r in rows])
-                await conn.execute(_MARK, [r["id"] for r in rows])
-        if rows:
-            log.info("outbox relay published leftovers", count=len(rows))
-        return len(rows)
+                acked, failed = await self._send([_Row.of(r) for r in rows])
+                if acked:
+                    await conn.execute(_MARK, acked)
+        if acked:
+            log.info("outbox relay published leftovers", count=len(acked))
+        if failed:
+            topics = sorted({r["topic"] for r in rows if r["id"] in failed})
+            log.warning("outbox rows not published; tried again at the next pass", count=len(failed),
+                        topics=topics[:10], error=repr(next(iter(failed.values()))))
+        return len(acked)
 
 
 class OutboxRelay(Periodic):
-    """Background task: every ``interval_s``, publish what a crash left in the outbox."""
+    """Background task: every ``interval_s``, publish what a crash left in the outbox. A pass
+    that outlives ``timeout_s`` is cancelled (its row locks released) and the next one runs."""
 
     def __init__(self, outbox: Outbox, *, interval_s: float = 1.0) -> None:
-        super().__init__("outbox-relay", interval_s, outbox.relay_once, failure="outbox relay failed")
+        super().__init__("outbox-relay", interval_s, outbox.relay_once, failure="outbox relay failed",
+                         timeout_s=outbox.ack_timeout_s + 30.0)

@@ -133,7 +133,8 @@ class StepExecutor:
         run, inputs = claimed.run, claimed.inputs
         writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
-                             key=thread_key(run.resource_id, run.thread_id))
+                             key=thread_key(run.resource_id, run.thread_id),
+                             ack_timeout_s=self._settings.kafka_ack_timeout_s)
         if inputs.restarted:  # an earlier attempt died mid-step: subscribers drop its chunks
             await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
         self._keepalive.add(run, writer)
@@ -211,7 +212,8 @@ class StepExecutor:
             topic = self._topics.chunks(run.resource_id, run.thread_id)
             writer = ChunkWriter(self._producer, topic, run_id=run.run_id, step=claimed["step"],
                                  attempt=claimed["attempt"], seq=claimed["next_seq"],
-                                 key=thread_key(run.resource_id, run.thread_id))
+                                 key=thread_key(run.resource_id, run.thread_id),
+                                 ack_timeout_s=self._settings.kafka_ack_timeout_s)
             if claimed["outstanding"]:
                 dead = claimed["attempt"]
         elif writer.finished:

@@ -14,6 +14,7 @@ import asyncpg
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
+from threadline.logging import get_logger
 from threadline.runtime.ports import (
     AbortedRun,
     Begun,
@@ -43,6 +44,9 @@ from threadline.store.steps import (
     tool_results,
 )
 from threadline.topics import Topics, thread_key
+from threadline.transient import is_transient
+
+log = get_logger(__name__)
 
 RESERVED_CONNECTIONS = 3
 """Pool connections step operations leave to the rest of the worker (keep-alive, outbox marks and
@@ -144,8 +148,17 @@ class PgStepStore:
                 state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
                 lease_ttl_s=self._ttl)
         await pause_point("after_step_result_stored")
-        await self._outbox.publish_stored(box_id, self._topics.step_results,
-                                          thread_key(run.resource_id, run.thread_id), value, headers)
+        try:
+            await self._outbox.publish_stored(box_id, self._topics.step_results,
+                                              thread_key(run.resource_id, run.thread_id), value, headers)
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            # stored and committed: the step is done; the relay publishes its result once Kafka
+            # (or Postgres, for the mark) is back. Raising would only retry a step task that
+            # finds its step stored.
+            log.warning("step result stored; publishing it is left to the outbox relay", run_id=run.run_id,
+                        step=run.step, error=repr(exc))
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.record_model_output`."""
