@@ -1,4 +1,4 @@
-"""``make bench`` / ``python -m bench``: the six figures of docs/benchmarks.md, each beside a baseline
+"""``make bench`` / ``python -m bench``: the figures of docs/benchmarks.md (six, plus the burst), each beside a baseline
 measured in the same run; prints a table and writes ``bench/results/<date>.json`` (a partial run,
 ``--only``, writes ``<date>-<figures>.json``; ``--quick`` adds ``-quick``) plus py-spy profiles of the TTFC and throughput
 runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
@@ -7,7 +7,8 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
     python -m bench --only ttfc --runs 100       # one figure, smaller
     python -m bench --only concurrency --sizes 50,100 --quick
 
-Figures: ttfc, throughput, concurrency (also gives scaling), scaling, signals, pipeline, limits.
+Figures: ttfc, throughput, concurrency (also gives scaling), burst (500 runs at once on one worker, failed
+runs and re-executed steps counted), scaling, signals, pipeline, limits.
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
 
@@ -31,7 +32,7 @@ from bench import pipeline
 from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
-FIGURES = ("ttfc", "throughput", "concurrency", "scaling", "signals", "pipeline", "limits")
+FIGURES = ("ttfc", "throughput", "concurrency", "burst", "scaling", "signals", "pipeline", "limits")
 
 
 def machine() -> dict[str, Any]:
@@ -75,6 +76,9 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         if "signals" in only:
             await figure("signals", f"signal latency: {args.samples} samples",
                          lambda: signals.run(env, samples=args.samples))
+        if "burst" in only:
+            await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
+                         lambda: concurrency.burst(env, runs=args.burst_runs))
         if only & {"concurrency", "scaling"}:
             sizes = tuple(args.sizes) if "concurrency" in only else ()
             await figure("_conc", f"concurrency {sizes}, scaling at {args.scaling_size}",
@@ -98,6 +102,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--profile-runs", type=int, default=150, help="extra TTFC runs under py-spy")
     p.add_argument("--tokens", type=int, default=20_000, help="throughput tokens (default 20000)")
     p.add_argument("--sizes", default="100,300,500", help="concurrency sizes (default 100,300,500)")
+    p.add_argument("--burst-runs", type=int, default=500, help="runs of the burst figure (default 500)")
     p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
     p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
@@ -109,7 +114,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.quick:
         args.runs, args.profile_runs, args.tokens, args.samples = min(args.runs, 60), 30, 3000, 20
-        args.sizes, args.scaling_size = [20, 50], 50
+        args.sizes, args.scaling_size, args.burst_runs = [20, 50], 50, min(args.burst_runs, 50)
     return args
 
 

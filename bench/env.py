@@ -94,6 +94,11 @@ class BenchEnv:
                 break
             await asyncio.sleep(0.1)
 
+    @property
+    def dsn(self) -> str:
+        """The bench database's DSN (after :meth:`start`)."""
+        return self._admin_dsn.rsplit("/", 1)[0] + "/" + self.dbname
+
     def worker_pids(self) -> list[int]:
         assert self.services is not None
         return [self.services.pid(w) for w in self.workers]

@@ -44,7 +44,7 @@ class Service:
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
         self.payloads = PayloadStore(db=self.db)
         self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}",
-                                 max_record_bytes=self.settings.max_record_bytes,
+                                 linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
                                  spill=lambda body, topic: self.payloads.put(body, topic=topic))
         self.admin = TopicAdmin(self.settings.kafka_bootstrap)
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s)
@@ -85,7 +85,8 @@ class Service:
             handler=guarded(self.handle, self.dead_letters, on_invalid=self.on_invalid, payloads=self.payloads,
                             retry_for_s=self.settings.transient_retry_s),
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s,
-            max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms)
+            max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms,
+            fetch_max_wait_ms=self.settings.kafka_fetch_max_wait_ms)
         await self.consumer.start()
         log.info("service started", service=self.name, topics=self.topics_in(),
                  statement_cache=self.settings.pg_use_statement_cache,

@@ -94,12 +94,13 @@ class KeyedConsumer:
         handler: ``async (record) -> None``; exceptions are logged, not raised.
         max_in_flight: unfinished records before fetching pauses.
         commit_interval_s: how often finished offsets are committed.
+        fetch_max_wait_ms: how long the broker may hold an empty fetch (ms).
     """
 
     def __init__(self, *, bootstrap: str, topics: list[str], group_id: str, handler: Handler,
                  client_id: str = "threadline", max_in_flight: int = 2000,
                  commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
-                 max_poll_interval_ms: int = 300000) -> None:
+                 max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50) -> None:
         self._topics = topics
         self._handler = handler
         self._max_in_flight = max_in_flight
@@ -108,7 +109,7 @@ class KeyedConsumer:
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=50,
+            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=fetch_max_wait_ms,
         )
         self._trackers: dict[TopicPartition, OffsetTracker] = {}
         self._committed: dict[TopicPartition, int] = {}

@@ -34,6 +34,13 @@ async def _init_connection(conn: asyncpg.Connection) -> None:
                                   decoder=orjson.loads, schema="pg_catalog")
 
 
+async def _keep_session(conn: asyncpg.Connection) -> None:
+    """Release without asyncpg's default reset query (``CLOSE ALL; UNLISTEN *; RESET ALL; SELECT
+    pg_advisory_unlock_all()``): one round trip on every release, undoing session state that no
+    pooled connection ever has (see the module docstring). asyncpg still rolls back an open
+    transaction and drops listeners before calling this."""
+
+
 class Database:
     """Owns the connection pool of one process.
 
@@ -61,7 +68,7 @@ class Database:
         self._pool = await asyncpg.create_pool(
             self._dsn, min_size=1, max_size=self._max_size, init=_init_connection,
             statement_cache_size=100 if self._statement_cache else 0,
-            max_inactive_connection_lifetime=60.0, timeout=self._acquire_timeout_s,
+            max_inactive_connection_lifetime=60.0, timeout=self._acquire_timeout_s, reset=_keep_session,
         )
         log.info("postgres pool ready", max_size=self._max_size, statement_cache=self._statement_cache,
                  mode="transaction-pooling" if self._transaction_pooling else "session",
@@ -85,19 +92,30 @@ class Database:
             raise NotConnectedError("database not started")
         return self._pool
 
+    @property
+    def max_size(self) -> int:
+        """The pool size (connections)."""
+        return self._max_size
+
     @asynccontextmanager
-    async def connection(self) -> AsyncIterator[asyncpg.Connection]:
-        """A pooled connection (bounded wait).
+    async def connection(self, *, patient: bool = False) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection (bounded wait, or with ``patient`` as long as it takes: a wait
+        past ``acquire_timeout_s`` is logged and waited again).
 
         Raises:
-            PoolTimeoutError: none became free within ``acquire_timeout_s``.
+            PoolTimeoutError: none became free within ``acquire_timeout_s`` (not ``patient``).
         """
         pool = self.pool
-        try:
-            conn = await pool.acquire(timeout=self._acquire_timeout_s)
-        except TimeoutError as exc:
-            raise PoolTimeoutError(f"no Postgres connection free within {self._acquire_timeout_s:g} s "
-                                   f"(pool of {self._max_size})") from exc
+        while True:
+            try:
+                conn = await pool.acquire(timeout=self._acquire_timeout_s)
+                break
+            except TimeoutError as exc:
+                message = (f"no Postgres connection free within {self._acquire_timeout_s:g} s "
+                           f"(pool of {self._max_size})")
+                if not patient:
+                    raise PoolTimeoutError(message) from exc
+                log.warning("still waiting for a Postgres connection", reason=message)
         try:
             yield conn
         finally:

@@ -9,7 +9,8 @@ mark); consumers drop duplicate event ids.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import contextlib
+from typing import Any, NamedTuple
 
 import asyncpg
 
@@ -24,18 +25,46 @@ from threadline.store.db import Database
 log = get_logger(__name__)
 
 
-async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> int:
-    """Insert ``event`` for ``topic`` in the current transaction; return the outbox id."""
+async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> Queued:
+    """Insert ``event`` for ``topic`` in the current transaction; return the outbox id (a
+    :class:`Queued`, which also holds the record)."""
     value, headers = encode(event)
     return await add_raw(conn, topic, value, key=key, headers=headers)
 
 
 async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: str | None,
-                  headers: list[tuple[str, bytes]]) -> int:
-    """Insert a ready record (e.g. a chunk) in the current transaction; return the outbox id."""
-    return await conn.fetchval(
+                  headers: list[tuple[str, bytes]]) -> Queued:
+    """Insert a ready record (e.g. a chunk) in the current transaction; return the outbox id
+    (a :class:`Queued`, which also holds the record)."""
+    box_id = await conn.fetchval(
         "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
         topic, key, [[k, v.decode()] for k, v in headers], value)
+    return Queued(box_id, _Row(box_id, topic, key, headers, value))
+
+
+class _Row(NamedTuple):
+    id: int
+    topic: str
+    key: str | None
+    headers: list[tuple[str, bytes]]
+    value: bytes
+
+    @classmethod
+    def of(cls, r: asyncpg.Record) -> _Row:
+        return cls(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]], r["value"])
+
+
+class Queued(int):
+    """An outbox id that still holds its record: :meth:`Outbox.flush` publishes it after commit
+    from memory instead of reading it back (one round trip fewer per flush). Compares, hashes
+    and is stored as the plain id."""
+
+    row: _Row
+
+    def __new__(cls, box_id: int, row: _Row) -> Queued:
+        obj = super().__new__(cls, box_id)
+        obj.row = row
+        return obj
 
 
 _MARK = "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])"
@@ -72,9 +101,26 @@ class Outbox:
         self._db = db
         self._producer = producer
         self.ack_timeout_s = ack_timeout_s
+        self._unmarked: list[int] = []
+        self._marker: asyncio.Task[None] | None = None
+
+    async def publish_stored(self, box_id: int, topic: str, key: str | None, value: bytes,
+                             headers: list[tuple[str, bytes]]) -> None:
+        """Publish a row just committed by the caller from what it holds in memory (no read
+        back), as :meth:`flush` does.
+
+        Raises:
+            OutboxNotAcknowledgedError: as :meth:`flush`.
+        """
+        await self.flush([Queued(box_id, _Row(box_id, topic, key, headers, value))])
 
     async def flush(self, ids: list[int]) -> None:
-        """Publish the given rows (in id order), wait for acks, mark them published.
+        """Publish the given rows (in id order) after their transaction committed and wait for
+        the acks. Ids returned by :func:`add` (:class:`Queued`) are published from memory; plain
+        ids are read back (and skipped when already published). When all were acknowledged they
+        are marked published off the caller's path, all rows acknowledged meanwhile in one
+        ``UPDATE`` (a lost mark means the relay publishes the row again and consumers drop the
+        duplicate); when some were not, the others are marked before the error is raised.
 
         Raises:
             OutboxNotAcknowledgedError: some rows were not acknowledged within ``ack_timeout_s``
@@ -82,17 +128,37 @@ class Outbox:
         """
         if not ids:
             return
-        rows = await self._db.fetch(
-            "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
-            "AND published_at IS NULL ORDER BY id", ids)
+        rows = [i.row for i in ids if isinstance(i, Queued)]
+        unknown = [int(i) for i in ids if not isinstance(i, Queued)]
+        if unknown:
+            rows += [_Row.of(r) for r in await self._db.fetch(
+                "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
+                "AND published_at IS NULL ORDER BY id", unknown)]
         if rows:  # no pooled connection is held while Kafka acknowledges
+            rows.sort(key=lambda r: r.id)
             acked, failed = await self._send(rows)
-            if acked:
-                await self._db.execute(_MARK, acked)
-            if failed:
+            if failed:  # the rare path: mark what was taken now, then hand the rest to the caller's retry
+                if acked:
+                    await self._db.execute(_MARK, acked)
                 raise OutboxNotAcknowledgedError(failed)
+            self._mark_soon(acked)
 
-    async def _send(self, rows: list[asyncpg.Record]) -> tuple[list[int], dict[int, BaseException]]:
+    def _mark_soon(self, ids: list[int]) -> None:
+        """Mark acknowledged rows published off the caller's path (one ``UPDATE`` for all the
+        rows acknowledged meanwhile); the caller's record is finished once Kafka acknowledged."""
+        self._unmarked.extend(ids)
+        if self._marker is None or self._marker.done():
+            self._marker = asyncio.create_task(self._mark_unmarked(), name="outbox-marks")
+
+    async def _mark_unmarked(self) -> None:
+        while self._unmarked:
+            ids, self._unmarked = self._unmarked, []
+            try:
+                await self._db.execute(_MARK, ids)
+            except Exception:  # the relay publishes them again; duplicates are dropped
+                log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
+
+    async def _send(self, rows: list[_Row]) -> tuple[list[int], dict[int, BaseException]]:
         """Send ``rows`` in order and wait, at most ``ack_timeout_s`` in all, for their
         acknowledgements. Returns the ids that may be marked published and the failed ones.
 
@@ -104,45 +170,49 @@ class Outbox:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout_s
         failed: dict[int, BaseException] = {}
-        queued: list[tuple[asyncpg.Record, asyncio.Future[Any]]] = []
-        by_topic: dict[str, list[asyncpg.Record]] = {}
+        queued: list[tuple[_Row, asyncio.Future[Any]]] = []
+        by_topic: dict[str, list[_Row]] = {}
         for r in rows:
-            by_topic.setdefault(r["topic"], []).append(r)
+            by_topic.setdefault(r.topic, []).append(r)
 
-        async def queue(topic_rows: list[asyncpg.Record]) -> None:
+        async def queue(topic_rows: list[_Row]) -> None:
             """One topic's rows, in order (so each key keeps its order); the first refusal
             (e.g. metadata that never comes) fails the rest of this topic's rows."""
             for i, r in enumerate(topic_rows):
                 try:
-                    fut = await self._producer.send_raw(r["topic"], r["value"], key=r["key"],
-                                                        headers=[(k, v.encode()) for k, v in r["headers"]])
+                    fut = await self._producer.send_raw(r.topic, r.value, key=r.key, headers=r.headers)
                 except Exception as exc:  # noqa: BLE001 - a refused row fails its topic, not the batch
-                    failed.update((rest["id"], exc) for rest in topic_rows[i:])
+                    failed.update((rest.id, exc) for rest in topic_rows[i:])
                     return
                 fut.add_done_callback(_retrieve)
                 queued.append((r, fut))
 
-        tasks = [asyncio.create_task(queue(topic_rows)) for topic_rows in by_topic.values()]
-        _, late = await asyncio.wait(tasks, timeout=self.ack_timeout_s)
-        for task in late:  # its topic's metadata did not come in time
-            task.cancel()
-        if late:
-            await asyncio.wait(late)
+        if len(by_topic) == 1:  # the common case (a step result, a handler's events): no task
+            with contextlib.suppress(TimeoutError):  # what was not queued in time fails below
+                async with asyncio.timeout(self.ack_timeout_s):
+                    await queue(rows)
+        else:
+            tasks = [asyncio.create_task(queue(topic_rows)) for topic_rows in by_topic.values()]
+            _, late = await asyncio.wait(tasks, timeout=self.ack_timeout_s)
+            for task in late:  # its topic's metadata did not come in time
+                task.cancel()
+            if late:
+                await asyncio.wait(late)
         if queued:
             await asyncio.wait([f for _, f in queued], timeout=max(0.0, deadline - loop.time()))
         for r, fut in queued:
             if not fut.done():
-                failed[r["id"]] = TimeoutError(f"not acknowledged by Kafka within {self.ack_timeout_s} s")
+                failed[r.id] = TimeoutError(f"not acknowledged by Kafka within {self.ack_timeout_s} s")
             elif fut.cancelled():
-                failed[r["id"]] = asyncio.CancelledError()
+                failed[r.id] = asyncio.CancelledError()
             elif (refused := fut.exception()) is not None:
-                failed[r["id"]] = refused
-        sent = {r["id"] for r, _ in queued}
+                failed[r.id] = refused
+        sent = {r.id for r, _ in queued}
         for r in rows:  # queued nowhere: its topic's metadata did not come in time
-            if r["id"] not in sent and r["id"] not in failed:
-                failed[r["id"]] = TimeoutError(f"topic {r['topic']!r} not available within {self.ack_timeout_s} s")
-        bad_keys = {r["key"] for r in rows if r["id"] in failed}
-        return [r["id"] for r in rows if r["id"] not in failed and r["key"] not in bad_keys], failed
+            if r.id not in sent and r.id not in failed:
+                failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {self.ack_timeout_s} s")
+        bad_keys = {r.key for r in rows if r.id in failed}
+        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
@@ -156,7 +226,7 @@ class Outbox:
                 "FOR UPDATE SKIP LOCKED", older_than_s, limit)
             acked: list[int] = []
             if rows:
-                acked, failed = await self._send(rows)
+                acked, failed = await self._send([_Row.of(r) for r in rows])
                 if acked:
                     await conn.execute(_MARK, acked)
         if acked:

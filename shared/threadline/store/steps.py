@@ -9,41 +9,11 @@ import asyncpg
 
 from threadline.errors import StaleWriterError
 from threadline.events import StepResult
-from threadline.store import leases, outbox
+from threadline.events.codec import encode
+from threadline.store import leases
 from threadline.topics import Topics, thread_key
 
 _STORABLE = ("input", "response")
-
-
-async def load_history(conn: asyncpg.Connection, thread_id: str, run_id: str, limit: int = 200) -> list[dict[str, Any]]:
-    """The thread's stored messages (oldest first, at most ``limit``), excluding this run's."""
-    rows = await conn.fetch(
-        "SELECT id, role, type, content, created_at, thread_id, resource_id FROM ("
-        "  SELECT * FROM messages WHERE thread_id = $1 AND (run_id IS NULL OR run_id <> $2) "
-        "  ORDER BY position DESC LIMIT $3) m ORDER BY position", thread_id, run_id, limit)
-    out = []
-    for r in rows:
-        msg = {"id": r["id"], "role": r["role"], "content": r["content"],
-               "createdAt": r["created_at"].isoformat(), "threadId": r["thread_id"],
-               "resourceId": r["resource_id"]}
-        if r["type"]:
-            msg["type"] = r["type"]
-        out.append(msg)
-    return out
-
-
-async def pending_signals(conn: asyncpg.Connection, run_id: str) -> list[asyncpg.Record]:
-    """Signals addressed to ``run_id`` and not yet consumed, in arrival order."""
-    return await conn.fetch("SELECT id, payload, mode FROM signals WHERE run_id = $1 AND status = 'pending' "
-                            "ORDER BY seq", run_id)
-
-
-async def mark_drained(conn: asyncpg.Connection, ids: list[str], step: int) -> None:
-    """Record that ``step`` drained these signals (they become consumed when the step is stored;
-    an abort in between consumes them too instead of handing them to a follow-up run)."""
-    if ids:
-        await conn.execute("UPDATE signals SET drained_step = $2 WHERE id = ANY($1::text[]) AND drained_step IS NULL",
-                           ids, step)
 
 
 async def has_pending(conn: asyncpg.Connection, run_id: str, exclude: list[str]) -> bool:
@@ -57,43 +27,46 @@ SEQ_BLOCK = 1_000_000
 attempt's, so ``seq`` never repeats or goes back within a run."""
 
 
-class StepBusyError(Exception):
-    """Another live worker executes this step (its heartbeat moves); ``heartbeat`` is the value seen."""
-
-    def __init__(self, heartbeat: Any) -> None:
-        super().__init__(f"step executed elsewhere (heartbeat {heartbeat})")
-        self.heartbeat = heartbeat
+_BEGIN = ("SELECT * FROM threadline_begin_step($1::text, $2::int, $3::bigint, $4::text, $5::float8, "
+          "$6::timestamptz, $7::bigint, $8::int)")
 
 
-async def begin_attempt(conn: asyncpg.Connection, run: asyncpg.Record, lease_ttl_s: float, *,
-                        owner: str = "", takeover_from: Any = None) -> asyncpg.Record | None:
-    """Start executing the run's current step, fenced by the lease.
+async def begin_step(conn: asyncpg.Connection, run_id: str, *, step: int, epoch: int, owner: str, lease_ttl_s: float,
+                     takeover_from: Any = None, history_limit: int = 200) -> asyncpg.Record:
+    """Claim the run's current step and load what it reads, in one statement (one round trip,
+    migration 0011's ``threadline_begin_step``).
 
-    Returns ``(attempt, seq_base, restarted)``: ``restarted`` when an earlier attempt of this step
-    started and never finished (its worker died or was fenced off): this one gets the next
-    attempt number, and its chunks start after the dead attempt's reserved block. ``None`` when
-    the step is no longer this worker's to run.
+    Returns a record with ``outcome``: ``claimed``, ``aborted`` (aborted while its step task was
+    in flight), ``skipped`` (stale or duplicate task), ``stale`` (the run no longer holds the
+    thread, or the step is no longer this worker's) or ``busy`` (another worker owns the step
+    and may be alive; ``heartbeat`` is the value seen). The run's columns (``resource_id``,
+    ``thread_id``, ``agent_id``, ``epoch``, ``step``, ``next_seq``, ``options``, ``state``)
+    are set unless skipped; when claimed also ``attempt``, ``seq_base`` (its chunks start there;
+    :data:`SEQ_BLOCK` numbers are reserved per attempt), ``restarted`` (an earlier attempt of
+    the step started and never finished), ``history`` + ``history_at`` (step 0: the thread's
+    stored messages, oldest first, at most ``history_limit``, not this run's), ``signals``
+    (``[{id, payload}]`` now drained by this step; step 0: not the deliveries) and ``recorded``
+    (the model output a crashed attempt recorded).
 
     An earlier attempt owned by another worker is taken over only when its heartbeat is unset
     (handed back) or still equals ``takeover_from`` (the caller watched it stand still).
-
-    Raises:
-        StepBusyError: another worker owns the step and may be alive.
-        StaleWriterError: the run no longer holds the thread.
     """
-    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
-    old = await conn.fetchrow("SELECT step_started, step_owner, step_heartbeat FROM runs WHERE run_id = $1 "
-                              "FOR UPDATE", run["run_id"])
-    if old is not None and old["step_started"] and old["step_owner"] not in (None, owner) \
-            and old["step_heartbeat"] is not None and old["step_heartbeat"] != takeover_from:
-        raise StepBusyError(old["step_heartbeat"])
-    return await conn.fetchrow(
-        "UPDATE runs r SET attempt = CASE WHEN r.step_started THEN r.attempt + 1 ELSE r.attempt END, "
-        "  step_started = true, next_seq = r.next_seq + $4, step_owner = $5, step_heartbeat = now(), "
-        "  updated_at = now() "
-        "WHERE r.run_id = $1 AND r.epoch = $2 AND r.step = $3 AND r.steps_done = $3 AND r.status = 'running' "
-        "RETURNING r.attempt, r.next_seq - $4 AS seq_base, $6::boolean AS restarted",
-        run["run_id"], run["epoch"], run["step"], SEQ_BLOCK, owner, bool(old and old["step_started"]))
+    row = await conn.fetchrow(_BEGIN, run_id, step, epoch, owner, lease_ttl_s, takeover_from, SEQ_BLOCK,
+                              history_limit)
+    assert row is not None  # a function call returns one row
+    return row
+
+
+def history_of(row: asyncpg.Record) -> list[dict[str, Any]]:
+    """The messages of :func:`begin_step`'s ``history`` in the shape the step loop reads."""
+    out = []
+    for m, at in zip(row["history"] or [], row["history_at"] or [], strict=True):
+        msg = {"id": m["id"], "role": m["role"], "content": m["content"], "createdAt": at.isoformat(),
+               "threadId": m["thread_id"], "resourceId": m["resource_id"]}
+        if m["type"]:
+            msg["type"] = m["type"]
+        out.append(msg)
+    return out
 
 
 _FENCE = ("status = 'running' AND EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = runs.thread_id "
@@ -120,58 +93,51 @@ def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
     return {**content, "parts": parts}
 
 
-async def persist_step(conn: asyncpg.Connection, *, topics: Topics, run: asyncpg.Record,
-                       entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str],
-                       state: dict[str, Any], next_seq: int, result: StepResult,
-                       final_fields: dict[str, Any] | None, lease_ttl_s: float) -> int:
-    """Write the step's effects in the caller's transaction, fenced by the lease epoch.
+STALE_SQLSTATE = "TLSTW"
+"""What ``threadline_save_step`` raises when the writer is fenced out."""
+
+_SAVE = ("SELECT threadline_save_step($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], "
+         "$8::jsonb, $9::bigint, $10::jsonb, $11::text, $12::text, $13::jsonb, $14::bytea)")
+
+
+async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
+                    entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
+                    state: dict[str, Any], next_seq: int, result: StepResult,
+                    final_fields: dict[str, Any] | None, lease_ttl_s: float) -> tuple[int, bytes, list[tuple[str, bytes]]]:
+    """Write the step's effects in one statement (one round trip, migration 0011's
+    ``threadline_save_step``), fenced by the lease epoch and the attempt (``result.attempt``).
 
     Stores the run's ``input``/``response`` messages as they are in the list (memory messages
-    are never written back, C09), deletes this run's rows no longer in the list, marks consumed
-    signals, saves the run's working state, and queues the step result in the outbox.
+    are never written back, C09), deletes this run's rows no longer in the list, marks the
+    ``consumed`` signals (``None``: every signal still pending for the run), saves the run's
+    working state (and ``final_fields`` when the run ends), renews the lease by ``lease_ttl_s``
+    seconds and queues the step result in the outbox.
 
     Raises:
-        StaleWriterError: the run no longer holds the thread.
+        StaleWriterError: the run no longer holds the thread, or a later attempt took over.
     Returns:
-        The outbox id of the step result.
+        ``(outbox id, value, headers)`` of the step result, to publish without reading it back.
     """
     run_id, thread_id = run["run_id"], run["thread_id"]
-    await leases.check(conn, thread_id, run_id, run["epoch"], renew_s=lease_ttl_s)
-    current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
-    if current != result.attempt:  # a later attempt of this step took over: this one is dead
-        raise StaleWriterError(run_id, run["epoch"])
-    rows = []
+    rows: dict[str, dict[str, Any]] = {}  # a repeated id: first place, last content (as row-by-row upserts)
     for msg, source in entries:
         if source not in _STORABLE or msg["role"] == "system":
             continue
         content = _strip_incomplete(msg["content"])
         if msg["role"] == "assistant" and not content["parts"]:
             continue
-        rows.append((msg["id"], thread_id, run["resource_id"], run_id, msg["role"], msg.get("type"), content))
-    if rows:
-        await conn.executemany(
-            "INSERT INTO messages (id, thread_id, resource_id, run_id, role, type, content) "
-            "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO UPDATE SET content = EXCLUDED.content, "
-            "role = EXCLUDED.role, updated_at = now() WHERE messages.run_id = EXCLUDED.run_id "
-            "AND messages.content IS DISTINCT FROM EXCLUDED.content", rows)
-    keep = [r[0] for r in rows]
-    await conn.execute("DELETE FROM messages WHERE run_id = $1 AND NOT (id = ANY($2::text[]))", run_id, keep)
-    if consumed:
-        await conn.execute("UPDATE signals SET status = 'consumed', consumed_by_run = $2, consumed_at = now() "
-                           "WHERE id = ANY($1::text[]) AND status = 'pending'", consumed, run_id)
-    fields = final_fields or {}
-    await conn.execute(
-        "UPDATE runs SET state = $2, next_seq = $3, steps_done = $4, updated_at = now(), "
-        "status = coalesce($5, status), finish_reason = coalesce($6, finish_reason), "
-        "text = coalesce($7, text), usage = coalesce($8, usage), error = coalesce($9, error), "
-        "tripwire = coalesce($10, tripwire), tripwire_processor_id = coalesce($11, tripwire_processor_id), "
-        "finished_at = CASE WHEN $5 IS NULL THEN finished_at ELSE now() END "
-        "WHERE run_id = $1 AND epoch = $12",
-        run_id, state, next_seq, run["step"] + 1, fields.get("status"), fields.get("finish_reason"),
-        fields.get("text"), fields.get("usage"), fields.get("error"), fields.get("tripwire"),
-        (fields.get("tripwire") or {}).get("processorId"), run["epoch"])
-    return await outbox.add(conn, topics.step_results, result,
-                            key=thread_key(run["resource_id"], thread_id))
+        rows[msg["id"]] = {"id": msg["id"], "role": msg["role"], "type": msg.get("type"), "content": content}
+    value, headers = encode(result)
+    try:
+        box_id = await conn.fetchval(
+            _SAVE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, list(rows.values()), consumed,
+            state, next_seq, final_fields, topics.step_results, thread_key(run["resource_id"], thread_id),
+            [[k, v.decode()] for k, v in headers], value)
+    except asyncpg.PostgresError as exc:
+        if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
+            raise StaleWriterError(run_id, run["epoch"]) from exc
+        raise
+    return box_id, value, headers
 
 
 async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, attempt: int,
@@ -192,11 +158,6 @@ async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, att
         "INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, $2, $3, $4) "
         "ON CONFLICT (run_id, step) DO UPDATE SET attempt = EXCLUDED.attempt, output = EXCLUDED.output, "
         "created_at = now()", run["run_id"], run["step"], attempt, output)
-
-
-async def recorded_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> dict[str, Any] | None:
-    """The model output an earlier (crashed) attempt of this step recorded, if any."""
-    return await conn.fetchval("SELECT output FROM model_outputs WHERE run_id = $1 AND step = $2", run_id, step)
 
 
 async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:

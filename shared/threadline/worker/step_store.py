@@ -5,12 +5,14 @@ fenced by the thread lease."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
 from threadline._internal.faults import pause_point, should_fail
-from threadline.errors import StaleWriterError
 from threadline.events import StepResult
 from threadline.logging import get_logger
 from threadline.runtime.ports import (
@@ -31,31 +33,31 @@ from threadline.runtime.ports import (
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
 from threadline.store.steps import (
-    StepBusyError,
-    begin_attempt,
+    begin_step,
     has_pending,
     heartbeat,
-    load_history,
-    mark_drained,
-    pending_signals,
-    persist_step,
+    history_of,
     record_model_output,
-    recorded_model_output,
     restart_attempt,
+    save_step,
     save_tool_result,
     tool_results,
 )
-from threadline.topics import Topics
+from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
 
+RESERVED_CONNECTIONS = 3
+"""Pool connections step operations leave to the rest of the worker (keep-alive, outbox marks and
+relay, aborts)."""
+
 _STATUS = {"finished": "finished", "failed": "failed", "tripwire": "tripwire"}
 
 
-def step_run(row: asyncpg.Record) -> StepRun:
-    """The :class:`StepRun` view of a ``runs`` row."""
-    return StepRun(run_id=row["run_id"], resource_id=row["resource_id"], thread_id=row["thread_id"],
+def step_run(row: asyncpg.Record, run_id: str) -> StepRun:
+    """The :class:`StepRun` view of the run columns of a ``begin_step`` row."""
+    return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
                    options=dict(row["options"] or {}), state=RunState.of(row["state"]),
                    stored_state=row["state"])
@@ -78,48 +80,54 @@ class PgStepStore:
         lease_ttl_s: seconds each fenced write renews the thread lease for.
     """
 
-    def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float) -> None:
+    def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
+                 connections: int | None = None) -> None:
         self._db = db
         self._outbox = outbox
         self._topics = topics
         self._owner = owner
         self._ttl = lease_ttl_s
+        self._slots = asyncio.Semaphore(connections or max(1, db.max_size - RESERVED_CONNECTIONS))
 
-    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Begun:
-        """See :meth:`threadline.runtime.ports.StepStore.begin`."""
-        row = await self._db.fetchrow("SELECT * FROM runs WHERE run_id = $1", run_id)
-        if row is not None and row["status"] == "aborted" and not row["terminal_emitted"]:
-            return AbortedRun(step_run(row))  # aborted while its step task was in flight
-        if row is None or row["status"] != "running" or row["epoch"] != epoch \
-                or row["step"] != step or row["steps_done"] > step:
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
+        """A pooled connection for one step operation. At most ``connections`` step operations
+        hold one at a time (default: the pool less :data:`RESERVED_CONNECTIONS`, left to the
+        keep-alive, the outbox and aborts); the others wait their turn without a deadline: a
+        step waiting for a connection is delayed, never failed nor re-executed."""
+        async with self._slots, self._db.connection(patient=True) as conn:
+            yield conn
+
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None,
+                    thread_id: str = "") -> Begun:
+        """See :meth:`threadline.runtime.ports.StepStore.begin`: one statement, one round trip
+        (:func:`threadline.store.steps.begin_step`). ``thread_id`` (the step task's) only
+        selects the fault-injection point ``step_first_write``."""
+        async with self._conn() as conn:
+            if should_fail("step_first_write", thread_id):  # the connection resets before the claim
+                await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+            row = await begin_step(conn, run_id, step=step, epoch=epoch, owner=self._owner, lease_ttl_s=self._ttl,
+                                   takeover_from=takeover_from)
+        outcome = row["outcome"]
+        if outcome == "skipped":
             return Skipped("stale or duplicate step task skipped")
-        try:
-            async with self._db.transaction() as conn:
-                if should_fail("step_first_write", row["thread_id"]):  # the connection resets
-                    await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-                begun = await begin_attempt(conn, row, self._ttl, owner=self._owner, takeover_from=takeover_from)
-        except StaleWriterError:
-            begun = None
-        except StepBusyError as busy:
-            return Busy(busy.heartbeat)
-        if begun is None:
+        if outcome == "stale":
             return Skipped("step no longer ours; skipped")
-        run = step_run(row)
-        inputs = StepInputs(attempt=begun["attempt"], seq_base=begun["seq_base"], restarted=bool(begun["restarted"]))
-        async with self._db.connection() as conn:
-            if step == 0:
-                inputs.history = await load_history(conn, run.thread_id, run_id)
-            signals = await pending_signals(conn, run_id)
-            if step == 0:  # the first request answers what woke the run; deliveries join at the next boundary
-                signals = [sig for sig in signals if sig["mode"] != "deliver"]
-            await mark_drained(conn, [sig["id"] for sig in signals], step)
-            inputs.signals = [Signal(sig["id"], sig["payload"]) for sig in signals]
-            if inputs.restarted:
-                inputs.recorded = await recorded_model_output(conn, run_id, step)
+        if outcome == "busy":
+            return Busy(row["heartbeat"])
+        run = step_run(row, run_id)
+        if outcome == "aborted":
+            return AbortedRun(run)  # aborted while its step task was in flight
+        inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
+                            history=history_of(row) if step == 0 else [],
+                            signals=[Signal(sig["id"], sig["payload"]) for sig in row["signals"] or []],
+                            recorded=row["recorded"])
         return Claimed(run, inputs)
 
     async def save(self, record: StepRecord) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.save`."""
+        """See :meth:`threadline.runtime.ports.StepStore.save`: one statement, one round trip
+        (:func:`threadline.store.steps.save_step`), then the step result is published from
+        memory and marked published later (:meth:`Outbox.publish_stored`)."""
         run, outcome = record.run, record.outcome
         error = outcome.error if isinstance(outcome, Fail) else None
         tripwire = outcome.tripwire if isinstance(outcome, Trip) else None
@@ -133,16 +141,16 @@ class PgStepStore:
                             "error": error}
             if record.usage is not None:  # a step that ran (not one failed before it could)
                 final_fields.update(text=record.text, usage=record.usage, tripwire=tripwire)
-        async with self._db.transaction() as conn:
-            consumed = record.consumed
-            if consumed is None:  # what was addressed to the run ends with it; left pending it would wake the next run
-                consumed = [r["id"] for r in await pending_signals(conn, run.run_id)]
-            box_id = await persist_step(conn, topics=self._topics, run=_fence(run), entries=record.entries,
-                                        consumed=consumed, state=record.state, next_seq=record.next_seq,
-                                        result=result, final_fields=final_fields, lease_ttl_s=self._ttl)
+        async with self._conn() as conn:
+            # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
+            box_id, value, headers = await save_step(
+                conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
+                state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
+                lease_ttl_s=self._ttl)
         await pause_point("after_step_result_stored")
         try:
-            await self._outbox.flush([box_id])
+            await self._outbox.publish_stored(box_id, self._topics.step_results,
+                                              thread_key(run.resource_id, run.thread_id), value, headers)
         except Exception as exc:
             if not is_transient(exc):
                 raise
@@ -154,34 +162,34 @@ class PgStepStore:
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.record_model_output`."""
-        async with self._db.transaction() as conn:
+        async with self._conn() as conn, conn.transaction():
             await record_model_output(conn, _fence(run), attempt, output, self._ttl)
 
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.restart_attempt`."""
-        async with self._db.transaction() as conn:
+        async with self._conn() as conn, conn.transaction():
             await restart_attempt(conn, run.run_id, run.thread_id, run.epoch, run.step, attempt=attempt,
                                   retry_count=retry_count)
 
     async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
         """See :meth:`threadline.runtime.ports.StepStore.tool_results`."""
-        async with self._db.connection() as conn:
+        async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
                                error: str | None) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`."""
-        async with self._db.connection() as conn:
+        async with self._conn() as conn:
             await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""
-        async with self._db.connection() as conn:
+        async with self._conn() as conn:
             return await heartbeat(conn, run.run_id, self._owner, attempt)
 
     async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.more_pending`."""
-        async with self._db.connection() as conn:
+        async with self._conn() as conn:
             return await has_pending(conn, run.run_id, exclude)
 
 

@@ -1,4 +1,4 @@
--- depends: 0010_run_recoveries
+-- depends: 0011_step_functions
 -- Cluster-wide provider limits (docs/models.md, "Cluster-wide limits"): one token bucket per
 -- model and measure (requests or tokens per minute), shared by every processor-worker.
 -- level = what the bucket held at `at`; a negative level is debt that later callers wait out.

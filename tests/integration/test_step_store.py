@@ -1,0 +1,220 @@
+"""The processor-worker's step store on PostgreSQL: one statement (one round trip) to begin a step
+and one to end it, the same claims and fences as before, and bounded connection use — a step that
+has to wait for a connection waits, it is never failed nor re-executed."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from typing import Any
+
+import pytest
+
+from threadline.errors import StaleWriterError
+from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.producer import Producer
+from threadline.runtime.ports import Busy, Claimed, Continue, Skipped, StepRecord
+from threadline.store.db import Database, PoolTimeoutError
+from threadline.store.outbox import Outbox
+from threadline.topics import Topics
+from threadline.worker.step_store import PgStepStore
+
+OWNER = "worker-a:1:x"
+
+
+class CountingDb:
+    """A :class:`Database` that counts the statements sent on its connections (asyncpg's query
+    logger: one entry per statement; with a pool of one, every statement is on one connection)
+    and the most connections held at once."""
+
+    def __init__(self, db: Database) -> None:
+        self.db, self.statements, self.held, self.most_held = db, 0, 0, 0
+
+    @property
+    def max_size(self) -> int:
+        return self.db.max_size
+
+    def _log(self, query: Any) -> None:
+        self.statements += 1
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, patient: bool = False):
+        async with self.db.connection(patient=patient) as conn:
+            self.held += 1
+            self.most_held = max(self.most_held, self.held)
+            conn.add_query_logger(self._log)
+            try:
+                yield conn
+            finally:
+                conn.remove_query_logger(self._log)
+                self.held -= 1
+
+    async def execute(self, *args: Any) -> str:
+        return await self.db.execute(*args)
+
+
+async def _run(db: Database, *, step: int = 0, signals: tuple[str, ...] = ()) -> dict[str, str]:
+    tag = uuid.uuid4().hex[:10]
+    r = {"run_id": f"run-ss-{tag}", "thread_id": f"th-ss-{tag}", "resource_id": "res-ss"}
+    async with db.connection() as conn:
+        await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, $2)",
+                           r["thread_id"], r["resource_id"])
+        await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
+                           "VALUES ($1, $2, $3, 3, now() + interval '1 minute')",
+                           r["thread_id"], r["resource_id"], r["run_id"])
+        await conn.execute("INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done) "
+                           "VALUES ($1, $2, $3, 'agent', 3, $4, $4)", r["run_id"], r["thread_id"], r["resource_id"],
+                           step)
+        for i, mode in enumerate(signals):
+            await conn.execute(
+                "INSERT INTO signals (id, thread_id, resource_id, type, mode, status, run_id, payload) "
+                "VALUES ($1, $2, $3, 'user', $4, 'pending', $5, $6)", f"sig-{tag}-{i}", r["thread_id"],
+                r["resource_id"], mode, r["run_id"], {"id": f"sig-{tag}-{i}", "contents": mode})
+    return r
+
+
+async def _val(db: Database, query: str, *args: Any) -> Any:
+    row = await db.fetchrow(query, *args)
+    return None if row is None else row[0]
+
+
+def _msg(mid: str, role: str, text: str) -> dict[str, Any]:
+    return {"id": mid, "role": role, "content": {"format": 2, "parts": [{"type": "text", "text": text}]}}
+
+
+@contextlib.asynccontextmanager
+async def _store(cluster, db: Any, **kw: Any):
+    topics = Topics(cluster.prefix)
+    admin = TopicAdmin(cluster.bootstrap)
+    await admin.start()
+    try:
+        await admin.ensure([topics.step_results])
+    finally:
+        await admin.stop()
+    async with Producer(cluster.bootstrap) as producer:
+        yield PgStepStore(db=db, outbox=Outbox(db, producer), topics=topics, owner=OWNER, lease_ttl_s=60, **kw)
+
+
+async def test_begin_is_one_statement_and_loads_what_the_step_reads(cluster):
+    async with Database(cluster.dsn, max_size=1) as db:
+        r = await _run(db, signals=("wake", "deliver"))
+        warm = await _run(db)
+        old = f"msg-old-{uuid.uuid4().hex[:8]}"
+        await db.execute("INSERT INTO messages (id, thread_id, resource_id, run_id, role, content) "
+                         "VALUES ($1, $2, $3, 'earlier-run', 'user', $4)", old, r["thread_id"], r["resource_id"],
+                         _msg(old, "user", "hello")["content"])
+        counting = CountingDb(db)
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60)
+        await store.begin(warm["run_id"], step=0, epoch=3)  # asyncpg learns the result's types once per connection
+        counting.statements = 0
+        begun = await store.begin(r["run_id"], step=0, epoch=3)
+        assert counting.statements == 1
+        assert isinstance(begun, Claimed)
+        assert (begun.inputs.attempt, begun.inputs.seq_base, begun.inputs.restarted) == (1, 0, False)
+        created = await _val(db, "SELECT created_at FROM messages WHERE id = $1", old)
+        assert begun.inputs.history == [{"id": old, "role": "user", "content": _msg(old, "user", "hello")["content"],
+                                         "createdAt": created.isoformat(), "threadId": r["thread_id"],
+                                         "resourceId": r["resource_id"]}]
+        assert [s.payload["contents"] for s in begun.inputs.signals] == ["wake"]  # deliveries join at step 1
+        drained = await db.fetch("SELECT mode, drained_step FROM signals WHERE run_id = $1 ORDER BY seq", r["run_id"])
+        assert [(d["mode"], d["drained_step"]) for d in drained] == [("wake", 0), ("deliver", None)]
+        run = await db.fetchrow("SELECT step_started, step_owner, next_seq FROM runs WHERE run_id = $1", r["run_id"])
+        assert (run["step_started"], run["step_owner"], run["next_seq"]) == (True, OWNER, 1_000_000)
+        # the same task again: this worker owns the attempt, so it is re-executed under attempt 2
+        again = await store.begin(r["run_id"], step=0, epoch=3)
+        assert isinstance(again, Claimed) and again.inputs.restarted and again.inputs.attempt == 2
+        assert isinstance(await store.begin(r["run_id"], step=1, epoch=3), Skipped)
+        assert isinstance(await store.begin(r["run_id"], step=0, epoch=2), Skipped)
+
+
+async def test_begin_waits_for_a_live_owner_and_takes_over_a_still_heartbeat(cluster):
+    async with Database(cluster.dsn, max_size=2) as db:
+        r = await _run(db)
+        beat = await _val(db, "UPDATE runs SET step_started = true, step_owner = 'worker-b:2:y', "
+                                 "step_heartbeat = now() WHERE run_id = $1 RETURNING step_heartbeat", r["run_id"])
+        await db.execute("INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, 0, 1, $2)",
+                         r["run_id"], {"chunks": [], "usage": None, "finish_reason": "stop"})
+        store = PgStepStore(db=db, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60)
+        busy = await store.begin(r["run_id"], step=0, epoch=3)
+        assert isinstance(busy, Busy) and busy.heartbeat == beat
+        taken = await store.begin(r["run_id"], step=0, epoch=3, takeover_from=busy.heartbeat)
+        assert isinstance(taken, Claimed) and taken.inputs.restarted and taken.inputs.attempt == 2
+        assert taken.inputs.recorded == {"chunks": [], "usage": None, "finish_reason": "stop"}
+        # the lease moved on: the step is no longer this run's to execute
+        await db.execute("UPDATE runs SET step_started = false WHERE run_id = $1", r["run_id"])
+        await db.execute("UPDATE thread_leases SET epoch = 4 WHERE thread_id = $1", r["thread_id"])
+        assert isinstance(await store.begin(r["run_id"], step=0, epoch=3), Skipped)
+
+
+async def test_save_is_one_statement_and_fenced(cluster):
+    async with Database(cluster.dsn, max_size=1) as db:
+        r = await _run(db, signals=("wake", "deliver"))
+        counting = CountingDb(db)
+        async with _store(cluster, counting) as store:
+            begun = await store.begin(r["run_id"], step=0, epoch=3)
+            assert isinstance(begun, Claimed)
+            tag = uuid.uuid4().hex[:8]
+            entries = [(_msg(f"u-{tag}", "user", "hi"), "input"), (_msg(f"a-{tag}", "assistant", "yo"), "response"),
+                       (_msg(f"s-{tag}", "system", "sys"), "input"), (_msg(f"m-{tag}", "user", "old"), "memory")]
+            record = StepRecord(run=begun.run, attempt=begun.inputs.attempt, outcome=Continue("tool-calls"),
+                                entries=entries, consumed=None, state={"steps": [1]}, next_seq=7, text="yo",
+                                usage={"totalTokens": 3})
+            counting.statements = 0
+            await store.save(record)
+            assert counting.statements == 1  # the result is published from memory, not read back
+            rows = await db.fetch("SELECT id FROM messages WHERE run_id = $1 ORDER BY position", r["run_id"])
+            assert [x["id"] for x in rows] == [f"u-{tag}", f"a-{tag}"]
+            run = await db.fetchrow("SELECT steps_done, next_seq, state, status FROM runs WHERE run_id = $1",
+                                    r["run_id"])
+            assert (run["steps_done"], run["next_seq"], run["state"], run["status"]) == (1, 7, {"steps": [1]},
+                                                                                       "running")
+            statuses = await db.fetch("SELECT status FROM signals WHERE run_id = $1", r["run_id"])
+            assert {s["status"] for s in statuses} == {"consumed"}  # consumed=None: all that was pending
+            for _ in range(100):  # marked published by the batched marker
+                if await _val(db, "SELECT published_at IS NOT NULL FROM outbox WHERE key LIKE $1",
+                                     f"%{r['thread_id']}"):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                pytest.fail("step result never marked published")
+            # a later attempt took the step over: this attempt's save is fenced out, nothing written
+            await db.execute("UPDATE runs SET attempt = 2, steps_done = 0 WHERE run_id = $1", r["run_id"])
+            with pytest.raises(StaleWriterError):
+                await store.save(record)
+            assert await _val(db, "SELECT steps_done FROM runs WHERE run_id = $1", r["run_id"]) == 0
+            await db.execute("UPDATE runs SET attempt = 1 WHERE run_id = $1", r["run_id"])
+            await db.execute("UPDATE thread_leases SET epoch = 4 WHERE thread_id = $1", r["thread_id"])
+            with pytest.raises(StaleWriterError):  # the run lost the thread
+                await store.save(record)
+
+
+async def test_steps_waiting_for_a_connection_are_delayed_never_failed_nor_re_executed(cluster):
+    # a pool of 2 with a 10 ms acquire timeout, and 4 step slots: most acquires time out at first
+    async with Database(cluster.dsn, max_size=2) as db:
+        runs = [await _run(db) for _ in range(40)]
+        db._acquire_timeout_s = 0.01  # after the pool connected (create_pool uses it as the connect timeout)
+        with pytest.raises(PoolTimeoutError):  # what an impatient step operation met
+            async with db.connection(), db.connection(), db.connection():
+                pass
+        counting = CountingDb(db)
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60, connections=4)
+        begun = await asyncio.gather(*(store.begin(r["run_id"], step=0, epoch=3) for r in runs))
+        assert all(isinstance(b, Claimed) for b in begun)
+        attempts = await db.fetch("SELECT attempt FROM runs WHERE run_id = ANY($1::text[])",
+                                  [r["run_id"] for r in runs])
+        assert sorted(a["attempt"] for a in attempts) == [1] * 40
+
+
+async def test_a_worker_holds_no_more_connections_than_its_step_slots(cluster):
+    async with Database(cluster.dsn, max_size=10) as db:
+        runs = [await _run(db) for _ in range(40)]
+        counting = CountingDb(db)
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60)
+        begun = await asyncio.gather(*(store.begin(r["run_id"], step=0, epoch=3) for r in runs))
+        assert all(isinstance(b, Claimed) for b in begun)
+        assert 1 <= counting.most_held <= 10 - 3  # the pool less the connections left to the rest of the worker
