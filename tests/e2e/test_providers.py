@@ -200,6 +200,7 @@ async def test_images_and_documents_reach_the_model_in_each_providers_shape(serv
     sent = model.requests(model="threadline-vision")[0]["body"]["messages"][-1]["content"]
     assert sent == [{"type": "text", "text": "and this?"},
                     {"type": "image_url", "image_url": {"url": f"data:image/jpeg;base64,{big}"}}]
+    await run_row(cluster.dsn, run_id)  # the step's messages are stored with its result, after its finish chunk
     stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'user'", run_id)
     assert stored[0]["content"]["parts"][1] == {"type": "file", "data": big, "mimeType": "image/jpeg"}
 

@@ -9,6 +9,13 @@ import asyncio
 from threadline._internal.periodic import Periodic
 
 
+async def _until_called(calls: list[int], times: int) -> None:
+    for _ in range(500):
+        if len(calls) >= times:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_a_hung_pass_is_cancelled_and_the_next_one_runs():
     calls: list[int] = []
     cancelled = asyncio.Event()
@@ -26,10 +33,7 @@ async def test_a_hung_pass_is_cancelled_and_the_next_one_runs():
     await p.start()
     try:
         await asyncio.wait_for(cancelled.wait(), 5)
-        for _ in range(500):
-            if len(calls) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await _until_called(calls, 3)
     finally:
         await p.stop()
     assert cancelled.is_set()
@@ -46,10 +50,7 @@ async def test_a_failing_pass_does_not_stop_the_duty():
     p = Periodic("test-duty", 0.01, duty, failure="duty failed")
     await p.start()
     try:
-        for _ in range(500):
-            if len(calls) >= 3:
-                break
-            await asyncio.sleep(0.01)
+        await _until_called(calls, 3)
     finally:
         await p.stop()
     assert len(calls) >= 3

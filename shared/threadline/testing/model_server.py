@@ -358,14 +358,20 @@ async def _faulty_body(data: bytes, script: dict[str, Any], app: Starlette) -> A
         yield data[len(data) // 2:]
 
 
+async def json_object(request: Request) -> dict[str, Any] | None:
+    """The request's body when it is a JSON object, else ``None`` (both dialects answer 400)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
 async def chat_completions(request: Request) -> Response:
     """Answer one chat completion from the next matching script, or with the default echo."""
     app, store = request.app, request.app.state.store
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ValueError
-    except ValueError:
+    body = await json_object(request)
+    if body is None:
         error = {"message": "The body must be a JSON object.", "type": "invalid_request_error"}
         return JSONResponse({"error": error}, 400)
     model = body["model"] if isinstance(body.get("model"), str) else None

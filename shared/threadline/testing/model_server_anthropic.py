@@ -127,11 +127,8 @@ def _as_openai(body: dict[str, Any]) -> dict[str, Any]:
 async def messages(request: Request) -> Response:
     """Answer one Messages API request from the next matching script, or with the default echo."""
     app, store = request.app, request.app.state.store
-    try:
-        body = await request.json()
-        if not isinstance(body, dict):
-            raise ValueError
-    except ValueError:
+    body = await base.json_object(request)
+    if body is None:
         return JSONResponse(_error(400, {"message": "The body must be a JSON object."}), 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
     limited = base.rate_limited(store, model, request, body)
