@@ -7,17 +7,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog.testing
 
 from threadline.errors import StaleWriterError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.runtime.ports import Busy, Claimed, Continue, Skipped, StepRecord
+from threadline.runtime.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
 from threadline.store.db import Database, PoolTimeoutError
 from threadline.store.outbox import Outbox
 from threadline.topics import Topics
+from threadline.worker.keepalive import KeepAlive
 from threadline.worker.step_store import PgStepStore
 
 OWNER = "worker-a:1:x"
@@ -218,3 +221,31 @@ async def test_a_worker_holds_no_more_connections_than_its_step_slots(cluster):
         begun = await asyncio.gather(*(store.begin(r["run_id"], step=0, epoch=3) for r in runs))
         assert all(isinstance(b, Claimed) for b in begun)
         assert 1 <= counting.most_held <= 10 - 3  # the pool less the connections left to the rest of the worker
+
+
+async def test_a_saved_step_is_no_longer_kept_alive(cluster):
+    """A keep-alive beat that comes after the step's end is committed (but before the executor
+    forgets the step) found the heartbeat fenced out by the ended run and warned "step taken over"
+    for a step that simply finished: the store now hands the run back to the keep-alive as soon as
+    the save commits."""
+    async with Database(cluster.dsn, max_size=2) as db:
+        r = await _run(db)
+        ka = KeepAlive(db, OWNER, beat_s=3600, renew_every_s=3600, lease_ttl_s=120)
+        try:
+            async with _store(cluster, db, on_saved=ka.discard) as store:
+                begun = await store.begin(r["run_id"], step=0, epoch=3)
+                assert isinstance(begun, Claimed)
+                ka.add(begun.run, SimpleNamespace(attempt=begun.inputs.attempt))
+                await ka.beat(renew=True)  # in flight: beats and renews
+                assert ka._steps[r["run_id"]].owned
+                record = StepRecord(run=begun.run, attempt=begun.inputs.attempt, outcome=Finish("stop"),
+                                    entries=[(_msg(f"a-{r['run_id']}", "assistant", "done"), "response")],
+                                    consumed=None, state={}, next_seq=3, text="done", usage={"totalTokens": 1})
+                await store.save(record)
+                with structlog.testing.capture_logs() as logs:
+                    await ka.beat(renew=True)  # the beat that used to race the end of the step
+        finally:
+            await ka.close()
+        assert r["run_id"] not in ka._steps
+        assert not [e for e in logs if e["log_level"] == "warning"], logs
+        assert await _val(db, "SELECT status FROM runs WHERE run_id = $1", r["run_id"]) == "finished"

@@ -70,8 +70,6 @@ class StepExecutor:
         self._settings = settings
         self._agents = agents
         self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
-        self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
-                                  lease_ttl_s=settings.lease_ttl_s)
         self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
                               model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
                               max_retries=settings.model_max_retries,
@@ -84,6 +82,8 @@ class StepExecutor:
         self._aborted: set[str] = set()
         self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
+        self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
+                                  lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard)
 
     async def close(self) -> None:
         """Stop the keep-alive loop (service shutdown, after the steps were drained or handed back)."""

@@ -6,7 +6,7 @@ fenced by the thread lease."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -78,11 +78,17 @@ class PgStepStore:
         topics: the cluster's topic names.
         owner: this process's step-owner token (``runs.step_owner``).
         lease_ttl_s: seconds each fenced write renews the thread lease for.
+        connections: most connections the steps hold at once (default: the pool's size less the
+            reserved ones).
+        on_saved: called with the run id as soon as a step's end is committed, before its result
+            is published (the keep-alive stops beating it: a beat after the save would find the
+            heartbeat cleared and report the step taken over).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
-                 connections: int | None = None) -> None:
+                 connections: int | None = None, on_saved: Callable[[str], None] | None = None) -> None:
         self._db = db
+        self._on_saved = on_saved
         self._outbox = outbox
         self._topics = topics
         self._owner = owner
@@ -147,6 +153,8 @@ class PgStepStore:
                 conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
                 state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
                 lease_ttl_s=self._ttl)
+        if self._on_saved is not None:
+            self._on_saved(run.run_id)
         await pause_point("after_step_result_stored")
         try:
             await self._outbox.publish_stored(box_id, self._topics.step_results,
