@@ -130,7 +130,7 @@ def raw_field(record: Record, name: str) -> Any:
         try:
             body = json.loads(text)
         except ValueError:
-            found = re.search(r'"%s"\s*:\s*"([^"\\\x00-\x1f]{1,256})"' % re.escape(name), text)
+            found = re.search(r'"' + re.escape(name) + r'"\s*:\s*"([^"\\\x00-\x1f]{1,256})"', text)
             return found.group(1) if found else None
     value = body.get(name) if isinstance(body, dict) else None
     if isinstance(value, str):  # what we echo back must itself be encodable

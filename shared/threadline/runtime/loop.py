@@ -182,9 +182,13 @@ class StepLoop:
         state.response_message_id = step.response_id
         final = not isinstance(outcome, Continue)
         await pause_point("before_step_result_write")
+        held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=step.ml._entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
-                                    text=final_text(step) if final else None, usage=step.usage_total))
+                                    text=final_text(step) if final else None, usage=step.usage_total,
+                                    finish=held))
+        if held is not None:
+            sink.held, sink.finished = None, True  # type: ignore[attr-defined]  # a ChunkWriter's
         return outcome
 
     async def _step(self, step: StepState, options: dict[str, Any], consumed: list[str],
