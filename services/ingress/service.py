@@ -3,13 +3,14 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import orjson
 
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
-from threadline.events.codec import decode
+from threadline.events.codec import validate
 from threadline.events.ingress import INGRESS_ADAPTER
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import raw_field
@@ -18,20 +19,65 @@ from threadline.runtime.registry import load_agents
 from threadline.service import Service
 from threadline.store.inbox import receive
 from threadline.store.routing import RequestRejected, route, route_abort
+from threadline.text import clean_json, find_bad_text
 from threadline.topics import thread_key
 
 log = get_logger(__name__)
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether any string (key or value) in a decoded JSON body contains U+0000."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    return False
+_ID_FIELDS = ("type", "event_id", "agent_id", "resource_id", "thread_id", "reply_to", "run_id")
+"""Top-level fields that name things (ids, keys, topics): refused when they hold text PostgreSQL or
+UTF-8 cannot hold; every other string of a request is cleaned instead (decision 18)."""
+_NESTED_ID_FIELDS = {"state": ("id", "cacheKey", "cache_key"), "signal": ("type",)}
+_NOTIFICATION_ID_FIELDS = ("source", "kind", "dedupeKey", "dedupe_key", "coalesceKey", "coalesce_key")
+
+
+def parse_request(value: bytes | None) -> Any:
+    """The JSON body of an ingress record, with U+0000 and lone surrogate halves replaced by
+    U+FFFD in its content (message text and parts, signal contents and attributes, metadata,
+    options). orjson refuses a lone surrogate escape; such a body is read with the standard parser.
+
+    Raises:
+        InvalidEventError: ``empty``; ``invalid_json`` (not JSON, or bytes that are not UTF-8);
+            ``invalid_characters`` (an id or key holds U+0000 or a lone surrogate half).
+    """
+    if value is None:
+        raise InvalidEventError("empty record value", code="empty")
+    try:
+        body = orjson.loads(value)
+    except orjson.JSONDecodeError as exc:
+        try:
+            body = json.loads(value.decode("utf-8"))
+        except ValueError:  # UnicodeDecodeError included: bytes that are not UTF-8 text
+            raise InvalidEventError(f"not valid JSON: {exc}", code="invalid_json") from exc
+    if not isinstance(body, dict):
+        return body  # validate() refuses it
+    bad = _bad_id(body)
+    if bad is not None:
+        raise InvalidEventError(f"{bad} must not contain U+0000 (NUL) or a lone surrogate half",
+                                code="invalid_characters")
+    return clean_json(body)
+
+
+def _bad_id(body: dict[str, Any]) -> str | None:
+    """The first id/key field of ``body`` holding text PostgreSQL or UTF-8 cannot hold."""
+    if any(find_bad_text(k) for k in body):
+        return "a field name"
+    for name in _ID_FIELDS:
+        if find_bad_text(body.get(name)):
+            return name
+    for outer, names in _NESTED_ID_FIELDS.items():
+        inner = body.get(outer)
+        if isinstance(inner, dict):
+            for name in names:
+                if find_bad_text(inner.get(name)):
+                    return f"{outer}.{name}"
+    for i, item in enumerate(body.get("notifications") or () if isinstance(body.get("notifications"), list) else ()):
+        if isinstance(item, dict):
+            for name in _NOTIFICATION_ID_FIELDS:
+                if find_bad_text(item.get(name)):
+                    return f"notifications.{i}.{name}"
+    return None
 
 
 class Ingress(Service):
@@ -44,10 +90,7 @@ class Ingress(Service):
         return [self.settings.ingress_topic or self.topics.ingress]
 
     async def handle(self, record: Record) -> None:
-        req = decode(record.value, INGRESS_ADAPTER)
-        if b"u0000" in record.value and _has_nul(orjson.loads(record.value)):
-            # PostgreSQL text and jsonb cannot hold U+0000: refused here, not failed downstream
-            raise InvalidEventError("text must not contain U+0000 (NUL)", code="invalid_characters")
+        req = validate(parse_request(record.value), INGRESS_ADAPTER)
         if not 0 < len(req.event_id) <= 256:
             # an empty id would make every such request a "duplicate" of the first (dedupe by id)
             raise InvalidEventError("event_id must have 1 to 256 characters", code="invalid_event_id")

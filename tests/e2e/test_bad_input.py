@@ -29,9 +29,12 @@ BAD = [  # (record, dead-letter code or None, request id, error-reply code)
                    "thread_id": "t-bad", "message": [{"role": "user", "content": "mastra shape"}]}),
      None, "bad-parts-1", "invalid_parts"),
     (b"\xff\xfe binary", "invalid_json", None, None),
-    # JSON, but not UTF-8 text (a lone surrogate): orjson refuses it, the ids are still read to answer
-    (b'{"event_id": "bad-surrogate-1", "type": "send_message", "agent_id": "echo-agent", "resource_id": "r", '
-     b'"thread_id": "t-bad", "message": "half \\ud800 a pair"}', "invalid_json", "bad-surrogate-1", "invalid_json"),
+    # JSON, but not UTF-8 bytes (a surrogate encoded as UTF-8): no parser reads it, the ids still are
+    (b'{"event_id": "bad-utf8-1", "type": "send_message", "agent_id": "echo-agent", "resource_id": "r", '
+     b'"thread_id": "t-bad", "message": "half \xed\xa0\x80 a pair"}', "invalid_json", "bad-utf8-1", "invalid_json"),
+    # a lone surrogate escape in an id (decision 18: content is cleaned, ids and keys are refused)
+    (b'{"event_id": "bad-id-1", "type": "send_message", "agent_id": "echo-agent", "resource_id": "r", '
+     b'"thread_id": "t-bad\\ud800", "message": "hi"}', "invalid_characters", "bad-id-1", "invalid_characters"),
 ]
 
 

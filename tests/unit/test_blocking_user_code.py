@@ -84,3 +84,48 @@ async def test_async_tools_and_awaitables_from_plain_callables_still_work() -> N
     assert is_async(coro_tool) and not is_async(lambda _a: later())
     assert await call_user(coro_tool, {}) == "async"
     assert await call_user(lambda _a: later(), {}) == "returned awaitable"
+
+
+async def test_an_abort_sets_the_tools_abort_signal_and_a_polling_tool_stops() -> None:
+    stopped = threading.Event()
+
+    def polite(_args: object, context: ToolContext) -> str:
+        while not context.abort_signal.wait(0.01):
+            pass
+        stopped.set()
+        return "stopped"
+
+    ctx = _ctx()
+    assert ctx.abort_signal.aborted is False
+    tool = create_tool(id="polite", description="", execute=polite)
+    task = asyncio.create_task(tool.run({}, ctx))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 1)
+    ctx.abort_signal.set()  # what the loop does when the step is cancelled (test_sleepy_tools.py)
+    assert await asyncio.to_thread(stopped.wait, 2) and ctx.abort_signal.aborted
+
+
+async def test_plain_processor_methods_run_off_the_event_loop() -> None:
+    from threadline._internal.attrdict import wrap
+    from threadline.runtime import Processor, ProcessorRunner, TripWire
+
+    released = threading.Event()
+
+    class Blocking(Processor):
+        id = "blocking"
+
+        def process_output_stream(self, *, part, abort, **_):  # a plain def that blocks
+            if not released.wait(5):
+                return None
+            if part.payload.text == "bad":
+                abort("bad text")
+            return part
+
+    runner = ProcessorRunner(input_processors=[], output_processors=[Blocking()], error_processors=[], states={})
+    out, _ = await asyncio.gather(runner.process_output_stream(wrap({"type": "text-delta", "payload": {"text": "ok"}})),
+                                  _release_soon(released))
+    assert out is not None and out.payload.text == "ok"  # None would mean the loop was blocked
+    with pytest.raises(TripWire):  # abort() from the thread still trips
+        await runner.process_output_stream(wrap({"type": "text-delta", "payload": {"text": "bad"}}))

@@ -36,3 +36,10 @@ def test_an_id_that_is_itself_not_utf8_is_made_encodable() -> None:
 def test_not_json_at_all_gives_none() -> None:
     assert raw_field(_record(b"\x00\x01 not json"), "event_id") is None
     assert raw_field(_record(b'["a list"]'), "event_id") is None
+
+
+def test_the_ids_of_json_cut_short_are_still_read() -> None:
+    body = b'{"event_id": "req-2", "reply_to": "my-replies", "message": "cut sh'
+    assert raw_field(_record(body), "event_id") == "req-2"
+    assert raw_field(_record(body), "reply_to") == "my-replies"
+    assert raw_field(_record(b'{"event_id": "esc\\"aped", "x": '), "event_id") is None  # no guessing at escapes

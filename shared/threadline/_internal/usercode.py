@@ -1,17 +1,34 @@
-"""Calling user code (tools, tool hooks) without letting it block the event loop.
+"""Calling user code (tools, tool hooks, processors, dynamic instructions, delivery policies)
+without letting it block the event loop.
 
 A worker runs many steps on one event loop: a tool written as a plain ``def`` that sleeps or does
 blocking I/O would freeze every run of the worker — no chunks, no heartbeats, no aborts. Plain
-callables therefore run in a worker thread (``asyncio.to_thread``: the default executor, context
-variables copied); coroutine functions are awaited on the loop as they are.
+callables therefore run in a thread of a pool of their own (context variables copied; not the
+loop's default executor, which blocking user code would otherwise starve of threads for the
+runtime's own uses); coroutine functions are awaited on the loop as they are.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+USER_THREADS = int(os.environ.get("THREADLINE_USER_THREADS", "64"))
+"""Threads plain user callables run in (per process); more calls at once wait for a free one."""
+_pool: ThreadPoolExecutor | None = None
+
+
+def _executor() -> ThreadPoolExecutor:
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=USER_THREADS, thread_name_prefix="threadline-user")
+    return _pool
 
 
 def is_async(fn: Callable[..., Any]) -> bool:
@@ -23,9 +40,9 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-async def call_user(fn: Callable[..., Any], *args: Any) -> Any:
-    """``fn(*args)``: awaited on the loop when ``fn`` is async; otherwise run in a worker thread
-    (an awaitable it returns is then awaited on the loop).
+async def call_user(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*args, **kwargs)``: awaited on the loop when ``fn`` is async; otherwise run in a
+    thread of the user-code pool (an awaitable it returns is then awaited on the loop).
 
     Cancelling the caller (an aborted run) returns at once; a plain function already running in
     its thread finishes there and its result is dropped (a thread cannot be interrupted).
@@ -34,6 +51,7 @@ async def call_user(fn: Callable[..., Any], *args: Any) -> Any:
         Exception: whatever ``fn`` raises.
     """
     if is_async(fn):
-        return await fn(*args)
-    out = await asyncio.to_thread(fn, *args)
+        return await fn(*args, **kwargs)
+    call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+    out = await asyncio.get_running_loop().run_in_executor(_executor(), call)
     return await out if inspect.isawaitable(out) else out

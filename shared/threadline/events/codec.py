@@ -51,6 +51,15 @@ def decode(value: bytes | None, adapter: TypeAdapter[Any]) -> Any:
         body = orjson.loads(value)
     except orjson.JSONDecodeError as exc:
         raise InvalidEventError(f"not valid JSON: {exc}", code="invalid_json") from exc
+    return validate(body, adapter)
+
+
+def validate(body: Any, adapter: TypeAdapter[Any]) -> Any:
+    """Validate an already parsed record body with ``adapter`` (the second half of :func:`decode`).
+
+    Raises:
+        InvalidEventError / UnknownEventError: as :func:`decode`.
+    """
     if not isinstance(body, dict):
         raise InvalidEventError("event must be a JSON object", code="invalid_event")
     version = body.get("schema_version", SCHEMA_VERSION)

@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 from tenacity import wait_exponential
 
+from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
 
 Action = Literal["deliver", "summarize", "defer", "persist", "discard", "queue", "hold"]
@@ -107,9 +108,7 @@ async def decide(policy: dict[str, Any] | None, record: dict[str, Any], *, activ
         kwargs = {k: v for k, v in {"record": wrap(dict(record)), "thread_state": "active" if active else "idle",
                                     "now": now}.items() if k in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())}
-        out = fn(**kwargs)
-        if inspect.isawaitable(out):
-            out = await out
+        out = await call_user(fn, **kwargs)  # a plain function runs off the event loop
         found = _coerce(out, "policy-decide")
         if found:
             return _fill(found, record, active, now, digest_window_s)

@@ -27,10 +27,10 @@ class ChunkWriter:
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt", "finished",
-                 "key", "run_id", "seq", "step")
+                 "held", "hold_finish", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
-                 seq: int, key: str, ack_timeout_s: float = 30.0) -> None:
+                 seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
         self._producer = producer
         self._topic = topic
         self.run_id = run_id
@@ -41,7 +41,13 @@ class ChunkWriter:
         self._futures: list[asyncio.Future[Any]] = []
         self._failure: BaseException | None = None
         self._prune_at = _PRUNE_EVERY
-        self.finished = False  # a ``finish`` chunk was emitted
+        self.finished = False  # a ``finish`` chunk was published
+        self.hold_finish = hold_finish
+        """Hold a ``finish`` chunk back instead of publishing it (decision 19): the step store
+        queues it in the outbox with the step's result, so it is published only once the step
+        is durable."""
+        self.held: dict[str, Any] | None = None
+        """The stamped ``finish`` chunk held back, if any."""
         self.ack_timeout_s = ack_timeout_s
         """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
 
@@ -50,6 +56,9 @@ class ChunkWriter:
         envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
         if chunk.get("type") == "finish":
+            if self.hold_finish:
+                self.held = chunk
+                return chunk
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=CHUNK_HEADERS, partition=0)
@@ -57,6 +66,14 @@ class ChunkWriter:
         if len(self._futures) >= self._prune_at:
             self._prune()
         return chunk
+
+    def drop_held(self) -> None:
+        """Forget a held ``finish`` that was never stored (its step could not be saved): its
+        ``seq`` is given to the next chunk, so the stream has no gap; later finishes are sent."""
+        if self.held is not None:
+            self.seq = self.held["seq"]
+            self.held = None
+        self.hold_finish = False
 
     def _prune(self) -> None:
         pending = []

@@ -116,18 +116,22 @@ def raw_field(record: Record, name: str) -> Any:
     orjson refuses JSON that is well-formed but not valid UTF-8 text — a lone surrogate escape
     (``"\\ud800"``), bytes that are not UTF-8 — so such a record would get a dead letter and no
     reply; the standard library's parser, on the body decoded with replacement characters, still
-    finds the ids to answer with. ``None`` when the body is not a JSON object at all."""
+    finds the ids to answer with. JSON that is cut short or broken is searched for a plain string
+    field ``"name": "…"`` (no escapes). ``None`` when nothing is found."""
     import json
+    import re
 
     import orjson
 
     try:
         body = orjson.loads(record.value)
     except Exception:  # noqa: BLE001 - best effort on a record that may not be JSON
+        text = (record.value or b"").decode("utf-8", errors="replace")
         try:
-            body = json.loads(record.value.decode("utf-8", errors="replace"))
+            body = json.loads(text)
         except ValueError:
-            return None
+            found = re.search(r'"' + re.escape(name) + r'"\s*:\s*"([^"\\\x00-\x1f]{1,256})"', text)
+            return found.group(1) if found else None
     value = body.get(name) if isinstance(body, dict) else None
     if isinstance(value, str):  # what we echo back must itself be encodable
         value = value.encode("utf-8", errors="replace").decode("utf-8")

@@ -109,6 +109,11 @@ class Agent:
         self.max_retries = max_retries
         check_fallback_list(model)
 
+    @property
+    def dynamic_instructions(self) -> bool:
+        """Whether the instructions are a function of the request context (user code)."""
+        return callable(self._instructions)
+
     def system_messages(self, request_context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The agent's instructions as system messages."""
         if callable(self._instructions):

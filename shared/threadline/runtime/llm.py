@@ -18,8 +18,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
@@ -31,6 +29,7 @@ litellm.drop_params = True
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
 from threadline.runtime import llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
+from threadline.text import clean_text, loads_clean  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output")
@@ -247,6 +246,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                 if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
                     reasoning = delta.get("reasoning")
                 if reasoning:
+                    reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
                     if not reasoning_open:
                         reasoning_open = True
                         yield {"type": "reasoning-start", "payload": {"id": "r0"}}
@@ -257,6 +257,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                     reasoning_open = False
                     yield {"type": "reasoning-end", "payload": {"id": "r0"}}
                 if content:
+                    content = clean_text(content)
                     if not text_open:
                         text_open = True
                         yield {"type": "text-start", "payload": {"id": "t0"}}
@@ -269,9 +270,11 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                         index, unindexed = unindexed, unindexed + 1
                     fn = tc.get("function") or {}
                     name = fn.get("name")
+                    if isinstance(name, str):
+                        name = clean_text(name)
                     entry = calls.get(index)
                     if entry is None:
-                        entry = calls[index] = {"toolCallId": tc.get("id") or f"call_{index}",
+                        entry = calls[index] = {"toolCallId": clean_text(tc.get("id") or f"call_{index}"),
                                                 "toolName": name or "", "argsText": ""}
                         yield {"type": "tool-call-input-streaming-start",
                                "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}}
@@ -279,6 +282,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                         entry["toolName"] = name
                     args = fn.get("arguments")
                     if args:
+                        args = clean_text(args)
                         entry["argsText"] += args
                         yield {"type": "tool-call-delta",
                                "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
@@ -303,8 +307,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         yield {"type": "text-end", "payload": {"id": "t0"}}
     for entry in calls.values():
         try:
-            args = orjson.loads(entry["argsText"]) if entry["argsText"].strip() else {}
-        except orjson.JSONDecodeError:
+            args = loads_clean(entry["argsText"]) if entry["argsText"].strip() else {}
+        except ValueError:
             args = {"__raw": entry["argsText"]}
         call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"], "args": args}
         outcome.tool_calls.append(call)

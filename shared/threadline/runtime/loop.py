@@ -18,6 +18,7 @@ One step:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ import orjson
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
+from threadline._internal.usercode import call_user
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.events import chunks
 from threadline.events.signals import retry_feedback, signal_to_message
@@ -128,7 +130,10 @@ class StepLoop:
         if step_no == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
             ml.add(inputs.history, "memory")
-            for sm in agent.system_messages(request_context):
+            # instructions given as a function are user code: a plain one runs off the event loop
+            system = (await call_user(agent.system_messages, request_context) if agent.dynamic_instructions
+                      else agent.system_messages(request_context))
+            for sm in system:
                 ml.add_system(sm)
             response_id = new_id("msg")
         else:
@@ -177,9 +182,13 @@ class StepLoop:
         state.response_message_id = step.response_id
         final = not isinstance(outcome, Continue)
         await pause_point("before_step_result_write")
+        held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=step.ml._entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
-                                    text=final_text(step) if final else None, usage=step.usage_total))
+                                    text=final_text(step) if final else None, usage=step.usage_total,
+                                    finish=held))
+        if held is not None:
+            sink.held, sink.finished = None, True  # type: ignore[attr-defined]  # a ChunkWriter's
         return outcome
 
     async def _step(self, step: StepState, options: dict[str, Any], consumed: list[str],
@@ -275,7 +284,9 @@ class StepLoop:
         step_no = run.step
         ml.replace_all_system_messages(step.state.system_snapshot or [])
         if step.models is None:
-            step.models = agent.resolve_models(self._default_model, runner.request_context)
+            step.models = (agent.resolve_models(self._default_model, runner.request_context)
+                           if isinstance(agent.model, str)  # else a function (user code) may be called
+                           else await call_user(agent.resolve_models, self._default_model, runner.request_context))
         chosen = step.models[step.model_index]
         step_input: dict[str, Any] = {
             "model": chosen.model,
@@ -401,9 +412,13 @@ class StepLoop:
                               idempotency_key=f"{run.run_id}:{call['toolCallId']}",
                               writer=StepWriter(step, through_processors=True),
                               request_context=step.runner.request_context)
-            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
-                                                agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
-                                                            "agent_name": step.agent.name})
+            try:
+                output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
+                                                    agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
+                                                                "agent_name": step.agent.name})
+            except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
+                ctx.abort_signal.set()
+                raise
             final = output
             if error is None:
                 await step.runner.process_tool_result(ml, step_number=run.step, steps=step.steps,

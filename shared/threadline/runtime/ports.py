@@ -215,6 +215,9 @@ class StepRecord:
     """The final text (a run that ended)."""
     usage: dict[str, Any] | None = None
     """Usage summed over the run's steps (``None``: the step could not run at all)."""
+    finish: dict[str, Any] | None = None
+    """The run's stamped ``finish`` chunk, held back by the sink: stored with the result (in the
+    outbox, same transaction) and published only then (decision 19)."""
 
 
 class ChunkSink(Protocol):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
 from threadline.logging import get_logger
 from threadline.runtime.messages import MessageList, system_text
@@ -212,9 +213,7 @@ class ProcessorRunner:
         var_kw, names = _accepted(fn)
         args = kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}
         try:
-            result = fn(**args)
-            if inspect.isawaitable(result):
-                result = await result
+            result = await call_user(fn, **args)  # a plain method runs off the event loop
         except TripWire as tw:
             tw.processor_id = tw.processor_id or pid
             await self._violation(processor, tw)
@@ -234,10 +233,8 @@ class ProcessorRunner:
         if not callable(handler):
             return
         try:
-            out = handler(wrap({"processorId": tw.processor_id, "message": tw.reason,
-                                "detail": tw.metadata}))
-            if inspect.isawaitable(out):
-                await out
+            await call_user(handler, wrap({"processorId": tw.processor_id, "message": tw.reason,
+                                           "detail": tw.metadata}))
         except Exception:
             log.warning("on_violation raised; ignored", processor_id=processor.id, exc_info=True)
 
@@ -457,8 +454,7 @@ class PrepareStep(Processor):
 
     async def process_input_step(self, **kwargs: Any) -> Any:
         var_kw, names = _accepted(self._fn)
-        out = self._fn(**(kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}))
-        return await out if inspect.isawaitable(out) else out
+        return await call_user(self._fn, **(kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}))
 
 
 def _snake(key: str) -> str:

@@ -10,6 +10,7 @@ from threadline._internal.usercode import call_user
 from threadline.logging import get_logger
 from threadline.runtime.messages import MessageList
 from threadline.runtime.tools import Tool, ToolContext, ToolHooks
+from threadline.text import clean_json, clean_text
 
 log = get_logger(__name__)
 
@@ -17,7 +18,14 @@ log = get_logger(__name__)
 async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
                         context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
-    the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``)."""
+    the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
+    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
+    output, error = await _run(call=call, tools=tools, hooks=hooks, context=context, agent_meta=agent_meta)
+    return clean_json(output), (clean_text(error) if error is not None else None)
+
+
+async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+               context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     name, args = call["toolName"], call.get("args") or {}
     hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
                      "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,

@@ -8,6 +8,7 @@ that blocking code never freezes the worker's other runs); ``input`` is an insta
 from __future__ import annotations
 
 import inspect
+import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,17 @@ from pydantic import BaseModel, ValidationError
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+
+
+class AbortSignal(threading.Event):
+    """Set when the run is aborted (or its step is stopped) while the tool runs: Mastra's
+    ``abortSignal``. A sync tool polls ``aborted`` (or ``wait(timeout)``) to stop early; an async
+    tool is cancelled anyway. Once set it stays set."""
+
+    @property
+    def aborted(self) -> bool:
+        """True once the run was aborted."""
+        return self.is_set()
 
 
 @dataclass(slots=True)
@@ -30,6 +42,9 @@ class ToolContext:
         writer: ``await context.writer.custom({"type": "data-…", "data": …, "transient"?: bool})``
             streams a custom data chunk.
         request_context: the request's context dict.
+        abort_signal: an :class:`AbortSignal` (a ``threading.Event``) set when the run is aborted
+            while the tool runs: a plain ``def`` tool keeps running in its thread after an abort
+            (its result is dropped), unless it polls ``context.abort_signal.aborted`` and returns.
     """
 
     tool_call_id: str
@@ -41,6 +56,7 @@ class ToolContext:
     idempotency_key: str
     writer: Any
     request_context: dict[str, Any] = field(default_factory=dict)
+    abort_signal: AbortSignal = field(default_factory=AbortSignal)
 
 
 @dataclass

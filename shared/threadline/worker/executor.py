@@ -142,7 +142,7 @@ class StepExecutor:
         writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
                              key=thread_key(run.resource_id, run.thread_id),
-                             ack_timeout_s=self._settings.kafka_ack_timeout_s)
+                             ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
         if inputs.restarted:  # an earlier attempt died mid-step: subscribers drop its chunks
             await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
         self._keepalive.add(run, writer)
@@ -216,6 +216,8 @@ class StepExecutor:
         if claimed is None:
             return
         dead = None
+        if writer is not None:
+            writer.drop_held()  # a finish held for a step that was never stored: not published
         if writer is None:
             topic = self._topics.chunks(run.resource_id, run.thread_id)
             writer = ChunkWriter(self._producer, topic, run_id=run.run_id, step=claimed["step"],
@@ -238,7 +240,9 @@ class StepExecutor:
         """End the run as failed when its step could not even run, or could not store its result:
         ``error`` then ``finish``; what was addressed to the run ends with it. When the attempt
         already streamed its own ``finish``, it is declared dead first (``attempt-discarded``,
-        the run's attempt + 1), so the run shows one ``finish``."""
+        the run's attempt + 1), so the run shows one ``finish``. A ``finish`` held back for the
+        step's result (decision 19) was never published: it is dropped, its ``seq`` reused."""
+        writer.drop_held()
         if writer.finished:
             dead, writer.attempt = writer.attempt, writer.attempt + 1
             await self._store.restart_attempt(run, writer.attempt, (run.stored_state or {}).get("retry_count", 0))

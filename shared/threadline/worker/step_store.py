@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
 import asyncpg
+import orjson
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
+from threadline.events.chunks import CHUNK_HEADERS
 from threadline.logging import get_logger
 from threadline.runtime.ports import (
     AbortedRun,
@@ -31,7 +33,7 @@ from threadline.runtime.ports import (
     Trip,
 )
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox
+from threadline.store.outbox import Outbox, Queued, add_raw
 from threadline.store.steps import (
     begin_step,
     has_pending,
@@ -147,7 +149,12 @@ class PgStepStore:
                             "error": error}
             if record.usage is not None:  # a step that ran (not one failed before it could)
                 final_fields.update(text=record.text, usage=record.usage, tripwire=tripwire)
-        async with self._conn() as conn:
+        key = thread_key(run.resource_id, run.thread_id)
+        finish: Queued | None = None
+        async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
+            if record.finish is not None:  # the run's finish: published only once the step is durable
+                finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
+                                       orjson.dumps(record.finish), key=key, headers=CHUNK_HEADERS)
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
             box_id, value, headers = await save_step(
                 conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
@@ -157,8 +164,9 @@ class PgStepStore:
             self._on_saved(run.run_id)
         await pause_point("after_step_result_stored")
         try:
-            await self._outbox.publish_stored(box_id, self._topics.step_results,
-                                              thread_key(run.resource_id, run.thread_id), value, headers)
+            if finish is not None:  # before the result: the thread's next run streams after it
+                await self._outbox.flush([finish])
+            await self._outbox.publish_stored(box_id, self._topics.step_results, key, value, headers)
         except Exception as exc:
             if not is_transient(exc):
                 raise
