@@ -160,7 +160,8 @@ class StepLoop:
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=outcome.tripwire)
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
-            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
+            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+                                     "retryable": exc.retryable}
             if exc.retry_after_s is not None:
                 error["retry_after_s"] = exc.retry_after_s
             outcome = Fail(error)
