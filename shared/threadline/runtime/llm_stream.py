@@ -39,6 +39,7 @@ from typing import Any
 import anyio
 import httpx
 import litellm
+import litellm.integrations.custom_logger
 import openai
 import orjson
 from litellm import exceptions as lx
@@ -78,6 +79,17 @@ def callbacks_configured() -> bool:
     """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
     litellm's wrapper, which reports the call's success or failure to them."""
     return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+class _NoopCallback(litellm.integrations.custom_logger.CustomLogger):
+    """A litellm callback that does nothing: its presence alone routes streams through the wrapper."""
+
+
+def register_noop_callback() -> None:
+    """Register one no-op litellm callback (the processor-worker's test switch
+    ``THREADLINE_LITELLM_NOOP_CALLBACK``): from then on :func:`reader` answers ``"wrapper"``."""
+    if not any(isinstance(cb, _NoopCallback) for cb in litellm.callbacks):
+        litellm.callbacks.append(_NoopCallback())
 
 
 _SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
