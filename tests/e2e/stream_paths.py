@@ -35,6 +35,10 @@ def raw(*chunks: dict[str, Any] | str, done: bool = True) -> dict[str, Any]:
     return {"raw": body + ("data: [DONE]\n\n" if done else ""), "content_type": "text/event-stream"}
 
 
+START_S = 240
+"""How long a processor-worker may take to start (the test machine is shared and can be slow)."""
+
+
 @contextlib.contextmanager
 def only_worker(services: ServiceSet, instances: tuple[str, ...] = ("processor_worker-b",),
                 **env: str) -> Iterator[None]:
@@ -43,10 +47,21 @@ def only_worker(services: ServiceSet, instances: tuple[str, ...] = ("processor_w
     services.stop("processor_worker-1")
     try:
         for instance in instances:
-            services.start("processor_worker", instance, **env)
+            services.start("processor_worker", instance, timeout_s=START_S, **env)
         yield
     finally:
         for instance in instances:
             if instance in services.procs:
                 services.stop(instance)
-        services.start("processor_worker", "processor_worker-1")
+        services.start("processor_worker", "processor_worker-1", timeout_s=START_S)
+
+
+@contextlib.contextmanager
+def on_path(services: ServiceSet, path: str, instance: str) -> Iterator[str]:
+    """Steps read model streams by ``path`` (a key of :data:`PATHS`): ``direct`` is the suite's
+    own ``processor_worker-1``; ``wrapper`` is ``instance`` started with the switch in its place."""
+    if path == "direct":
+        yield path
+        return
+    with only_worker(services, (instance,), **PATHS[path]):
+        yield path

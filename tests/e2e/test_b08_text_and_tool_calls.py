@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import rows, run_row, run_stream
-from tests.e2e.stream_paths import PATHS, delta, only_worker, raw
+from tests.e2e.stream_paths import PATHS, delta, on_path, raw
 from threadline.testing import model_script as ms
 
 MODEL = "threadline-b08"
@@ -42,8 +42,8 @@ STEP0_TEXT = {"a": "Let me check that.", "b": "\n\n", "e": "…checking"}
 
 @pytest.fixture(scope="module", params=sorted(PATHS))
 def path(request, services):
-    with only_worker(services, (f"processor_worker-b08-{request.param}",), **PATHS[request.param]):
-        yield request.param
+    with on_path(services, request.param, "processor_worker-b08-wrapper") as chosen:
+        yield chosen
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

@@ -116,7 +116,8 @@ SCRIPTS: dict[str, ms.Script] = {
         _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}))),
     "no-finish-usage": _raw(_sse(_choice({"content": "a"}), {"choices": [], "usage": USAGE})),
     "same-index-new-ids": _raw(_sse(
-        _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function",
+                                 "function": {"name": "f", "arguments": "{\"a\""}}]}),
         _choice({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}),
         _choice({"tool_calls": [{"index": 0, "id": "g2", "type": "function", "function": {"name": "g", "arguments": "{\"b\": 2}"}}]}),
         _choice({}, "tool_calls"))),
@@ -235,7 +236,7 @@ async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pyte
         return await _run(server, name, path, monkeypatch)
 
     for name in ("no-finish-tools", "no-finish-no-done", "truncate"):
-        _, (text, calls, finish, _, _), error = await run(name)
+        _, (_, calls, finish, _, _), error = await run(name)
         assert error is None, (name, error)
         assert finish == ("tool-calls" if calls else "stop"), name
     _, (_, calls, finish, _, _), _ = await run("same-index-new-ids")
