@@ -119,7 +119,8 @@ SCRIPTS: dict[str, ms.Script] = {
         _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function",
                                  "function": {"name": "f", "arguments": "{\"a\""}}]}),
         _choice({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}),
-        _choice({"tool_calls": [{"index": 0, "id": "g2", "type": "function", "function": {"name": "g", "arguments": "{\"b\": 2}"}}]}),
+        _choice({"tool_calls": [{"index": 0, "id": "g2", "type": "function",
+                                 "function": {"name": "g", "arguments": "{\"b\": 2}"}}]}),
         _choice({}, "tool_calls"))),
     "same-index-one-chunk": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
