@@ -50,7 +50,8 @@ def ping(args: object) -> dict[str, int]:
     return {"pong": len(PINGS)}
 
 
-stalled = Agent(id="B07", model="openai/threadline-b07")
+# B07: no model-level retries, so the error of a stalled call is what the run ends with
+stalled = Agent(id="B07", model="openai/threadline-b07", max_retries=0)
 stalled_retry = Agent(id="B07-rt", model="openai/threadline-b07-rt", error_processors=[RetryTimeout()],
                       max_retries=0, max_processor_retries=1)
 mixed = Agent(id="B08", model="openai/threadline-b08", default_options={"max_steps": 3},
