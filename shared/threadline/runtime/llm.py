@@ -243,6 +243,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                 for event in norm.feed(chunk):
                     yield event
         except Exception as exc:
+            if path == "wrapper" and watch["clean_end"] and not watch["events"]:
+                raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
             if not (path == "wrapper" and llm_stream.clean_eof_refused(exc, watch)):
                 raise
             # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
