@@ -279,3 +279,27 @@ def test_a_litellm_callback_turns_the_wrapper_on(monkeypatch: pytest.MonkeyPatch
     stream._cast_to = ChatCompletionChunk
     monkeypatch.setattr(litellm, "success_callback", ["langfuse"])
     assert llm_stream.reader(Response()) == "wrapper"
+
+
+async def test_the_anthropic_dialect_follows_the_same_rules(server) -> None:
+    """The Anthropic dialect (always litellm's wrapper): a cut-off is ``stream_interrupted``;
+    calls without arguments are ``{}``; usage is integers."""
+    async def run(script: ms.Script):
+        await ms.ModelScript(server.url).aqueue(script, model="threadline-anthropic-rules")
+        outcome, error = llm.ModelOutcome(), None
+        try:
+            async for _ in llm.stream_model(model="anthropic/threadline-anthropic-rules",
+                                            messages=[{"role": "user", "content": "hi"}], tools=None,
+                                            tool_choice=None, model_settings=None, provider_options=None,
+                                            api_base=server.api_base, timeout_s=2.0, outcome=outcome):
+                pass
+        except ModelCallError as exc:
+            error = (exc.kind, exc.retryable)
+        return outcome, error
+
+    _, error = await run(ms.mid_stream("disconnect", 3, chunks=["a", "b", "c", "d"]))
+    assert error == ("stream_interrupted", True)
+    outcome, error = await run(ms.tool_calls(ms.tool_call("ping", {}, id="c1"), ms.tool_call("f", {"a": 1}, id="c2")))
+    assert error is None and outcome.finish_reason == "tool-calls"
+    assert [(c["toolCallId"], c["args"]) for c in outcome.tool_calls] == [("c1", {}), ("c2", {"a": 1})]
+    assert outcome.usage is not None and all(type(v) is int for v in outcome.usage.values())
