@@ -9,6 +9,7 @@ from threadline.events import StepTask
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.kafka.consumer import Record
+from threadline.runtime import llm_stream
 from threadline.runtime.registry import load_agents, load_catalogue
 from threadline.service import Service
 from threadline.store.listen import Listener
@@ -20,6 +21,8 @@ class ProcessorWorker(Service):
     name = "processor_worker"
 
     async def setup(self) -> None:
+        if self.settings.litellm_noop_callback:
+            llm_stream.register_noop_callback()
         agents = load_agents(self.settings.agents_module)
         self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
                                      topics=self.topics, settings=self.settings, agents=agents,

@@ -63,6 +63,10 @@ class Settings(BaseSettings):
     """Base URL of the local model server; used only for ``*/threadline-*`` model names."""
     model_timeout_s: float = 120.0
     """Per-read timeout of a model call."""
+    litellm_noop_callback: bool = False
+    """Tests only: the processor-worker registers a no-op litellm callback, so every model stream
+    is read through litellm's ``CustomStreamWrapper`` instead of directly (the parity of the two
+    paths, docs/decisions.md §20). Never needed in a deployment."""
     model_max_retries: int = 2
     """Retries of one model on a transient error when neither the agent, the call nor the
     fallback entry sets ``max_retries`` (docs/models.md)."""

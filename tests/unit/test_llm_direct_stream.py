@@ -111,6 +111,47 @@ SCRIPTS: dict[str, ms.Script] = {
                              'event: error\ndata: {"error": {"message": "Rate limit reached.", "code": 429}}\n\n',
                              done=False)),
     "non-object-data": _raw(_sse(_choice({"content": "a"}), "data: 42\n\n", _choice({}, "stop"))),
+    # Issue 15's family (docs/decisions.md §20): one rule set on every path.
+    "no-finish-tools": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}))),
+    "no-finish-usage": _raw(_sse(_choice({"content": "a"}), {"choices": [], "usage": USAGE})),
+    "same-index-new-ids": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function",
+                                 "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        _choice({"tool_calls": [{"index": 0, "function": {"arguments": ": 1}"}}]}),
+        _choice({"tool_calls": [{"index": 0, "id": "g2", "type": "function",
+                                 "function": {"name": "g", "arguments": "{\"b\": 2}"}}]}),
+        _choice({}, "tool_calls"))),
+    "same-index-one-chunk": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+                                {"index": 0, "id": "g2", "type": "function", "function": {"name": "g", "arguments": "{}"}}]}),
+        _choice({}, "stop"))),
+    "id-repeated-on-fragments": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "function": {"arguments": ": 1}"}}]}),
+        _choice({}, "tool_calls"))),
+    "args-empty": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "p", "type": "function", "function": {"name": "ping", "arguments": ""}}]}),
+        _choice({}, "tool_calls"))),
+    "args-null": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "p", "type": "function", "function": {"name": "ping", "arguments": None}}]}),
+        _choice({}, "tool_calls"))),
+    "args-absent": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "p", "type": "function", "function": {"name": "ping"}}]}),
+        _choice({}, "tool_calls"))),
+    "usage-empty-delta": _raw(_sse(_choice({"content": "a"}), _choice({}, "stop"),
+                                   {"choices": [{"index": 0, "delta": {}}], "usage": {**USAGE, "prompt_tokens_details": {
+                                       "cached_tokens": 4}, "completion_tokens_details": {"reasoning_tokens": 2}}})),
+    "usage-details-on-finish": _raw(_sse(_choice({"content": "a"}), {**_choice({}, "stop"), "usage": {
+        **USAGE, "prompt_tokens_details": {"cached_tokens": 3}}})),
+    "usage-details-choices-empty": _raw(_sse(_choice({"content": "a"}), _choice({}, "stop"), {"choices": [], "usage": {
+        **USAGE, "completion_tokens_details": {"reasoning_tokens": 1}}})),
+    "empty-body": {"raw": "", "content_type": "text/event-stream"},
+    "done-only": _raw(_sse()),
+    "non-sse-json": {"raw": json.dumps({"id": "x", "object": "chat.completion", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}),
+        "content_type": "application/json"},
+    "non-sse-html": {"raw": "<html><body>Bad gateway</body></html>", "content_type": "text/html"},
     "nan-in-logprobs": _raw(_sse({"choices": [{"index": 0, "delta": {"content": "a"}, "logprobs": {"x": float("nan")},
                                                "finish_reason": None}]}, _choice({}, "stop"))),
 }
@@ -182,9 +223,43 @@ async def test_the_shapes_are_read_as_expected(server, monkeypatch: pytest.Monke
     assert calls[0]["args"] == {"__raw": '{"id": "C-'}
     assert (await _run(server, "content-filter", "raw", monkeypatch))[1][2] == "content-filter"
     assert (await _run(server, "in-band-429", "raw", monkeypatch))[2] == ("rate_limit", 429, True)
-    assert (await _run(server, "no-finish-reason", "raw", monkeypatch))[2] == ("service_unavailable", 500, True)
+    _, (text, _, finish, _, raw_finish), error = await _run(server, "no-finish-reason", "raw", monkeypatch)
+    assert (text, finish, raw_finish, error) == ("ab", "stop", None, None)  # accepted, reason inferred (§20)
     _, (_, calls, finish, _, _), _ = await _run(server, "tools-without-index", "raw", monkeypatch)
     assert [(c["toolCallId"], c["args"]) for c in calls] == [("a", {}), ("b", {"y": 1})] and finish == "tool-calls"
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/decisions.md §20, read on each path (the parity test compares the paths; this pins
+    what they agree on)."""
+    async def run(name: str):
+        return await _run(server, name, path, monkeypatch)
+
+    for name in ("no-finish-tools", "no-finish-no-done", "truncate"):
+        _, (_, calls, finish, _, _), error = await run(name)
+        assert error is None, (name, error)
+        assert finish == ("tool-calls" if calls else "stop"), name
+    _, (_, calls, finish, _, _), _ = await run("same-index-new-ids")
+    assert [(c["toolCallId"], c["toolName"], c["args"]) for c in calls] == [("g1", "f", {"a": 1}), ("g2", "g", {"b": 2})]
+    _, (_, calls, _, _, _), _ = await run("same-index-one-chunk")
+    assert [c["toolCallId"] for c in calls] == ["g1", "g2"]
+    _, (_, calls, _, _, _), _ = await run("id-repeated-on-fragments")
+    assert [(c["toolCallId"], c["args"]) for c in calls] == [("c1", {"a": 1})]
+    for name in ("args-empty", "args-null", "args-absent", "tool-no-args"):
+        _, (_, calls, finish, _, _), error = await run(name)
+        assert error is None and finish == "tool-calls" and calls[0]["args"] == {}, name
+    assert (await run("usage-empty-delta"))[1][3] == {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8,
+                                                      "cachedInputTokens": 4, "reasoningTokens": 2}
+    assert (await run("usage-details-on-finish"))[1][3] == {"inputTokens": 5, "outputTokens": 3, "totalTokens": 8,
+                                                            "cachedInputTokens": 3}
+    assert (await run("usage-details-choices-empty"))[1][3] == {"inputTokens": 5, "outputTokens": 3,
+                                                                "totalTokens": 8, "reasoningTokens": 1}
+    for name in ("empty-body", "done-only", "non-sse-json", "non-sse-html"):
+        assert (await run(name))[2] == ("bad_response", 200, True), name
+    chunks, _, error = await run("disconnect")
+    assert error == ("stream_interrupted", None, True)
+    assert [c["payload"]["text"] for c in chunks if c["type"] == "text-delta"] == ["a", "b", "c"]
 
 
 def test_a_litellm_callback_turns_the_wrapper_on(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -204,3 +279,27 @@ def test_a_litellm_callback_turns_the_wrapper_on(monkeypatch: pytest.MonkeyPatch
     stream._cast_to = ChatCompletionChunk
     monkeypatch.setattr(litellm, "success_callback", ["langfuse"])
     assert llm_stream.reader(Response()) == "wrapper"
+
+
+async def test_the_anthropic_dialect_follows_the_same_rules(server) -> None:
+    """The Anthropic dialect (always litellm's wrapper): a cut-off is ``stream_interrupted``;
+    calls without arguments are ``{}``; usage is integers."""
+    async def run(script: ms.Script):
+        await ms.ModelScript(server.url).aqueue(script, model="threadline-anthropic-rules")
+        outcome, error = llm.ModelOutcome(), None
+        try:
+            async for _ in llm.stream_model(model="anthropic/threadline-anthropic-rules",
+                                            messages=[{"role": "user", "content": "hi"}], tools=None,
+                                            tool_choice=None, model_settings=None, provider_options=None,
+                                            api_base=server.api_base, timeout_s=2.0, outcome=outcome):
+                pass
+        except ModelCallError as exc:
+            error = (exc.kind, exc.retryable)
+        return outcome, error
+
+    _, error = await run(ms.mid_stream("disconnect", 3, chunks=["a", "b", "c", "d"]))
+    assert error == ("stream_interrupted", True)
+    outcome, error = await run(ms.tool_calls(ms.tool_call("ping", {}, id="c1"), ms.tool_call("f", {"a": 1}, id="c2")))
+    assert error is None and outcome.finish_reason == "tool-calls"
+    assert [(c["toolCallId"], c["args"]) for c in outcome.tool_calls] == [("c1", {}), ("c2", {"a": 1})]
+    assert outcome.usage is not None and all(type(v) is int for v in outcome.usage.values())

@@ -1,6 +1,7 @@
 """The one adapter around litellm (K5): streams Mastra chunks, assembles tool calls by index,
 decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
-and maps every litellm exception to a small set of error kinds before processors see it.
+and maps every litellm exception to a small set of error kinds before processors see it. The
+rules a stream is read by are :mod:`threadline.runtime.llm_normalise`'s.
 
 Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). How its
 stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, or litellm's
@@ -27,16 +28,14 @@ litellm.suppress_debug_info = True
 litellm.drop_params = True
 
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
-from threadline.runtime import llm_stream, providers  # noqa: E402 - after litellm is configured above
+from threadline.runtime import llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
-from threadline.text import clean_text, loads_clean  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
-               "timeout", "authentication", "not_found", "server_error", "connection", "structured_output")
+               "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
+               "stream_interrupted", "bad_response")
 """What processors see in ``error.kind``."""
 
-_FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
-           "length": "length", "content_filter": "content-filter"}
 LOCAL_MARKER = "threadline-"
 """Model names containing this (e.g. ``openai/threadline-fake``) go to the local model server."""
 
@@ -198,11 +197,14 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
     ``tool-call-input-streaming-start``/``tool-call-delta``/``tool-call-input-streaming-end`` and
-    ``tool-call`` (with parsed ``args``). The finish reason is ``tool-calls`` whenever tool calls
-    were streamed, whatever the provider said (C13).
+    ``tool-call`` (with parsed ``args``), by the rules of :mod:`threadline.runtime.llm_normalise`
+    (docs/decisions.md §20), the same on every read path. The finish reason is ``tool-calls``
+    whenever tool calls were streamed, whatever the provider said (C13).
 
     Raises:
-        ModelCallError: any failure, before or during the stream (in-band errors included).
+        ModelCallError: any failure, before or during the stream (in-band errors included); kind
+            ``stream_interrupted`` for a stream cut off, ``bad_response`` for an empty or non-SSE
+            ``200`` body (both retryable).
     """
     kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
     kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
@@ -219,81 +221,42 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     for key, value in provider_opts.request_options(provider_options, model).items():
         if key not in _CORE:  # provider options never reroute the call or replace the prompt
             kwargs[key] = value
-    text_open = reasoning_open = False
-    calls: dict[int, dict[str, Any]] = {}
+    norm: llm_normalise.StreamNormaliser | None = None
     direct: Any = None
+    watch: dict[str, Any] = {}
     try:
         with llm_stream.no_open_cost_estimate():
             response = await litellm.acompletion(**kwargs)
         path = llm_stream.reader(response)
         if path == "wrapper":
-            reported = llm_stream.spy_usage(response)
+            watch = llm_stream.watch_raw(response)
             chunks: Any = llm_stream.wrapper_chunks(response)
         else:
-            reported = {"usage": True}  # straight from the provider: never invented
-            chunks = direct = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw")
-        async for chunk in chunks:
-            usage = chunk.get("usage")
-            if usage and reported["usage"]:  # litellm invents usage the provider never sent (C13)
-                outcome.usage = _usage(usage)
-            choices = chunk.get("choices")
-            if not choices:
-                continue
-            choice = choices[0]
-            delta = choice.get("delta")
-            if delta:
-                reasoning = delta.get("reasoning_content")
-                if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
-                    reasoning = delta.get("reasoning")
-                if reasoning:
-                    reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
-                    if not reasoning_open:
-                        reasoning_open = True
-                        yield {"type": "reasoning-start", "payload": {"id": "r0"}}
-                    outcome.reasoning += reasoning
-                    yield {"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}}
-                content = delta.get("content")
-                if (content or delta.get("tool_calls")) and reasoning_open:  # reasoning comes first
-                    reasoning_open = False
-                    yield {"type": "reasoning-end", "payload": {"id": "r0"}}
-                if content:
-                    content = clean_text(content)
-                    if not text_open:
-                        text_open = True
-                        yield {"type": "text-start", "payload": {"id": "t0"}}
-                    outcome.text += content
-                    yield {"type": "text-delta", "payload": {"id": "t0", "text": content}}
-                unindexed = 0
-                for tc in delta.get("tool_calls") or ():
-                    index = tc.get("index")
-                    if index is None:  # numbered by position, as litellm numbers them
-                        index, unindexed = unindexed, unindexed + 1
-                    fn = tc.get("function") or {}
-                    name = fn.get("name")
-                    if isinstance(name, str):
-                        name = clean_text(name)
-                    entry = calls.get(index)
-                    if entry is None:
-                        entry = calls[index] = {"toolCallId": clean_text(tc.get("id") or f"call_{index}"),
-                                                "toolName": name or "", "argsText": ""}
-                        yield {"type": "tool-call-input-streaming-start",
-                               "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}}
-                    elif name and not entry["toolName"]:
-                        entry["toolName"] = name
-                    args = fn.get("arguments")
-                    if args:
-                        args = clean_text(args)
-                        entry["argsText"] += args
-                        yield {"type": "tool-call-delta",
-                               "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
-                                           "toolName": entry["toolName"]}}
-            finish = choice.get("finish_reason")
-            if finish:
-                outcome.raw_finish_reason = finish
+            watch = {"usage": True, "events": 0, "clean_end": False}  # straight from the provider: never invented
+            chunks = direct = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw",
+                                                         watch=watch)
+        # litellm invents usage the provider never sent (C13): taken only when the provider sent one
+        norm = llm_normalise.StreamNormaliser(outcome, take_usage=False)
+        try:
+            async for chunk in chunks:
+                norm.take_usage = bool(watch["usage"])
+                for event in norm.feed(chunk):
+                    yield event
+        except Exception as exc:
+            if path == "wrapper" and watch["clean_end"] and not watch["events"]:
+                raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
+            if not (path == "wrapper" and llm_stream.clean_eof_refused(exc, watch)):
+                raise
+            # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
+            # before handing over the usage it held back
+            if watch.get("last_usage"):
+                outcome.usage = llm_normalise.usage(watch["last_usage"])
+        if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
+            raise llm_normalise.bad_response()
     except ModelCallError:
         raise
     except Exception as exc:
-        err = classify(exc)
+        err = _classify_stream(exc, opened=norm is not None)
         hint = providers.key_hint(model)
         if err.kind == "authentication" and hint:  # say which variable holds the rejected key
             err.args = (f"{err.args[0]} ({hint})",)
@@ -301,24 +264,19 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     finally:
         if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
             await direct.aclose()
-    if reasoning_open:
-        yield {"type": "reasoning-end", "payload": {"id": "r0"}}
-    if text_open:
-        yield {"type": "text-end", "payload": {"id": "t0"}}
-    for entry in calls.values():
-        try:
-            args = loads_clean(entry["argsText"]) if entry["argsText"].strip() else {}
-        except ValueError:
-            args = {"__raw": entry["argsText"]}
-        call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"], "args": args}
-        outcome.tool_calls.append(call)
-        yield {"type": "tool-call-input-streaming-end", "payload": {"toolCallId": entry["toolCallId"]}}
-        yield {"type": "tool-call", "payload": dict(call)}
-    raw = outcome.raw_finish_reason
-    if calls and raw != "length":
-        outcome.finish_reason = "tool-calls"
-    else:
-        outcome.finish_reason = _FINISH.get(raw or "", "other")
+    for event in norm.end():
+        yield event
+
+
+def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:
+    """:func:`classify`, except that a stream that was opened and then cut off (the connection
+    dropped, the body incomplete; not a timeout) is ``stream_interrupted`` (§20)."""
+    if opened:
+        chain = _chain(exc)
+        if not any(isinstance(x, llm_stream.TIMEOUTS) for x in chain) and \
+                any(isinstance(x, llm_stream.CUT_OFF) for x in chain):
+            return llm_normalise.interrupted(exc)
+    return classify(exc)
 
 
 _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "api_base", "api_key", "timeout",
@@ -330,25 +288,3 @@ def _tool_choice(choice: Any) -> Any:
     if isinstance(choice, dict) and choice.get("type") == "tool":
         return {"type": "function", "function": {"name": choice.get("toolName") or choice.get("tool_name")}}
     return choice
-
-
-def _get(obj: Any, key: str) -> Any:
-    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
-
-
-def _usage(usage: Any) -> dict[str, Any]:
-    """Mastra's usage: ``inputTokens``, ``outputTokens``, ``totalTokens``, and
-    ``cachedInputTokens`` / ``reasoningTokens`` when the provider reported them."""
-    inp, out = _get(usage, "prompt_tokens"), _get(usage, "completion_tokens")
-    total = _get(usage, "total_tokens")
-    result = {"inputTokens": inp, "outputTokens": out,
-              "totalTokens": total if total is not None else (inp or 0) + (out or 0)}
-    cached = _get(_get(usage, "prompt_tokens_details"), "cached_tokens")
-    if cached is None:
-        cached = _get(usage, "cache_read_input_tokens")
-    reasoning = _get(_get(usage, "completion_tokens_details"), "reasoning_tokens")
-    if isinstance(cached, int) and cached:
-        result["cachedInputTokens"] = cached
-    if isinstance(reasoning, int) and reasoning:
-        result["reasoningTokens"] = reasoning
-    return result

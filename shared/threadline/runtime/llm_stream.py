@@ -14,8 +14,10 @@ returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": �
 
 On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
 ``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
-``llm.classify`` sees the same exceptions on every path; a stream that ends without a finish
-reason fails as in the wrapper. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
+``llm.classify`` sees the same exceptions on every path. What a stream's end means (a clean end
+without a finish reason, no event at all, a cut-off) is decided the same way on every path
+(:mod:`threadline.runtime.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
+stream for it. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
 Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
 
 Also here: :func:`no_open_cost_estimate`, which skips litellm's cost estimate of a stream it has
@@ -37,6 +39,7 @@ from typing import Any
 import anyio
 import httpx
 import litellm
+import litellm.integrations.custom_logger
 import openai
 import orjson
 from litellm import exceptions as lx
@@ -48,13 +51,20 @@ from pydantic import BaseModel
 # errors, and those of httpx2 (the transport of openai 3.x) when it is installed.
 _TIMEOUTS: tuple[type[BaseException], ...] = (httpx.TimeoutException,)
 _REQUEST_ERRORS: tuple[type[BaseException], ...] = (httpx.RequestError, ssl.SSLError, anyio.EndOfStream)
+_CUT_OFF: tuple[type[BaseException], ...] = (httpx.RemoteProtocolError, httpx.ReadError, anyio.EndOfStream,
+                                            anyio.BrokenResourceError, ssl.SSLError)
 try:
     import httpx2
 
     _TIMEOUTS += (httpx2.TimeoutException,)
     _REQUEST_ERRORS += (httpx2.RequestError,)
+    _CUT_OFF += (httpx2.RemoteProtocolError, httpx2.ReadError)
 except ImportError:  # pragma: no cover - depends on the installed openai
     pass
+TIMEOUTS: tuple[type[BaseException], ...] = (*_TIMEOUTS, openai.APITimeoutError, lx.Timeout)
+"""Errors meaning a read took longer than the per-read timeout (kind ``timeout``)."""
+CUT_OFF = _CUT_OFF
+"""Errors meaning an opened stream was cut off: the connection dropped, the body incomplete."""
 _SDK_DECODER: Any = getattr(importlib.import_module("openai._streaming"), "SSEDecoder", None)
 """The SDK's default SSE decoder: a stream the client gave another decoder is read through the SDK."""
 _DRAIN_S = 0.1
@@ -69,6 +79,17 @@ def callbacks_configured() -> bool:
     """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
     litellm's wrapper, which reports the call's success or failure to them."""
     return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
+
+
+class _NoopCallback(litellm.integrations.custom_logger.CustomLogger):
+    """A litellm callback that does nothing: its presence alone routes streams through the wrapper."""
+
+
+def register_noop_callback() -> None:
+    """Register one no-op litellm callback (the processor-worker's test switch
+    ``THREADLINE_LITELLM_NOOP_CALLBACK``): from then on :func:`reader` answers ``"wrapper"``."""
+    if not any(isinstance(cb, _NoopCallback) for cb in litellm.callbacks):
+        litellm.callbacks.append(_NoopCallback())
 
 
 _SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
@@ -237,30 +258,30 @@ def _is_int(value: bytes) -> bool:
     return True
 
 
-async def provider_chunks(stream: Any, model: str, *, raw: bool) -> AsyncIterator[dict[str, Any]]:
+async def provider_chunks(stream: Any, model: str, *, raw: bool,
+                          watch: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
     """The chunk dicts of the provider stream ``stream`` (an ``openai.AsyncStream``): decoded
     here when ``raw``, else built by the SDK and converted. A failure is raised as litellm's
-    wrapper raises it; ``finish_reason: abort`` fails as in the wrapper; so does a stream that
-    ends without a finish reason. The stream is closed when this generator ends."""
+    wrapper raises it; ``finish_reason: abort`` fails as in the wrapper. A stream that ends
+    cleanly without a finish reason is not an error here (docs/decisions.md §20). ``watch``
+    (as :func:`watch_raw` fills it) gets ``events`` (chunks read) and ``clean_end``. The stream
+    is closed when this generator ends."""
     provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
-    finished, sent = False, False
+    sent = False
+    seen = watch if watch is not None else {"events": 0, "clean_end": False}
     source: AsyncIterator[Any] = sse_json(stream.response) if raw else _sdk_dicts(stream)
     try:
         async for chunk in source:
             if not isinstance(chunk, dict):  # JSON that is not an object: fails as in litellm's wrapper
                 raise TypeError(f"stream chunk is not a JSON object: {type(chunk).__name__}")
             for choice in chunk.get("choices") or ():
-                reason = choice.get("finish_reason")
-                if reason:
-                    if reason == "abort":
-                        raise lx.InternalServerError(message="Upstream generation aborted (finish_reason=abort)",
-                                                     model=name, llm_provider=provider)
-                    finished = True
+                if choice.get("finish_reason") == "abort":
+                    raise lx.InternalServerError(message="Upstream generation aborted (finish_reason=abort)",
+                                                 model=name, llm_provider=provider)
             sent = True
+            seen["events"] += 1
             yield chunk
-        if not finished:
-            raise httpx.RemoteProtocolError("Stream ended before a finish_reason was received",
-                                            request=httpx.Request("POST", "https://provider.invalid"))
+        seen["clean_end"] = True
     except (GeneratorExit, asyncio.CancelledError):
         raise
     except Exception as exc:
@@ -302,23 +323,50 @@ def as_dict(chunk: Any) -> dict[str, Any]:
     return {"usage": getattr(chunk, "usage", None), "choices": choices}
 
 
-def spy_usage(response: Any) -> dict[str, bool]:
-    """Watch the provider's raw stream under litellm's wrapper for a usage report, so a usage
-    that litellm computed itself is not mistaken for one the provider reported."""
-    seen = {"usage": False}
+def watch_raw(response: Any) -> dict[str, Any]:
+    """Watch the provider's raw stream under litellm's wrapper: ``usage`` (did the provider
+    report usage, so a usage litellm computed itself is not mistaken for one), ``events`` (raw
+    chunks read), ``clean_end`` (the raw stream ended without an error) and ``last_usage`` (the
+    provider's last usage report, as it came). A wrapper whose raw
+    stream cannot be watched is trusted: usage taken, one event assumed, a clean end."""
+    seen: dict[str, Any] = {"usage": False, "events": 0, "clean_end": False, "last_usage": None}
     raw = getattr(response, "completion_stream", None)
     if raw is None:
-        seen["usage"] = True  # not a wrapper we can watch: trust what litellm hands over
+        seen.update(usage=True, events=1, clean_end=True)
         return seen
 
     async def spy() -> Any:
         async for chunk in raw:
-            if getattr(chunk, "usage", None) or (isinstance(chunk, dict) and chunk.get("usage")):
-                seen["usage"] = True
+            reported = chunk.get("usage") if isinstance(chunk, dict) else getattr(chunk, "usage", None)
+            if reported:
+                seen["usage"], seen["last_usage"] = True, reported
+            seen["events"] += 1
             yield chunk
+        seen["clean_end"] = True
 
     response.completion_stream = spy()
     return seen
+
+
+def clean_eof_refused(exc: BaseException, watch: dict[str, Any]) -> bool:
+    """Is ``exc`` litellm's wrapper refusing a raw stream that ended cleanly, after events,
+    without a finish reason ("Stream ended before a finish_reason was received")?"""
+    if not watch.get("clean_end") or not watch.get("events"):
+        return False
+    stack: list[BaseException | None] = [exc]
+    seen: set[int] = set()
+    while stack:
+        x = stack.pop()
+        if x is None or id(x) in seen:
+            continue
+        seen.add(id(x))
+        if _EOF_REFUSAL in str(x):  # litellm re-raises it mapped, with its wording kept
+            return True
+        stack += [getattr(x, "original_exception", None), x.__cause__, x.__context__]
+    return False
+
+
+_EOF_REFUSAL = "Stream ended before a finish_reason was received"
 
 
 def _stream_failure(exc: Exception, model: str, provider: str, sent: bool) -> Exception:

@@ -165,7 +165,8 @@ class StepLoop:
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=outcome.tripwire)
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
-            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code}
+            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+                                     "retryable": exc.retryable}
             if exc.retry_after_s is not None:
                 error["retry_after_s"] = exc.retry_after_s
             outcome = Fail(error)
@@ -354,12 +355,12 @@ class StepLoop:
         if reasoning:  # what the output processors let through (a ReasoningTransformer's edits)
             parts.append(wrap({"type": "reasoning", "reasoning": reasoning,
                                "details": [{"type": "text", "text": reasoning}]}))
-        if text:
-            parts.append(wrap({"type": "text", "text": text}))
-        for call in calls:
-            parts.append(wrap({"type": "tool-invocation", "toolInvocation": {
-                "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
-                "args": call.get("args") or {}}}))
+        invocations = [wrap({"type": "tool-invocation", "toolInvocation": {
+            "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
+            "args": call.get("args") or {}}}) for call in calls]
+        texts = [wrap({"type": "text", "text": text})] if text else []
+        # stored in the order streamed: calls whose input began before the text come first (B08 e)
+        parts.extend(invocations + texts if _calls_first(processed) else texts + invocations)
         obj: Any = None
         if spec is not None and outcome.finish_reason != "tool-calls":  # the final answer is the object
             obj = spec.parse(text)
@@ -468,3 +469,10 @@ class StepLoop:
         except Exception:
             log.warning("process_output_result raised on a failed run", exc_info=True)
         await self._finish_chunk(step, "error", finish_reason="error")
+
+
+def _calls_first(processed: list[AttrDict]) -> bool:
+    """Did a tool call's input begin streaming before the step's first text?"""
+    kinds = [p["type"] for p in processed]
+    first_text = kinds.index("text-delta") if "text-delta" in kinds else len(kinds)
+    return any(k in ("tool-call-input-streaming-start", "tool-call") for k in kinds[:first_text])

@@ -15,7 +15,9 @@ Endpoints
                                (that model's queue when given, else the global one)
   DELETE /_fake/script         drop queued scripts (all, or only `?model=`)
   GET    /_fake/requests       {"requests": [{model, path, stream, scripted, headers, body, time}]},
-                               `?model=` filters; time is Unix seconds; auth headers are redacted
+                               `?model=` filters; time is Unix seconds; auth headers are redacted;
+                               an OpenAI request that streams (or is held by `delay`) also gets
+                               `closed_by` ("server" | "client": who ended it) and `closed_at`
   POST   /_fake/limit          {"model": name, "rps": n | null}: answer 429 (Retry-After: 1) above n
                                requests/s of that model; journaled with `limited: true`
   POST   /_fake/reset          drop scripts, limits and the journal
@@ -346,6 +348,26 @@ async def _stream(events: list[str], script: dict[str, Any], app: Starlette) -> 
         yield _flush(buf)
 
 
+def _closed(entry: dict[str, Any], by: str) -> None:
+    entry["closed_by"], entry["closed_at"] = by, time.time()
+
+
+async def _journaled(body: AsyncIterator[bytes], entry: dict[str, Any]) -> AsyncIterator[bytes]:
+    """``body``, noting in the request's journal entry who ended it and when: ``closed_by``
+    ``"server"`` (the body was sent, or its scripted fault ended it) or ``"client"`` (the client
+    closed the connection first), and ``closed_at`` (epoch seconds)."""
+    try:
+        async for block in body:
+            yield block
+    except InjectedDisconnect:
+        _closed(entry, "server")
+        raise
+    except BaseException:
+        _closed(entry, "client")
+        raise
+    _closed(entry, "server")
+
+
 async def _faulty_body(data: bytes, script: dict[str, Any], app: Starlette) -> AsyncIterator[bytes]:
     """A non-stream body with the scripted fault: half the JSON, then the fault."""
     if script["fail"] == "error_event":
@@ -380,12 +402,14 @@ async def chat_completions(request: Request) -> Response:
         return limited
     script = store.take(model)
     headers = {k: ("<redacted>" if k in _REDACTED else v) for k, v in request.headers.items()}
-    store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
-                          "scripted": script is not None, "headers": headers, "body": body, "time": time.time()})
+    entry = {"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
+             "scripted": script is not None, "headers": headers, "body": body, "time": time.time()}
+    store.journal.append(entry)
     log.debug("chat completion model=%s stream=%s scripted=%s", model, bool(body.get("stream")), script is not None)
     script = script or {}
     out_headers = {str(k): str(v) for k, v in script.get("headers", {}).items()}
     if script.get("delay") and not await _pause(app, script["delay"], request):
+        _closed(entry, "client")
         return Response(status_code=499)
     if "raw" in script:
         media_type = script.get("content_type", "application/json")
@@ -397,8 +421,8 @@ async def chat_completions(request: Request) -> Response:
     if body.get("stream"):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
         events = _sse_events(reply, model or "fake-model", include_usage, script.get("usage_on_finish", False))
-        return StreamingResponse(_stream(events, script, app), status, {"cache-control": "no-cache", **out_headers},
-                                 media_type="text/event-stream")
+        return StreamingResponse(_journaled(_stream(events, script, app), entry), status,
+                                 {"cache-control": "no-cache", **out_headers}, media_type="text/event-stream")
     data = json.dumps(_completion(reply, model or "fake-model")).encode()
     if "fail" in script:
         return StreamingResponse(_faulty_body(data, script, app), status, out_headers, media_type="application/json")

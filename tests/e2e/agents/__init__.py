@@ -7,6 +7,7 @@
 * :mod:`.tools` — tools, their hooks and gates, tool-written data parts, big results.
 * :mod:`.notifications` — notification delivery policies and the inbox tool.
 * :mod:`.providers` — model-level retries, fallback models, request edits of error processors.
+* :mod:`.streams` — stream normalisation (issue 15): stalls, mixed text and calls, usage shapes.
 * :mod:`.crashes` — a model per (thread, step) and a counted side effect, for crash and chaos tests.
 * :mod:`.hostile` — dirty text, blocking user code, a result that cannot be stored (issue 15).
 
@@ -19,10 +20,11 @@ from __future__ import annotations
 
 from threadline.runtime import Agent
 
-from . import basics, crashes, hostile, notifications, processing, providers, retries, tools
+from . import basics, crashes, hostile, notifications, processing, providers, retries, streams, tools
 
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
-                       *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents]
+                       *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents,
+                       *streams.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named

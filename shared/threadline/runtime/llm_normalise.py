@@ -1,0 +1,246 @@
+"""One set of rules for a streamed model answer, whichever path read it (docs/decisions.md §20).
+
+:class:`StreamNormaliser` is fed the chunk dicts of an OpenAI-compatible stream (``{"choices":
+[{"index", "delta", "finish_reason"}], "usage"}``) as :mod:`threadline.runtime.llm_stream` hands
+them over — decoded from the provider's SSE bytes, converted from the openai SDK's objects or from
+litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload}``). The rules:
+
+* **Tool calls** are keyed by ``index`` *and* ``id``: a fragment whose ``id`` is new starts a new
+  call, even at an index already used (Gemini-style streams number every call 0); a fragment
+  without an ``id`` continues the call last started at its index (a fragment without an index
+  takes its position in its delta); a fragment repeating a known ``id`` continues that call. A
+  call started without an ``id`` is named ``call_<n>`` (``n`` its position among the step's
+  calls) and takes the first ``id`` fragment at its index as its own continuation.
+* **Arguments** ``""``, ``null``, absent or the JSON ``null`` are ``{}``; arguments sent as an
+  object are taken as is; text that is not JSON is kept as ``{"__raw": text}``.
+* **Finish reason**: the provider's, mapped to Mastra's (``tool-calls`` whenever calls were
+  streamed, unless the answer was cut by ``length``). A stream that ended cleanly without one is
+  accepted, the reason inferred: ``tool-calls`` when calls were streamed, else ``stop``.
+* **Usage** is read from any chunk that carries it (a ``choices: []`` chunk, a chunk with an
+  empty delta, the finish chunk); the last report wins. ``prompt_tokens_details.cached_tokens``
+  (or Anthropic's ``cache_read_input_tokens``) is ``cachedInputTokens``,
+  ``completion_tokens_details.reasoning_tokens`` is ``reasoningTokens``; every count is an
+  integer (a numeric string is converted; anything else is dropped).
+* **End of the stream**: clean with no event at all (an empty or non-SSE ``200`` body) is the
+  error kind ``bad_response``; cut off (the connection dropped, the body incomplete) is
+  ``stream_interrupted``; both are retryable (:func:`bad_response`, :func:`interrupted`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+from threadline.errors import ModelCallError
+from threadline.text import clean_json, clean_text, loads_clean
+
+FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
+          "length": "length", "content_filter": "content-filter"}
+"""Provider finish reasons and Mastra's names for them; any other is ``other``."""
+USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens")
+
+
+def bad_response(detail: str = "the response has no stream events") -> ModelCallError:
+    """The error of a ``200`` answer that is not a stream: an empty or non-SSE body (kind
+    ``bad_response``, retryable)."""
+    return ModelCallError(f"the model returned a 200 response that is not a stream: {detail}",
+                          kind="bad_response", status_code=200, retryable=True)
+
+
+def interrupted(cause: BaseException) -> ModelCallError:
+    """The error of a stream cut off before its end (kind ``stream_interrupted``, retryable)."""
+    err = ModelCallError(f"the model stream was cut off before its end: {type(cause).__name__}: {cause}"[:500],
+                         kind="stream_interrupted", retryable=True)
+    err.__cause__ = cause
+    return err
+
+
+def _get(obj: Any, key: str) -> Any:
+    return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
+
+
+def count(value: Any) -> int | None:
+    """A token count as an integer: ints as they are, integral floats and numeric strings
+    converted; ``None`` for anything else (booleans included)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            return None
+    return None
+
+
+def usage(raw: Any) -> dict[str, int]:
+    """Mastra's usage from a provider usage report (a dict or an object): ``inputTokens``,
+    ``outputTokens``, ``totalTokens`` (their sum when not reported), and ``cachedInputTokens`` /
+    ``reasoningTokens`` when reported and non-zero. All integers."""
+    inp, out = count(_get(raw, "prompt_tokens")), count(_get(raw, "completion_tokens"))
+    if inp is None:
+        inp = count(_get(raw, "input_tokens"))
+    if out is None:
+        out = count(_get(raw, "output_tokens"))
+    total = count(_get(raw, "total_tokens"))
+    result = {"inputTokens": inp or 0, "outputTokens": out or 0,
+              "totalTokens": total if total is not None else (inp or 0) + (out or 0)}
+    cached = count(_get(_get(raw, "prompt_tokens_details"), "cached_tokens"))
+    if cached is None:
+        cached = count(_get(raw, "cache_read_input_tokens"))
+    reasoning = count(_get(_get(raw, "completion_tokens_details"), "reasoning_tokens"))
+    if cached:
+        result["cachedInputTokens"] = cached
+    if reasoning:
+        result["reasoningTokens"] = reasoning
+    return result
+
+
+def parse_args(text: str, obj: Any = None) -> Any:
+    """A call's arguments: ``obj`` when they came as an object, else ``text`` parsed; empty,
+    whitespace or ``null`` is ``{}``; text that is not JSON is ``{"__raw": text}``."""
+    if isinstance(obj, dict):
+        return clean_json(obj)
+    if not text.strip():
+        return {}
+    try:
+        parsed = loads_clean(text)  # an escaped lone surrogate half is read and replaced (decision 18)
+    except ValueError:
+        return {"__raw": text}
+    return {} if parsed is None else parsed
+
+
+class StreamNormaliser:
+    """Turns one stream's chunk dicts into Mastra chunks and fills ``outcome`` (a
+    :class:`threadline.runtime.llm.ModelOutcome`).
+
+    Call :meth:`feed` per chunk and :meth:`end` once the stream ended cleanly; both return the
+    Mastra chunks to yield. ``events`` counts the chunks fed.
+    """
+
+    def __init__(self, outcome: Any, *, take_usage: bool = True) -> None:
+        self.outcome = outcome
+        self.take_usage = take_usage
+        """False: usage on the chunks is ignored (litellm invented it; the provider sent none)."""
+        self.events = 0
+        self._text_open = self._reasoning_open = False
+        self._calls: list[dict[str, Any]] = []
+        self._at_index: dict[int, dict[str, Any]] = {}
+        self._by_id: dict[str, dict[str, Any]] = {}
+
+    def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
+        """The Mastra chunks for one stream chunk."""
+        self.events += 1
+        out: list[dict[str, Any]] = []
+        raw_usage = chunk.get("usage")
+        if raw_usage and self.take_usage:
+            self.outcome.usage = usage(raw_usage)
+        for choice in chunk.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            delta = choice.get("delta")
+            if delta:
+                self._delta(delta, out)
+            finish = choice.get("finish_reason")
+            if finish:
+                self.outcome.raw_finish_reason = finish
+            break  # one choice (n=1)
+        return out
+
+    def _delta(self, delta: dict[str, Any], out: list[dict[str, Any]]) -> None:
+        reasoning = delta.get("reasoning_content")
+        if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
+            reasoning = delta.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
+            if not self._reasoning_open:
+                self._reasoning_open = True
+                out.append({"type": "reasoning-start", "payload": {"id": "r0"}})
+            self.outcome.reasoning += reasoning
+            out.append({"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}})
+        content = delta.get("content")
+        if (content or delta.get("tool_calls")) and self._reasoning_open:  # reasoning comes first
+            self._reasoning_open = False
+            out.append({"type": "reasoning-end", "payload": {"id": "r0"}})
+        if content and isinstance(content, str):
+            content = clean_text(content)
+            if not self._text_open:
+                self._text_open = True
+                out.append({"type": "text-start", "payload": {"id": "t0"}})
+            self.outcome.text += content
+            out.append({"type": "text-delta", "payload": {"id": "t0", "text": content}})
+        unindexed = 0
+        for fragment in delta.get("tool_calls") or ():
+            if not isinstance(fragment, dict):
+                continue
+            index = fragment.get("index")
+            if not isinstance(index, int):  # numbered by position, as litellm numbers them
+                index, unindexed = unindexed, unindexed + 1
+            self._fragment(index, fragment, out)
+
+    def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
+        fn = fragment.get("function") or {}
+        name = fn.get("name") if isinstance(fn, dict) else None
+        name = clean_text(name) if isinstance(name, str) else None
+        args = fn.get("arguments") if isinstance(fn, dict) else None
+        args = clean_text(args) if isinstance(args, str) else args
+        call_id = fragment.get("id") or None
+        call_id = clean_text(call_id) if isinstance(call_id, str) else None
+        entry = self._by_id.get(call_id) if call_id else None
+        if entry is None:
+            current = self._at_index.get(index)
+            if current is not None and (call_id is None or not current["provided"]):
+                entry = current  # continues the call at this index (and adopts its first id)
+                if call_id is not None:  # the chunks already name it: the id is only recorded
+                    entry["provided"] = True
+                    self._by_id[call_id] = entry
+        if entry is None:
+            entry = {"toolCallId": call_id or f"call_{len(self._calls)}", "toolName": "", "argsText": "",
+                     "argsObject": None, "provided": call_id is not None, "started": False}
+            self._calls.append(entry)
+            if call_id is not None:
+                self._by_id[call_id] = entry
+        self._at_index[index] = entry
+        if name and not entry["toolName"]:
+            entry["toolName"] = name
+        if not entry["started"]:
+            entry["started"] = True
+            out.append({"type": "tool-call-input-streaming-start",
+                        "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
+        if isinstance(args, dict):
+            entry["argsObject"] = args
+        elif args and isinstance(args, str):
+            entry["argsText"] += args
+            out.append({"type": "tool-call-delta",
+                        "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
+                                    "toolName": entry["toolName"]}})
+
+    def end(self) -> list[dict[str, Any]]:
+        """The closing chunks of a stream that ended cleanly (text/reasoning ends, each call's
+        ``tool-call-input-streaming-end`` and ``tool-call``); sets the outcome's tool calls and
+        finish reason."""
+        out: list[dict[str, Any]] = []
+        if self._reasoning_open:
+            out.append({"type": "reasoning-end", "payload": {"id": "r0"}})
+        if self._text_open:
+            out.append({"type": "text-end", "payload": {"id": "t0"}})
+        for entry in self._calls:
+            call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
+                    "args": parse_args(entry["argsText"], entry["argsObject"])}
+            self.outcome.tool_calls.append(call)
+            out.append({"type": "tool-call-input-streaming-end", "payload": {"toolCallId": entry["toolCallId"]}})
+            out.append({"type": "tool-call", "payload": dict(call)})
+        self.outcome.finish_reason = finish_reason(self.outcome.raw_finish_reason, bool(self._calls))
+        return out
+
+
+def finish_reason(raw: str | None, had_calls: bool) -> str:
+    """Mastra's finish reason of a step from the provider's (``None``: none was sent)."""
+    if raw is None:
+        return "tool-calls" if had_calls else "stop"
+    if had_calls and raw != "length":
+        return "tool-calls"
+    return FINISH.get(raw, "other")
