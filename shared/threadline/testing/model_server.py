@@ -381,8 +381,8 @@ async def chat_completions(request: Request) -> Response:
     model = body["model"] if isinstance(body.get("model"), str) else None
     if (unpaired := pairing.openai_pairing_error(body.get("messages"))) is not None:
         pairing.refuse(request, body, model, unpaired)
-        error = {"message": unpaired, "type": "invalid_request_error", "param": "messages", "code": None}
-        return JSONResponse({"error": error}, 400)
+        return JSONResponse({"error": {"message": unpaired, "type": "invalid_request_error", "param": "messages",
+                                       "code": None}}, 400)
     limited = rate_limited(store, model, request, body)
     if limited is not None:
         return limited
