@@ -9,6 +9,7 @@ import uuid
 from typing import Any
 
 from tests.e2e.helpers import collect_run, content, execute, rows, run_row, run_stream, wait_idle
+from tests.e2e.helpers import kept_chunks as kept
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -24,18 +25,6 @@ async def _charges(dsn: str, run_ids: list[str]) -> tuple[int, int]:
 
 async def _table(dsn: str) -> None:
     await execute(dsn, "CREATE TABLE IF NOT EXISTS b03_charges (run_id text, tool_call_id text, kind text, amount int)")
-
-
-def kept(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The chunks a subscriber keeps once every dead attempt is known: an ``attempt-discarded
-    {step, attempt}`` kills that attempt and the earlier ones of the step (whenever it arrives)."""
-    dead: dict[tuple[str, int], int] = {}
-    for c in chunks:
-        if c["type"] == "attempt-discarded":
-            key = (c["runId"], c["payload"]["step"])
-            dead[key] = max(dead.get(key, -1), c["payload"]["attempt"])
-    return [c for c in chunks if c["type"] == "attempt-discarded"
-            or c["attempt"] > dead.get((c["runId"], c["step"]), -1)]
 
 
 def _text(chunks: list[dict[str, Any]]) -> str:
