@@ -32,6 +32,20 @@ def model(model_server: RunningServer) -> ModelScript:
     return script
 
 
+@pytest.fixture(autouse=True)
+def paired_history(request: pytest.FixtureRequest, model_server: RunningServer) -> Iterator[None]:
+    """Suite-wide: no model request of the test may break tool-call pairing (the fake server refuses
+    it with HTTP 400 and counts it; ``threadline.testing.pairing``). A test that sends an unpaired
+    history on purpose opts out with ``@pytest.mark.unpaired_history``."""
+    fake = ModelScript(model_server.url)
+    fake.pairing(clear=True)
+    yield
+    seen = fake.pairing(clear=True)
+    if seen["count"] and request.node.get_closest_marker("unpaired_history") is None:
+        reasons = "\n".join(v["reason"] for v in seen["violations"])
+        pytest.fail(f"{seen['count']} model request(s) broke tool-call pairing:\n{reasons}", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def services(cluster, model_server, tmp_path_factory) -> Iterator[ServiceSet]:
     log_dir = tmp_path_factory.mktemp("service-logs")

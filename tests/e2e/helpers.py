@@ -128,3 +128,16 @@ async def explain_run(dsn: str, run_id: str, logs: Sequence[Path] = ()) -> str:
         lines = [ln for ln in Path(path).read_text(errors="replace").splitlines() if "[threadline" in ln]
         out += [f"--- {Path(path).name} (last 40 Threadline lines)"] + [ln[:400] for ln in lines[-40:]]
     return "\n".join(out)
+
+
+def kept_chunks(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chunks a subscriber keeps once every dead attempt is known: an ``attempt-discarded
+    {step, attempt}`` kills that attempt and the earlier ones of the run's step, whenever it arrives
+    (a live subscriber has already shown what came before it)."""
+    dead: dict[tuple[str, int], int] = {}
+    for c in chunks:
+        if c["type"] == "attempt-discarded":
+            key = (c["runId"], c["payload"]["step"])
+            dead[key] = max(dead.get(key, -1), c["payload"]["attempt"])
+    return [c for c in chunks if c["type"] == "attempt-discarded"
+            or c["attempt"] > dead.get((c["runId"], c["step"]), -1)]

@@ -155,11 +155,14 @@ class ServiceSet:
     cwd: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
-    def start(self, name: str, instance: str, timeout_s: float = 60, **extra_env: str) -> None:
-        """Start one instance and wait for its ``service started`` log line.
+    def start(self, name: str, instance: str, timeout_s: float | None = None, **extra_env: str) -> None:
+        """Start one instance and wait for its ``service started`` log line (``timeout_s``, default
+        ``THREADLINE_TEST_START_TIMEOUT_S`` or 60 s: a shared, loaded machine imports slowly).
 
         Raises ``RuntimeError`` (with the log's tail) if it exits or does not start in time.
         """
+        if timeout_s is None:
+            timeout_s = float(os.environ.get("THREADLINE_TEST_START_TIMEOUT_S", "60"))
         env = {**self.env, "THREADLINE_INSTANCE_ID": instance, **extra_env}
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{instance}.log"

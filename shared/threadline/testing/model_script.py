@@ -162,6 +162,11 @@ class ModelScript:
         """The journal, oldest first: [{model, path, stream, scripted, headers, body, time}]."""
         return self._call("GET", "/_fake/requests", params={"model": model} if model else None)["requests"]
 
+    def pairing(self, *, clear: bool = False) -> dict[str, Any]:
+        """The pairing validator's ``{"count": n, "violations": [{path, model, reason}]}`` (requests
+        refused for a broken tool-call pairing); ``clear`` sets the count back to 0 after reading."""
+        return self._call("POST" if clear else "GET", "/_fake/pairing")
+
     async def aqueue(self, scripts: Script | list[Script], model: str | None = None) -> int:
         return (await self._acall("POST", "/_fake/script", json=self._payload(scripts, model)))["queued"]
 

@@ -22,6 +22,8 @@ Endpoints
                                requests/s of that model; journaled with `limited: true`
   POST   /_fake/reset          drop scripts, limits and the journal
   GET    /_fake/health         {"status": "ok", "queued": n}
+  GET    /_fake/pairing        {"count": n, "violations": [...]}: requests refused (400) for a broken
+                               tool-call pairing (module pairing); POST reads and clears it
 
 A request takes the head of its model's queue, else of the global queue, else gets the default
 reply: "You said: <last user message>" in word chunks, finish "stop", estimated usage.
@@ -65,6 +67,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from threadline.testing import pairing
 
 log = logging.getLogger(__name__)
 
@@ -397,6 +401,10 @@ async def chat_completions(request: Request) -> Response:
         error = {"message": "The body must be a JSON object.", "type": "invalid_request_error"}
         return JSONResponse({"error": error}, 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
+    if (unpaired := pairing.openai_pairing_error(body.get("messages"))) is not None:
+        pairing.refuse(request, body, model, unpaired)
+        return JSONResponse({"error": {"message": unpaired, "type": "invalid_request_error", "param": "messages",
+                                       "code": None}}, 400)
     limited = rate_limited(store, model, request, body)
     if limited is not None:
         return limited
@@ -515,8 +523,10 @@ def create_app() -> Starlette:
         Route("/_fake/requests", journal, methods=["GET"]),
         Route("/_fake/reset", reset, methods=["POST"]),
         Route("/_fake/health", health, methods=["GET"]),
+        Route("/_fake/pairing", pairing.pairing_endpoint, methods=["GET", "POST"]),
     ])
     app.state.store = ScriptStore()
+    app.state.pairing = pairing.PairingLog()
     app.state.stopping = lambda: False
     uv_log = logging.getLogger("uvicorn.error")
     if not any(isinstance(f, _QuietInjected) for f in uv_log.filters):

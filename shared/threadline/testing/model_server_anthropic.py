@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from threadline.testing import model_server as base
+from threadline.testing import pairing
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -131,6 +132,9 @@ async def messages(request: Request) -> Response:
     if body is None:
         return JSONResponse(_error(400, {"message": "The body must be a JSON object."}), 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
+    if (unpaired := pairing.anthropic_pairing_error(body.get("messages"))) is not None:
+        pairing.refuse(request, body, model, unpaired)
+        return JSONResponse(_error(400, {"message": unpaired}), 400)
     limited = base.rate_limited(store, model, request, body)
     if limited is not None:
         return limited

@@ -1,0 +1,47 @@
+"""The replay rule (decision 25): a transcript rebuilt from chunks drops dead attempts, duplicates
+and the partial reply of a run that ended in error, and matches the stored messages' view."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from threadline.client.transcript import replay_transcript, stored_transcript
+
+
+def _c(run: str, seq: int, kind: str, *, step: int = 0, attempt: int = 1, **payload: Any) -> dict[str, Any]:
+    return {"runId": run, "seq": seq, "step": step, "attempt": attempt, "type": kind, "payload": payload}
+
+
+def _echo(run: str, seq: int, sid: str, text: str) -> dict[str, Any]:
+    return {"runId": run, "seq": seq, "step": 0, "attempt": 1, "type": "data-user-message",
+            "data": {"id": sid, "contents": text}}
+
+
+def test_replay_rule() -> None:
+    chunks = [
+        _echo("r1", 0, "s1", "hi"), _c("r1", 1, "start", messageId="a1"), _c("r1", 2, "step-start", messageId="a1"),
+        _c("r1", 3, "tool-call", toolCallId="k1"), _c("r1", 4, "step-finish", messageId="a1"),
+        _c("r1", 5, "step-start", step=1, messageId="a1"), _c("r1", 6, "text-delta", step=1, text="Char"),
+        {**_c("r1", 7, "attempt-discarded", step=1, attempt=2), "payload": {"step": 1, "attempt": 1}},
+        _c("r1", 8, "step-start", step=1, attempt=2, messageId="a1"),
+        _c("r1", 9, "text-delta", step=1, attempt=2, text="Charged."),
+        _c("r1", 9, "text-delta", step=1, attempt=2, text="Charged."),  # a duplicate delivery
+        _c("r1", 10, "finish", step=1, attempt=2, stepResult={"reason": "stop"}),
+        _echo("r2", 0, "s2", "again"), _c("r2", 1, "start", messageId="a2"),
+        _c("r2", 2, "text-delta", text="Partial"), _c("r2", 3, "error"),
+        _c("r2", 4, "finish", stepResult={"reason": "error"}),
+    ]
+    assert replay_transcript(chunks) == [
+        {"id": "s1", "role": "user", "text": "hi", "toolCallIds": []},
+        {"id": "a1", "role": "assistant", "text": "Charged.", "toolCallIds": ["k1"]},
+        {"id": "s2", "role": "user", "text": "again", "toolCallIds": []},
+    ]
+    stored = [
+        {"id": "s1", "role": "user", "content": {"parts": [{"type": "text", "text": "hi"}]}},
+        {"id": "a1", "role": "assistant", "content": {"parts": [
+            {"type": "step-start"},
+            {"type": "tool-invocation", "toolInvocation": {"toolCallId": "k1", "state": "result"}},
+            {"type": "text", "text": "Charged."}]}},
+        {"id": "s2", "role": "user", "content": {"parts": [{"type": "text", "text": "again"}]}},
+    ]
+    assert stored_transcript(stored) == replay_transcript(chunks)
