@@ -60,8 +60,8 @@ async def _hold_until_released(path: str) -> None:
     loop = asyncio.get_running_loop()
     until = loop.time() + _SECONDS
     # polling a file (not an Event): the release comes from the test process, outside this one
-    while not os.path.exists(path) and loop.time() < until:  # noqa: ASYNC240 - a stat per 50 ms, test-only
-        await asyncio.sleep(0.05)  # noqa: ASYNC110 - the release is a file written by another process
+    while not os.path.exists(path) and loop.time() < until:  # noqa: ASYNC110, ASYNC240 - a file written by another process, stat per 50 ms, tests only
+        await asyncio.sleep(0.05)
 
 
 # Fail points: ``THREADLINE_FAIL_POINTS=name`` makes the code at that point inject a real fault
