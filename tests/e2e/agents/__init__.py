@@ -8,6 +8,7 @@
 * :mod:`.notifications` — notification delivery policies and the inbox tool.
 * :mod:`.providers` — model-level retries, fallback models, request edits of error processors.
 * :mod:`.crashes` — a model per (thread, step) and a counted side effect, for crash and chaos tests.
+* :mod:`.outages` — B13/B15/B16/B17: duplicates, broker outages, new-thread subscribers, notification claims.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored
@@ -18,10 +19,11 @@ from __future__ import annotations
 
 from threadline.runtime import Agent
 
-from . import basics, crashes, notifications, processing, providers, retries, tools
+from . import basics, crashes, notifications, outages, processing, providers, retries, tools
 
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
                        *notifications.agents, *crashes.agents, *providers.agents]
+agents += outages.agents  # B13, B15, B16, B17
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named
