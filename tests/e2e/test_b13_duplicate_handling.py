@@ -89,13 +89,16 @@ async def test_b13_a_request_held_by_a_frozen_instance_is_handled_once(
                    THREADLINE_PAUSE_RELEASE=str(release))
     ingresses.append(i1)
     await asyncio.to_thread(services.wait_log, i1, "partitions assigned", 60)
-    async with ThreadlineClient(settings) as tl:
+    # the reply comes after the freeze, the session timeout and the hold: longer than the default wait
+    async with ThreadlineClient(settings.model_copy(update={"reply_timeout_s": 180})) as tl:
         sent = await tl.send_message(f"hi {thread}", agent_id="B13", resource_id=RES, thread_id=thread)
         await asyncio.to_thread(wait_file, pause, POINT, 30)  # I1's transaction is open, the lease row locked
         services.freeze(i1)
         if variant.startswith("b"):
+            await asyncio.sleep(1.5)
             idle = await rows(cluster.dsn, "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-                                           "AND state = 'idle in transaction'")
+                                           "AND state = 'idle in transaction' "
+                                           "AND now() - state_change > interval '1 second'")
             assert len(idle) == 1, idle  # I1's connection, frozen mid-transaction
             await rows(cluster.dsn, "SELECT pg_terminate_backend($1)", idle[0]["pid"])
         await asyncio.to_thread(services.start, "ingress", i2)
