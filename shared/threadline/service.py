@@ -6,6 +6,8 @@ the outbox relay, dead letters, the keyed consumer, and the FastStream applicati
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -31,21 +33,26 @@ log = get_logger(__name__)
 
 SHUTDOWN_GRACE_S = 10.0
 """How long a stopping service lets its in-flight records finish (then they are handed back)."""
-SHUTDOWN_SLACK_S = 4.0
+SHUTDOWN_SLACK_S = 3.0
 """What the rest of a stop (commit, leave the group, flush, close) may take after the grace: a
 broker that is away cannot make a stop hang (B15; docs/decisions.md, decision 29)."""
 
 
 async def _bounded(what: str, aw: Any, deadline: float) -> None:
-    """Await ``aw`` until the loop time ``deadline`` at the latest; a step that times out or
-    fails is logged and left behind (the process is going away)."""
+    """Run ``aw`` until the loop time ``deadline`` at the latest; a step that does not finish is
+    cancelled and left behind without waiting for it (``asyncio.wait_for`` would wait for the
+    cancellation, which aiokafka's stop may ignore), a step that fails is logged."""
     remaining = max(0.1, deadline - asyncio.get_running_loop().time())
-    try:
-        await asyncio.wait_for(aw, remaining)
-    except TimeoutError:
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=remaining)
+    if not done:
+        task.cancel()
         log.warning("shutdown step did not finish in time; left behind", step=what, timeout_s=round(remaining, 2))
-    except Exception as exc:  # noqa: BLE001 - shutting down: report and go on with the next step
-        log.warning("shutdown step failed", step=what, error=repr(exc))
+        return
+    if task.cancelled():
+        log.warning("shutdown step was cancelled", step=what)
+    elif task.exception() is not None:
+        log.warning("shutdown step failed", step=what, error=repr(task.exception()))
 
 
 async def _until_connected(what: str, connect: Any) -> None:
@@ -166,4 +173,20 @@ def run(service_cls: type[Service]) -> None:
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
     app = build_app(service_cls(settings))
-    asyncio.run(app.run())
+    asyncio.run(_main(app))
+
+
+async def _main(app: FastStream) -> None:
+    """Run the app; once it stopped, tasks a bounded stop left behind (a broker that is away)
+    get 1 s to end after their cancellation, then the process exits anyway (decision 29)."""
+    await app.run()
+    leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leftovers:
+        task.cancel()
+    if leftovers:
+        _, pending = await asyncio.wait(leftovers, timeout=1.0)
+        if pending:
+            log.warning("tasks left behind at exit", tasks=len(pending))
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
