@@ -38,6 +38,11 @@ SHUTDOWN_SLACK_S = 3.0
 broker that is away cannot make a stop hang (B15; docs/decisions.md, decision 29)."""
 
 
+_left_behind: list[str] = []
+"""Shutdown steps a bounded stop left behind (the broker away): the process then exits without
+waiting for the event loop's own clean-up (its tasks and executor threads may wait on Kafka)."""
+
+
 async def _bounded(what: str, aw: Any, deadline: float) -> None:
     """Run ``aw`` until the loop time ``deadline`` at the latest; a step that does not finish is
     cancelled and left behind without waiting for it (``asyncio.wait_for`` would wait for the
@@ -46,10 +51,12 @@ async def _bounded(what: str, aw: Any, deadline: float) -> None:
     task = asyncio.ensure_future(aw)
     done, _ = await asyncio.wait({task}, timeout=remaining)
     if not done:
+        _left_behind.append(what)
         task.cancel()
         log.warning("shutdown step did not finish in time; left behind", step=what, timeout_s=round(remaining, 2))
         return
     if task.cancelled():
+        _left_behind.append(what)
         log.warning("shutdown step was cancelled", step=what)
     elif task.exception() is not None:
         log.warning("shutdown step failed", step=what, error=repr(task.exception()))
@@ -177,16 +184,18 @@ def run(service_cls: type[Service]) -> None:
 
 
 async def _main(app: FastStream) -> None:
-    """Run the app; once it stopped, tasks a bounded stop left behind (a broker that is away)
-    get 1 s to end after their cancellation, then the process exits anyway (decision 29)."""
+    """Run the app; once it stopped, leftover tasks get 1 s to end after their cancellation; when
+    some did not, or a bounded stop left a step behind (a broker that is away), the process exits
+    at once (decision 29)."""
     await app.run()
     leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in leftovers:
         task.cancel()
+    pending: set[asyncio.Task[Any]] = set()
     if leftovers:
         _, pending = await asyncio.wait(leftovers, timeout=1.0)
-        if pending:
-            log.warning("tasks left behind at exit", tasks=len(pending))
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+    if pending or _left_behind:
+        log.warning("exiting without the event loop's clean-up", tasks=len(pending), left_behind=_left_behind)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
