@@ -111,7 +111,11 @@ async def test_b15_a_broker_outage_hangs_no_producer_shutdown_or_client(services
             await at(10)
             w1_pid = services.pid(W1)
             t_term = time.monotonic()
-            w1_stop = asyncio.create_task(asyncio.to_thread(services.stop, W1, signal.SIGTERM, 60))
+            def stop_w1() -> float:  # seconds from SIGTERM to the process's exit
+                services.stop(W1, signal.SIGTERM, 60)
+                return time.monotonic() - t_term
+
+            w1_stop = asyncio.create_task(asyncio.to_thread(stop_w1))
             replacement = asyncio.create_task(asyncio.to_thread(services.start, "processor_worker",
                                                                 "processor_worker-1b", 240))
             await at(12)
@@ -132,8 +136,7 @@ async def test_b15_a_broker_outage_hangs_no_producer_shutdown_or_client(services
                 return done, time.monotonic() - c0
 
             (error, client_s), (cli, cli_s) = await asyncio.gather(client_call(), asyncio.to_thread(cli_call))
-            await w1_stop
-            w1_s = time.monotonic() - t_term
+            w1_s = await w1_stop
             await at(50)
             alive_in_outage = services.alive()
             await asyncio.to_thread(start_broker)
