@@ -3,9 +3,9 @@
 Idempotency is held in the store, not in a process: an event id is claimed by a row of
 ``processed_events`` in the routing transaction, so an instance that receives a request another
 one is still routing waits on that row's unique key, and then answers as a duplicate (the stored
-reply) — never an error reply, never a dead letter. State signals of one thread take the
-thread's lease row lock before reading their lane, so two racing ones are decided one after
-the other (versions never reused).
+reply) — never an error reply, never a dead letter. State signals of one thread upsert the
+thread's row before reading their lane, so two racing ones are decided one after the other
+(versions never reused).
 """
 
 from __future__ import annotations

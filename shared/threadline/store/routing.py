@@ -122,13 +122,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
         signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name)
         await ensure_thread(conn, req.resource_id, req.thread_id, dict(req.thread) if req.thread else None)
-        if req.state is not None:
-            # the lane is read under the thread's lease row lock (lock order: lease, then lane), so
-            # state signals racing through two instances are decided one after the other even when
-            # the lane has no row yet (B13: one accepted + one skipped; versions never reused)
-            await leases.lock_thread(conn, req.resource_id, req.thread_id)
-            if isinstance(await _state_lane(conn, req, signal), Skip):
-                return await answer(Skipped(request_id=req.event_id))
+        if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
+            return await answer(Skipped(request_id=req.event_id))
     except (RequestRejected, InvalidEventError) as exc:
         message = exc.message if isinstance(exc, RequestRejected) else str(exc)
         return await answer(ErrorReply(request_id=req.event_id, code=exc.code, message=message))
