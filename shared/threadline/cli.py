@@ -44,12 +44,15 @@ def _run(coro: Any) -> None:
     """Run a command's coroutine; bad input and refusals print an error line, never a traceback."""
     from pydantic import ValidationError
 
-    from threadline.client.client import RequestFailed
+    from threadline.client.client import BrokerUnavailableError, RequestFailed
 
     try:
         asyncio.run(coro)
     except RequestFailed as exc:
         _print(exc.reply)
+        raise typer.Exit(2) from None
+    except BrokerUnavailableError as exc:
+        _print({"type": "error", "code": "broker_unavailable", "message": str(exc)})
         raise typer.Exit(2) from None
     except ValidationError as exc:
         _print({"type": "error", "code": "validation_failed",

@@ -6,6 +6,8 @@ the outbox relay, dead letters, the keyed consumer, and the FastStream applicati
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -18,7 +20,7 @@ from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
-from threadline.kafka.handling import DeadLetters, guarded
+from threadline.kafka.handling import DeadLetters, guarded, is_transient
 from threadline.kafka.producer import Producer
 from threadline.logging import configure, get_logger
 from threadline.payloads import PayloadStore
@@ -28,6 +30,52 @@ from threadline.store.outbox import Outbox, OutboxRelay
 from threadline.topics import Topics
 
 log = get_logger(__name__)
+
+SHUTDOWN_GRACE_S = 10.0
+"""How long a stopping service lets its in-flight records finish (then they are handed back)."""
+SHUTDOWN_SLACK_S = 3.0
+"""What the rest of a stop (commit, leave the group, flush, close) may take after the grace: a
+broker that is away cannot make a stop hang (B15; docs/decisions.md, decision 29)."""
+
+
+_left_behind: list[str] = []
+"""Shutdown steps a bounded stop left behind (the broker away): the process then exits without
+waiting for the event loop's own clean-up (its tasks and executor threads may wait on Kafka)."""
+
+
+async def _bounded(what: str, aw: Any, deadline: float) -> None:
+    """Run ``aw`` until the loop time ``deadline`` at the latest; a step that does not finish is
+    cancelled and left behind without waiting for it (``asyncio.wait_for`` would wait for the
+    cancellation, which aiokafka's stop may ignore), a step that fails is logged."""
+    remaining = max(0.1, deadline - asyncio.get_running_loop().time())
+    task = asyncio.ensure_future(aw)
+    done, _ = await asyncio.wait({task}, timeout=remaining)
+    if not done:
+        _left_behind.append(what)
+        task.cancel()
+        log.warning("shutdown step did not finish in time; left behind", step=what, timeout_s=round(remaining, 2))
+        return
+    if task.cancelled():
+        _left_behind.append(what)
+        log.warning("shutdown step was cancelled", step=what)
+    elif task.exception() is not None:
+        log.warning("shutdown step failed", step=what, error=repr(task.exception()))
+
+
+async def _until_connected(what: str, connect: Any) -> None:
+    """Call ``connect()`` until it succeeds: a broker that is away at start-up is waited for
+    (with backoff, logged), not a reason to exit. Other errors are raised."""
+    delay = 0.5
+    while True:
+        try:
+            await connect()
+            return
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("kafka unreachable at start-up; retrying", step=what, error=repr(exc), retry_in_s=delay)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 5.0)
 
 
 class Service:
@@ -71,10 +119,10 @@ class Service:
         if applied:
             log.info("migrations applied", ids=applied)
         await self.db.start()
-        await self.producer.start()
-        await self.admin.start()
-        await self.admin.ensure(sorted({*self.topics.internal(), *self.topics_in()}),
-                                partitions=self.settings.partitions)
+        await _until_connected("producer", self.producer.start)
+        await _until_connected("admin", self.admin.start)
+        await _until_connected("topics", lambda: self.admin.ensure(sorted({*self.topics.internal(), *self.topics_in()}),
+                                                                   partitions=self.settings.partitions))
         await self.setup()
         await self.relay.start()
         self.consumer = KeyedConsumer(
@@ -87,19 +135,23 @@ class Service:
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s,
             max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms,
             fetch_max_wait_ms=self.settings.kafka_fetch_max_wait_ms)
-        await self.consumer.start()
+        await _until_connected("consumer", self.consumer.start)
         log.info("service started", service=self.name, topics=self.topics_in(),
                  statement_cache=self.settings.pg_use_statement_cache,
                  pg_mode="transaction-pooling" if self.settings.pg_transaction_pooling else "session")
 
     async def stop(self) -> None:
-        """Drain in-flight records, then close everything."""
+        """Drain in-flight records (up to :data:`SHUTDOWN_GRACE_S`), then close everything within
+        :data:`SHUTDOWN_SLACK_S` more, even when the broker is away (what cannot be flushed or
+        committed then is redelivered / re-published from the outbox later)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S
         if self.consumer is not None:
-            await self.consumer.stop()
-        await self.relay.stop()
-        await self.admin.stop()
-        await self.producer.stop()
-        await self.db.stop()
+            await _bounded("consumer", self.consumer.stop(grace_s=SHUTDOWN_GRACE_S), deadline - 2.0)
+        await _bounded("outbox relay", self.relay.stop(), deadline - 1.5)
+        await _bounded("topic admin", self.admin.stop(), deadline - 1.2)
+        await _bounded("producer", self.producer.stop(), deadline - 0.5)
+        await _bounded("database", self.db.stop(), deadline)
         log.info("service stopped", service=self.name)
 
 
@@ -128,4 +180,22 @@ def run(service_cls: type[Service]) -> None:
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
     app = build_app(service_cls(settings))
-    asyncio.run(app.run())
+    asyncio.run(_main(app))
+
+
+async def _main(app: FastStream) -> None:
+    """Run the app; once it stopped, leftover tasks get 1 s to end after their cancellation; when
+    some did not, or a bounded stop left a step behind (a broker that is away), the process exits
+    at once (decision 29)."""
+    await app.run()
+    leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in leftovers:
+        task.cancel()
+    pending: set[asyncio.Task[Any]] = set()
+    if leftovers:
+        _, pending = await asyncio.wait(leftovers, timeout=1.0)
+    if pending or _left_behind:
+        log.warning("exiting without the event loop's clean-up", tasks=len(pending), left_behind=_left_behind)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -2,6 +2,8 @@
 
 * ``kill_at(services, name, instance, point)``: start an instance armed with a pause point, wait
   until it holds there, ``kill -9`` it;
+* ``stop_broker()`` / ``start_broker()``: a broker outage of the test's chosen length (same
+  conditions as ``restart_broker``);
 * ``restart_broker()`` / ``restart_postgres()``: restart the native cluster the test session uses
   (``deploy/native/kafka.sh`` / ``postgres.sh`` with the ports in the environment); only when the
   cluster was started from this checkout — under Docker (testcontainers) or against another
@@ -32,7 +34,7 @@ NATIVE = ROOT / "deploy" / "native"
 
 
 __all__ = ["Observer", "force_rebalance", "kill_at", "read_all", "restart_broker", "restart_postgres",
-           "restart_unavailable", "wait_file"]
+           "restart_unavailable", "start_broker", "stop_broker", "wait_file"]
 
 
 def kill_at(services: Any, name: str, instance: str, point: str, pause_file: Path,
@@ -82,6 +84,16 @@ def restart_broker(down_s: float = 0.0) -> float:
     time.sleep(down_s)
     _native("kafka.sh", "start")
     return time.monotonic() - t0
+
+
+def stop_broker() -> None:
+    """Stop the broker (SIGTERM, ``deploy/native/kafka.sh stop``); it stays away until :func:`start_broker`."""
+    _native("kafka.sh", "stop")
+
+
+def start_broker() -> None:
+    """Start the broker stopped by :func:`stop_broker` (tried again if a start fails)."""
+    _native("kafka.sh", "start")
 
 
 def restart_postgres(down_s: float = 0.0) -> float:

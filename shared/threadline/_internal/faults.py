@@ -2,6 +2,8 @@
 
 ``THREADLINE_PAUSE_POINTS=name1,name2`` makes a process stop at those points: it appends the
 point's name to ``THREADLINE_PAUSE_FILE`` and sleeps, so a test can ``kill -9`` it exactly there.
+With ``THREADLINE_PAUSE_RELEASE=<path>`` the hold also ends once that file exists (a test
+releases a held — possibly frozen and resumed — process at a moment of its choosing).
 Without the variable a pause point costs one dict lookup.
 """
 
@@ -14,6 +16,7 @@ _POINTS = frozenset(p for p in os.environ.get("THREADLINE_PAUSE_POINTS", "").spl
 _FILE = os.environ.get("THREADLINE_PAUSE_FILE")
 _SECONDS = float(os.environ.get("THREADLINE_PAUSE_SECONDS", "3600"))
 _DEAF = os.environ.get("THREADLINE_PAUSE_DEAF") == "1"  # a stalled owner: aborts do not reach it
+_RELEASE = os.environ.get("THREADLINE_PAUSE_RELEASE")
 
 
 def deaf() -> bool:
@@ -35,6 +38,9 @@ async def pause_point(name: str) -> None:
     if _FILE:
         with open(_FILE, "a") as fh:  # noqa: ASYNC230 - fault injection in tests only; one short line
             fh.write(name + "\n")
+    if _RELEASE:
+        await _hold_until_released(_RELEASE)
+        return
     if not _DEAF:
         await asyncio.sleep(_SECONDS)
         return
@@ -47,6 +53,15 @@ async def pause_point(name: str) -> None:
             task = asyncio.current_task()
             if task is not None:
                 task.uncancel()
+
+
+async def _hold_until_released(path: str) -> None:
+    """Hold until the file at ``path`` exists (polled every 50 ms), at most ``_SECONDS``."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + _SECONDS
+    # polling a file (not an Event): the release comes from the test process, outside this one
+    while not os.path.exists(path) and loop.time() < until:  # noqa: ASYNC110, ASYNC240 - a file written by another process, stat per 50 ms, tests only
+        await asyncio.sleep(0.05)
 
 
 # Fail points: ``THREADLINE_FAIL_POINTS=name`` makes the code at that point inject a real fault

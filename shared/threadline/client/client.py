@@ -11,8 +11,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from typing import Any
+
+from aiokafka.errors import KafkaError
 
 from threadline.client.replies import ReplyListener
 from threadline.client.subscription import ThreadSubscription
@@ -36,6 +39,12 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
+
+
+class BrokerUnavailableError(ThreadlineError):
+    """The Kafka broker could not be reached in time: the client could not start, or a request
+    was not acknowledged within ``reply_timeout_s`` (it may still arrive later; ingress then
+    handles it once, by its event id)."""
 
 
 class RequestFailed(ThreadlineError):  # noqa: N818 - a public name, kept for compatibility
@@ -78,22 +87,35 @@ class ThreadlineClient:
         self._started = False
 
     async def start(self) -> None:
+        """Connect to the broker. Raises :class:`BrokerUnavailableError` when it cannot be
+        reached within ``reply_timeout_s``."""
         if self._started:
             return
+        try:
+            await asyncio.wait_for(self._connect(), self.settings.reply_timeout_s)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            await self._close(2.0)
+            raise BrokerUnavailableError(f"cannot reach the Kafka broker at {self.settings.kafka_bootstrap}: "
+                                         f"{type(exc).__name__} {exc}".rstrip()) from exc
+        self._started = True
+
+    async def _connect(self) -> None:
         await self._producer.start()
         await self._admin.start()
         await self._admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
         await self._replies.start()
-        self._started = True
 
     async def stop(self) -> None:
+        """Disconnect; with the broker away, every part gets a few seconds, then is left behind."""
         if not self._started:
             return
         self._started = False
-        await self._replies.stop()
-        await self._admin.stop()
-        await self._producer.stop()
-        await self._payloads.close()
+        await self._close(3.0)
+
+    async def _close(self, each_s: float) -> None:
+        for close in (self._replies.stop, self._admin.stop, self._producer.stop, self._payloads.close):
+            with contextlib.suppress(Exception):  # TimeoutError included: the broker is away
+                await asyncio.wait_for(close(), each_s)
 
     async def __aenter__(self) -> ThreadlineClient:
         await self.start()
@@ -106,7 +128,13 @@ class ThreadlineClient:
     async def publish(self, request: Event) -> None:
         """Publish a raw request event to the ingress topic, keyed by its thread."""
         key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]  # every ingress request has both
-        await self._producer.publish(self.topics.ingress, request, key=key)
+        timeout_s = self.settings.reply_timeout_s
+        try:
+            await asyncio.wait_for(self._producer.publish(self.topics.ingress, request, key=key), timeout_s)
+        except (TimeoutError, KafkaError) as exc:
+            raise BrokerUnavailableError(
+                f"request {request.event_id} not acknowledged by the Kafka broker within {timeout_s:g} s "
+                f"({type(exc).__name__}); it may still be delivered later and is then handled once") from exc
 
     def _agent(self, agent_id: str | None) -> str:
         agent = agent_id or self.default_agent

@@ -46,6 +46,9 @@ class ThreadSubscription:
         self._dead: dict[tuple[str, int], int] = {}  # (run, step) → highest dead attempt
         self._active: str | None = None
         self.last_offset: int | None = None
+        self.start_offset: int | None = None
+        """The topic offset the subscription started at, fixed before ``start`` returns: every
+        chunk at or after it is seen; a ``from_offset`` re-read below it gives what came before."""
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
@@ -59,7 +62,9 @@ class ThreadSubscription:
             await consumer.seek_to_beginning(tp)
         else:
             await consumer.seek_to_end(tp)
-        await consumer.position(tp)
+        # the position is fixed here, before "subscribed" is reported (B16): a lazy position would
+        # be resolved at the first fetch, after chunks produced meanwhile
+        self.start_offset = await consumer.position(tp)
         self._consumer = consumer
 
     def cursor(self) -> dict[str, int]:

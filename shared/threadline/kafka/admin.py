@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -24,8 +25,14 @@ class TopicAdmin:
 
     async def start(self) -> None:
         if self._client is None:
-            self._client = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
-            await self._client.start()
+            client = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+            try:
+                await client.start()
+            except BaseException:
+                with contextlib.suppress(Exception):  # the broker is away: nothing kept, start() again later
+                    await client.close()
+                raise
+            self._client = client
 
     async def stop(self) -> None:
         client, self._client = self._client, None

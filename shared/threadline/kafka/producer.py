@@ -8,6 +8,7 @@ A record body over ``max_record_bytes`` is handed to ``spill`` (the payload stor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,7 +54,12 @@ class Producer:
             enable_idempotence=True, linger_ms=self._linger_ms, max_batch_size=256 * 1024,
             max_request_size=4 * 1024 * 1024,
         )
-        await producer.start()
+        try:
+            await producer.start()
+        except BaseException:
+            with contextlib.suppress(Exception):  # a failed start (broker away) leaves nothing running
+                await producer.stop()
+            raise
         self._producer = producer
 
     async def stop(self) -> None:

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 from typing import Any
 
-
 from threadline.errors import ModelCallError
 from threadline.text import clean_json, clean_text, loads_clean
 

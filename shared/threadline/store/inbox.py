@@ -15,6 +15,7 @@ from typing import Any
 
 import asyncpg
 
+from threadline._internal.faults import pause_point
 from threadline.events import Accepted, LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
 from threadline.events.signals import signal_from_message
@@ -314,6 +315,7 @@ async def _dispatch_thread(conn: asyncpg.Connection, resource_id: str, tid: str,
             "LIMIT 1000 FOR UPDATE SKIP LOCKED", tid, now)
         if not recs:
             return
+        await pause_point("scheduler_after_claim")  # fault injection: records claimed, nothing routed yet
         touched.add((resource_id, tid))
         summary_due = [r for r in recs if r["summary_at"] is not None and r["summary_at"] <= now]
         summarising = {r["id"] for r in summary_due}
@@ -338,6 +340,7 @@ async def _deliver_group(conn: asyncpg.Connection, group: list[asyncpg.Record], 
                                  lease_ttl_s=lease_ttl_s, wake=True, stream_options={},
                                  event_id=f"deliver:{first['id']}:{first['delivery_attempts']}", reply_to=None)
             outcome = _outcome(routed)
+            await pause_point("scheduler_after_route_before_mark")  # fault injection: routed, not marked
             if outcome == "delivered":
                 sent: list[int] = list(routed.outbox_ids)
                 await _mark_delivered(conn, group, routed, first["delivery_reason"] or "scheduled", topics, sent)
@@ -366,6 +369,7 @@ async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now:
     except Exception as exc:  # noqa: BLE001 - a failed delivery is recorded and retried, never fatal
         await _failed(conn, batch, f"{type(exc).__name__}: {exc}", now, column="summary_at")
         return
+    await pause_point("scheduler_after_route_before_mark")  # fault injection: routed, not marked
     ids.extend(routed.outbox_ids)
     if _outcome(routed) == "rejected":
         await _failed(conn, batch, _rejection(routed), now, column="summary_at")

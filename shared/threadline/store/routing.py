@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 import orjson
 
+from threadline._internal.faults import pause_point
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun
 from threadline.events.base import Event
@@ -97,7 +98,9 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
                 routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=inbound.event_id))
                 routed.reply = reply
             return routed
-        return await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known)
+        routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known)
+        await pause_point("ingress_route_before_commit")  # fault injection: the transaction open, lease row locked
+        return routed
 
 
 async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topics, lease_ttl_s: float,

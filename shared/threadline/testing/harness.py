@@ -6,8 +6,8 @@
   sessions share one cluster (with their own topic prefix).
 * :class:`ModelServerProcess` — the fake model server (``threadline.testing.model_server``) in its
   own process, so that its work does not share the caller's event loop or GIL.
-* :class:`ServiceSet` — the services as real processes (start, stop, ``kill -9``, pid for
-  CPU/RSS readings).
+* :class:`ServiceSet` — the services as real processes (start, stop, ``kill -9``, freeze/thaw
+  with SIGSTOP/SIGCONT, pid for CPU/RSS readings).
 """
 
 from __future__ import annotations
@@ -200,6 +200,15 @@ class ServiceSet:
         proc = self.procs.pop(instance)
         proc.kill()
         proc.wait()
+
+    def freeze(self, instance: str) -> None:
+        """``SIGSTOP``: the whole process stands still (no heartbeat, no I/O, sockets kept open),
+        like a process descheduled for a long time; :meth:`thaw` resumes it."""
+        self.procs[instance].send_signal(signal.SIGSTOP)
+
+    def thaw(self, instance: str) -> None:
+        """``SIGCONT``: resume an instance stopped by :meth:`freeze`."""
+        self.procs[instance].send_signal(signal.SIGCONT)
 
     def stop(self, instance: str, sig: int = signal.SIGTERM, timeout_s: float = 20) -> None:
         """Ask one instance to stop (drain and close); ``kill -9`` after ``timeout_s``."""

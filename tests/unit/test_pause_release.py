@@ -1,0 +1,31 @@
+"""Pause points held until a release file appears (``THREADLINE_PAUSE_RELEASE``), the harness's
+way to let a held — possibly frozen, then resumed — process go on at a chosen moment."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from threadline._internal import faults
+
+
+async def test_a_held_point_goes_on_once_the_release_file_exists(monkeypatch: pytest.MonkeyPatch,
+                                                                  tmp_path: Path) -> None:
+    pause, release = tmp_path / "pause", tmp_path / "release"
+    monkeypatch.setattr(faults, "_POINTS", frozenset({"ingress_route_before_commit"}))
+    monkeypatch.setattr(faults, "_FILE", str(pause))
+    monkeypatch.setattr(faults, "_RELEASE", str(release))
+    held = asyncio.create_task(faults.pause_point("ingress_route_before_commit"))
+    await asyncio.sleep(0.3)
+    assert not held.done()  # holds while there is no release file
+    assert pause.read_text() == "ingress_route_before_commit\n"
+    release.touch()
+    await asyncio.wait_for(held, 2)
+
+
+async def test_an_unarmed_point_does_not_hold(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(faults, "_POINTS", frozenset({"scheduler_after_claim"}))
+    monkeypatch.setattr(faults, "_RELEASE", str(tmp_path / "never"))
+    await asyncio.wait_for(faults.pause_point("scheduler_after_route_before_mark"), 1)
