@@ -257,12 +257,14 @@ async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: s
 
 def _items(recs: list[asyncpg.Record]) -> list[list[asyncpg.Record]]:
     """Individual deliveries: records sharing a ``coalesce_key`` (and source) go together
-    (docs/decisions.md §9); by priority, then age."""
+    (docs/decisions.md §9), each group oldest first (records due at once may come in any order);
+    groups by priority, then age."""
     groups: dict[Any, list[asyncpg.Record]] = {}
     for r in recs:
         key = (r["source"], r["coalesce_key"]) if r["coalesce_key"] else r["id"]
         groups.setdefault(key, []).append(r)
-    return sorted(groups.values(), key=lambda g: (min(PRIORITY_RANK[r["priority"]] for r in g),
+    ordered = [sorted(g, key=lambda r: r["created_at"]) for g in groups.values()]
+    return sorted(ordered, key=lambda g: (min(PRIORITY_RANK[r["priority"]] for r in g),
                                                    min(r["created_at"] for r in g)))
 
 
