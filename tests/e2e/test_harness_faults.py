@@ -35,9 +35,9 @@ def test_freeze_stops_the_whole_process_and_thaw_resumes_it(services) -> None:
 
 
 def test_the_broker_stays_away_until_started_again() -> None:
-    reason = restart_unavailable()
-    if reason:
-        pytest.skip(reason)
+    why = restart_unavailable()
+    if why:
+        pytest.skip(f"the broker cannot be stopped and started from this checkout: {why}")
     port = int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
     stop_broker()
     try:
