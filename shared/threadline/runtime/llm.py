@@ -58,17 +58,7 @@ class ModelOutcome:
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
-    out: list[BaseException] = []
-    stack: list[BaseException | None] = [exc]
-    seen: set[int] = set()
-    while stack:
-        x = stack.pop()
-        if x is None or id(x) in seen:
-            continue
-        seen.add(id(x))
-        out.append(x)
-        stack += [getattr(x, "original_exception", None), x.__cause__, x.__context__]
-    return out
+    return llm_stream.exception_chain(exc)
 
 
 def _embedded_status(exc: BaseException) -> int | None:

@@ -353,6 +353,13 @@ def clean_eof_refused(exc: BaseException, watch: dict[str, Any]) -> bool:
     without a finish reason ("Stream ended before a finish_reason was received")?"""
     if not watch.get("clean_end") or not watch.get("events"):
         return False
+    return any(_EOF_REFUSAL in str(x) for x in exception_chain(exc))  # litellm keeps the wording when it maps
+
+
+def exception_chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception behind it (``original_exception`` as litellm wraps them,
+    ``__cause__``, ``__context__``), each once."""
+    out: list[BaseException] = []
     stack: list[BaseException | None] = [exc]
     seen: set[int] = set()
     while stack:
@@ -360,10 +367,9 @@ def clean_eof_refused(exc: BaseException, watch: dict[str, Any]) -> bool:
         if x is None or id(x) in seen:
             continue
         seen.add(id(x))
-        if _EOF_REFUSAL in str(x):  # litellm re-raises it mapped, with its wording kept
-            return True
+        out.append(x)
         stack += [getattr(x, "original_exception", None), x.__cause__, x.__context__]
-    return False
+    return out
 
 
 _EOF_REFUSAL = "Stream ended before a finish_reason was received"
