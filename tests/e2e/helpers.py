@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +142,24 @@ def kept_chunks(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
             dead[key] = max(dead.get(key, -1), c["payload"]["attempt"])
     return [c for c in chunks if c["type"] == "attempt-discarded"
             or c["attempt"] > dead.get((c["runId"], c["step"]), -1)]
+
+
+@contextlib.contextmanager
+def own_instances(services: Any, service: str, default: str, *, kill: bool = False) -> Iterator[list[str]]:
+    """Stop the session's ``default`` instance of ``service`` for a test that runs its own.
+
+    The test appends every instance it starts to the yielded list; on exit each one still
+    running is thawed and stopped (``kill=True``: ``kill -9``, for one that may be mid-step),
+    and ``default`` is started again unless the test already did.
+    """
+    services.stop(default)
+    started: list[str] = []
+    try:
+        yield started
+    finally:
+        for instance in started:
+            if instance in services.procs:
+                services.thaw(instance)
+                services.kill(instance) if kill else services.stop(instance)
+        if default not in services.procs:
+            services.start(service, default)

@@ -8,7 +8,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from tests.e2e.helpers import collect_run, content, execute, rows, run_row, run_stream, wait_idle
+from tests.e2e.helpers import collect_run, content, execute, own_instances, rows, run_row, run_stream, wait_idle
 from tests.e2e.helpers import kept_chunks as kept
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
@@ -128,9 +128,10 @@ async def test_b03d_step_1_re_executed_after_a_crash_does_not_repeat_step_0(serv
     thread = f"th-b03-{uuid.uuid4().hex[:6]}"
     slow = ms.Script(chunks=[f"w{i} " for i in range(10)], chunk_delay=1)
     model.queue([CHARGE, slow, ms.text("Charged.")], model=FM)
-    services.stop("processor_worker-1")  # the single armed worker runs both steps
-    services.start("processor_worker", "processor_worker-b03")
-    try:
+    # the single armed worker runs both steps
+    with own_instances(services, "processor_worker", "processor_worker-1", kill=True) as own:
+        own.append("processor_worker-b03")
+        services.start("processor_worker", "processor_worker-b03")
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("charge 5", agent_id="b03", resource_id="res-1",
@@ -148,11 +149,6 @@ async def test_b03d_step_1_re_executed_after_a_crash_does_not_repeat_step_0(serv
             services.start("processor_worker", "processor_worker-1")
             seen += await collect_run(sub, timeout_s=120)
             await sub.unsubscribe()
-    finally:
-        if "processor_worker-b03" in services.procs:
-            services.kill("processor_worker-b03")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     requests = model.requests(model=FM)
     assert len(requests) == 3 and len(requests[0]["body"]["messages"]) == 1  # no second request for step 0
     assert requests[2]["body"]["messages"] == requests[1]["body"]["messages"]

@@ -9,7 +9,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from tests.e2e.helpers import collect_run, rows, wait_idle
+from tests.e2e.helpers import collect_run, own_instances, rows, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -70,9 +70,9 @@ async def test_b04k_the_re_executed_attempt_keeps_the_message_id(services, setti
     thread = f"th-b04-{uuid.uuid4().hex[:6]}"
     slow = ms.Script(chunks=["C-1 ", "is ", "Ann", "."], chunk_delay=0.5)
     model.queue([LOOKUP, ms.text("DRAFT"), slow, ms.text("C-1 is Ann.")], model=FM)
-    services.stop("processor_worker-1")
-    services.start("processor_worker", "processor_worker-b04")
-    try:
+    with own_instances(services, "processor_worker", "processor_worker-1", kill=True) as own:
+        own.append("processor_worker-b04")
+        services.start("processor_worker", "processor_worker-b04")
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread, from_beginning=True)
             accepted = await (await tl.send_message("who is C-1?", agent_id="b04", resource_id="res-1",
@@ -90,11 +90,6 @@ async def test_b04k_the_re_executed_attempt_keeps_the_message_id(services, setti
             services.start("processor_worker", "processor_worker-1")
             seen += await collect_run(sub, timeout_s=120)
             await sub.unsubscribe()
-    finally:
-        if "processor_worker-b04" in services.procs:
-            services.kill("processor_worker-b04")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     assert seen[-1]["payload"]["stepResult"]["reason"] == "stop"
     assert len(model.requests(model=FM)) == 4
     attempts = {c["attempt"] for c in seen if c["step"] == 1 and c["type"] == "step-start"}

@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.e2e.helpers import collect_run, rows, wait_idle
+from tests.e2e.helpers import collect_run, own_instances, rows, wait_idle
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.events import SendMessage, SendStateSignal
@@ -35,16 +35,8 @@ POINT = "ingress_route_before_commit"
 @pytest.fixture
 def ingresses(services):
     """The session's ingress stops for the test (the test starts its own), then comes back."""
-    services.stop(DEFAULT_INGRESS)
-    started: list[str] = []
-    try:
+    with own_instances(services, "ingress", DEFAULT_INGRESS) as started:
         yield started
-    finally:
-        for instance in started:
-            if instance in services.procs:
-                services.thaw(instance)
-                services.stop(instance)
-        services.start("ingress", DEFAULT_INGRESS)
 
 
 async def _replies_for(cluster: Any, event_id: str) -> list[dict[str, Any]]:

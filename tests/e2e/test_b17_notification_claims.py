@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.helpers import collect_run, rows, wait_idle
+from tests.e2e.helpers import collect_run, own_instances, rows, wait_idle
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.testing.harness import wait_file
@@ -32,16 +32,8 @@ DEFAULT_SCHEDULER = "notification_scheduler-1"
 @pytest.fixture
 def schedulers(services):
     """The session's scheduler stops for the test (S1 and S2 are the test's own), then comes back."""
-    services.stop(DEFAULT_SCHEDULER)
-    started: list[str] = []
-    try:
+    with own_instances(services, "notification_scheduler", DEFAULT_SCHEDULER) as started:
         yield started
-    finally:
-        for instance in started:
-            if instance in services.procs:
-                services.thaw(instance)
-                services.stop(instance)
-        services.start("notification_scheduler", DEFAULT_SCHEDULER)
 
 
 def _user_texts(request: dict[str, Any]) -> list[str]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -30,6 +29,7 @@ litellm.drop_params = True
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
 from threadline.runtime import llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
@@ -38,23 +38,6 @@ ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_
 
 LOCAL_MARKER = "threadline-"
 """Model names containing this (e.g. ``openai/threadline-fake``) go to the local model server."""
-
-
-@dataclass(slots=True)
-class ModelOutcome:
-    """What one model call produced (filled while streaming)."""
-
-    text: str = ""
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    finish_reason: str = "other"
-    usage: dict[str, Any] | None = None
-    raw_finish_reason: str | None = None
-    reasoning: str = ""
-
-    def reset(self) -> None:
-        """Forget a failed call's partial output (before a retry or the next fallback model)."""
-        self.text, self.reasoning, self.tool_calls, self.finish_reason = "", "", [], "other"
-        self.usage = self.raw_finish_reason = None
 
 
 def _chain(exc: BaseException) -> list[BaseException]:

@@ -22,7 +22,7 @@ import orjson
 
 from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
-from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ModelFn
 
 log = get_logger(__name__)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.model_outcome import ModelOutcome
 
 
 @dataclass(slots=True)

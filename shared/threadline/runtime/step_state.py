@@ -11,9 +11,9 @@ from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
-from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model_calls import ModelChoice
+from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
 
