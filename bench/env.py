@@ -68,7 +68,7 @@ class BenchEnv:
                "THREADLINE_AGENTS_MODULE": "bench.agents", "THREADLINE_MODEL_API_BASE": self.model.api_base,
                "THREADLINE_PARTITIONS": str(self.partitions), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
                **self.extra_env}
-        self.services = ServiceSet(env=env, log_dir=self.log_dir, cwd=ROOT)
+        self.services = ServiceSet(env=env, log_dir=self.log_dir, cwd=ROOT, fork=False)
         await asyncio.to_thread(self.services.start_all)
         self.workers = [f"{WORKER}-1"]
         settings = Settings(kafka_bootstrap=self.bootstrap, pg_dsn=dsn, topic_prefix=self.prefix,

@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from threadline.services import NAMES as SERVICES
+from threadline.testing import forkserver
+from threadline.testing.forkserver import ProcessLike
 
 
-def stop_process(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
+def stop_process(proc: ProcessLike, sig: int = signal.SIGTERM, timeout_s: float = 10) -> None:
     """Send ``sig`` and wait up to ``timeout_s`` seconds; ``kill -9`` if it is still running then."""
     if proc.poll() is not None:
         return
@@ -144,6 +146,9 @@ class ModelServerProcess:
 @dataclass
 class ServiceSet:
     """Services as processes (``python -m threadline.services.<name>``), logs in ``log_dir/<instance>.log``.
+    With ``fork`` (default: on unless ``THREADLINE_TEST_FORKSERVER=0``) each is forked from a warm
+    fork server (:mod:`threadline.testing.forkserver`): the same module runs, without importing
+    litellm again; the benchmark turns it off, so its processes are started as in production.
 
     ``env`` is the whole environment of every process (cluster addresses, topic prefix, agents
     module…); ``cwd`` is their working directory (the repository root, so that an agents module
@@ -153,7 +158,8 @@ class ServiceSet:
     env: dict[str, str]
     log_dir: Path
     cwd: Path
-    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    procs: dict[str, ProcessLike] = field(default_factory=dict)
+    fork: bool = field(default_factory=forkserver.enabled)
 
     def start(self, name: str, instance: str, timeout_s: float | None = None, **extra_env: str) -> None:
         """Start one instance and wait for its ``service started`` log line (``timeout_s``, default
@@ -169,9 +175,14 @@ class ServiceSet:
         if path.exists():  # each start gets a fresh log, so waits never match an earlier process
             n = len(list(self.log_dir.glob(f"{instance}.*.log"))) + 1
             path.rename(self.log_dir / f"{instance}.{n}.log")
-        with open(path, "ab") as log:  # the child keeps its own descriptor
-            proc = subprocess.Popen([sys.executable, "-m", f"threadline.services.{name}"], cwd=self.cwd, env=env,
-                                    stdout=log, stderr=subprocess.STDOUT)
+        module = f"threadline.services.{name}"
+        proc: ProcessLike
+        if self.fork:
+            proc = forkserver.spawn(module, env=env, cwd=self.cwd, log_path=path)
+        else:
+            with open(path, "ab") as log:  # the child keeps its own descriptor
+                proc = subprocess.Popen([sys.executable, "-m", module], cwd=self.cwd, env=env,
+                                        stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
         deadline = time.monotonic() + timeout_s
         while b"service started" not in path.read_bytes():
