@@ -89,10 +89,11 @@ async def test_a_relay_pass_wedged_on_kafka_lets_the_rows_go_to_another_relay(pa
     await asyncio.sleep(0.5)  # the wedged pass holds the rows now
     loop = asyncio.get_running_loop()
     deadline = loop.time() + 20
-    published = 0
-    while published < 3 and loop.time() < deadline:
-        published += await box.relay_once(older_than_s=0)
+    # Another relay publishes them once the wedged pass lets go: this one, or the relay of a
+    # service of the same session (the rows are in its outbox too, and soon older than its 2 s).
+    while await _published(db, ids) != dict.fromkeys(ids, True) and loop.time() < deadline:
+        await box.relay_once(older_than_s=0)
         await asyncio.sleep(0.2)
+    assert not stuck.done() or stuck.exception() is None  # the wedged pass gave up cleanly
     stuck.cancel()
-    assert published == 3
     assert await _published(db, ids) == dict.fromkeys(ids, True)
