@@ -54,7 +54,10 @@ BEGIN
     UPDATE thread_leases l SET expires_at = now() + make_interval(secs => p_ttl_s), updated_at = now()
      WHERE l.thread_id = r.thread_id AND l.run_id = r.run_id AND l.epoch = r.epoch;
     IF NOT FOUND THEN
-        outcome := 'stale';
+        -- an abort that committed while this waited for the lease row: its terminal chunks are owed
+        -- (0011 answered 'stale' here, and nobody ended the aborted run's stream)
+        SELECT * INTO r FROM runs WHERE run_id = p_run_id;
+        outcome := CASE WHEN r.status = 'aborted' AND NOT r.terminal_emitted THEN 'aborted' ELSE 'stale' END;
         RETURN;
     END IF;
     SELECT * INTO r FROM runs WHERE run_id = p_run_id FOR UPDATE;
