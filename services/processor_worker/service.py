@@ -32,6 +32,9 @@ class ProcessorWorker(Service):
         await self.aborts.start()
 
     async def stop(self) -> None:
+        executor = getattr(self, "executor", None)  # absent when start-up failed before setup
+        if executor is not None:
+            executor.stop_continuing()  # a step that ends during the drain hands the run to the orchestrator
         await super().stop()  # drains the steps (or hands them back) first
         await self.executor.close()
         await self.aborts.stop()

@@ -100,6 +100,11 @@ class Settings(BaseSettings):
     kafka_max_poll_interval_ms: int = 300000
     """The consumers' ``max_poll_interval_ms`` (the poll loop never waits on a handler, so a
     slow step does not count against it)."""
+    worker_continues: bool = True
+    """A processor-worker whose step ends with ``continue`` (tool results in, or a signal waiting)
+    claims the run's next step itself, in the statement that stores the step, and runs it, when
+    the orchestrator would schedule it anyway; the orchestrator only announces the step and stays
+    the owner of recovery (docs/decisions.md, 31-33). Off: every step crosses the orchestrator."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

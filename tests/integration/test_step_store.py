@@ -249,3 +249,55 @@ async def test_a_saved_step_is_no_longer_kept_alive(cluster):
         assert r["run_id"] not in ka._steps
         assert not [e for e in logs if e["log_level"] == "warning"], logs
         assert await _val(db, "SELECT status FROM runs WHERE run_id = $1", r["run_id"]) == "finished"
+
+
+async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_the_orchestrator(cluster):
+    """``continues``: the step is stored and the run's next step claimed for this worker in the same
+    statement, with the claim's own fences (attempt 1, started, owner, heartbeat, a block of
+    sequence numbers) and the deliveries drained; a redelivered task of the stored step claims the
+    continued step (decision 32); a fenced-out store claims nothing (decision 31)."""
+    async with Database(cluster.dsn, max_size=1) as db:
+        r = await _run(db, signals=("wake", "deliver"))
+        warm = await _run(db)
+        counting = CountingDb(db)
+        async with _store(cluster, counting, continues=True) as store:
+            for run_id in (warm["run_id"], r["run_id"]):
+                begun = await store.begin(run_id, step=0, epoch=3)
+                assert isinstance(begun, Claimed)
+                record = StepRecord(run=begun.run, attempt=begun.inputs.attempt, outcome=Continue("tool-calls"),
+                                    entries=[], consumed=[s.id for s in begun.inputs.signals], state={"steps": [1]},
+                                    next_seq=7, usage={"totalTokens": 3})
+                counting.statements = 0
+                await store.save(record)
+            assert counting.statements == 1  # store, advance and claim: one round trip
+            nxt = store.take_next(r["run_id"])
+            assert isinstance(nxt, Claimed) and store.take_next(r["run_id"]) is None
+            assert (nxt.run.step, nxt.run.next_seq, nxt.run.state.steps) == (1, 7, [1])
+            assert (nxt.inputs.attempt, nxt.inputs.seq_base, nxt.inputs.restarted) == (1, 7, False)
+            assert [s.payload["contents"] for s in nxt.inputs.signals] == ["deliver"]  # joins at the next step
+            run = await db.fetchrow("SELECT step, steps_done, attempt, step_started, step_owner, next_seq, "
+                                    "continued_from FROM runs WHERE run_id = $1", r["run_id"])
+            assert dict(run) == {"step": 1, "steps_done": 1, "attempt": 1, "step_started": True, "step_owner": OWNER,
+                                 "next_seq": 7 + 1_000_000, "continued_from": 0}
+            # the task of step 0, redelivered to another worker while this one's heartbeat moves: busy
+            other = PgStepStore(db=db, outbox=None, topics=Topics(cluster.prefix), owner="worker-b:2:y",  # type: ignore[arg-type]
+                                lease_ttl_s=60)
+            busy = await other.begin(r["run_id"], step=0, epoch=3)
+            assert isinstance(busy, Busy)
+            taken = await other.begin(r["run_id"], step=0, epoch=3, takeover_from=busy.heartbeat)
+            assert isinstance(taken, Claimed) and taken.run.step == 1 and taken.inputs.attempt == 2
+            assert taken.inputs.restarted
+            # once the chain ended (the run finished in the store), the task is a stale one
+            await db.execute("UPDATE runs SET status = 'finished', steps_done = 2 WHERE run_id = $1", r["run_id"])
+            assert isinstance(await other.begin(r["run_id"], step=0, epoch=3), Skipped)
+            # a fenced-out store (the run lost the thread) claims nothing
+            s = await _run(db)
+            begun = await store.begin(s["run_id"], step=0, epoch=3)
+            assert isinstance(begun, Claimed)
+            await db.execute("UPDATE thread_leases SET epoch = 4 WHERE thread_id = $1", s["thread_id"])
+            with pytest.raises(StaleWriterError):
+                await store.save(StepRecord(run=begun.run, attempt=1, outcome=Continue("tool-calls"), entries=[],
+                                            consumed=[], state={}, next_seq=2, usage={}))
+            assert store.take_next(s["run_id"]) is None
+            row = await db.fetchrow("SELECT step, steps_done FROM runs WHERE run_id = $1", s["run_id"])
+            assert (row["step"], row["steps_done"]) == (0, 0)

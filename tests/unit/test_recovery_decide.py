@@ -68,3 +68,12 @@ def test_the_bound_is_the_setting():
     run = replace(STUCK, idle_s=20.0)
     assert decide(run, stuck_after_s=10.0).action == "reschedule"
     assert decide(run, stuck_after_s=30.0).action == "none"
+
+
+def test_a_run_continued_past_a_lost_result_names_the_first_missing_step():
+    # a worker continued the run past step 0, whose result was lost; the run then ended in the store
+    d = decide(replace(STUCK, status="finished", steps_done=2, results_applied=0), stuck_after_s=BOUND)
+    assert d.action == "redeliver_result" and "step 0 stored but its result was never applied" in d.reason
+    assert "finished" in d.reason
+    d = decide(replace(STUCK, step=2, steps_done=3, results_applied=1), stuck_after_s=BOUND)
+    assert d.action == "redeliver_result" and "step 1 stored" in d.reason

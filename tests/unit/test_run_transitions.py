@@ -10,6 +10,8 @@ import pytest
 
 from threadline.events import StartRun, StepResult
 from threadline.orchestration.runs import (
+    Announce,
+    Defer,
     EndRun,
     Ignore,
     NextRun,
@@ -19,6 +21,7 @@ from threadline.orchestration.runs import (
     next_run,
     on_start_run,
     on_step_result,
+    worker_continues,
 )
 
 pytestmark = pytest.mark.unit
@@ -83,6 +86,50 @@ def test_a_generate_run_is_answered_with_its_result_when_it_ends() -> None:
 @pytest.mark.parametrize("outcome", ["continue", "finished"])
 def test_step_result_of_a_gone_or_aborted_run_is_ignored(run: RunRow | None, outcome: str) -> None:
     assert isinstance(on_step_result(run, _result(outcome)), Ignore)
+
+
+# --- the worker continues the run (docs/decisions.md 31-33)
+
+def _stored(step: int = 2) -> RunRow:
+    return RunRow.stored_by_worker(run_id="run-1", resource_id="res", thread_id="th", agent_id="agent-a", epoch=3,
+                                   step=step, attempt=1)
+
+
+def test_the_worker_continues_exactly_when_the_orchestrator_would_schedule_the_next_step() -> None:
+    assert worker_continues(_stored(), _result("continue", step=2))
+    for outcome in ("finished", "failed", "tripwire", "aborted"):  # every way a run ends stays the orchestrator's
+        assert not worker_continues(_stored(), _result(outcome, step=2))
+    assert not worker_continues(replace(_stored(), status="aborted"), _result("continue", step=2))
+    assert not worker_continues(_stored(), _result("continue", step=2, epoch=4))  # a stale claim
+
+
+def test_a_continued_step_is_only_announced_with_its_next_step_claimed_in_the_row() -> None:
+    # the worker stored step 2 and claimed step 3 (continued_from 2); the orchestrator reads that row
+    continued = replace(RUN, step=3, steps_done=3, continued_from=2, results_applied=2)
+    assert on_step_result(continued, _result("continue", step=2)) == Announce(finished_step=2)
+    # a later step of the same chain, read while the worker is already two steps further
+    chain = replace(RUN, step=5, steps_done=5, continued_from=2, results_applied=3)
+    assert on_step_result(chain, _result("continue", step=3)) == Announce(finished_step=3)
+    # the chain's last step ends the run as always
+    ended = replace(RUN, status="finished", step=3, steps_done=4, continued_from=2, results_applied=3)
+    assert on_step_result(ended, _result("finished", step=3)) == EndRun(3, "run_finished", reply_result=False)
+
+
+def test_without_a_continuation_in_the_row_the_orchestrator_schedules_the_next_step() -> None:
+    # continued_from NULL: the run was not continued by a worker; the step guard makes a copy harmless
+    assert isinstance(on_step_result(replace(RUN, step=2, steps_done=3, results_applied=2),
+                                     _result("continue", step=2)), ScheduleStep)
+    # the chain broke after step 3 (stored, not continued): step 4 comes from the orchestrator
+    broke = replace(RUN, step=3, steps_done=4, continued_from=2, results_applied=3)
+    assert on_step_result(broke, _result("continue", step=3)) == ScheduleStep(
+        step=4, attempt=1, lifecycle=("step_finished",), finished_step=3)
+
+
+def test_a_result_after_a_lost_one_is_deferred_and_an_applied_one_ignored() -> None:
+    ahead = replace(RUN, status="finished", step=1, steps_done=2, continued_from=0, results_applied=0)
+    assert isinstance(on_step_result(ahead, _result("finished", step=1)), Defer)
+    applied = replace(RUN, step=2, steps_done=2, continued_from=0, results_applied=2)
+    assert isinstance(on_step_result(applied, _result("continue", step=1)), Ignore)
 
 
 # --- hand-over: the run that takes the thread when one ends

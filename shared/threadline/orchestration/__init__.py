@@ -19,6 +19,8 @@ from threadline.orchestration.routing import (
 )
 from threadline.orchestration.runs import (
     AbortActive,
+    Announce,
+    Defer,
     EndRun,
     Ignore,
     NextRun,
@@ -29,8 +31,10 @@ from threadline.orchestration.runs import (
     on_abort,
     on_start_run,
     on_step_result,
+    worker_continues,
 )
 
-__all__ = ["AbortActive", "Deliver", "Discard", "EndRun", "Ignore", "Inbound", "NextRun", "NextVersion",
+__all__ = ["AbortActive", "Announce", "Defer", "Deliver", "Discard", "EndRun", "Ignore", "Inbound", "NextRun", "NextVersion",
            "NothingToAbort", "Persist", "Queue", "Route", "RunRow", "ScheduleStep", "Skip", "ThreadState", "Wake",
-           "decide_route", "decide_state", "next_run", "on_abort", "on_start_run", "on_step_result"]
+           "decide_route", "decide_state", "next_run", "on_abort", "on_start_run", "on_step_result",
+           "worker_continues"]

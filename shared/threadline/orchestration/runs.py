@@ -5,7 +5,11 @@ store reads the rows, calls these, and writes what they answer in one transactio
 - ``start_run`` of a run that is running at the command's epoch with no step done:
   :class:`ScheduleStep` 0 (announcing ``thread_active`` unless the lease was handed over, and
   ``run_started``); any other run (missing, ended, another epoch, already stepping): :class:`Ignore`.
-- ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``).
+- ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``);
+  when the worker that stored the step already claimed the next one (:func:`worker_continues`,
+  docs/decisions.md 31): :class:`Announce` (``step_finished`` only, no step task).
+- ``step_result`` of a step after one whose result was never applied (lost on its way):
+  :class:`Defer` (left unapplied; the sweeper publishes the missing result, then this one, again).
 - ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` at the run's epoch:
   :class:`EndRun` (``step_finished``, the terminal event, the ``generate`` result).
 - ``step_result`` of a missing run, of another epoch, or of an aborted run: :class:`Ignore`.
@@ -56,6 +60,12 @@ class RunRow:
     """The request that started the run."""
     reply_to: str | None
     """Where that request's replies go."""
+    continued_from: int | None = None
+    """The step of the step task whose handling the current step continues (a worker claimed
+    the steps after it itself); ``None``: the current step had a step task of its own."""
+    results_applied: int | None = None
+    """The step results the orchestrator applied (the next one it applies is this step's);
+    ``None``: not known (no gap is looked for)."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RunRow:
@@ -63,7 +73,18 @@ class RunRow:
         return cls(run_id=row["run_id"], resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], status=row["status"], epoch=row["epoch"], step=row["step"],
                    steps_done=row["steps_done"], attempt=row["attempt"], kind=row["kind"],
-                   request_id=row["request_id"], reply_to=row["reply_to"])
+                   request_id=row["request_id"], reply_to=row["reply_to"],
+                   continued_from=row.get("continued_from"), results_applied=row.get("results_applied"))
+
+    @classmethod
+    def stored_by_worker(cls, *, run_id: str, resource_id: str, thread_id: str, agent_id: str, epoch: int,
+                         step: int, attempt: int) -> RunRow:
+        """The run as the worker that holds its step's claim sees it once it stores the step:
+        running at its epoch, ``step`` stored and not continued. (``kind`` and the request are
+        not known there; only an :class:`EndRun` reads them, and the worker never acts on one.)"""
+        return cls(run_id=run_id, resource_id=resource_id, thread_id=thread_id, agent_id=agent_id,
+                   status="running", epoch=epoch, step=step, steps_done=step + 1, attempt=attempt, kind="stream",
+                   request_id=None, reply_to=None)
 
     @property
     def outstanding(self) -> bool:
@@ -106,6 +127,24 @@ class EndRun:
     """A ``generate`` run: its request is answered with a ``result``."""
 
 
+@dataclass(frozen=True, slots=True)
+class Announce:
+    """The step's worker already claimed the next step (:func:`worker_continues`): announce
+    ``step_finished`` only; no step task (a second copy of the step would run)."""
+
+    finished_step: int
+    """The step that finished."""
+
+
+@dataclass(frozen=True, slots=True)
+class Defer:
+    """An earlier step's result was never applied: leave this one unapplied (not even recorded as
+    processed); the sweeper publishes the missing result and this one again, in order."""
+
+    reason: str
+    """Why, for the log."""
+
+
 def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | Ignore:
     """Schedule step 0 of a new run; announce ``thread_active`` (unless the lease was handed
     over from the previous run) and ``run_started``."""
@@ -117,20 +156,37 @@ def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | Ignore:
                         lifecycle=("run_started",) if cmd.handover else ("thread_active", "run_started"))
 
 
-def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | EndRun | Ignore:
+def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | Announce | EndRun | Defer | Ignore:
     """Schedule the next step (``continue``), or end the run.
 
     ``ScheduleStep.step`` is ``res.step + 1``; the store applies it only while the run is still
-    at ``res.step`` with its result stored (else it is a duplicate and nothing happens).
+    at ``res.step`` with its result stored (else it is a duplicate and nothing happens). A
+    ``continue`` whose next step a worker already claimed (the run is past ``res.step`` and
+    ``continued_from`` covers it, read under the row lock) is only announced.
     """
     if run is None or run.epoch != res.epoch:
         return Ignore("stale step result")
     if run.status == "aborted":
         return Ignore("run aborted")  # ended by the abort itself
+    if run.results_applied is not None:
+        if res.step < run.results_applied:
+            return Ignore("step result already applied")
+        if res.step > run.results_applied:
+            return Defer(f"the result of step {run.results_applied} was never applied")
     if res.outcome == "continue":
+        if run.continued_from is not None and run.continued_from <= res.step < run.step:
+            return Announce(finished_step=res.step)
         return ScheduleStep(step=res.step + 1, attempt=1, lifecycle=("step_finished",), finished_step=res.step)
     return EndRun(finished_step=res.step, terminal=TERMINAL[res.outcome],
                   reply_result=run.kind == "generate" and bool(run.request_id))
+
+
+def worker_continues(run: RunRow, res: StepResult) -> bool:
+    """May the worker that stores ``res`` claim the run's next step itself (in the same
+    transaction)? Exactly when the orchestrator, given the run as that worker sees it
+    (:meth:`RunRow.stored_by_worker`), would schedule it: the rules are :func:`on_step_result`'s,
+    not a copy. The store's statement checks the same conditions again on the locked row."""
+    return isinstance(on_step_result(run, res), ScheduleStep)
 
 
 def abort_target(active_run_id: str | None, requested: str | None) -> str | None:

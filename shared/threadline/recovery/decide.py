@@ -42,6 +42,9 @@ class RunSnapshot:
         holds_lease: the thread lease names this run at its epoch.
         outbox_pending: a row for the run's thread waits in the outbox (the relay's job).
         recoveries: how often the sweeper already recovered this run.
+        results_applied: the step results the orchestrator applied (``runs.results_applied``);
+            ``None``: not known. Fewer than ``step``: an earlier result (of a step a worker
+            continued itself) was lost on its way, and the later ones wait behind it.
     """
 
     status: str
@@ -52,6 +55,7 @@ class RunSnapshot:
     holds_lease: bool
     outbox_pending: bool
     recoveries: int = 0
+    results_applied: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,12 +85,20 @@ def decide(run: RunSnapshot, *, stuck_after_s: float, max_recoveries: int = 3) -
     if run.recoveries >= max_recoveries:
         return Decision("fail", f"still stuck after {run.recoveries} recoveries (step {run.step}, "
                                 f"{run.steps_done} steps stored)")
+    gap = run.results_applied is not None and run.results_applied < run.step
     if run.status != "running":
+        if gap:
+            return Decision("redeliver_result", f"step {run.results_applied} stored but its result was never "
+                                                f"applied (run {run.status} in the store, lease still held, "
+                                                f"idle {run.idle_s:.0f} s)")
         return Decision("redeliver_result", f"run {run.status} in the store but its result was never applied "
                                             f"(lease still held, idle {run.idle_s:.0f} s)")
     if not run.holds_lease:
         return Decision("fail", "running without its thread lease")
     if run.steps_done == run.step + 1:
+        if gap:
+            return Decision("redeliver_result", f"step {run.results_applied} stored but its result was never "
+                                                f"applied (step {run.step} stored, idle {run.idle_s:.0f} s)")
         return Decision("redeliver_result", f"step {run.step} stored but the next step was never scheduled "
                                             f"(idle {run.idle_s:.0f} s)")
     if run.steps_done == run.step:

@@ -13,10 +13,13 @@ import orjson
 from threadline.events import Aborted, AbortRun, LifecycleEvent, RunResult, StartRun, StepResult, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import CHUNK_HEADERS, abort_chunks, envelope
+from threadline.logging import get_logger
 from threadline.orchestration import runs as transitions
 from threadline.orchestration.runs import (
     TERMINAL,
     AbortActive,
+    Announce,
+    Defer,
     EndRun,
     Ignore,
     RunRow,
@@ -30,6 +33,8 @@ from threadline.store import leases, outbox
 from threadline.store.processed import claim_event
 from threadline.store.runs import create_run, insert_signal_message
 from threadline.topics import Topics, thread_key
+
+log = get_logger(__name__)
 
 __all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "claim_terminal", "on_step_result", "start_next", "start_run"]
 
@@ -64,16 +69,25 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
     """Schedule the next step, or end the run and hand the thread to what is queued."""
     ids: list[int] = []
     async with conn.transaction():
-        if not await claim_event(conn, "orchestrator", res.event_id):
-            return ids
         run = await _run_for_update(conn, res.run_id)
         move = transitions.on_step_result(RunRow.of(run) if run is not None else None, res)
+        if isinstance(move, Defer):  # not recorded as processed: the sweeper publishes it again
+            log.warning("step result deferred", run_id=res.run_id, step=res.step, reason=move.reason)
+            return ids
+        if not await claim_event(conn, "orchestrator", res.event_id):
+            return ids
         if isinstance(move, Ignore) or run is None:
             return ids  # an aborted run was ended by abort_run
         key = thread_key(run["resource_id"], run["thread_id"])
+        if isinstance(move, Announce):  # the worker claimed the next step with this one's store
+            await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
+            ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=move.finished_step),
+                                        key=key))
+            return ids
         if not isinstance(move, EndRun):
             updated = await conn.fetchval(
-                "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, updated_at = now() "
+                "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, continued_from = NULL, "
+                "results_applied = $2 + 1, updated_at = now() "
                 "WHERE run_id = $1 AND step = $2 AND steps_done = $2 + 1 AND status = 'running' RETURNING step",
                 res.run_id, res.step)
             if updated is None:
@@ -85,6 +99,7 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
             for kind in move.lifecycle:
                 ids.append(await outbox.add(conn, topics.lifecycle, _life(kind, run, step=res.step), key=key))
             return ids
+        await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
         ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=move.finished_step),
                                     key=key))
         ids.append(await outbox.add(conn, topics.lifecycle, _life(

@@ -61,7 +61,7 @@ def snapshot(row: asyncpg.Record) -> RunSnapshot:
     return RunSnapshot(status=row["status"], step=row["step"], steps_done=row["steps_done"], idle_s=row["idle_s"],
                        heartbeat_age_s=row["heartbeat_age_s"] if row["step_owner"] is not None else None,
                        holds_lease=row["holds_lease"], outbox_pending=row["outbox_pending"],
-                       recoveries=row["recoveries"])
+                       recoveries=row["recoveries"], results_applied=row.get("results_applied"))
 
 
 async def _note(conn: asyncpg.Connection, run: asyncpg.Record, action: str, reason: str, instance: str) -> None:
@@ -102,21 +102,34 @@ async def redeliver_result(conn: asyncpg.Connection, run: asyncpg.Record, topics
     key = thread_key(run["resource_id"], run["thread_id"])
     await conn.execute("UPDATE runs SET updated_at = now() WHERE run_id = $1", run["run_id"])
     await _note(conn, run, "redeliver_result", reason, instance)
+    # from the first result not applied (a worker may have continued the run past a lost one,
+    # decision 32) to the run's current step, each step's latest stored result, in order
+    first = run.get("results_applied")
+    first = run["step"] if first is None else min(first, run["step"])
+    latest: dict[int, tuple[int, str | None]] = {}
     for row in await conn.fetch("SELECT id, value FROM outbox WHERE key = $1 AND topic = $2 ORDER BY id DESC LIMIT 50",
                                 key, topics.step_results):
         try:
             body: dict[str, Any] = orjson.loads(row["value"])
         except orjson.JSONDecodeError:
             continue
-        if body.get("run_id") != run["run_id"] or body.get("step") != run["step"]:
+        step = body.get("step")
+        if body.get("run_id") != run["run_id"] or not isinstance(step, int) or not first <= step <= run["step"]:
             continue
+        latest.setdefault(step, (row["id"], body.get("event_id")))
+    again: list[int] = []
+    for step in sorted(latest):
+        box_id, event_id = latest[step]
         applied = await conn.fetchval("SELECT 1 FROM processed_events WHERE consumer = 'orchestrator' "
-                                      "AND event_id = $1", body.get("event_id"))
+                                      "AND event_id = $1", event_id)
         if not applied:
-            await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = $1", row["id"])
-            return [row["id"]]
-        break
-    return [await outbox.add(conn, topics.step_results, _stored_result(run), key=key)]
+            again.append(box_id)
+    if again and latest.get(run["step"], (None,))[0] in again:
+        await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = ANY($1::bigint[])", again)
+        return again
+    if again:  # the current step's result is applied or gone: the earlier ones, then it rebuilt
+        await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = ANY($1::bigint[])", again)
+    return [*again, await outbox.add(conn, topics.step_results, _stored_result(run), key=key)]
 
 
 async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *, reason: str, instance: str,

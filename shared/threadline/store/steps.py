@@ -119,6 +119,21 @@ async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[st
         ``(outbox id, value, headers)`` of the step result, to publish without reading it back.
     """
     run_id, thread_id = run["run_id"], run["thread_id"]
+    value, headers = encode(result)
+    try:
+        box_id = await conn.fetchval(
+            _SAVE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries), consumed,
+            state, next_seq, final_fields, topics.step_results, thread_key(run["resource_id"], thread_id),
+            [[k, v.decode()] for k, v in headers], value)
+    except asyncpg.PostgresError as exc:
+        if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
+            raise StaleWriterError(run_id, run["epoch"]) from exc
+        raise
+    return box_id, value, headers
+
+
+def _message_rows(entries: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict[str, Any]]:
+    """The ``p_messages`` of ``threadline_save_step``: the run's ``input``/``response`` messages."""
     rows: dict[str, dict[str, Any]] = {}  # a repeated id: first place, last content (as row-by-row upserts)
     for msg, source in entries:
         if source not in _STORABLE or msg["role"] == "system":
@@ -127,17 +142,44 @@ async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[st
         if msg["role"] == "assistant" and not content["parts"]:
             continue
         rows[msg["id"]] = {"id": msg["id"], "role": msg["role"], "type": msg.get("type"), "content": content}
+    return list(rows.values())
+
+
+_SAVE_CONTINUE = ("SELECT * FROM threadline_save_step_continue($1::text, $2::bigint, $3::int, $4::int, $5::float8, "
+                  "$6::jsonb, $7::text[], $8::jsonb, $9::bigint, $10::text, $11::text, $12::jsonb, $13::bytea, "
+                  "$14::text, $15::bigint)")
+
+
+async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
+                             entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
+                             state: dict[str, Any], next_seq: int, result: StepResult, lease_ttl_s: float,
+                             owner: str) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
+    """:func:`save_step` of a step whose outcome is ``continue``, and the run's next step claimed
+    by ``owner`` in the same statement (one round trip, migration 0013's
+    ``threadline_save_step_continue``): the run is advanced as the orchestrator advances it
+    (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is fenced, beaten
+    and taken over like any step (docs/decisions.md, 31).
+
+    Returns:
+        ``(outbox id, value, headers, row)``: the step result as :func:`save_step` returns it, and
+        :func:`begin_step`'s row for the next step (``outcome`` ``claimed``; ``None`` when the run
+        could not be advanced: the orchestrator schedules the next step on the result).
+    Raises:
+        StaleWriterError: as :func:`save_step`; nothing is written then.
+    """
+    run_id, thread_id = run["run_id"], run["thread_id"]
     value, headers = encode(result)
     try:
-        box_id = await conn.fetchval(
-            _SAVE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, list(rows.values()), consumed,
-            state, next_seq, final_fields, topics.step_results, thread_key(run["resource_id"], thread_id),
-            [[k, v.decode()] for k, v in headers], value)
+        row = await conn.fetchrow(
+            _SAVE_CONTINUE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries),
+            consumed, state, next_seq, topics.step_results, thread_key(run["resource_id"], thread_id),
+            [[k, v.decode()] for k, v in headers], value, owner, SEQ_BLOCK)
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
             raise StaleWriterError(run_id, run["epoch"]) from exc
         raise
-    return box_id, value, headers
+    assert row is not None  # a function call returns one row
+    return row["box"], value, headers, row
 
 
 async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, attempt: int,

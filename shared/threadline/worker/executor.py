@@ -83,7 +83,13 @@ class StepExecutor:
         self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
-                                  lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard)
+                                  lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
+                                  continues=settings.worker_continues)
+
+    def stop_continuing(self) -> None:
+        """Shutdown: steps that end from now on hand their run's next step to the orchestrator
+        (a step continued here during the drain would only be handed back)."""
+        self._store.continues = False
 
     async def close(self) -> None:
         """Stop the keep-alive loop (service shutdown, after the steps were drained or handed back)."""
@@ -135,21 +141,32 @@ class StepExecutor:
         if isinstance(begun, Skipped):
             log.info(begun.reason, run_id=task.run_id, step=task.step)
             return
-        await self._run_claimed(begun, task)
+        claimed: Claimed | None = begun
+        try:  # the steps this worker continues itself run within the task (decision 31)
+            while claimed is not None:
+                claimed = await self._run_claimed(claimed, task)
+        finally:
+            self._aborted.discard(task.run_id)
 
-    async def _run_claimed(self, claimed: Claimed, task: StepTask) -> None:
+    async def _run_claimed(self, claimed: Claimed, task: StepTask) -> Claimed | None:
+        """Run the claimed step; returns the run's next step when this worker claimed it with the
+        step's store (the worker continues the run), else ``None``."""
         run, inputs = claimed.run, claimed.inputs
         writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
                              key=thread_key(run.resource_id, run.thread_id),
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
+        if run.run_id in self._aborted:  # aborted at the boundary, before this (continued) step began
+            await self._end_aborted(run, writer)
+            return None
         if inputs.restarted:  # an earlier attempt died mid-step: subscribers drop its chunks
             await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
         self._keepalive.add(run, writer)
+        nxt: Claimed | None = None
         try:
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id,
-                                                         step=task.step, attempt=task.attempt):
-                log.info("step started")
+                                                         step=run.step, attempt=inputs.attempt):
+                log.info("step started", continued=run.step != task.step)
                 child = asyncio.create_task(self._step(run, inputs, writer))
                 self._running[run.run_id] = child
                 try:
@@ -175,13 +192,15 @@ class StepExecutor:
                     log.exception("step could not run; failing the run")
                     outcome = "failed"
                     await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
-                log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq)
+                nxt = self._store.take_next(run.run_id) if outcome == "continue" else None
+                log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
         finally:
             self._running.pop(run.run_id, None)
-            self._aborted.discard(run.run_id)
             self._keepalive.discard(run.run_id)
+            self._store.take_next(run.run_id)  # a next step claimed but not run here: the task's redelivery takes it
+        return nxt
 
     async def _step(self, run: StepRun, inputs: StepInputs, writer: ChunkWriter) -> str:
         """Run the step in the loop; returns the outcome for the log."""

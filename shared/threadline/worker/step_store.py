@@ -17,6 +17,7 @@ from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
 from threadline.events.chunks import CHUNK_HEADERS
 from threadline.logging import get_logger
+from threadline.orchestration.runs import RunRow, worker_continues
 from threadline.runtime.ports import (
     AbortedRun,
     Begun,
@@ -33,7 +34,7 @@ from threadline.runtime.ports import (
     Trip,
 )
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox, Queued, add_raw
+from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw
 from threadline.store.steps import (
     begin_step,
     has_pending,
@@ -42,6 +43,7 @@ from threadline.store.steps import (
     record_model_output,
     restart_attempt,
     save_step,
+    save_step_continue,
     save_tool_result,
     tool_results,
 )
@@ -65,6 +67,25 @@ def step_run(row: asyncpg.Record, run_id: str) -> StepRun:
                    stored_state=row["state"])
 
 
+def _begun(row: asyncpg.Record, run_id: str) -> Begun:
+    """What a ``threadline_begin_step`` row means for the worker."""
+    outcome = row["outcome"]
+    if outcome == "skipped":
+        return Skipped("stale or duplicate step task skipped")
+    if outcome == "stale":
+        return Skipped("step no longer ours; skipped")
+    if outcome == "busy":
+        return Busy(row["heartbeat"])
+    run = step_run(row, run_id)
+    if outcome == "aborted":
+        return AbortedRun(run)  # aborted while its step task was in flight
+    inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
+                        history=history_of(row) if row["step"] == 0 else [],
+                        signals=[Signal(sig["id"], sig["payload"]) for sig in row["signals"] or []],
+                        recorded=row["recorded"])
+    return Claimed(run, inputs)
+
+
 def _fence(run: StepRun) -> dict[str, Any]:
     """The fields of the run the fenced writes of :mod:`threadline.store.steps` read."""
     return {"run_id": run.run_id, "thread_id": run.thread_id, "resource_id": run.resource_id,
@@ -85,11 +106,19 @@ class PgStepStore:
         on_saved: called with the run id as soon as a step's end is committed, before its result
             is published (the keep-alive stops beating it: a beat after the save would find the
             heartbeat cleared and report the step taken over).
+        continues: a step whose outcome is ``continue`` is stored with the run's next step claimed
+            for this worker, in one statement, when the orchestrator would schedule it anyway
+            (``worker_continues``; :meth:`take_next` hands it out). Off: every next step goes
+            through the orchestrator (``THREADLINE_WORKER_CONTINUES``).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
-                 connections: int | None = None, on_saved: Callable[[str], None] | None = None) -> None:
+                 connections: int | None = None, on_saved: Callable[[str], None] | None = None,
+                 continues: bool = False) -> None:
         self._db = db
+        self.continues = continues
+        self._next: dict[str, Claimed] = {}
+        self._relayed: set[str] = set()  # runs whose step result was left to the relay (keeps their order)
         self._on_saved = on_saved
         self._outbox = outbox
         self._topics = topics
@@ -110,27 +139,29 @@ class PgStepStore:
                     thread_id: str = "") -> Begun:
         """See :meth:`threadline.runtime.ports.StepStore.begin`: one statement, one round trip
         (:func:`threadline.store.steps.begin_step`). ``thread_id`` (the step task's) only
-        selects the fault-injection point ``step_first_write``."""
+        selects the fault-injection point ``step_first_write``. A task of a step that a worker
+        continued claims the run's current step (the task stands for the chain, decision 32)."""
         async with self._conn() as conn:
             if should_fail("step_first_write", thread_id):  # the connection resets before the claim
                 await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             row = await begin_step(conn, run_id, step=step, epoch=epoch, owner=self._owner, lease_ttl_s=self._ttl,
                                    takeover_from=takeover_from)
-        outcome = row["outcome"]
-        if outcome == "skipped":
-            return Skipped("stale or duplicate step task skipped")
-        if outcome == "stale":
-            return Skipped("step no longer ours; skipped")
-        if outcome == "busy":
-            return Busy(row["heartbeat"])
-        run = step_run(row, run_id)
-        if outcome == "aborted":
-            return AbortedRun(run)  # aborted while its step task was in flight
-        inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
-                            history=history_of(row) if step == 0 else [],
-                            signals=[Signal(sig["id"], sig["payload"]) for sig in row["signals"] or []],
-                            recorded=row["recorded"])
-        return Claimed(run, inputs)
+        return _begun(row, run_id)
+
+    def take_next(self, run_id: str) -> Claimed | None:
+        """The run's next step, claimed by this worker when it stored the last one (``continues``),
+        once: the caller runs it (or, when it cannot, leaves it to the heartbeat's takeover)."""
+        return self._next.pop(run_id, None)
+
+    def _may_continue(self, record: StepRecord, result: StepResult) -> bool:
+        """The orchestrator's own rule (:func:`threadline.orchestration.runs.worker_continues`),
+        applied to the run as this worker sees it; the statement checks it again on the row."""
+        if not self.continues or not isinstance(record.outcome, Continue) or record.finish is not None:
+            return False
+        run = record.run
+        view = RunRow.stored_by_worker(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id,
+                                       agent_id=run.agent_id, epoch=run.epoch, step=run.step, attempt=record.attempt)
+        return worker_continues(view, result)
 
     async def save(self, record: StepRecord) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.save`: one statement, one round trip
@@ -151,30 +182,52 @@ class PgStepStore:
                 final_fields.update(text=record.text, usage=record.usage, tripwire=tripwire)
         key = thread_key(run.resource_id, run.thread_id)
         finish: Queued | None = None
+        nxt: Begun | None = None
+        continues = self._may_continue(record, result)
         async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
                                        orjson.dumps(record.finish), key=key, headers=CHUNK_HEADERS)
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
-            box_id, value, headers = await save_step(
-                conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
-                state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
-                lease_ttl_s=self._ttl)
+            if continues:  # the next step claimed for this worker in the same statement (decision 31)
+                box_id, value, headers, row = await save_step_continue(
+                    conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
+                    state=record.state, next_seq=record.next_seq, result=result, lease_ttl_s=self._ttl,
+                    owner=self._owner)
+                nxt = _begun(row, run.run_id) if row["outcome"] is not None else None
+            else:
+                box_id, value, headers = await save_step(
+                    conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
+                    state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
+                    lease_ttl_s=self._ttl)
         if self._on_saved is not None:
             self._on_saved(run.run_id)
+        if isinstance(nxt, Claimed):
+            self._next[run.run_id] = nxt
+        elif nxt is not None:
+            log.warning("next step not claimed after the store", run_id=run.run_id, step=run.step + 1,
+                        outcome=type(nxt).__name__)
         await pause_point("after_step_result_stored")
         try:
             if finish is not None:  # before the result: the thread's next run streams after it
                 await self._outbox.flush([finish])
+            if run.run_id in self._relayed:  # an earlier result of the run waits for the relay: after it
+                raise OutboxNotAcknowledgedError({box_id: RuntimeError("an earlier step result waits for the relay")})
             await self._outbox.publish_stored(box_id, self._topics.step_results, key, value, headers)
         except Exception as exc:
             if not is_transient(exc):
                 raise
             # stored and committed: the step is done; the relay publishes its result once Kafka
             # (or Postgres, for the mark) is back. Raising would only retry a step task that
-            # finds its step stored.
+            # finds its step stored. A continued run's later results follow it through the relay,
+            # so the orchestrator gets them in order.
+            if isinstance(nxt, Claimed):
+                self._relayed.add(run.run_id)
             log.warning("step result stored; publishing it is left to the outbox relay", run_id=run.run_id,
                         step=run.step, error=repr(exc))
+        finally:
+            if not isinstance(nxt, Claimed):
+                self._relayed.discard(run.run_id)
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.record_model_output`."""

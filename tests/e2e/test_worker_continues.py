@@ -1,0 +1,254 @@
+"""The worker continues the run (issue 13, docs/decisions.md 31-33): a step that ends with
+``continue`` is stored with the run's next step claimed for the same worker, in one statement,
+and the worker runs it without a round trip through the orchestrator; the orchestrator only
+announces the step and stays the owner of recovery.
+
+(a) a three-step run crosses the orchestrator for its first step only (one step task on the
+    step-tasks topic), and its chunks, lifecycle events, usage and step numbers are those of the
+    same run with ``THREADLINE_WORKER_CONTINUES=0``;
+(b) kill -9 of the worker in the middle of a continued step: the step task it was handling is
+    redelivered, stands for the chain and takes the step over; the run finishes once;
+(c) a message sent while a step runs is delivered at the next step (continued, not skipped);
+    an abort while a continued step runs, or exactly at the boundary after the next step was
+    claimed, ends the run there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+from tests.e2e.checker import Figures, check_stream, clean
+from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
+from tests.e2e.records import read_all
+from threadline.client import ThreadlineClient
+from threadline.testing import model_script as ms
+from threadline.testing.harness import wait_file
+from threadline.topics import Topics
+
+WORDS = " ".join(f"w{i}" for i in range(10))
+
+
+@contextlib.contextmanager
+def swapped_worker(services: Any, tag: str, **env: str) -> Iterator[None]:
+    """The session's worker replaced by one with these settings."""
+    services.stop("processor_worker-1")
+    services.start("processor_worker", f"processor_worker-{tag}", **env)
+    try:
+        yield
+    finally:
+        services.stop(f"processor_worker-{tag}")
+        services.start("processor_worker", "processor_worker-1")
+
+
+async def _effects_table(dsn: str) -> None:
+    await execute(dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
+                       "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
+
+
+async def _script(model: Any, thread: str, steps: list[Any]) -> None:
+    """Step N of the chaos agent's run on ``thread`` asks ``threadline-chaos-<thread>-s<N>``."""
+    for n, script in enumerate(steps):
+        await model.aqueue(script if isinstance(script, list) else [script], model=f"threadline-chaos-{thread}-s{n}")
+
+
+async def _step_tasks(cluster: Any, run_id: str) -> list[int]:
+    """The steps of the step tasks published for ``run_id`` (by the orchestrator or the sweeper)."""
+    tasks = await read_all(cluster.bootstrap, [Topics(cluster.prefix).step_tasks], partitions=None)
+    return sorted(t["step"] for t in tasks if t.get("run_id") == run_id)
+
+
+async def _lifecycle(cluster: Any, run_id: str, *, until: str, timeout_s: float = 20) -> list[tuple[str, Any]]:
+    """``(type, step)`` of the run's lifecycle events, once ``until`` is among them."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
+        mine = [(e["type"], e.get("step")) for e in events if e.get("run_id") == run_id]
+        if any(t == until for t, _ in mine) or time.monotonic() > deadline:
+            return mine
+        await asyncio.sleep(0.3)
+
+
+def _kept(run_id: str, chunks: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], Figures]:
+    fig = Figures()
+    kept = clean(chunks, fig)[run_id]
+    check_stream(run_id, kept, fig)
+    assert fig.ok, fig.problems
+    return kept, fig
+
+
+async def _three_steps(settings: Any, model: Any, cluster: Any, thread: str) -> tuple[str, list[dict[str, Any]]]:
+    await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})),
+                                  ms.tool_calls(ms.tool_call("chaos_effect", {"n": 2})),
+                                  ms.text("all done now")])
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
+        chunks = await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    assert await wait_idle(cluster.dsn, thread)
+    return run_id, chunks
+
+
+def _shape(kept: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """What must not depend on who scheduled the steps: types, steps, attempts and the texts."""
+    return [(c["type"], c["step"], c["attempt"], (c.get("payload") or {}).get("text")) for c in kept]
+
+
+async def test_a_continued_run_crosses_the_orchestrator_for_its_first_step_only(services, settings, model, cluster):
+    await _effects_table(cluster.dsn)
+    thread = f"th-cont-a-{uuid.uuid4().hex[:6]}"
+    run_id, chunks = await _three_steps(settings, model, cluster, thread)
+    kept, _ = _kept(run_id, chunks)
+    assert await _step_tasks(cluster, run_id) == [0]  # steps 1 and 2: claimed by the worker that stored 0 and 1
+    life = await _lifecycle(cluster, run_id, until="run_finished")
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished" and row["steps_done"] == 3 and row["results_applied"] == 3
+    assert [r["action"] for r in await rows(cluster.dsn, "SELECT action FROM run_recoveries WHERE run_id = $1",
+                                            run_id)] == []
+
+    # the same run through the orchestrator (the worker does not continue): the same stream and events
+    base_thread = f"th-cont-a0-{uuid.uuid4().hex[:6]}"
+    with swapped_worker(services, "nocont", THREADLINE_WORKER_CONTINUES="0"):
+        base_id, base_chunks = await _three_steps(settings, model, cluster, base_thread)
+    base_kept, _ = _kept(base_id, base_chunks)
+    assert await _step_tasks(cluster, base_id) == [0, 1, 2]
+    base_life = await _lifecycle(cluster, base_id, until="run_finished")
+    assert _shape(kept) == _shape(base_kept)
+    assert [c["type"] for c in kept].count("finish") == 1
+    usage = kept[-1]["payload"]["output"]["usage"]
+    assert usage and usage == base_kept[-1]["payload"]["output"]["usage"]  # summed over the three steps, as before
+    assert sorted(life, key=str) == sorted(base_life, key=str)
+    assert [s for t, s in life if t == "step_finished"] == [0, 1, 2]
+    assert [t for t, _ in life].count("run_finished") == 1
+    base_row = await run_row(cluster.dsn, base_id)
+    assert row["usage"] == base_row["usage"] and row["text"] == base_row["text"] == "all done now"
+
+
+async def test_kill_9_mid_continued_step_the_redelivered_task_takes_it_over(services, settings, model, cluster):
+    await _effects_table(cluster.dsn)
+    thread = f"th-cont-b-{uuid.uuid4().hex[:6]}"
+    await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})),
+                                  ms.text(WORDS, chunk_delay=0.5, times=2)])
+    services.start("processor_worker", "processor_worker-2")
+    try:
+        async with ThreadlineClient(settings) as tl:
+            sub = await tl.subscribe_to_thread("res-1", thread)
+            run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",
+                                             thread_id=thread)).accepted).run_id
+            chunks: list[dict[str, Any]] = []
+            async for chunk in sub.stream:  # until the continued step streams
+                chunks.append(chunk)
+                if chunk["type"] == "text-delta" and chunk["step"] == 1:
+                    break
+            running = next(n for n in ("processor_worker-1", "processor_worker-2")
+                           if f"thread_id={thread}" in (services.log_dir / f"{n}.log").read_text())
+            services.kill(running)  # kill -9 in the middle of step 1, which no step task names
+            chunks += await collect_run(sub, timeout_s=120)
+            await sub.unsubscribe()
+    finally:
+        if "processor_worker-2" in services.procs:
+            services.stop("processor_worker-2")
+        if "processor_worker-1" not in services.procs:
+            services.start("processor_worker", "processor_worker-1")
+    kept, fig = _kept(run_id, chunks)
+    assert fig.discarded_attempts == 1  # the killed attempt of step 1
+    assert [c["type"] for c in kept].count("finish") == 1
+    assert "".join(c["payload"]["text"] for c in kept if c["type"] == "text-delta" and c["step"] == 1) == WORDS
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished" and row["step"] == 1 and row["attempt"] == 2
+    assert len(model.requests(model=f"threadline-chaos-{thread}-s0")) == 1  # step 0 was not executed again
+    assert len(model.requests(model=f"threadline-chaos-{thread}-s1")) == 2
+    assert len(await rows(cluster.dsn, "SELECT * FROM chaos_effects WHERE run_id = $1", run_id)) == 1
+    # recovered by the redelivered task of step 0, not by a new step task nor the sweeper
+    assert await _step_tasks(cluster, run_id) == [0]
+    assert await rows(cluster.dsn, "SELECT * FROM run_recoveries WHERE run_id = $1", run_id) == []
+    assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_a_message_sent_during_a_step_is_delivered_at_the_next_step(services, settings, model, cluster):
+    thread = f"th-cont-c-{uuid.uuid4().hex[:6]}"
+    await _script(model, thread, [ms.text(WORDS, chunk_delay=0.3), ms.text("got it")])
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
+        chunks: list[dict[str, Any]] = []
+        async for chunk in sub.stream:
+            chunks.append(chunk)
+            if chunk["type"] == "text-delta":
+                break
+        sent = await (await tl.send_message("and one more thing", agent_id="chaos", resource_id="res-1",
+                                            thread_id=thread)).accepted
+        assert (sent.action, sent.run_id) == ("deliver", run_id)
+        chunks += await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    kept, _ = _kept(run_id, chunks)
+    echoes = [c for c in kept if c["type"] == "data-user-message" and "and one more thing" in str(c["data"])]
+    assert [c["step"] for c in echoes] == [1]  # at the next step boundary, as before
+    finishes = [c for c in kept if c["type"] == "step-finish"]
+    assert [c["step"] for c in finishes] == [0, 1]
+    assert "and one more thing" in str(model.requests(model=f"threadline-chaos-{thread}-s1")[0])
+    assert await _step_tasks(cluster, run_id) == [0]  # step 1 (the delivery) was continued by the worker
+    assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
+    life = await _lifecycle(cluster, run_id, until="run_finished")
+    assert [s for t, s in life if t == "step_finished"] == [0, 1]
+    assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_an_abort_during_a_continued_step_ends_the_run_there(services, settings, model, cluster):
+    await _effects_table(cluster.dsn)
+    thread = f"th-cont-d-{uuid.uuid4().hex[:6]}"
+    await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})),
+                                  ms.tool_calls(ms.tool_call("chaos_effect", {"n": 2}), ttft=5),
+                                  ms.text("never")])
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
+        chunks: list[dict[str, Any]] = []
+        async for chunk in sub.stream:
+            chunks.append(chunk)
+            if chunk["type"] == "step-start" and chunk["step"] == 1:
+                break
+        assert await sub.abort() is True
+        chunks += await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    kept, _ = _kept(run_id, chunks)
+    assert [c["type"] for c in kept][-2:] == ["abort", "finish"]
+    assert [c["type"] for c in kept].count("finish") == 1
+    assert not any(c["step"] >= 2 for c in kept)
+    assert (await run_row(cluster.dsn, run_id))["status"] == "aborted"
+    assert await _step_tasks(cluster, run_id) == [0]  # step 1 was a continued step
+    await asyncio.sleep(1.0)
+    assert model.requests(model=f"threadline-chaos-{thread}-s2") == []  # the run did not go past the abort
+    assert len(await rows(cluster.dsn, "SELECT * FROM chaos_effects WHERE run_id = $1", run_id)) == 1
+    assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_an_abort_at_the_boundary_stops_the_claimed_next_step(services, settings, model, cluster, tmp_path):
+    await _effects_table(cluster.dsn)
+    pause_file = tmp_path / "paused"
+    thread = f"th-cont-e-{uuid.uuid4().hex[:6]}"
+    await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})), ms.text("never")])
+    # the worker holds for 4 s right after it stored step 0 and claimed step 1 (one commit)
+    with swapped_worker(services, "boundary", THREADLINE_PAUSE_POINTS="after_step_result_stored",
+                        THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_SECONDS="4"):
+        async with ThreadlineClient(settings) as tl:
+            sub = await tl.subscribe_to_thread("res-1", thread)
+            run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",
+                                             thread_id=thread)).accepted).run_id
+            await asyncio.to_thread(wait_file, pause_file, "after_step_result_stored", 30)
+            claimed = (await rows(cluster.dsn, "SELECT * FROM runs WHERE run_id = $1", run_id))[0]
+            assert (claimed["step"], claimed["steps_done"], claimed["step_started"]) == (1, 1, True)
+            assert await tl.abort(resource_id="res-1", thread_id=thread) is True
+            chunks = await collect_run(sub, timeout_s=60)
+            await sub.unsubscribe()
+            assert await wait_idle(cluster.dsn, thread)
+    kept, _ = _kept(run_id, chunks)
+    assert [c["type"] for c in kept][-2:] == ["abort", "finish"]
+    assert [c["type"] for c in kept].count("finish") == 1
+    assert (await run_row(cluster.dsn, run_id))["status"] == "aborted"
+    assert model.requests(model=f"threadline-chaos-{thread}-s1") == []  # the claimed step never ran
