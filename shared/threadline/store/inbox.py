@@ -257,15 +257,19 @@ async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: s
 
 def _items(recs: list[asyncpg.Record]) -> list[list[asyncpg.Record]]:
     """Individual deliveries: records sharing a ``coalesce_key`` (and source) go together
-    (docs/decisions.md §9), each group oldest first (records due at once may come in any order);
-    groups by priority, then age."""
+    (docs/decisions.md §9), each group oldest first (records due at once may come in any order;
+    records stored by one request share a ``created_at`` and are ordered by their ids, which
+    :func:`threadline.ids.new_id` makes increasing); groups by priority, then age."""
     groups: dict[Any, list[asyncpg.Record]] = {}
     for r in recs:
         key = (r["source"], r["coalesce_key"]) if r["coalesce_key"] else r["id"]
         groups.setdefault(key, []).append(r)
-    ordered = [sorted(g, key=lambda r: r["created_at"]) for g in groups.values()]
-    return sorted(ordered, key=lambda g: (min(PRIORITY_RANK[r["priority"]] for r in g),
-                                                   min(r["created_at"] for r in g)))
+    ordered = [sorted(g, key=_age) for g in groups.values()]
+    return sorted(ordered, key=lambda g: (min(PRIORITY_RANK[r["priority"]] for r in g), _age(g[0])))
+
+
+def _age(r: asyncpg.Record) -> tuple[datetime, str]:
+    return r["created_at"], r["id"]
 
 
 async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s: float, now: datetime,
@@ -398,7 +402,7 @@ async def redecide_held(conn: asyncpg.Connection, *, resource_id: str, thread_id
     async with conn.transaction():
         lease = await leases.lock_thread(conn, resource_id, thread_id)
         held = await conn.fetch("SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' AND held "
-                                "ORDER BY created_at FOR UPDATE SKIP LOCKED", thread_id)
+                                "ORDER BY created_at, id FOR UPDATE SKIP LOCKED", thread_id)
         for row in held:
             decision = await decide(policy_of(row["agent_id"]), dict(row), active=lease.active, now=now,
                                     digest_window_s=digest_window_s)
