@@ -163,3 +163,47 @@ def own_instances(services: Any, service: str, default: str, *, kill: bool = Fal
                 services.kill(instance) if kill else services.stop(instance)
         if default not in services.procs:
             services.start(service, default)
+
+
+WORKERS = ("processor_worker-1", "processor_worker-2")
+"""The session's worker and the second one :func:`second_worker` starts beside it."""
+
+
+@contextlib.contextmanager
+def second_worker(services: Any) -> Iterator[tuple[str, str]]:
+    """Run ``processor_worker-2`` beside the session's ``processor_worker-1``; yields both names.
+
+    The test may kill or stop either; on exit ``processor_worker-2`` is stopped if it still runs
+    and ``processor_worker-1`` is started again if it no longer does.
+    """
+    services.start("processor_worker", WORKERS[1])
+    try:
+        yield WORKERS
+    finally:
+        if WORKERS[1] in services.procs:
+            services.stop(WORKERS[1])
+        if WORKERS[0] not in services.procs:
+            services.start("processor_worker", WORKERS[0])
+
+
+def worker_of(services: Any, thread_id: str, names: Sequence[str] = WORKERS) -> str | None:
+    """The first of ``names`` whose log names ``thread_id`` (the worker that took its step), or None."""
+    return next((n for n in names if f"thread_id={thread_id}" in (services.log_dir / f"{n}.log").read_text()),
+                None)
+
+
+async def start_and_read_until(tl: Any, thread_id: str, until: Any, *, text: str = "go", agent_id: str = "chaos",
+                               resource_id: str = "res-1") -> tuple[ThreadSubscription, str, list[dict[str, Any]]]:
+    """Subscribe to ``thread_id``, start a run there with ``text`` and read chunks until ``until(chunk)``.
+
+    Returns the subscription (still open), the run id and the chunks read, the matching one last.
+    """
+    sub = await tl.subscribe_to_thread(resource_id, thread_id)
+    run_id = (await (await tl.stream(text, agent_id=agent_id, resource_id=resource_id,
+                                     thread_id=thread_id)).accepted).run_id
+    chunks: list[dict[str, Any]] = []
+    async for chunk in sub.stream:
+        chunks.append(chunk)
+        if until(chunk):
+            break
+    return sub, run_id, chunks

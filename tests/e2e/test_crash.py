@@ -8,7 +8,7 @@ import asyncio
 import time
 import uuid
 
-from tests.e2e.helpers import collect_run, content, execute, rows, run_row, wait_idle
+from tests.e2e.helpers import collect_run, content, execute, rows, run_row, second_worker, wait_idle, worker_of
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.testing.harness import wait_file
@@ -55,8 +55,7 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
     # the 4th request hangs, so the worker is inside it when it is killed
     model.queue([{"status": 500, "times": 3}, {"status": 500, "delay": 20}, {"status": 500, "times": 20}],
                 model="threadline-api-retry-forever")
-    services.start("processor_worker", "processor_worker-2")
-    try:
+    with second_worker(services):
         await asyncio.sleep(3)
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
@@ -66,16 +65,11 @@ async def test_c05d_retry_count_survives_a_worker_crash(services, settings, mode
             while len(model.requests(model="threadline-api-retry-forever")) < 4:
                 assert time.monotonic() < deadline
                 await asyncio.sleep(0.05)
-            running = next(name for name in ("processor_worker-1", "processor_worker-2")
-                           if f"thread_id={thread}" in (services.log_dir / f"{name}.log").read_text())
+            running = worker_of(services, thread)
+            assert running is not None
             services.kill(running)
             chunks = await collect_run(sub, timeout_s=90)
             await sub.unsubscribe()
-    finally:
-        if "processor_worker-2" in services.procs:
-            services.stop("processor_worker-2")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     assert len(model.requests(model="threadline-api-retry-forever")) == 11  # the count was read back, not restarted at 0
     crash_marks = [c for c in chunks if c["type"] == "attempt-discarded" and c["payload"].get("reason") == "re-executed"]
     assert len(crash_marks) == 1

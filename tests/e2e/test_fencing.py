@@ -13,7 +13,7 @@ import pytest
 
 from tests.e2e.checker import Figures, check_stream, clean
 from tests.e2e.faults import wait_file
-from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.helpers import collect_run, rows, run_row, second_worker, wait_idle, worker_of
 from threadline.client import ThreadlineClient
 from threadline.store import leases
 from threadline.testing import model_script as ms
@@ -117,8 +117,7 @@ async def test_sigterm_drains_or_hands_back_the_step(services, settings, model, 
     thread = f"th-term-{uuid.uuid4().hex[:6]}"
     words = " ".join(f"w{i}" for i in range(10))
     model.queue([ms.text(words, chunk_delay=step_s / 10), ms.text(words, chunk_delay=0.05)], model="threadline-echo")
-    services.start("processor_worker", "processor_worker-2")
-    try:
+    with second_worker(services):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("x", agent_id="echo-agent", resource_id="res-1",
@@ -127,8 +126,7 @@ async def test_sigterm_drains_or_hands_back_the_step(services, settings, model, 
             running = None
             while running is None:
                 assert time.monotonic() < deadline
-                running = next((n for n in ("processor_worker-1", "processor_worker-2")
-                                if f"thread_id={thread}" in (services.log_dir / f"{n}.log").read_text()), None)
+                running = worker_of(services, thread)
                 await asyncio.sleep(0.1)
             await asyncio.sleep(1.0)  # mid-step
             t0 = time.monotonic()
@@ -137,12 +135,6 @@ async def test_sigterm_drains_or_hands_back_the_step(services, settings, model, 
             log = (services.log_dir / f"{running}.log").read_text()
             chunks = await collect_run(sub, timeout_s=90)
             await sub.unsubscribe()
-    finally:
-        for n in ("processor_worker-2",):
-            if n in services.procs:
-                services.stop(n)
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     fig = Figures()
     kept = clean(chunks, fig)[run_id]
     check_stream(run_id, kept, fig)

@@ -23,7 +23,16 @@ from collections.abc import Iterator
 from typing import Any
 
 from tests.e2e.checker import Figures, check_stream, clean
-from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
+from tests.e2e.helpers import (
+    collect_run,
+    execute,
+    rows,
+    run_row,
+    second_worker,
+    start_and_read_until,
+    wait_idle,
+    worker_of,
+)
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
@@ -134,27 +143,15 @@ async def test_kill_9_mid_continued_step_the_redelivered_task_takes_it_over(serv
     thread = f"th-cont-b-{uuid.uuid4().hex[:6]}"
     await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})),
                                   ms.text(WORDS, chunk_delay=0.5, times=2)])
-    services.start("processor_worker", "processor_worker-2")
-    try:
+    with second_worker(services):
         async with ThreadlineClient(settings) as tl:
-            sub = await tl.subscribe_to_thread("res-1", thread)
-            run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",
-                                             thread_id=thread)).accepted).run_id
-            chunks: list[dict[str, Any]] = []
-            async for chunk in sub.stream:  # until the continued step streams
-                chunks.append(chunk)
-                if chunk["type"] == "text-delta" and chunk["step"] == 1:
-                    break
-            running = next(n for n in ("processor_worker-1", "processor_worker-2")
-                           if f"thread_id={thread}" in (services.log_dir / f"{n}.log").read_text())
+            sub, run_id, chunks = await start_and_read_until(  # until the continued step streams
+                tl, thread, lambda c: c["type"] == "text-delta" and c["step"] == 1)
+            running = worker_of(services, thread)
+            assert running is not None
             services.kill(running)  # kill -9 in the middle of step 1, which no step task names
             chunks += await collect_run(sub, timeout_s=120)
             await sub.unsubscribe()
-    finally:
-        if "processor_worker-2" in services.procs:
-            services.stop("processor_worker-2")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     kept, fig = _kept(run_id, chunks)
     assert fig.discarded_attempts == 1  # the killed attempt of step 1
     assert [c["type"] for c in kept].count("finish") == 1
@@ -174,13 +171,7 @@ async def test_a_message_sent_during_a_step_is_delivered_at_the_next_step(servic
     thread = f"th-cont-c-{uuid.uuid4().hex[:6]}"
     await _script(model, thread, [ms.text(WORDS, chunk_delay=0.3), ms.text("got it")])
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread("res-1", thread)
-        run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
-        chunks: list[dict[str, Any]] = []
-        async for chunk in sub.stream:
-            chunks.append(chunk)
-            if chunk["type"] == "text-delta":
-                break
+        sub, run_id, chunks = await start_and_read_until(tl, thread, lambda c: c["type"] == "text-delta")
         sent = await (await tl.send_message("and one more thing", agent_id="chaos", resource_id="res-1",
                                             thread_id=thread)).accepted
         assert (sent.action, sent.run_id) == ("deliver", run_id)
@@ -206,13 +197,8 @@ async def test_an_abort_during_a_continued_step_ends_the_run_there(services, set
                                   ms.tool_calls(ms.tool_call("chaos_effect", {"n": 2}), ttft=5),
                                   ms.text("never")])
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread("res-1", thread)
-        run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
-        chunks: list[dict[str, Any]] = []
-        async for chunk in sub.stream:
-            chunks.append(chunk)
-            if chunk["type"] == "step-start" and chunk["step"] == 1:
-                break
+        sub, run_id, chunks = await start_and_read_until(
+            tl, thread, lambda c: c["type"] == "step-start" and c["step"] == 1)
         assert await sub.abort() is True
         chunks += await collect_run(sub, timeout_s=60)
         await sub.unsubscribe()
