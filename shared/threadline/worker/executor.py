@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from threadline._internal.faults import deaf
+from threadline._internal.recent import RecentIds
 from threadline.config import Settings
 from threadline.errors import StaleWriterError
 from threadline.events import StepTask, chunks
@@ -49,6 +50,10 @@ from threadline.worker.step_store import PgStepStore
 
 log = get_logger(__name__)
 
+ABORT_MEMORY_S = 300.0
+"""How long the worker remembers an abort it heard (s). It matters only between a step's claim and
+its start here (milliseconds); a step begun later reads the abort from the run row instead."""
+
 
 class StepExecutor:
     """Runs step tasks for the agents of this process.
@@ -79,7 +84,8 @@ class StepExecutor:
                                                      burst_s=settings.model_limit_burst_s)
                               if settings.model_limits else None)
         self._running: dict[str, asyncio.Task[str]] = {}
-        self._aborted: set[str] = set()
+        # aborts heard of (every run's, by NOTIFY); one matters for moments after it arrives
+        self._aborted = RecentIds(keep_s=ABORT_MEMORY_S)
         self._keepalive = KeepAlive(db, self._owner, beat_s=settings.step_heartbeat_s,
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
