@@ -1,6 +1,7 @@
 """``threadline`` command line: drive a thread from a shell.
 
     threadline send-message --resource R --thread T "text"      prints the accepted reply (JSON)
+    threadline send-message --resource R --thread T - < msg.txt  the text from stdin (or --file PATH)
     threadline subscribe --resource R --thread T [--from-beginning] [--until-finish]
     threadline thread --resource R --thread T                   the stored messages (JSON lines)
     threadline migrate                                           apply the Postgres migrations
@@ -10,9 +11,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
 import sys
+from collections.abc import Iterator
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import orjson
 import typer
@@ -21,6 +26,21 @@ from threadline.config import get_settings
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Drive Threadline threads from a shell.")
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context, version: Annotated[bool, typer.Option("--version", is_eager=True,
+                                                help="print the installed version and exit")] = False) -> None:
+    """Drive Threadline threads from a shell."""
+    if version:
+        from importlib.metadata import version as installed
+
+        sys.stdout.write(f"threadline {installed('threadline')}\n")
+        raise typer.Exit(0)
+    if ctx.invoked_subcommand is None:
+        sys.stdout.write(ctx.get_help() + "\n")
+        raise typer.Exit(0)
+
 
 Resource = Annotated[str, typer.Option("--resource", "-r", help="resource id (owner of the thread)")]
 Thread = Annotated[str, typer.Option("--thread", "-t", help="thread id")]
@@ -40,19 +60,63 @@ def _fail(message: str, code: int = 1) -> None:
     raise typer.Exit(code)
 
 
-def _run(coro: Any) -> None:
-    """Run a command's coroutine; bad input and refusals print an error line, never a traceback."""
+class Unreachable(Exception):  # noqa: N818 - reads as the condition it reports
+    """A store the command needs could not be reached (``code``, one-line ``message``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _pg_address() -> str:
+    """host:port of the configured PostgreSQL (never the user or password of the DSN)."""
+    parts = urlsplit(get_settings().pg_dsn)
+    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+
+
+@contextlib.contextmanager
+def _reaching_postgres() -> Iterator[None]:
+    """Turn a failed PostgreSQL connection into :class:`Unreachable` naming the address."""
+    import asyncpg
+    import psycopg
+
+    try:
+        yield
+    except (OSError, asyncpg.exceptions.PostgresConnectionError, asyncpg.InterfaceError,
+            asyncpg.exceptions.InvalidAuthorizationSpecificationError, psycopg.OperationalError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise Unreachable("postgres_unavailable", f"cannot reach PostgreSQL at {_pg_address()} "
+                                                  f"(is the cluster up? `make up`): {reason}") from None
+
+
+def _broker_error(message: str) -> dict[str, str]:
+    return {"type": "error", "code": "broker_unavailable",
+            "message": f"{message.splitlines()[0]} (is the cluster up? `make up`)"}
+
+
+@contextlib.contextmanager
+def _guard() -> Iterator[None]:
+    """Bad input, refusals and an unreachable Kafka or PostgreSQL print one error line (JSON) and
+    exit 2 (3: no reply in time), never a traceback."""
+    from aiokafka.errors import KafkaConnectionError
     from pydantic import ValidationError
 
     from threadline.client.client import BrokerUnavailableError, RequestFailed
 
     try:
-        asyncio.run(coro)
+        with _reaching_postgres():
+            yield
     except RequestFailed as exc:
         _print(exc.reply)
         raise typer.Exit(2) from None
     except BrokerUnavailableError as exc:
-        _print({"type": "error", "code": "broker_unavailable", "message": str(exc)})
+        _print(_broker_error(str(exc)))
+        raise typer.Exit(2) from None
+    except KafkaConnectionError:
+        _print(_broker_error(f"cannot reach the Kafka broker at {get_settings().kafka_bootstrap}"))
+        raise typer.Exit(2) from None
+    except Unreachable as exc:
+        _print({"type": "error", "code": exc.code, "message": str(exc)})
         raise typer.Exit(2) from None
     except ValidationError as exc:
         _print({"type": "error", "code": "validation_failed",
@@ -63,6 +127,38 @@ def _run(coro: Any) -> None:
         raise typer.Exit(2) from None
     except TimeoutError:
         _fail("no reply from ingress (is the cluster up? `make up`)", 3)
+
+
+def _run(coro: Any) -> None:
+    """Run a command's coroutine under :func:`_guard`."""
+    with _guard():
+        asyncio.run(coro)
+
+
+TextArg = Annotated[str | None, typer.Argument(help="the text; - reads it from stdin")]
+FileOpt = Annotated[str | None, typer.Option("--file", "-f", help="read the text from this file instead")]
+
+
+def _text(text: str | None, path: str | None) -> str:
+    """The text of a command: the argument, stdin for ``-``, or the file ``--file`` names
+    (UTF-8; for texts too long for a command line).
+
+    Raises:
+        typer.BadParameter: both or neither given, or the file cannot be read.
+    """
+    if text is not None and path is not None:
+        raise typer.BadParameter("give the text as an argument or with --file, not both")
+    if text is None and path is None:
+        raise typer.BadParameter("no text: give it as an argument, - to read stdin, or --file PATH")
+    if path is not None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise typer.BadParameter(f"--file {path}: {exc}") from None
+    if text == "-":
+        return sys.stdin.read()
+    return text or ""
 
 
 def _attrs(pairs: list[str] | None) -> dict[str, str]:
@@ -87,7 +183,8 @@ async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: st
 
 
 @app.command("send-message")
-def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+def send_message(resource: Resource, thread: Thread, text: TextArg = None, file: FileOpt = None,
+                 agent: AgentOpt = "support-agent",
                  if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
                  if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake",
                  max_steps: Annotated[int | None, typer.Option(help="max_steps of a woken run")] = None) -> None:
@@ -95,19 +192,20 @@ def send_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt 
     idle: dict[str, Any] = {"behavior": if_idle}
     if max_steps is not None:
         idle["stream_options"] = {"max_steps": max_steps}
-    _run(_send("send_message", text, resource, thread, agent, if_active={"behavior": if_active},
+    _run(_send("send_message", _text(text, file), resource, thread, agent, if_active={"behavior": if_active},
                       if_idle=idle))
 
 
 @app.command("send-signal")
-def send_signal(contents: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent",
+def send_signal(resource: Resource, thread: Thread, contents: TextArg = None, file: FileOpt = None,
+                agent: AgentOpt = "support-agent",
                 type: Annotated[str, typer.Option("--type", help="user|state|reactive|notification")] = "reactive",
                 tag_name: Annotated[str | None, typer.Option("--tag-name", help="XML tag the model sees")] = None,
                 attribute: Annotated[list[str] | None, typer.Option("--attr", help="k=v, repeatable")] = None,
                 if_active: Annotated[str, typer.Option(help="deliver|persist|discard")] = "deliver",
                 if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
     """Send a signal to a thread (Mastra's ``sendSignal``); print the accepted reply."""
-    signal = {"type": type, "contents": contents, "attributes": _attrs(attribute)}
+    signal = {"type": type, "contents": _text(contents, file), "attributes": _attrs(attribute)}
     if tag_name:
         signal["tag_name"] = tag_name
     _run(_send("send_signal", signal, resource, thread, agent, if_active={"behavior": if_active},
@@ -197,9 +295,10 @@ def inbox(resource: Resource, thread: Thread,
 
 
 @app.command("queue-message")
-def queue_message(text: str, resource: Resource, thread: Thread, agent: AgentOpt = "support-agent") -> None:
+def queue_message(resource: Resource, thread: Thread, text: TextArg = None, file: FileOpt = None,
+                  agent: AgentOpt = "support-agent") -> None:
     """Queue a user message as the thread's next turn (Mastra's ``queueMessage``)."""
-    _run(_send("queue_message", text, resource, thread, agent))
+    _run(_send("queue_message", _text(text, file), resource, thread, agent))
 
 
 @app.command()
@@ -208,17 +307,13 @@ def abort(resource: Resource, thread: Thread,
     """Abort the thread's active run; queued messages still run (Mastra's ``subscription.abort()``)."""
 
     async def main() -> None:
-        from threadline.client.client import RequestFailed, ThreadlineClient
+        from threadline.client.client import ThreadlineClient
 
         async with ThreadlineClient() as tl:
-            try:
-                _print({"type": "aborted", "aborted": await tl.abort(resource_id=resource, thread_id=thread,
-                                                                    run_id=run_id)})
-            except RequestFailed as exc:
-                _print(exc.reply)
-                raise typer.Exit(2) from None
+            _print({"type": "aborted", "aborted": await tl.abort(resource_id=resource, thread_id=thread,
+                                                                run_id=run_id)})
 
-    asyncio.run(main())
+    _run(main())
 
 
 @app.command()
@@ -245,15 +340,13 @@ def subscribe(resource: Resource, thread: Thread,
                         if until_finish and chunk.get("type") == "finish":
                             return
                 await (asyncio.wait_for(pump(), timeout) if timeout else pump())
+            except TimeoutError:
+                raise typer.Exit(3) from None  # --timeout passed: no error line, exit 3
             finally:
                 await sub.unsubscribe()
 
-    try:
-        asyncio.run(main())
-    except TimeoutError:
-        raise typer.Exit(3) from None
-    except KeyboardInterrupt:
-        pass
+    with contextlib.suppress(KeyboardInterrupt):
+        _run(main())
 
 
 @app.command("thread")
@@ -261,9 +354,10 @@ def show_thread(resource: Resource, thread: Thread) -> None:
     """Print the thread's stored messages (from Postgres) as JSON lines."""
 
     async def main() -> None:
-        import asyncpg
+        from threadline.store.db import connect
 
-        conn = await asyncpg.connect(get_settings().pg_dsn)
+        settings = get_settings()
+        conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
         try:
             owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", thread)
             if owner is None or owner != resource:
@@ -276,7 +370,7 @@ def show_thread(resource: Resource, thread: Thread) -> None:
         finally:
             await conn.close()
 
-    asyncio.run(main())
+    _run(main())
 
 
 @app.command()
@@ -298,7 +392,7 @@ def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-
             if name.startswith(prefix):
                 _print({"topic": name})
 
-    asyncio.run(main())
+    _run(main())
 
 
 @app.command()
@@ -320,7 +414,8 @@ def migrate() -> None:
     """Apply pending Postgres migrations."""
     from threadline.store.migrate import migrate as run_migrations
 
-    applied = run_migrations(get_settings().pg_dsn)
+    with _guard():
+        applied = run_migrations(get_settings().pg_dsn)
     _print({"applied": applied})
 
 
@@ -348,6 +443,8 @@ def main() -> None:
     from threadline.logging import configure
 
     configure(level=os.environ.get("THREADLINE_CLI_LOG_LEVEL", "WARNING"))
+    # a broker that cannot be reached is reported once, as the command's error line
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     app()
 
 

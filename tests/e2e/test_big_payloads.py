@@ -8,13 +8,20 @@ records on the wire stay under the limit: the bodies are in ``payloads``.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import uuid
+from pathlib import Path
+
+import orjson
 
 from tests.e2e.helpers import collect_run, rows, run_row
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
 LIMIT = 512 * 1024
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _big_text(n_bytes: int) -> str:
@@ -86,3 +93,28 @@ async def test_a_tool_result_of_several_mb_reaches_the_subscriber_intact(service
     second = (await model.arequests(model=f"threadline-pooled-blob{tag}"))[1]["body"]["messages"]
     tool_msgs = [m for m in second if m["role"] == "tool"]
     assert tool_msgs and blob in tool_msgs[-1]["content"]
+
+
+def _cli(cluster, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
+           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix}
+    return subprocess.run([sys.executable, "-m", "threadline.cli", *args], input=stdin, cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_cli_sends_a_2_mb_message_from_stdin_and_from_a_file(services, cluster, tmp_path):
+    """Too long for a command line (argument list too long): read from ``-`` (stdin) or ``--file``."""
+    text = _big_text(2 * 1024 * 1024)
+    (tmp_path / "msg.txt").write_text(text + " (file)", encoding="utf-8")
+    thread = f"th-big-cli-{uuid.uuid4().hex[:6]}"
+    for source, stdin in ((["-"], text), (["--file", str(tmp_path / "msg.txt")], None)):
+        done = _cli(cluster, "send-message", "-r", "res-big", "-t", thread, "-a", "echo-agent",
+                    "--if-idle", "persist", *source, stdin=stdin)
+        assert done.returncode == 0, done.stdout + done.stderr
+        replies = [orjson.loads(line) for line in done.stdout.splitlines()]
+        assert replies[0]["action"] == "persist", replies
+    shown = _cli(cluster, "thread", "-r", "res-big", "-t", thread)
+    assert shown.returncode == 0, shown.stderr
+    users = [orjson.loads(line) for line in shown.stdout.splitlines()]
+    texts = ["".join(p["text"] for p in m["content"]["parts"] if p["type"] == "text") for m in users]
+    assert texts == [text, text + " (file)"]  # intact, in order
