@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -16,6 +17,7 @@ import structlog
 from faststream import FastStream
 from faststream.kafka import KafkaBroker
 
+from threadline._internal import usercode
 from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
 from threadline.kafka.admin import TopicAdmin
@@ -36,6 +38,9 @@ SHUTDOWN_GRACE_S = 10.0
 SHUTDOWN_SLACK_S = 3.0
 """What the rest of a stop (commit, leave the group, flush, close) may take after the grace: a
 broker that is away cannot make a stop hang (B15; docs/decisions.md, decision 29)."""
+EXIT_MARGIN_S = 2.0
+"""After grace and slack, the process exits within this margin whatever still runs: a handler
+that blocks the event loop, a user-code thread that never returns (the stop watchdog)."""
 
 
 _left_behind: list[str] = []
@@ -155,6 +160,22 @@ class Service:
         log.info("service stopped", service=self.name)
 
 
+def _start_watchdog(after_s: float) -> None:
+    """Exit the process ``after_s`` seconds from now if it is still running: a thread of its own,
+    so that it fires even while the event loop is blocked (a plain handler that never returns)
+    or the interpreter waits at exit for a user-code thread."""
+
+    def fire() -> None:
+        log.warning("stop outlived its bound; exiting now", bound_s=after_s, user_threads_busy=usercode.busy())
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+
+    timer = threading.Timer(after_s, fire)
+    timer.daemon = True
+    timer.start()
+
+
 def build_app(service: Service) -> FastStream:
     """The FastStream application of ``service``: its lifespan starts and stops the service.
 
@@ -169,7 +190,8 @@ def build_app(service: Service) -> FastStream:
         await service.start()
         try:
             yield
-        finally:
+        finally:  # the process exits within the bound even if the stop below cannot finish
+            _start_watchdog(SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S + EXIT_MARGIN_S)
             await service.stop()
 
     return FastStream(broker, lifespan=lifespan)
@@ -194,8 +216,9 @@ async def _main(app: FastStream) -> None:
     pending: set[asyncio.Task[Any]] = set()
     if leftovers:
         _, pending = await asyncio.wait(leftovers, timeout=1.0)
-    if pending or _left_behind:
-        log.warning("exiting without the event loop's clean-up", tasks=len(pending), left_behind=_left_behind)
+    if pending or _left_behind or usercode.busy():
+        log.warning("exiting without the event loop's clean-up", tasks=len(pending), left_behind=_left_behind,
+                    user_threads_busy=usercode.busy())
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0)

@@ -11,7 +11,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.helpers import collect_run, rows, wait_idle
+from tests.e2e.helpers import collect_run, own_instances, rows, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -91,3 +91,29 @@ async def test_an_abort_during_a_sleeping_tool_ends_the_run_at_once(services, se
         await asyncio.sleep(0.05)
     state, waited = marker.read_text().split()
     assert state == "aborted" and float(waited) < 5, marker.read_text()
+
+
+async def test_sigterm_exits_within_its_bound_while_a_tool_thread_sleeps(services, settings, model, cluster):
+    """A plain tool that never returns in time cannot hold a stopping worker: the step is handed
+    back at the 10 s grace and the process exits without waiting for the thread (it used to wait
+    for it at interpreter exit, here 60 s)."""
+    model.queue([ms.tool_calls(ms.tool_call("nap", {"seconds": 60}, id="n1"))], model="threadline-sleepy")
+    thread = f"th-term-nap-{uuid.uuid4().hex[:6]}"
+    with own_instances(services, "processor_worker", "processor_worker-1") as started:
+        services.start("processor_worker", "processor_worker-napper")
+        started.append("processor_worker-napper")
+        async with ThreadlineClient(settings) as tl:
+            sub = await tl.subscribe_to_thread("res-1", thread)
+            await (await tl.stream("nap", agent_id="sleepy-tools", resource_id="res-1", thread_id=thread)).accepted
+            await _until(sub, "tool-call")
+            await asyncio.sleep(1.0)  # the tool sleeps in its thread
+            t0 = time.monotonic()
+            await asyncio.to_thread(services.stop, "processor_worker-napper", timeout_s=90)  # SIGTERM, waits
+            stopped_s = time.monotonic() - t0
+            assert await sub.abort() is True  # the handed-back step need not nap again
+            await sub.unsubscribe()
+    log = (services.log_dir / "processor_worker-napper.log").read_text()
+    assert "step handed back" in log
+    # grace 10 s + the rest of the stop 3 s + the exit margin 2 s (docs/reliability.md, guarantee 10)
+    assert stopped_s < 15 + 3, stopped_s
+    assert await wait_idle(cluster.dsn, thread, timeout_s=30)

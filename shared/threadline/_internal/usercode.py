@@ -15,6 +15,7 @@ import contextvars
 import functools
 import inspect
 import os
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -22,6 +23,25 @@ from typing import Any
 USER_THREADS = int(os.environ.get("THREADLINE_USER_THREADS", "64"))
 """Threads plain user callables run in (per process); more calls at once wait for a free one."""
 _pool: ThreadPoolExecutor | None = None
+_busy = 0
+_busy_lock = threading.Lock()
+
+
+def busy() -> int:
+    """How many plain user callables are running in their threads now (a stopping service
+    exits without waiting for them: a thread cannot be interrupted)."""
+    return _busy
+
+
+def _counted(call: Callable[[], Any]) -> Any:
+    global _busy
+    with _busy_lock:
+        _busy += 1
+    try:
+        return call()
+    finally:
+        with _busy_lock:
+            _busy -= 1
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -53,5 +73,5 @@ async def call_user(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     if is_async(fn):
         return await fn(*args, **kwargs)
     call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
-    out = await asyncio.get_running_loop().run_in_executor(_executor(), call)
+    out = await asyncio.get_running_loop().run_in_executor(_executor(), _counted, call)
     return await out if inspect.isawaitable(out) else out

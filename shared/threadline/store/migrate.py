@@ -6,7 +6,14 @@ from pathlib import Path
 
 from yoyo import get_backend, read_migrations
 
+from threadline.logging import get_logger
+
+log = get_logger(__name__)
+
 MIGRATIONS = Path(__file__).with_name("migrations")
+
+LOCK_KEY = 0x7468726C6D6967  # "thrlmig": the advisory lock of Threadline's migrators
+"""Key of the session-level advisory lock one migrator holds at a time (a bigint)."""
 
 
 def _yoyo_uri(dsn: str) -> str:
@@ -18,10 +25,38 @@ def _yoyo_uri(dsn: str) -> str:
 
 
 def migrate(dsn: str) -> list[str]:
-    """Apply pending migrations (under yoyo's lock); return the ids applied."""
+    """Apply pending migrations; return the ids applied.
+
+    One migrator at a time holds a session-level advisory lock (``LOCK_KEY``) on its own
+    connection: PostgreSQL releases it when that session ends, so a migrator killed mid-way
+    (``kill -9``, an OOM) leaves no lock behind. yoyo's own lock is a row in ``yoyo_lock`` that a
+    killed migrator leaves in place (every later start would wait on it and fail); under the
+    advisory lock no other migrator of ours is alive, so such a row is stale and is removed.
+
+    Args:
+        dsn: a direct (session) PostgreSQL DSN, not a transaction-pooling PgBouncer.
+
+    Raises:
+        psycopg.OperationalError: PostgreSQL cannot be reached.
+    """
     backend = get_backend(_yoyo_uri(dsn))
     migrations = read_migrations(str(MIGRATIONS))
-    with backend.lock():
-        pending = backend.to_apply(migrations)
-        backend.apply_migrations(pending)
-    return [m.id for m in pending]
+    conn = backend.connection
+    with conn.cursor() as cur:  # waits while another migrator runs
+        cur.execute("SELECT pg_advisory_lock(%s)", (LOCK_KEY,))
+        cur.execute(f"SELECT count(*) FROM {backend.lock_table_quoted}")
+        stale = cur.fetchone()[0]
+    conn.commit()
+    try:
+        if stale:
+            log.warning("removing a migration lock left by a migrator that died", rows=stale)
+            backend.break_lock()
+        with backend.lock():
+            pending = backend.to_apply(migrations)
+            backend.apply_migrations(pending)
+        return [m.id for m in pending]
+    finally:
+        with conn.cursor() as cur:
+            cur.execute("SELECT pg_advisory_unlock(%s)", (LOCK_KEY,))
+        conn.commit()
+        conn.close()
