@@ -103,4 +103,6 @@ async def test_pool_waits_are_bounded(cluster):
                 async with db.connection():
                     pass
             assert time.monotonic() - started < 30  # it ends (generous: a loaded machine)
+            assert db.acquire_timeouts == 1  # counted (and logged)
         assert await db.fetchrow("SELECT 1 AS one") is not None  # the pool goes on once it is free
+        assert db.acquire_timeouts == 1

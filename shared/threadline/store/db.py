@@ -61,6 +61,9 @@ class Database:
         self._max_size = max_size
         self._acquire_timeout_s = acquire_timeout_s
         self._pool: asyncpg.Pool | None = None
+        self.acquire_timeouts = 0
+        """Waits for a pooled connection that outlived ``acquire_timeout_s`` (each one is also
+        logged as a warning), since the pool was made."""
 
     async def start(self) -> None:
         if self._pool is not None:
@@ -111,11 +114,13 @@ class Database:
                 conn = await pool.acquire(timeout=self._acquire_timeout_s)
                 break
             except TimeoutError as exc:
+                self.acquire_timeouts += 1
                 message = (f"no Postgres connection free within {self._acquire_timeout_s:g} s "
                            f"(pool of {self._max_size})")
                 if not patient:
+                    log.warning("no Postgres connection in time", reason=message, timeouts=self.acquire_timeouts)
                     raise PoolTimeoutError(message) from exc
-                log.warning("still waiting for a Postgres connection", reason=message)
+                log.warning("still waiting for a Postgres connection", reason=message, timeouts=self.acquire_timeouts)
         try:
             yield conn
         finally:
