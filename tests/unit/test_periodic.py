@@ -54,3 +54,28 @@ async def test_a_failing_pass_does_not_stop_the_duty():
     finally:
         await p.stop()
     assert len(calls) >= 3
+
+
+async def test_a_transient_failure_is_one_log_line_without_a_traceback(monkeypatch):
+    from threadline._internal import periodic
+    from threadline.store.db import PoolTimeoutError
+
+    logged: list[tuple[str, dict]] = []
+    monkeypatch.setattr(periodic.log, "warning", lambda msg, **kw: logged.append((msg, kw)))
+    calls: list[int] = []
+
+    async def duty() -> None:
+        calls.append(1)
+        raise PoolTimeoutError("no Postgres connection free within 10 s (pool of 10)") if len(calls) == 1 \
+            else ValueError("a bug")
+
+    p = Periodic("test-duty", 0.01, duty, failure="duty failed")
+    await p.start()
+    try:
+        await _until_called(calls, 2)
+        await asyncio.sleep(0.05)
+    finally:
+        await p.stop()
+    first, second = logged[0], logged[1]
+    assert "exc_info" not in first[1] and "PoolTimeoutError: no Postgres connection" in first[1]["error"]
+    assert second[1].get("exc_info") is True  # a bug keeps its traceback

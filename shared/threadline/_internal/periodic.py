@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from threadline.logging import get_logger
+from threadline.transient import is_transient
 
 log = get_logger(__name__)
 
@@ -16,7 +17,8 @@ class Periodic:
     """Run ``fn()`` every ``interval_s`` seconds (first after one interval) until :meth:`stop`.
 
     An exception from ``fn`` (or a call that outlives ``timeout_s``) is logged as ``failure`` (a
-    warning with the traceback) and the loop goes on at the next interval: background duties (the
+    warning: one line for a transient fault such as a pool wait or a lost connection, with the
+    traceback otherwise) and the loop goes on at the next interval: background duties (the
     outbox relay, the stuck-run sweeper) outlive a Postgres or Kafka outage.
 
     Args:
@@ -56,5 +58,8 @@ class Periodic:
             try:
                 async with asyncio.timeout(self._timeout_s):
                     await self._fn()
-            except Exception:  # a background duty never dies of one failed pass
-                log.warning(self._failure, task=self._name, exc_info=True)
+            except Exception as exc:  # a background duty never dies of one failed pass
+                if is_transient(exc):  # a pool wait, a lost connection: one line, no traceback
+                    log.warning(self._failure, task=self._name, error=f"{type(exc).__name__}: {exc}")
+                else:
+                    log.warning(self._failure, task=self._name, exc_info=True)
