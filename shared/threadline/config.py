@@ -124,6 +124,9 @@ class Settings(BaseSettings):
     outbox for the relay, so no Kafka stall can hold a step, a handler or a background pass."""
     reply_timeout_s: float = 30.0
     """How long the client waits for a reply from ingress."""
+    metrics_port: int | None = None
+    """Port of the service's ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz`` endpoints
+    (``None``: not served; the Kubernetes manifests and compose set 9464; docs/operations.md)."""
     log_level: str = Field(default="INFO")
     log_json: bool = False
     """Render logs as JSON lines (default: console key=value)."""

@@ -11,7 +11,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from faststream import FastStream
@@ -30,6 +30,9 @@ from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
 from threadline.topics import Topics
+
+if TYPE_CHECKING:
+    from threadline.ops.server import OpsServer
 
 log = get_logger(__name__)
 
@@ -104,6 +107,8 @@ class Service:
         self.relay = OutboxRelay(self.outbox)
         self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)
         self.consumer: KeyedConsumer | None = None
+        self.migrated = False
+        self.ops: OpsServer | None = None
 
     def topics_in(self) -> list[str]:
         raise NotImplementedError
@@ -120,7 +125,9 @@ class Service:
     async def start(self) -> None:
         """Migrate, connect, create topics, start the relay and the consumer."""
         structlog.contextvars.bind_contextvars(instance=self.settings.instance_id)
+        await self._serve_ops()
         applied = await asyncio.to_thread(migrate, self.settings.pg_session_dsn)
+        self.migrated = True
         if applied:
             log.info("migrations applied", ids=applied)
         await self.db.start()
@@ -157,7 +164,32 @@ class Service:
         await _bounded("topic admin", self.admin.stop(), deadline - 1.2)
         await _bounded("producer", self.producer.stop(), deadline - 0.5)
         await _bounded("database", self.db.stop(), deadline)
+        if self.ops is not None:
+            await _bounded("metrics endpoint", self.ops.stop(), deadline + 0.5)
         log.info("service stopped", service=self.name)
+
+    async def _serve_ops(self) -> None:
+        """``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` (when set), from the
+        start on: a service that waits for its broker answers "alive, not ready"."""
+        if self.settings.metrics_port is None:
+            return
+        from threadline.ops.metrics import REGISTRY, ServiceCollector
+        from threadline.ops.server import OpsServer
+
+        REGISTRY.register(ServiceCollector(self.name, lambda: self.consumer, self.db))
+
+        async def kafka() -> bool:
+            return self.consumer is not None and self.consumer.joined
+
+        async def postgres() -> bool:
+            return await self.db.fetchrow("SELECT 1 AS one") is not None
+
+        async def migrations() -> bool:
+            return self.migrated
+
+        self.ops = OpsServer({"kafka": kafka, "postgres": postgres, "migrations": migrations},
+                             port=self.settings.metrics_port)
+        await self.ops.start()
 
 
 def _start_watchdog(after_s: float) -> None:

@@ -12,6 +12,7 @@ callback per future: a quarter of the worker's CPU at 20,000 chunks).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ class ChunkWriter:
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt", "finished",
-                 "held", "hold_finish", "key", "run_id", "seq", "step")
+                 "first_at", "held", "hold_finish", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -50,6 +51,8 @@ class ChunkWriter:
         """The stamped ``finish`` chunk held back, if any."""
         self.ack_timeout_s = ack_timeout_s
         """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
+        self.first_at: float | None = None
+        """``time.perf_counter()`` when the first chunk was handed to Kafka (metrics)."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -62,6 +65,8 @@ class ChunkWriter:
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=CHUNK_HEADERS, partition=0)
+        if self.first_at is None:
+            self.first_at = time.perf_counter()
         self._futures.append(fut)
         if len(self._futures) >= self._prune_at:
             self._prune()

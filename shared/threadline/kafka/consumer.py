@@ -102,6 +102,9 @@ class KeyedConsumer:
                  commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
                  max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50) -> None:
         self._topics = topics
+        self.group_id = group_id
+        self.joined = False
+        """True once the group gave this member its first assignment (readiness)."""
         self._handler = handler
         self._max_in_flight = max_in_flight
         self._commit_interval_s = commit_interval_s
@@ -246,7 +249,20 @@ class KeyedConsumer:
             self._trackers.pop(tp, None)
             self._committed.pop(tp, None)
 
+    def lag(self) -> dict[tuple[str, int], int]:
+        """Records not yet committed per assigned ``(topic, partition)``: the high watermark of
+        the last fetch minus the committed (or first fetched) offset; partitions not fetched from
+        yet are left out."""
+        out: dict[tuple[str, int], int] = {}
+        for tp, tracker in list(self._trackers.items()):
+            high = self._consumer.highwater(tp)
+            done = self._committed.get(tp, tracker.position)
+            if high is not None and done is not None:
+                out[(tp.topic, tp.partition)] = max(0, high - done)
+        return out
+
     def _on_assigned(self, assigned: list[TopicPartition]) -> None:
+        self.joined = True
         log.info("partitions assigned", partitions=sorted(f"{tp.topic}:{tp.partition}" for tp in assigned))
         for tp in assigned:
             self._trackers.setdefault(tp, OffsetTracker())

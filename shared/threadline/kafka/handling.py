@@ -12,7 +12,7 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import header
@@ -21,6 +21,7 @@ from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.ops.metrics import DEAD_LETTERS, RETRIES
 from threadline.transient import TRANSIENT, is_transient
 
 __all__ = ["TRANSIENT", "DeadLetters", "guarded", "is_transient"]
@@ -58,6 +59,7 @@ class DeadLetters:
                             reason=reason[:2000], raw=raw, raw_encoding=encoding,
                             request_id=request_id)
         await self._producer.publish(self._topic, letter, key=key)
+        DEAD_LETTERS.labels(code).inc()
         log.warning("dead-lettered", code=code, reason=reason[:300], topic=record.topic,
                     partition=record.partition, offset=record.offset)
 
@@ -83,7 +85,7 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
         try:
             async for attempt in AsyncRetrying(
                 retry=retry_if_exception(is_transient), stop=stop,
-                wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True,
+                wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True, before_sleep=_count_retry,
             ):
                 with attempt:
                     resolved = await resolve(record, payloads)
@@ -104,6 +106,11 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
                                      request_id=_request_id(record))
 
     return run
+
+
+def _count_retry(state: RetryCallState) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    RETRIES.labels(type(exc).__name__ if exc is not None else "unknown").inc()
 
 
 def _request_id(record: Record) -> str | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,6 +23,7 @@ import orjson
 
 from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
+from threadline.ops.metrics import MODEL_CALL_SECONDS, MODEL_ERRORS
 from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ModelFn
 
@@ -184,14 +186,18 @@ class ModelCaller:
                 self.calls += 1
                 if self._limiter is not None:
                     await self._limiter.acquire(choice.model, estimate_tokens(kwargs.get("messages")))
+                started = time.perf_counter()
                 try:
                     async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
                         yielded = True
                         yield chunk
+                    MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
                     if self._limiter is not None:
                         await self._limiter.settle(choice.model, (outcome.usage or {}).get("outputTokens"))
                     return
                 except ModelCallError as exc:
+                    MODEL_CALL_SECONDS.labels("error").observe(time.perf_counter() - started)
+                    MODEL_ERRORS.labels(exc.kind).inc()
                     exc.model = choice.model
                     if yielded:
                         exc.streamed = True

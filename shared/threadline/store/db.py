@@ -10,6 +10,7 @@ a pooled connection (LISTEN has its own direct connection, :mod:`threadline.stor
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -19,6 +20,7 @@ import orjson
 
 from threadline.errors import NotConnectedError, ThreadlineError
 from threadline.logging import get_logger
+from threadline.ops.metrics import PG_ACQUIRE_SECONDS
 from threadline.transient import TRANSIENT_PG, is_transient_pg
 
 log = get_logger(__name__)
@@ -95,6 +97,13 @@ class Database:
             raise NotConnectedError("database not started")
         return self._pool
 
+    def pool_sizes(self) -> tuple[int, int, int] | None:
+        """``(open, idle, max)`` connections of the pool, or ``None`` before it started."""
+        pool = self._pool
+        if pool is None:
+            return None
+        return pool.get_size(), pool.get_idle_size(), self._max_size
+
     @property
     def max_size(self) -> int:
         """The pool size (connections)."""
@@ -109,9 +118,11 @@ class Database:
             PoolTimeoutError: none became free within ``acquire_timeout_s`` (not ``patient``).
         """
         pool = self.pool
+        started = time.perf_counter()
         while True:
             try:
                 conn = await pool.acquire(timeout=self._acquire_timeout_s)
+                PG_ACQUIRE_SECONDS.observe(time.perf_counter() - started)
                 break
             except TimeoutError as exc:
                 self.acquire_timeouts += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import structlog
@@ -22,6 +23,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.chunk_writer import ChunkWriter
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
@@ -53,6 +55,15 @@ log = get_logger(__name__)
 ABORT_MEMORY_S = 300.0
 """How long the worker remembers an abort it heard (s). It matters only between a step's claim and
 its start here (milliseconds); a step begun later reads the abort from the run row instead."""
+
+
+def _observe_step(started: float, outcome: str, writer: ChunkWriter, first_seq: int) -> None:
+    """The step's metrics: its duration by outcome, its time to first chunk, its chunks."""
+    STEPS_IN_FLIGHT.dec()
+    STEP_SECONDS.labels(outcome).observe(time.perf_counter() - started)
+    if writer.first_at is not None:
+        FIRST_CHUNK_SECONDS.observe(writer.first_at - started)
+    CHUNKS.inc(max(0, writer.seq - first_seq))
 
 
 class StepExecutor:
@@ -169,6 +180,8 @@ class StepExecutor:
             await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
         self._keepalive.add(run, writer)
         nxt: Claimed | None = None
+        started, ended = time.perf_counter(), "interrupted"
+        STEPS_IN_FLIGHT.inc()
         try:
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id,
                                                          step=run.step, attempt=inputs.attempt):
@@ -198,11 +211,13 @@ class StepExecutor:
                     log.exception("step could not run; failing the run")
                     outcome = "failed"
                     await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+                ended = outcome
                 nxt = self._store.take_next(run.run_id) if outcome == "continue" else None
                 log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
         finally:
+            _observe_step(started, ended, writer, run.next_seq)
             self._running.pop(run.run_id, None)
             self._keepalive.discard(run.run_id)
             self._store.take_next(run.run_id)  # a next step claimed but not run here: the task's redelivery takes it

@@ -1,0 +1,2 @@
+"""Operating a service: its Prometheus metrics and its ``/metrics``, ``/healthz`` and ``/readyz``
+endpoints (docs/operations.md)."""
