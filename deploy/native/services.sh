@@ -90,9 +90,10 @@ start() {
   for entry in "${SERVICES[@]}"; do IFS='|' read -r svc mod count args <<<"$entry"; modules+=("$mod"); done
   missing="$(missing_modules "${modules[@]}")"
 
-  local started=() failed=() skipped=() n name pid
+  local started=() failed=() skipped=() n name pid k=-1 metrics_port=()
   for entry in "${SERVICES[@]}"; do
     IFS='|' read -r svc mod count args <<<"$entry"
+    k=$((k + 1))   # the service's place: its instances' metrics ports are BASE + 100*k + n
     [[ "$count" =~ ^[0-9]+$ ]] || die "instance count for $svc must be a number, got '$count'"
     # scale down: stop instances numbered above the requested count
     local extra=()
@@ -107,9 +108,12 @@ start() {
       name="$svc-$n"
       pid="$(read_pid "$PID_DIR/$name.pid")"
       if pid_alive "$pid"; then continue; fi
+      # /metrics, /healthz, /readyz (docs/operations.md) on BASE + 100*k + n; none for the model server
+      metrics_port=()
+      if ((k > 0)); then metrics_port=("THREADLINE_METRICS_PORT=$((${THREADLINE_METRICS_BASE_PORT:-19400} + 100 * k + n))"); fi
       # shellcheck disable=SC2086  # $args is a plain word list
       THREADLINE_INSTANCE_ID="$name" spawn "$PID_DIR/$name.pid" "$LOG_DIR/$name.log" \
-        "$PY" -m "$mod" $args
+        env "${metrics_port[@]}" "$PY" -m "$mod" $args
       started+=("$name")
     done
   done
