@@ -26,7 +26,7 @@ export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS
 
 # Where the services find the cluster; values already in the environment win.
 export THREADLINE_KAFKA_PORT      ?= 19092
-export THREADLINE_PG_PORT         ?= 55432
+export THREADLINE_PG_PORT         ?= 15432
 export THREADLINE_MODEL_PORT      ?= 18080
 export THREADLINE_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(THREADLINE_KAFKA_PORT)
 export THREADLINE_PG_DSN          ?= postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT)/threadline

@@ -11,8 +11,14 @@
 # stop     SIGTERM, then SIGKILL after $KAFKA_STOP_TIMEOUT seconds
 # Every command is idempotent.
 #
+# A second listener, SASL_SSL on THREADLINE_KAFKA_SASL_PORT (the plaintext port + 2), takes
+# SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 as user `threadline` / password `threadline-secret`
+# over TLS, with a certificate authority and a broker certificate for 127.0.0.1 made with
+# openssl at the first start (.run/kafka/tls/ca.pem is the CA a client trusts).
+#
 # Env: THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
-#      THREADLINE_KAFKA_CONTROLLER_PORT (19093), KAFKA_HEAP_OPTS (-Xmx768m -Xms256m),
+#      THREADLINE_KAFKA_CONTROLLER_PORT (19093), THREADLINE_KAFKA_SASL_PORT (port + 2),
+#      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m),
 #      KAFKA_START_TIMEOUT (90), KAFKA_STOP_TIMEOUT (30)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -23,6 +29,9 @@ KAFKA_STORAGE_TOOL=kafka.tools.StorageTool
 HOST=127.0.0.1
 PORT="${THREADLINE_KAFKA_PORT:-19092}"
 CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-19093}"
+SASL_PORT="${THREADLINE_KAFKA_SASL_PORT:-$((PORT + 2))}"
+SASL_USER=threadline
+SASL_PASSWORD=threadline-secret
 read -ra HEAP <<<"${KAFKA_HEAP_OPTS:--Xmx768m -Xms256m}"   # JVM heap flags (array)
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
@@ -34,6 +43,7 @@ KAFKA_DIR="$RUN_DIR/kafka"
 DATA_DIR="$KAFKA_DIR/data"
 CONFIG="$KAFKA_DIR/server.properties"
 LOG4J="$KAFKA_DIR/log4j2.xml"
+TLS_DIR="$KAFKA_DIR/tls"
 PIDFILE="$RUN_DIR/kafka.pid"
 LOGFILE="$LOG_DIR/kafka.log"
 
@@ -82,9 +92,17 @@ write_config() {
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
-listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$PORT
-listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
+listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_PORT
+advertised.listeners=PLAINTEXT://$HOST:$PORT,SASL_SSL://$HOST:$SASL_PORT
+listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
+sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_$SASL_USER="$SASL_PASSWORD";
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/broker-keystore.pem
+listener.name.sasl_ssl.ssl.truststore.type=PEM
+listener.name.sasl_ssl.ssl.truststore.location=$TLS_DIR/ca.pem
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$DATA_DIR
@@ -126,6 +144,33 @@ EOF
   </Loggers>
 </Configuration>
 EOF
+}
+
+# make_tls: a CA and a broker certificate for 127.0.0.1 (PEM), once per data dir.
+make_tls() {
+  [[ -s "$TLS_DIR/broker-keystore.pem" ]] && return 0
+  mkdir -p "$TLS_DIR"
+  log "making a CA and a broker certificate for the SASL_SSL listener in ${TLS_DIR#"$REPO_ROOT"/}"
+  (
+    cd "$TLS_DIR"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=threadline-dev-ca" \
+      -keyout ca-key.pem -out ca.pem 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$HOST" -keyout broker-key.pem -out broker.csr 2>/dev/null
+    printf 'subjectAltName=IP:%s,DNS:localhost\n' "$HOST" >broker.ext
+    openssl x509 -req -in broker.csr -CA ca.pem -CAkey ca-key.pem -CAcreateserial -days 3650 \
+      -extfile broker.ext -out broker.pem 2>/dev/null
+    openssl pkcs8 -topk8 -nocrypt -in broker-key.pem -out broker-key8.pem
+    cat broker-key8.pem broker.pem >broker-keystore.pem
+  ) || die "could not make the TLS files (openssl)"
+}
+
+# add_scram_users: SCRAM credentials of the SASL user, once per data dir (kept in the metadata log).
+add_scram_users() {
+  [[ -f "$KAFKA_DIR/scram-users.done" ]] && return 0
+  java -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" "$(dirname "$POM")/AddScramUsers.java" \
+    "$HOST:$PORT" "$SASL_USER" "$SASL_PASSWORD" >>"$LOGFILE" 2>&1 \
+    || { tail -n 20 "$LOGFILE" >&2; die "could not add the SCRAM users"; }
+  touch "$KAFKA_DIR/scram-users.done"
 }
 
 format_storage() {
@@ -182,9 +227,10 @@ start() {
     return 0
   fi
   install
-  if port_open "$HOST" "$PORT" || port_open "$HOST" "$CONTROLLER_PORT"; then
-    die "port $PORT or $CONTROLLER_PORT is already taken by another process (another clone's Kafka? stop it first, or set THREADLINE_KAFKA_PORT)"
+  if port_open "$HOST" "$PORT" || port_open "$HOST" "$CONTROLLER_PORT" || port_open "$HOST" "$SASL_PORT"; then
+    die "port $PORT, $CONTROLLER_PORT or $SASL_PORT is already taken by another process (another clone's Kafka? stop it first, or set THREADLINE_KAFKA_PORT)"
   fi
+  make_tls
   write_config
   format_storage
   local mark; mark=$(wc -l 2>/dev/null <"$LOGFILE" || echo 0)
@@ -207,6 +253,7 @@ start() {
     fi
     sleep 0.5
   done
+  add_scram_users
   log "ready (pid $pid)"
 }
 

@@ -12,14 +12,14 @@
 # PostgreSQL data of postgres.sh); .run/logs/pgbouncer.log links to the log.
 # Every command is idempotent. Not part of `make infra-up`: the C24 test starts it.
 #
-# Env: THREADLINE_PGBOUNCER_PORT (THREADLINE_PG_PORT - 39000: 16432 beside 55432, so checkouts
-#      with their own PostgreSQL port get their own PgBouncer port), THREADLINE_PG_PORT (55432),
+# Env: THREADLINE_PGBOUNCER_PORT (THREADLINE_PG_PORT + 1000: 16432 beside 15432, so checkouts
+#      with their own PostgreSQL port get their own PgBouncer port), THREADLINE_PG_PORT (15432),
 #      THREADLINE_PGBOUNCER_POOL_SIZE (2)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-PG_PORT="${THREADLINE_PG_PORT:-55432}"
-PORT="${THREADLINE_PGBOUNCER_PORT:-$((PG_PORT - 39000))}"
+PG_PORT="${THREADLINE_PG_PORT:-15432}"
+PORT="${THREADLINE_PGBOUNCER_PORT:-$((PG_PORT + 1000))}"
 POOL_SIZE="${THREADLINE_PGBOUNCER_POOL_SIZE:-2}"
 HOST=127.0.0.1
 BASE="/var/tmp/threadline-$(printf '%s' "$REPO_ROOT" | sha1sum | cut -c1-8)/pgbouncer-$PORT"

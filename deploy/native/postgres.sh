@@ -11,12 +11,12 @@
 # Role and database `threadline` (password `threadline`) are created on start.
 # Every command is idempotent; `destroy` stops the server and deletes its data.
 #
-# Env: THREADLINE_PG_PORT (55432), THREADLINE_PG_BINDIR (auto: /usr/lib/postgresql/15/bin)
+# Env: THREADLINE_PG_PORT (15432), THREADLINE_PG_BINDIR (auto: /usr/lib/postgresql/15/bin)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PG_MAJOR=15
-PORT="${THREADLINE_PG_PORT:-55432}"
+PORT="${THREADLINE_PG_PORT:-15432}"
 HOST=127.0.0.1
 BASE="/var/tmp/threadline-$(printf '%s' "$REPO_ROOT" | sha1sum | cut -c1-8)"
 PGDATA="$BASE/pg"

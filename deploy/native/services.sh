@@ -17,7 +17,7 @@ MODEL_PORT="${THREADLINE_MODEL_PORT:-18080}"
 
 # Defaults for running this script by hand (the Makefile exports the same).
 export THREADLINE_KAFKA_BOOTSTRAP="${THREADLINE_KAFKA_BOOTSTRAP:-127.0.0.1:${THREADLINE_KAFKA_PORT:-19092}}"
-export THREADLINE_PG_DSN="${THREADLINE_PG_DSN:-postgresql://threadline:threadline@127.0.0.1:${THREADLINE_PG_PORT:-55432}/threadline}"
+export THREADLINE_PG_DSN="${THREADLINE_PG_DSN:-postgresql://threadline:threadline@127.0.0.1:${THREADLINE_PG_PORT:-15432}/threadline}"
 export THREADLINE_MODEL_API_BASE="${THREADLINE_MODEL_API_BASE:-http://127.0.0.1:$MODEL_PORT/v1}"
 export LITELLM_LOCAL_MODEL_COST_MAP="${LITELLM_LOCAL_MODEL_COST_MAP:-True}"
 export PYTHONUNBUFFERED=1

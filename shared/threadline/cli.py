@@ -381,7 +381,9 @@ def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-
         from aiokafka.admin import AIOKafkaAdminClient
 
         settings = get_settings()
-        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+        from threadline.kafka.security import client_kwargs
+
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, **client_kwargs(settings))
         await admin.start()
         try:
             names = sorted(await admin.list_topics())

@@ -24,6 +24,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded, is_transient
 from threadline.kafka.producer import Producer
+from threadline.kafka.security import broker_security, client_kwargs
 from threadline.logging import configure, get_logger
 from threadline.payloads import PayloadStore
 from threadline.store.db import Database
@@ -99,10 +100,12 @@ class Service:
                            transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.settings.pg_pool_max,
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
         self.payloads = PayloadStore(db=self.db)
+        self.kafka_security = client_kwargs(self.settings)  # TLS / SASL, the same for every Kafka client
         self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}",
                                  linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
-                                 spill=lambda body, topic: self.payloads.put(body, topic=topic))
-        self.admin = TopicAdmin(self.settings.kafka_bootstrap)
+                                 spill=lambda body, topic: self.payloads.put(body, topic=topic),
+                                 security=self.kafka_security)
+        self.admin = TopicAdmin(self.settings.kafka_bootstrap, security=self.kafka_security)
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s)
         self.relay = OutboxRelay(self.outbox)
         self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)
@@ -146,7 +149,7 @@ class Service:
                             retry_for_s=self.settings.transient_retry_s),
             max_in_flight=self.settings.max_in_flight, commit_interval_s=self.settings.commit_interval_s,
             max_poll_interval_ms=self.settings.kafka_max_poll_interval_ms,
-            fetch_max_wait_ms=self.settings.kafka_fetch_max_wait_ms)
+            fetch_max_wait_ms=self.settings.kafka_fetch_max_wait_ms, security=self.kafka_security)
         await _until_connected("consumer", self.consumer.start)
         log.info("service started", service=self.name, topics=self.topics_in(),
                  statement_cache=self.settings.pg_use_statement_cache,
@@ -215,7 +218,8 @@ def build_app(service: Service) -> FastStream:
     consumption itself is :class:`KeyedConsumer` because FastStream's Kafka subscribers cannot
     run one partition's records concurrently while committing only finished offsets.
     """
-    broker = KafkaBroker(service.settings.kafka_bootstrap, client_id=f"{service.name}-faststream")
+    broker = KafkaBroker(service.settings.kafka_bootstrap, client_id=f"{service.name}-faststream",
+                         security=broker_security(service.settings))
 
     @asynccontextmanager
     async def lifespan(*_: Any, **__: Any) -> AsyncIterator[None]:

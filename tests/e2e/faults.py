@@ -53,7 +53,7 @@ def _script_status(script: str) -> str:
 def restart_unavailable() -> str | None:
     """Why the broker and Postgres cannot be restarted from here (None when they can)."""
     kport = os.environ.get("THREADLINE_KAFKA_PORT", "19092")
-    pport = os.environ.get("THREADLINE_PG_PORT", "55432")
+    pport = os.environ.get("THREADLINE_PG_PORT", "15432")
     props = ROOT / ".run" / "kafka" / "server.properties"
     if not _script_status("kafka.sh") or not props.exists() or f":{kport}" not in props.read_text():
         return (f"the broker on port {kport} was not started by this checkout's deploy/native/kafka.sh "

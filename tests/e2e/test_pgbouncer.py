@@ -50,7 +50,7 @@ def bounced(cluster, tmp_path_factory):
     if pg_port is None:
         pytest.skip("C24 needs the native PostgreSQL to put PgBouncer in front of (testcontainers in use)")
     # beside its PostgreSQL's port (as deploy/native/pgbouncer.sh derives it): parallel checkouts never share it
-    pgb_port = int(os.environ.get("THREADLINE_PGBOUNCER_PORT") or pg_port - 39000)
+    pgb_port = int(os.environ.get("THREADLINE_PGBOUNCER_PORT") or pg_port + 1000)
     env_pgb = {**os.environ, "THREADLINE_PGBOUNCER_PORT": str(pgb_port), "THREADLINE_PG_PORT": str(pg_port),
                "THREADLINE_PGBOUNCER_POOL_SIZE": "2"}
     subprocess.run(["bash", str(ROOT / "deploy/native/pgbouncer.sh"), "start"], env=env_pgb, check=True,

@@ -37,6 +37,7 @@ from threadline.events import (
 from threadline.events.base import Event
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
+from threadline.kafka.security import client_kwargs
 from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
@@ -79,11 +80,14 @@ class ThreadlineClient:
         # bodies over max_record_bytes (a message of several MB) go to Postgres by reference
         # (docs/decisions.md#payloads-by-reference); the connection is opened only when one is met
         self._payloads = PayloadStore(dsn=self.settings.pg_dsn, statement_cache=self.settings.pg_use_statement_cache)
+        self._security = client_kwargs(self.settings)  # TLS / SASL (docs/operations.md)
         self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
                                   max_record_bytes=self.settings.max_record_bytes,
-                                  spill=lambda body, topic: self._payloads.put(body, topic=topic))
-        self._admin = TopicAdmin(self.settings.kafka_bootstrap)
-        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads)
+                                  spill=lambda body, topic: self._payloads.put(body, topic=topic),
+                                  security=self._security)
+        self._admin = TopicAdmin(self.settings.kafka_bootstrap, security=self._security)
+        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads,
+                                      security=self._security)
         self._started = False
 
     async def start(self) -> None:
@@ -306,7 +310,8 @@ class ThreadlineClient:
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
                                  from_offset=from_offset,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
-                                 after=after, hide_signals=hide_signals, payloads=self._payloads)
+                                 after=after, hide_signals=hide_signals, payloads=self._payloads,
+                                 security=self._security)
         await sub.start()
         return sub
 

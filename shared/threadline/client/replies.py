@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -20,8 +21,10 @@ log = get_logger(__name__)
 class ReplyListener:
     """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
 
-    def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadRefs | None = None) -> None:
+    def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadRefs | None = None,
+                 security: Mapping[str, Any] | None = None) -> None:
         self._payloads = payloads
+        self._security = dict(security or {})
         self._bootstrap = bootstrap
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
@@ -31,7 +34,7 @@ class ReplyListener:
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    group_id=None, fetch_max_wait_ms=20)
+                                    group_id=None, fetch_max_wait_ms=20, **self._security)
         await consumer.start()
         partitions = None
         for _ in range(100):

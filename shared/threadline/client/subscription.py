@@ -4,7 +4,7 @@ declared dead (``attempt-discarded``) are dropped, so the stream shows every chu
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 import orjson
@@ -33,8 +33,9 @@ class ThreadSubscription:
                  from_offset: int | None = None,
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
-                 payloads: PayloadRefs | None = None) -> None:
+                 payloads: PayloadRefs | None = None, security: Mapping[str, Any] | None = None) -> None:
         self._on_abort = on_abort
+        self._security = dict(security or {})
         self._payloads = payloads
         self._hide = hide_signals
         self._bootstrap = bootstrap
@@ -52,7 +53,7 @@ class ThreadSubscription:
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    group_id=None, fetch_max_wait_ms=10)
+                                    group_id=None, fetch_max_wait_ms=10, **self._security)
         await consumer.start()
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])

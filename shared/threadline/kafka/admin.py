@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Mapping
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -16,8 +18,9 @@ log = get_logger(__name__)
 class TopicAdmin:
     """Creates topics once per process (a cache avoids asking the broker again)."""
 
-    def __init__(self, bootstrap: str) -> None:
+    def __init__(self, bootstrap: str, *, security: Mapping[str, Any] | None = None) -> None:
         self._bootstrap = bootstrap
+        self._security = dict(security or {})
         self._client: AIOKafkaAdminClient | None = None
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
@@ -25,7 +28,7 @@ class TopicAdmin:
 
     async def start(self) -> None:
         if self._client is None:
-            client = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap)
+            client = AIOKafkaAdminClient(bootstrap_servers=self._bootstrap, **self._security)
             try:
                 await client.start()
             except BaseException:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -100,7 +100,8 @@ class KeyedConsumer:
     def __init__(self, *, bootstrap: str, topics: list[str], group_id: str, handler: Handler,
                  client_id: str = "threadline", max_in_flight: int = 2000,
                  commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
-                 max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50) -> None:
+                 max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50,
+                 security: Mapping[str, Any] | None = None) -> None:
         self._topics = topics
         self.group_id = group_id
         self.joined = False
@@ -112,7 +113,7 @@ class KeyedConsumer:
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=fetch_max_wait_ms,
+            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=fetch_max_wait_ms, **(security or {}),
         )
         self._trackers: dict[TopicPartition, OffsetTracker] = {}
         self._committed: dict[TopicPartition, int] = {}

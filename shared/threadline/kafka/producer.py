@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiokafka import AIOKafkaProducer
@@ -36,8 +36,10 @@ class Producer:
     """
 
     def __init__(self, bootstrap: str, *, linger_ms: int = 2, client_id: str = "threadline",
-                 max_record_bytes: int = 512 * 1024, spill: Spill | None = None) -> None:
+                 max_record_bytes: int = 512 * 1024, spill: Spill | None = None,
+                 security: Mapping[str, Any] | None = None) -> None:
         self._bootstrap = bootstrap
+        self._security = dict(security or {})
         self._max_record_bytes = max_record_bytes
         self.spill = spill
         """Where bodies over ``max_record_bytes`` go (set by the owner once its store is up)."""
@@ -52,7 +54,7 @@ class Producer:
         producer = AIOKafkaProducer(
             bootstrap_servers=self._bootstrap, client_id=self._client_id, acks="all",
             enable_idempotence=True, linger_ms=self._linger_ms, max_batch_size=256 * 1024,
-            max_request_size=4 * 1024 * 1024,
+            max_request_size=4 * 1024 * 1024, **self._security,
         )
         try:
             await producer.start()

@@ -70,11 +70,11 @@ def ensure_native_cluster(root: Path, *, kafka_port: int | None = None, pg_port:
                           timeout_s: float = 900) -> NativeCluster:
     """Return the local cluster's addresses; run ``make infra-up`` in ``root`` if a port is closed.
 
-    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (55432).
+    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (15432).
     Raises ``subprocess.CalledProcessError`` if ``make infra-up`` fails.
     """
     kport = kafka_port or int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
-    pport = pg_port or int(os.environ.get("THREADLINE_PG_PORT", "55432"))
+    pport = pg_port or int(os.environ.get("THREADLINE_PG_PORT", "15432"))
     started = False
     if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
         subprocess.run(["make", "infra-up"], cwd=root, check=True, timeout=timeout_s)
