@@ -67,16 +67,11 @@ def cluster() -> Iterator[Cluster]:
         raise RuntimeError("THREADLINE_NO_CLUSTER=1 but a test asked for the cluster: mark it integration or e2e")
     containers = []
     if _docker_engine():
-        from testcontainers.kafka import KafkaContainer
-        from testcontainers.postgres import PostgresContainer
+        from threadline.testing.containers import start_kafka, start_postgres
 
-        kafka = KafkaContainer("apache/kafka:4.4.0").with_kraft()
-        pg = PostgresContainer("postgres:15", username="threadline", password="threadline", dbname="threadline")
-        kafka.start()
-        pg.start()
+        kafka, bootstrap = start_kafka()
+        pg, admin_dsn = start_postgres()
         containers = [kafka, pg]
-        bootstrap = kafka.get_bootstrap_server()
-        admin_dsn = pg.get_connection_url(driver=None)
     else:
         native = ensure_native_cluster(ROOT)
         bootstrap, admin_dsn = native.bootstrap, native.admin_dsn
