@@ -41,7 +41,7 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint chaos chaos-sweep bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -136,6 +136,9 @@ test: install ## the test suite (the tests start the native cluster themselves)
 lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/
 	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
 	cd $(ROOT) && $(ROOT)/.venv/bin/mypy
+
+asyncapi: install ## write docs/asyncapi.json, the wire contract declared in shared/threadline/contract.py
+	cd $(ROOT) && $(ROOT)/.venv/bin/faststream docs gen threadline.contract:app --out docs/asyncapi.json
 
 test-fast: install ## the unit tests only (pure logic, no cluster; under a minute)
 	cd $(ROOT) && THREADLINE_NO_CLUSTER=1 $(PY) -m pytest -q -m unit tests $(PYTEST_ARGS)

@@ -6,16 +6,14 @@ the outbox relay, dead letters, the keyed consumer, and the FastStream applicati
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import sys
 import threading
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import structlog
-from faststream import FastStream
-from faststream.kafka import KafkaBroker
 
 from threadline._internal import usercode
 from threadline.config import Settings, get_settings
@@ -24,7 +22,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded, is_transient
 from threadline.kafka.producer import Producer
-from threadline.kafka.security import broker_security, client_kwargs
+from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
 from threadline.payloads import PayloadStore
 from threadline.store.db import Database
@@ -211,41 +209,50 @@ def _start_watchdog(after_s: float) -> None:
     timer.start()
 
 
-def build_app(service: Service) -> FastStream:
-    """The FastStream application of ``service``: its lifespan starts and stops the service.
+async def serve(service: Service) -> None:
+    """Start ``service`` and run it until SIGTERM or SIGINT, then stop it (drain, hand back,
+    close; the process exits within the bound of decision 44 whatever still runs).
 
-    FastStream provides the process shell (signals, lifespan, logging of start and stop); the
-    consumption itself is :class:`KeyedConsumer` because FastStream's Kafka subscribers cannot
-    run one partition's records concurrently while committing only finished offsets.
+    A signal that arrives while the service is still starting (waiting for its broker) cancels
+    the start and stops what was started. The consumption is :class:`KeyedConsumer` (one
+    partition's records of different threads run concurrently, offsets committed only when
+    finished); FastStream describes the wire (:mod:`threadline.contract`) but runs no broker
+    here: its application shell requires one, which would only open an idle producer.
     """
-    broker = KafkaBroker(service.settings.kafka_bootstrap, client_id=f"{service.name}-faststream",
-                         security=broker_security(service.settings))
-
-    @asynccontextmanager
-    async def lifespan(*_: Any, **__: Any) -> AsyncIterator[None]:
-        await service.start()
-        try:
-            yield
-        finally:  # the process exits within the bound even if the stop below cannot finish
-            _start_watchdog(SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S + EXIT_MARGIN_S)
-            await service.stop()
-
-    return FastStream(broker, lifespan=lifespan)
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopping.set)
+    starting = asyncio.create_task(service.start(), name="service-start")
+    signalled = asyncio.create_task(stopping.wait(), name="service-signal")
+    await asyncio.wait({starting, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        if starting.done():
+            starting.result()  # a start that failed raises here (after the stop below)
+            await signalled
+        else:
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            log.info("stopped while starting", service=service.name)
+    finally:  # the process exits within the bound even if the stop below cannot finish
+        _start_watchdog(SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S + EXIT_MARGIN_S)
+        signalled.cancel()
+        await service.stop()
 
 
 def run(service_cls: type[Service]) -> None:
     """Entry point of ``python -m threadline.services.<name>``."""
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
-    app = build_app(service_cls(settings))
-    asyncio.run(_main(app))
+    asyncio.run(_main(service_cls(settings)))
 
 
-async def _main(app: FastStream) -> None:
-    """Run the app; once it stopped, leftover tasks get 1 s to end after their cancellation; when
+async def _main(service: Service) -> None:
+    """Serve the service; once it stopped, leftover tasks get 1 s to end after their cancellation; when
     some did not, or a bounded stop left a step behind (a broker that is away), the process exits
     at once (decision 29)."""
-    await app.run()
+    await serve(service)
     leftovers = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for task in leftovers:
         task.cancel()

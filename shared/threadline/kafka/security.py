@@ -3,8 +3,8 @@ SCRAM-SHA-512) over plaintext or TLS, from the ``THREADLINE_KAFKA_*`` settings.
 
 The settings become one FastStream security object (:func:`broker_security`), and FastStream's
 own mapping turns it into the keyword arguments every aiokafka producer, consumer and admin
-client takes (:func:`client_kwargs`), so the services, the client, the CLI and the FastStream
-broker connect the same way.
+client takes (:func:`client_kwargs`), so the services, the client and the CLI connect the same
+way.
 """
 
 from __future__ import annotations
