@@ -209,7 +209,7 @@ def _start_watchdog(after_s: float) -> None:
     timer.start()
 
 
-async def serve(service: Service) -> None:
+async def serve(service: Service, *, watchdog: bool = True) -> None:
     """Start ``service`` and run it until SIGTERM or SIGINT, then stop it (drain, hand back,
     close; the process exits within the bound of decision 44 whatever still runs).
 
@@ -218,6 +218,8 @@ async def serve(service: Service) -> None:
     partition's records of different threads run concurrently, offsets committed only when
     finished); FastStream describes the wire (:mod:`threadline.contract`) but runs no broker
     here: its application shell requires one, which would only open an idle producer.
+
+    ``watchdog=False`` (tests that serve in-process) leaves out the timer that ends the process.
     """
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -236,7 +238,8 @@ async def serve(service: Service) -> None:
                 await starting
             log.info("stopped while starting", service=service.name)
     finally:  # the process exits within the bound even if the stop below cannot finish
-        _start_watchdog(SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S + EXIT_MARGIN_S)
+        if watchdog:
+            _start_watchdog(SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S + EXIT_MARGIN_S)
         signalled.cancel()
         await service.stop()
 

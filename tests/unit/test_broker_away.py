@@ -71,3 +71,38 @@ async def test_a_shutdown_step_that_hangs_is_left_behind_at_its_deadline() -> No
     t0 = loop.time()
     await service._bounded("producer", asyncio.Event().wait(), t0 + 0.3)  # a flush that never ends
     assert loop.time() - t0 < 1.0
+
+
+class _Blocked:
+    """A service whose start waits for a broker that never comes."""
+
+    name = "blocked"
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.start_cancelled = False
+
+    async def start(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.start_cancelled = True
+            raise
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_sigterm_while_waiting_for_the_broker_cancels_the_start_and_stops() -> None:
+    import os
+    import signal
+
+    blocked = _Blocked()
+    loop = asyncio.get_running_loop()
+    loop.call_later(0.2, os.kill, os.getpid(), signal.SIGTERM)  # handled by serve's handler
+    try:
+        await asyncio.wait_for(service.serve(blocked, watchdog=False), 10)  # type: ignore[arg-type]  # a stand-in: name, start, stop
+    finally:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+    assert blocked.start_cancelled and blocked.stopped
