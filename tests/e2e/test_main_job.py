@@ -33,6 +33,8 @@ async def test_send_message_wakes_a_run_that_streams_and_stores_the_thread(servi
     step_finishes = [c for c in chunks if c["type"] == "step-finish"]
     assert [s["payload"]["stepResult"] for s in step_finishes] == [
         {"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
+    # the model that answered, as Mastra's step-finish metadata has it (the demo prints it)
+    assert [s["payload"]["metadata"] for s in step_finishes] == [{"modelId": "threadline-fake", "modelProvider": "openai"}] * 2
     text = "".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta")
     assert text == "Ada is on the pro plan with two open tickets."
     assert types[-2:] == ["data-word-count", "finish"]

@@ -22,3 +22,4 @@ async def test_demo_passes_with_a_notification_while_the_agent_is_busy(services,
     assert "[notification-summary signal] 'ci: 1'" in out  # the summary, inside the running run
     assert "[notification signal] \"Deploy of billing v2.3 failed at step 'migrate'.\"" in out  # in full, at idle
     assert "status=delivered" in out and "demo OK" in out
+    assert "[answered by model openai/threadline-fake, as the running workers are configured]" in out

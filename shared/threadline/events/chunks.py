@@ -72,13 +72,18 @@ def step_start_chunk(message_id: str, *, started_at_ms: int | None) -> dict[str,
 
 
 def step_finish_chunk(message_id: str, *, reason: str | None, is_continued: bool, text: str | None,
-                      usage: dict[str, Any] | None, has_text: bool = True) -> dict[str, Any]:
-    """A step's last chunk: ``stepResult {reason, isContinued}`` and ``output {text?, usage}``
-    (``has_text=False`` leaves ``output.text`` out, as on a failed step)."""
+                      usage: dict[str, Any] | None, has_text: bool = True, model: str | None = None) -> dict[str, Any]:
+    """A step's last chunk: ``stepResult {reason, isContinued}``, ``output {text?, usage}``
+    (``has_text=False`` leaves ``output.text`` out, as on a failed step) and, when ``model`` (the
+    litellm string of the model that answered, e.g. ``openai/gpt-4o``) is given, ``metadata
+    {modelId, modelProvider}`` (``gpt-4o``, ``openai``) as in Mastra."""
     output: dict[str, Any] = {"text": text, "usage": usage} if has_text else {"usage": usage}
-    return agent_chunk("step-finish", {"messageId": message_id,
-                                       "stepResult": {"reason": reason, "isContinued": is_continued},
-                                       "output": output})
+    payload: dict[str, Any] = {"messageId": message_id, "stepResult": {"reason": reason, "isContinued": is_continued},
+                               "output": output}
+    if model:
+        provider, _, model_id = model.rpartition("/")
+        payload["metadata"] = {"modelId": model_id, "modelProvider": provider.split("/", 1)[0] or None}
+    return agent_chunk("step-finish", payload)
 
 
 def finish_chunk(reason: str, *, finish_reason: str, usage: dict[str, Any] | None = None,

@@ -70,6 +70,10 @@ async def script_local_model(model: str, scripts: list[dict[str, Any]]) -> None:
         response.raise_for_status()
 
 
+_seen_models: set[str] = set()
+"""The model the workers answered with, once printed."""
+
+
 async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after: int = 1) -> dict[str, Any]:
     """Print run chunks as they arrive until ``stop_after`` runs finished; return the last finish."""
     deadline = time.monotonic() + timeout_s
@@ -98,6 +102,12 @@ async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after
             out(f"  [{kind}] {chunk.get('data')}")
         elif kind in ("tripwire", "error"):
             out(f"  [{kind}] {payload}")
+        elif kind == "step-finish" and not _seen_models:
+            meta = payload.get("metadata") or {}
+            if meta.get("modelId"):  # the model the worker called (its THREADLINE_MODEL or the agent's)
+                _seen_models.add(meta["modelId"])
+                name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
+                out(f"  [answered by model {name}, as the running workers are configured]")
         elif kind == "finish":
             out(f"  [finish] reason={payload.get('finishReason')} usage={payload.get('output', {}).get('usage')}")
             finished += 1
@@ -145,7 +155,8 @@ async def main() -> int:
     model = os.environ.get("THREADLINE_MODEL", settings.model)
     local = LOCAL_MARKER in model
     resource, thread = "demo-user", f"demo-{time.strftime('%Y%m%d-%H%M%S')}-{os.urandom(2).hex()}"
-    out(f"Threadline demo: agent {AGENT}, model {model}, thread {resource}/{thread}")
+    out(f"Threadline demo: agent {AGENT}, thread {resource}/{thread}"
+        + (f" (scripting the local model {model})" if local else ""))
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread(resource, thread)
         try:

@@ -387,7 +387,8 @@ class StepLoop:
         max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
         continued = (bool(results) or more) and step_no + 1 < max_steps
         await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
-                                                 is_continued=continued, text=text, usage=usage))
+                                                 is_continued=continued, text=text, usage=usage,
+                                                 model=caller.choices[caller.index].model))
         return Attempted(outcome.finish_reason, continued)
 
     async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
