@@ -102,7 +102,7 @@ class Service:
         self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}",
                                  linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
                                  spill=lambda body, topic: self.payloads.put(body, topic=topic))
-        self.admin = TopicAdmin(self.settings.kafka_bootstrap)
+        self.admin = TopicAdmin(self.settings.kafka_bootstrap, replication_factor=self.settings.replication_factor)
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s)
         self.relay = OutboxRelay(self.outbox)
         self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)
