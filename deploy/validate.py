@@ -204,6 +204,8 @@ def _scaled_object_problems(name: str, so: Doc, service: str, env: dict[str, str
     if not isinstance(high, int) or high > partitions:
         out.append(f"maxReplicaCount must be <= THREADLINE_PARTITIONS ({partitions}): a consumer beyond the "
                    f"partition count gets nothing, is {high}")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        out.append(f"minReplicaCount ({low}) must be <= maxReplicaCount ({high}) (KEDA's CRD rule)")
     group = f"{prefix}.{service.replace('_', '-')}"
     for i, trigger in enumerate(spec.get("triggers") or []):
         meta = trigger.get("metadata") or {}

@@ -105,6 +105,7 @@ def test_a_schema_violation_fails(tree: Path, capsys: pytest.CaptureFixture[str]
     ("configmap.yaml", 'THREADLINE_PARTITIONS: "12"', 'THREADLINE_PARTITIONS: "6"',
      "maxReplicaCount must be <= THREADLINE_PARTITIONS (6)"),
     ("keda.yaml", "minReplicaCount: 1", "minReplicaCount: 0", "minReplicaCount must be >= 1"),
+    ("keda.yaml", "minReplicaCount: 2", "minReplicaCount: 13", "minReplicaCount (13) must be <= maxReplicaCount (12)"),
     ("keda.yaml", "name: threadline-ingress\n  minReplicaCount", "name: threadline-ingres\n  minReplicaCount",
      "no ScaledObject scales it"),
     ("processor-worker.yaml", "  strategy:", "  replicas: 3\n  strategy:", "sets replicas"),
