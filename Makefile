@@ -38,10 +38,12 @@ ifeq ($(origin THREADLINE_DOCKER),undefined)
 THREADLINE_DOCKER := $(shell timeout 15 docker info >/dev/null 2>&1 && echo 1 || echo 0)
 endif
 COMPOSE := docker compose -f $(ROOT)/compose.yaml
+# seconds `make up` (Docker) waits for every container to be healthy (compose healthchecks)
+WAIT_TIMEOUT ?= 300
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi chaos chaos-sweep bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -78,9 +80,9 @@ endif
 migrate: ## apply the database migrations
 	cd $(ROOT) && $(PY) -m threadline.cli migrate
 
-up: ## install + infra-up + migrate + start the services (N_WORKERS=3 ...)
+up: ## install + infra-up + migrate + start the services (N_WORKERS=3 ...); Docker: waits until all are healthy
 ifeq ($(THREADLINE_DOCKER),1)
-	$(COMPOSE) up -d --build $(SCALE)
+	$(COMPOSE) up -d --build --wait --wait-timeout $(WAIT_TIMEOUT) $(SCALE)
 else
 	@$(MAKE) install
 	@$(MAKE) infra-up
@@ -133,9 +135,20 @@ endif
 test: install ## the test suite (the tests start the native cluster themselves)
 	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
 
-lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/
+lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/; validate-deploy
 	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
 	cd $(ROOT) && $(ROOT)/.venv/bin/mypy
+	@$(MAKE) validate-deploy
+
+# Offline, a few seconds: deploy/validate.py (Kubernetes schemas of kubernetes-validate, KEDA's
+# ScaledObject schema in deploy/schemas, kustomize build via kubectl when installed, the
+# compose-spec schema of check-jsonschema, the project's rules), then `docker compose config`
+# when a compose CLI answers (it needs no engine).
+validate-deploy: install ## check deploy/k8s and compose.yaml against their schemas and the project's rules (docs/operations.md)
+	cd $(ROOT) && $(PY) deploy/validate.py
+	@if docker compose version >/dev/null 2>&1; then \
+	  echo "docker compose config --quiet"; $(COMPOSE) config --quiet; \
+	else echo "validate-deploy: no docker compose CLI here: compose.yaml checked against the compose-spec schema only"; fi
 
 asyncapi: install ## write docs/asyncapi.json, the wire contract declared in shared/threadline/contract.py
 	cd $(ROOT) && $(ROOT)/.venv/bin/faststream docs gen threadline.contract:app --out docs/asyncapi.json

@@ -68,7 +68,14 @@ class Settings(BaseSettings):
     topic_prefix: str = "threadline"
     """Prefix of every topic and consumer group, so several clusters can share one broker."""
     partitions: int = 12
-    """Partitions of the internal and ingress topics (created on first start)."""
+    """Partitions of the internal and ingress topics (created on first start). Also the most
+    replicas of a service that get work: the KEDA ScaledObjects in deploy/k8s use it as
+    ``maxReplicaCount`` (docs/operations.md)."""
+    replication_factor: int = Field(default=1, ge=1)
+    """Replication factor of every topic the services and the client create (the internal and
+    ingress topics, the per-thread chunk topics); at most the number of brokers. 1 suits one
+    local broker; a production cluster wants 3 (deploy/k8s/configmap.yaml). Topics that exist
+    already keep theirs."""
     chunk_retention_ms: int = 7 * 24 * 3600 * 1000
     """Retention of the per-thread chunk topics."""
     agents_module: str = "threadline.examples.support"

@@ -103,7 +103,8 @@ class Service:
                                  linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
                                  spill=lambda body, topic: self.payloads.put(body, topic=topic),
                                  security=self.kafka_security)
-        self.admin = TopicAdmin(self.settings.kafka_bootstrap, security=self.kafka_security)
+        self.admin = TopicAdmin(self.settings.kafka_bootstrap, security=self.kafka_security,
+                                replication_factor=self.settings.replication_factor)
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s)
         self.relay = OutboxRelay(self.outbox)
         self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)

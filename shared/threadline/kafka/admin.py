@@ -16,11 +16,20 @@ log = get_logger(__name__)
 
 
 class TopicAdmin:
-    """Creates topics once per process (a cache avoids asking the broker again)."""
+    """Creates topics once per process (a cache avoids asking the broker again).
 
-    def __init__(self, bootstrap: str, *, security: Mapping[str, Any] | None = None) -> None:
+    ``replication_factor`` (``Settings.replication_factor``, ``THREADLINE_REPLICATION_FACTOR``)
+    is given to every topic it creates; it must not exceed the number of brokers. ``security``:
+    the TLS / SASL arguments of :func:`threadline.kafka.security.client_kwargs`.
+    """
+
+    def __init__(self, bootstrap: str, *, replication_factor: int = 1,
+                 security: Mapping[str, Any] | None = None) -> None:
+        if replication_factor < 1:
+            raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")
         self._bootstrap = bootstrap
         self._security = dict(security or {})
+        self.replication_factor = replication_factor
         self._client: AIOKafkaAdminClient | None = None
         self._known: set[str] = set()
         self._lock = asyncio.Lock()
@@ -44,16 +53,21 @@ class TopicAdmin:
 
     async def ensure(self, topics: list[str], *, partitions: int = 1,
                      config: dict[str, str] | None = None) -> None:
-        """Create the topics that do not exist yet (idempotent, safe under races)."""
+        """Create the topics that do not exist yet (idempotent, safe under races), each with
+        ``partitions`` partitions and the admin's replication factor. Raises ``RuntimeError``
+        when the broker refuses one (e.g. a replication factor above the broker count)."""
         missing = [t for t in topics if t not in self._known]
         if not missing:
             return
         assert self._client is not None, "TopicAdmin not started"
-        new = [NewTopic(name=t, num_partitions=partitions, replication_factor=1,
+        new = [NewTopic(name=t, num_partitions=partitions, replication_factor=self.replication_factor,
                         topic_configs=config or {}) for t in missing]
         try:
             result = await self._client.create_topics(new)
             for name, code, *_ in getattr(result, "topic_errors", []) or []:
+                if code == 38:  # INVALID_REPLICATION_FACTOR: more replicas than brokers
+                    raise RuntimeError(f"creating topic {name} failed: replication factor {self.replication_factor} "
+                                       "exceeds the brokers available (THREADLINE_REPLICATION_FACTOR)")
                 if code not in (0, 36):  # 36 = TOPIC_ALREADY_EXISTS
                     raise RuntimeError(f"creating topic {name} failed with error code {code}")
         except TopicAlreadyExistsError:
