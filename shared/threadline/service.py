@@ -24,6 +24,7 @@ from threadline.kafka.handling import DeadLetters, guarded, is_transient
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
+from threadline.ops import tracing
 from threadline.payloads import PayloadStore
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
@@ -127,6 +128,8 @@ class Service:
     async def start(self) -> None:
         """Migrate, connect, create topics, start the relay and the consumer."""
         structlog.contextvars.bind_contextvars(instance=self.settings.instance_id)
+        if tracing.configure(self.name):
+            log.info("tracing on", service=self.name)
         await self._serve_ops()
         applied = await asyncio.to_thread(migrate, self.settings.pg_session_dsn)
         self.migrated = True
@@ -166,6 +169,7 @@ class Service:
         await _bounded("topic admin", self.admin.stop(), deadline - 1.2)
         await _bounded("producer", self.producer.stop(), deadline - 0.5)
         await _bounded("database", self.db.stop(), deadline)
+        await _bounded("traces", asyncio.to_thread(tracing.shutdown), deadline + 0.5)
         if self.ops is not None:
             await _bounded("metrics endpoint", self.ops.stop(), deadline + 0.5)
         log.info("service stopped", service=self.name)

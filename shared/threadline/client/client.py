@@ -38,6 +38,7 @@ from threadline.events.base import Event
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
+from threadline.ops import tracing
 from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
@@ -80,6 +81,7 @@ class ThreadlineClient:
         # bodies over max_record_bytes (a message of several MB) go to Postgres by reference
         # (docs/decisions.md#payloads-by-reference); the connection is opened only when one is met
         self._payloads = PayloadStore(dsn=self.settings.pg_dsn, statement_cache=self.settings.pg_use_statement_cache)
+        tracing.configure("client")  # on only with OTEL_EXPORTER_OTLP_ENDPOINT / THREADLINE_TRACE_FILE, or an app's own SDK
         self._security = client_kwargs(self.settings)  # TLS / SASL (docs/operations.md)
         self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
                                   max_record_bytes=self.settings.max_record_bytes,
@@ -135,7 +137,10 @@ class ThreadlineClient:
         key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]  # every ingress request has both
         timeout_s = self.settings.reply_timeout_s
         try:
-            await asyncio.wait_for(self._producer.publish(self.topics.ingress, request, key=key), timeout_s)
+            with tracing.span(f"{self.topics.ingress} publish", **{  # the root of the request's trace
+                    "messaging.system": "kafka", "messaging.destination.name": self.topics.ingress,
+                    "threadline.request": getattr(request, "type", None), "threadline.thread_id": key}):
+                await asyncio.wait_for(self._producer.publish(self.topics.ingress, request, key=key), timeout_s)
         except (TimeoutError, KafkaError) as exc:
             raise BrokerUnavailableError(
                 f"request {request.event_id} not acknowledged by the Kafka broker within {timeout_s:g} s "

@@ -10,6 +10,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from threadline.ops import tracing
+
 
 class Chunk(BaseModel):
     """One chunk: Mastra's ``type``/``payload`` plus the addressing fields.
@@ -40,6 +42,12 @@ class Chunk(BaseModel):
 FROM_AGENT = "AGENT"
 """The ``from`` field of every chunk a run writes."""
 CHUNK_HEADERS: list[tuple[str, bytes]] = [("tl-type", b"chunk")]
+
+
+def chunk_headers() -> list[tuple[str, bytes]]:
+    """The headers of a chunk record: :data:`CHUNK_HEADERS`, and the current trace context
+    (``traceparent``) when tracing is on (``threadline.ops.tracing``)."""
+    return CHUNK_HEADERS + tracing.current_headers()
 """Kafka headers of every chunk record."""
 
 

@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from threadline.errors import InvalidEventError, UnknownEventError
 from threadline.events.base import SCHEMA_VERSION, Event
+from threadline.ops import tracing
 
 Headers = list[tuple[str, bytes]]
 
@@ -22,6 +23,10 @@ def encode(event: Event) -> tuple[bytes, Headers]:
         ("tl-version", str(event.schema_version).encode()),
         ("tl-event-id", event.event_id.encode()),
     ]
+    if tracing.enabled():  # the event carries the trace it was made in (envelope and headers)
+        if not body.get("trace"):
+            body["trace"] = tracing.inject({})
+        headers += tracing.headers_of(body["trace"])
     return orjson.dumps(body), headers
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from threadline.events.chunks import CHUNK_HEADERS, envelope
+from threadline.events.chunks import chunk_headers, envelope
 from threadline.kafka.producer import Producer
 
 _PRUNE_EVERY = 1024
@@ -27,8 +27,8 @@ class ChunkWriter:
     """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
     increasing within the run) and publishes."""
 
-    __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt", "finished",
-                 "first_at", "held", "hold_finish", "key", "run_id", "seq", "step")
+    __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt",
+                 "finished", "first_at", "held", "hold_finish", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -51,6 +51,7 @@ class ChunkWriter:
         """The stamped ``finish`` chunk held back, if any."""
         self.ack_timeout_s = ack_timeout_s
         """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
+        self._headers = chunk_headers()  # each chunk carries the trace (when tracing is on)
         self.first_at: float | None = None
         """``time.perf_counter()`` when the first chunk was handed to Kafka (metrics)."""
 
@@ -64,7 +65,7 @@ class ChunkWriter:
                 return chunk
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
-                                            headers=CHUNK_HEADERS, partition=0)
+                                            headers=self._headers, partition=0)
         if self.first_at is None:
             self.first_at = time.perf_counter()
         self._futures.append(fut)

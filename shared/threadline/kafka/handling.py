@@ -21,6 +21,7 @@ from threadline.kafka.consumer import Handler, Record
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.ops import tracing
 from threadline.ops.metrics import DEAD_LETTERS, RETRIES
 from threadline.transient import TRANSIENT, is_transient
 
@@ -87,7 +88,9 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
                 retry=retry_if_exception(is_transient), stop=stop,
                 wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True, before_sleep=_count_retry,
             ):
-                with attempt:
+                with attempt, tracing.consuming(record.topic, record.headers, **{
+                        "messaging.kafka.message.key": record.key.decode(errors="replace") if record.key else None,
+                        "messaging.kafka.offset": record.offset, "messaging.kafka.partition": record.partition}):
                     resolved = await resolve(record, payloads)
                     await handler(resolved)
         except InvalidEventError as exc:

@@ -33,6 +33,7 @@ from threadline.events import chunks
 from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
+from threadline.ops import tracing
 from threadline.runtime import structured
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome, stream_model
@@ -415,9 +416,12 @@ class StepLoop:
                               writer=StepWriter(step, through_processors=True),
                               request_context=step.runner.request_context)
             try:
-                output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
-                                                    agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
-                                                                "agent_name": step.agent.name})
+                with tracing.span(f"execute_tool {call['toolName']}", **{
+                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
+                        "gen_ai.tool.call.id": call["toolCallId"]}):
+                    output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
+                                                        agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
+                                                                    "agent_name": step.agent.name})
             except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
                 ctx.abort_signal.set()
                 raise

@@ -23,6 +23,7 @@ import orjson
 
 from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
+from threadline.ops import tracing
 from threadline.ops.metrics import MODEL_CALL_SECONDS, MODEL_ERRORS
 from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ModelFn
@@ -187,17 +188,27 @@ class ModelCaller:
                 if self._limiter is not None:
                     await self._limiter.acquire(choice.model, estimate_tokens(kwargs.get("messages")))
                 started = time.perf_counter()
+                call_span = tracing.start_span(f"chat {choice.model}", **{
+                    "gen_ai.operation.name": "chat", "gen_ai.request.model": choice.model, "threadline.retry": retry})
                 try:
                     async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
                         yielded = True
                         yield chunk
                     MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
+                    if call_span is not None:
+                        usage = outcome.usage or {}
+                        call_span.set_attribute("gen_ai.usage.input_tokens", usage.get("inputTokens") or 0)
+                        call_span.set_attribute("gen_ai.usage.output_tokens", usage.get("outputTokens") or 0)
                     if self._limiter is not None:
                         await self._limiter.settle(choice.model, (outcome.usage or {}).get("outputTokens"))
                     return
                 except ModelCallError as exc:
                     MODEL_CALL_SECONDS.labels("error").observe(time.perf_counter() - started)
                     MODEL_ERRORS.labels(exc.kind).inc()
+                    if call_span is not None:
+                        call_span.set_attribute("error.type", exc.kind)
+                        call_span.end()
+                        call_span = None
                     exc.model = choice.model
                     if yielded:
                         exc.streamed = True
@@ -216,5 +227,8 @@ class ModelCaller:
                              retry_after_s=exc.retry_after_s)
                     outcome.reset()
                     await self._sleep(wait)
+                finally:  # the span ends with the call (a stream closed early, a cancellation too)
+                    if call_span is not None:
+                        call_span.end()
             self.index += 1
             outcome.reset()

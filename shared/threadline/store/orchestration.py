@@ -12,7 +12,7 @@ import orjson
 
 from threadline.events import Aborted, AbortRun, LifecycleEvent, RunResult, StartRun, StepResult, StepTask
 from threadline.events.base import Event
-from threadline.events.chunks import CHUNK_HEADERS, abort_chunks, envelope
+from threadline.events.chunks import abort_chunks, chunk_headers, envelope
 from threadline.logging import get_logger
 from threadline.orchestration import runs as transitions
 from threadline.orchestration.runs import (
@@ -217,7 +217,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
                     envelope(chunk, run_id=run["run_id"], step=claimed["step"], attempt=claimed["attempt"],
                              seq=claimed["next_seq"] + i)
                     ids.append(await outbox.add_raw(conn, topic, orjson.dumps(chunk), key=key,
-                                                    headers=CHUNK_HEADERS))
+                                                    headers=chunk_headers()))
         ids.append(await outbox.add(conn, topics.lifecycle, _life("run_aborted", run, finish_reason="abort"), key=key))
         if move.reply_result:
             result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",

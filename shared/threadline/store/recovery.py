@@ -162,7 +162,7 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
             topic = topics.chunks(run["resource_id"], run["thread_id"])
             for i, chunk in enumerate(terminal):
                 body = chunks.envelope(chunk, run_id=run["run_id"], step=step, attempt=attempt, seq=seq + i)
-                ids.append(await outbox.add_raw(conn, topic, orjson.dumps(body), key=key, headers=chunks.CHUNK_HEADERS))
+                ids.append(await outbox.add_raw(conn, topic, orjson.dumps(body), key=key, headers=chunks.chunk_headers()))
             await conn.execute("UPDATE runs SET next_seq = $2 WHERE run_id = $1", run["run_id"], seq + len(terminal))
     event = {"failed": "run_failed"}.get(status) or TERMINAL.get(status, "run_failed")
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],

@@ -15,7 +15,7 @@ from threadline._internal.faults import pause_point
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun
 from threadline.events.base import Event
-from threadline.events.chunks import CHUNK_HEADERS, synthetic_run_chunks
+from threadline.events.chunks import chunk_headers, synthetic_run_chunks
 from threadline.events.replies import REPLY_ADAPTER
 from threadline.events.signals import signal_from_message
 from threadline.ids import new_id
@@ -151,7 +151,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
             key = thread_key(req.resource_id, req.thread_id)
             for chunk in synthetic_run_chunks(signal, agent_id=req.agent_id, run_id=new_id("run")):
                 routed.outbox_ids.append(await outbox.add_raw(conn, routed.chunk_topic, orjson.dumps(chunk),
-                                                              key=key, headers=CHUNK_HEADERS))
+                                                              key=key, headers=chunk_headers()))
         return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"]),
                             Persisted(request_id=req.event_id, signal_id=signal["id"]))
     if isinstance(route_, Deliver):

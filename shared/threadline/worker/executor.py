@@ -23,6 +23,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.chunk_writer import ChunkWriter
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
+from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
@@ -184,7 +185,13 @@ class StepExecutor:
         STEPS_IN_FLIGHT.inc()
         try:
             with structlog.contextvars.bound_contextvars(run_id=run.run_id, thread_id=run.thread_id,
-                                                         step=run.step, attempt=inputs.attempt):
+                                                         step=run.step, attempt=inputs.attempt), \
+                    tracing.span(f"step {run.step}", **{"threadline.run_id": run.run_id,
+                                                        "threadline.thread_id": run.thread_id,
+                                                        "threadline.resource_id": run.resource_id,
+                                                        "threadline.agent_id": run.agent_id,
+                                                        "threadline.step": run.step,
+                                                        "threadline.attempt": inputs.attempt}):
                 log.info("step started", continued=run.step != task.step)
                 child = asyncio.create_task(self._step(run, inputs, writer))
                 self._running[run.run_id] = child

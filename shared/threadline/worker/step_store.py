@@ -15,7 +15,7 @@ import orjson
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
-from threadline.events.chunks import CHUNK_HEADERS
+from threadline.events.chunks import chunk_headers
 from threadline.logging import get_logger
 from threadline.orchestration.runs import RunRow, worker_continues
 from threadline.runtime.ports import (
@@ -187,7 +187,7 @@ class PgStepStore:
         async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
-                                       orjson.dumps(record.finish), key=key, headers=CHUNK_HEADERS)
+                                       orjson.dumps(record.finish), key=key, headers=chunk_headers())
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
             if continues:  # the next step claimed for this worker in the same statement (decision 31)
                 box_id, value, headers, row = await save_step_continue(
