@@ -72,7 +72,8 @@ async def all_records(bootstrap: str, topic: str) -> list[ConsumerRecord]:
         ends = await consumer.end_offsets(tps)
         out: list[ConsumerRecord] = []
         for _ in range(300):
-            if all(await consumer.position(tp) >= ends[tp] for tp in tps):
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
                 break
             batch = await consumer.getmany(timeout_ms=200)
             for records in batch.values():
