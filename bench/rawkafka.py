@@ -114,27 +114,29 @@ def _end(proc: subprocess.Popen[str]) -> None:
 
 async def relay_latencies(*, bootstrap: str, admin: TopicAdmin, subscriber: ChunkSubscriber, prefix: str,
                           sizes: list[int], partitions: int, runs: int, warmup: int = 20) -> list[float]:
-    """Seconds from producing a record of ``sizes[0]`` bytes to receiving the record that three
-    relays made of it (re-sized to ``sizes[1..3]``), one record at a time."""
-    hops = [f"{prefix}.relay-{i}" for i in range(4)]
-    await admin.ensure(hops[:3], partitions=partitions)
-    await admin.ensure(hops[3:], partitions=1)
-    await subscriber.watch(hops[3:])
+    """Seconds from producing a record of ``sizes[0]`` bytes to receiving the record that
+    ``len(sizes) - 1`` relays made of it (re-sized to ``sizes[1:]``), one record at a time: one
+    Kafka hop per size (4 sizes: the three relays of a run start through the orchestrator)."""
+    n_hops = len(sizes)
+    hops = [f"{prefix}.relay{n_hops}-{i}" for i in range(n_hops)]
+    await admin.ensure(hops[:-1], partitions=partitions)
+    await admin.ensure(hops[-1:], partitions=1)
+    await subscriber.watch(hops[-1:])
     relays = []
     try:
-        for i in range(3):
+        for i in range(n_hops - 1):
             relays.append(await asyncio.to_thread(
                 _spawn, "relay", "--bootstrap", bootstrap, "--src", hops[i], "--dst", hops[i + 1],
-                "--group", f"{prefix}.relay-{i}", "--size", str(sizes[i + 1])))
+                "--group", f"{prefix}.relay{n_hops}-{i}", "--size", str(sizes[i + 1])))
         producer = _producer(bootstrap, linger_ms=0)  # the client's producer does not linger
         await producer.start()
         out: list[float] = []
         try:
             for n in range(warmup + runs):
-                start = len(subscriber.by_topic[hops[3]])
+                start = len(subscriber.by_topic[hops[-1]])
                 t0 = time.perf_counter()
                 await producer.send_and_wait(hops[0], payload(n, sizes[0]), key=b"bench:relay-%d" % (n % 50))
-                _, got = await subscriber.wait(hops[3], lambda c: True, start=start, timeout_s=30)
+                _, got = await subscriber.wait(hops[-1], lambda c: True, start=start, timeout_s=30)
                 if n >= warmup:
                     out.append(got.t - t0)
         finally:

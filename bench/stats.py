@@ -5,6 +5,7 @@ from __future__ import annotations
 import statistics
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.structs import ConsumerRecord
 
 
 def pct(values: list[float], q: float) -> float:
@@ -55,5 +56,28 @@ async def recent_record_sizes(bootstrap: str, topic: str, last: int = 20) -> lis
             for records in batch.values():
                 sizes += [len(r.value) for r in records]
         return sizes
+    finally:
+        await consumer.stop()
+
+
+async def all_records(bootstrap: str, topic: str) -> list[ConsumerRecord]:
+    """Every record of every partition of ``topic`` (from the beginning to the end offsets now)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        await consumer._client.force_metadata_update()
+        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or {0})]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: list[ConsumerRecord] = []
+        for _ in range(300):
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(pos >= ends[tp] for pos, tp in zip(positions, tps, strict=True)):
+                break
+            batch = await consumer.getmany(timeout_ms=200)
+            for records in batch.values():
+                out += records
+        return out
     finally:
         await consumer.stop()

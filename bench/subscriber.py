@@ -29,6 +29,10 @@ class Received:
     chunk: dict[str, Any]
     size: int
     """Bytes of the record's value."""
+    ts_ms: float = 0.0
+    """The record's Kafka timestamp (the producer's create time), ms since the epoch."""
+    wall_ms: float = 0.0
+    """``time.time()`` (ms) when the record's batch was fetched."""
 
 
 class ChunkSubscriber:
@@ -92,7 +96,7 @@ class ChunkSubscriber:
             for tp, records in batch.items():
                 got = by_topic[tp.topic]
                 for r in records:
-                    got.append(Received(now, loads(r.value), len(r.value)))
+                    got.append(Received(now, loads(r.value), len(r.value), r.timestamp, wall_ms))
                     lag.append(wall_ms - r.timestamp)
                 self.records += len(records)
                 events[tp.topic].set()

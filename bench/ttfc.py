@@ -4,50 +4,101 @@ the first ``text-delta`` at a subscriber of the thread's chunk topic, model firs
 Runs go one at a time (concurrency 1) round-robin over ``threads`` threads, each thread used
 once before measuring (warm-up: its chunk topic is known to the worker, as for any thread that
 has spoken before), so every measured thread is idle and has a short history. Baseline in the
-same run: three bare aiokafka relays over the same four Kafka hops with records of the sizes
-Threadline sent on each hop (``bench.rawkafka``).
+same run: bare aiokafka relays over the same Kafka hops (three hops with ingress starting the run,
+``THREADLINE_INGRESS_STARTS``; four through the orchestrator), with records of the sizes
+Threadline sent on each hop (``bench.rawkafka``), and over the old path's four hops.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from bench.env import BenchEnv
 from bench.procstat import PySpy, top_costs
 from bench.rawkafka import relay_latencies
-from bench.stats import ratio, recent_record_sizes, summary_ms
+from bench.stats import all_records, ratio, recent_record_sizes, summary_ms
 from bench.subscriber import is_type
+from threadline.config import Settings
 
 AGENT = "bench-ttfc"
 
 
-async def _one(env: BenchEnv, resource: str, thread: str, topic: str, n: int) -> tuple[float, str, int]:
+@dataclass(slots=True)
+class _Run:
+    dt: float
+    action: str
+    size: int
+    run_id: str
+    sent_ms: float
+    """Wall clock (ms) when the request was sent."""
+    chunk_ts_ms: float
+    """The first text-delta's Kafka timestamp (the worker's create time)."""
+    chunk_wall_ms: float
+    """Wall clock (ms) when the subscriber fetched it."""
+
+
+async def _one(env: BenchEnv, resource: str, thread: str, topic: str, n: int) -> _Run:
     assert env.client is not None and env.subscriber is not None
     sub = env.subscriber
     start = len(sub.by_topic[topic])
-    t0 = time.perf_counter()
+    t0, sent_ms = time.perf_counter(), time.time() * 1000
     sent = await env.client.send_message(f"Hello number {n}, how are you?", agent_id=AGENT,
                                          resource_id=resource, thread_id=thread)
     i, first = await sub.wait(topic, is_type("text-delta"), start=start)
     accepted = await sent.accepted
     await sub.wait(topic, is_type("finish"), start=i)
-    return first.t - t0, accepted.action, first.size
+    return _Run(first.t - t0, accepted.action, first.size, accepted.run_id or "", sent_ms, first.ts_ms,
+                first.wall_ms)
 
 
 async def _runs(env: BenchEnv, threads: list[tuple[str, str]], topics: list[str], count: int,
-                offset: int) -> tuple[list[float], dict[str, int], list[int]]:
-    times, actions, sizes = [], {}, []
+                offset: int) -> tuple[list[float], dict[str, int], list[int], list[_Run]]:
+    times, actions, sizes, woken = [], {}, [], []
     for n in range(count):
         (resource, thread), topic = threads[n % len(threads)], topics[n % len(threads)]
-        dt, action, size = await _one(env, resource, thread, topic, offset + n)
-        actions[action] = actions.get(action, 0) + 1
-        if action == "wake":  # a thread still busy would have measured a delivery, not a wake
-            times.append(dt)
-        sizes.append(size)
-    return times, actions, sizes
+        one = await _one(env, resource, thread, topic, offset + n)
+        actions[one.action] = actions.get(one.action, 0) + 1
+        if one.action == "wake":  # a thread still busy would have measured a delivery, not a wake
+            times.append(one.dt)
+            woken.append(one)
+        sizes.append(one.size)
+    return times, actions, sizes, woken
+
+
+async def _produced_at(bootstrap: str, topic: str, kind: str) -> dict[str, float]:
+    """run id → Kafka timestamp (ms) of the first ``kind`` record of the run on ``topic``."""
+    out: dict[str, float] = {}
+    for r in await all_records(bootstrap, topic):
+        body = orjson.loads(r.value) if r.value else None
+        if isinstance(body, dict) and body.get("type") == kind and body.get("run_id"):
+            out.setdefault(body["run_id"], r.timestamp)
+    return out
+
+
+async def _spans(env: BenchEnv, woken: list[_Run]) -> dict[str, Any]:
+    """Where the time to first chunk goes, per run, from the records' Kafka timestamps (the
+    producers' create times, ms resolution, one machine's clock): request sent → ``StartRun``
+    produced (ingress: its hop and transaction) → step task produced → first chunk produced (the
+    worker: its hop, the claim, the model call) → fetched by the subscriber. p50 of each, ms."""
+    starts = await _produced_at(env.bootstrap, env.topics.run_commands, "start_run")
+    tasks = await _produced_at(env.bootstrap, env.topics.step_tasks, "step_task")
+    spans: dict[str, list[float]] = {"sent_to_start_run_produced": [], "sent_to_step_task_produced": [],
+                                     "step_task_to_first_chunk_produced": [], "first_chunk_produced_to_fetched": []}
+    for w in woken:
+        if w.run_id not in tasks or w.run_id not in starts:
+            continue
+        spans["sent_to_start_run_produced"].append(starts[w.run_id] - w.sent_ms)
+        spans["sent_to_step_task_produced"].append(tasks[w.run_id] - w.sent_ms)
+        spans["step_task_to_first_chunk_produced"].append(w.chunk_ts_ms - tasks[w.run_id])
+        spans["first_chunk_produced_to_fetched"].append(w.chunk_wall_ms - w.chunk_ts_ms)
+    return {k: {"p50": round(statistics.median(v), 1), "p90": round(statistics.quantiles(v, n=10)[-1], 1),
+                "runs": len(v)} for k, v in spans.items() if len(v) >= 2}
 
 
 async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs: int = 150,
@@ -56,25 +107,38 @@ async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs
     pairs = [("bench-user", f"ttfc-{i}") for i in range(threads)]
     topics = await env.chunk_topics(pairs)
     await _runs(env, pairs, topics, threads, 0)  # warm-up: each thread speaks once
-    times, actions, delta_sizes = await _runs(env, pairs, topics, runs, threads)
-    hop_sizes = []
+    times, actions, delta_sizes, woken = await _runs(env, pairs, topics, runs, threads)
+    spans = await _spans(env, woken)
+    # the path's hops: ingress → step-tasks → chunks when ingress starts the run (decision 34),
+    # else ingress → run-commands → step-tasks → chunks; the baseline relays over the same hops,
+    # and over the four hops of the old path too (comparable with earlier figures)
+    starts = Settings().ingress_starts
+    path = [env.topics.ingress, env.topics.step_tasks] if starts else \
+        [env.topics.ingress, env.topics.run_commands, env.topics.step_tasks]
+    sizes_by_topic = {}
     for topic in (env.topics.ingress, env.topics.run_commands, env.topics.step_tasks):
         sizes = await recent_record_sizes(env.bootstrap, topic)
-        hop_sizes.append(int(statistics.median(sizes)) if sizes else 500)
-    hop_sizes.append(int(statistics.median(delta_sizes)))
-    base = await relay_latencies(bootstrap=env.bootstrap, admin=env.admin, subscriber=env.subscriber,
-                                 prefix=env.prefix, sizes=hop_sizes, partitions=env.partitions, runs=runs)
+        sizes_by_topic[topic] = int(statistics.median(sizes)) if sizes else 500
+    delta = int(statistics.median(delta_sizes))
+    hop_sizes = [sizes_by_topic[t] for t in path] + [delta]
+    four = [sizes_by_topic[t] for t in (env.topics.ingress, env.topics.run_commands, env.topics.step_tasks)] + [delta]
+    kw = {"bootstrap": env.bootstrap, "admin": env.admin, "subscriber": env.subscriber, "prefix": env.prefix,
+          "partitions": env.partitions, "runs": runs}
+    base = await relay_latencies(sizes=hop_sizes, **kw)
+    base4 = base if len(hop_sizes) == 4 else await relay_latencies(sizes=four, **kw)
     ours, theirs = summary_ms(times), summary_ms(base)
     out: dict[str, Any] = {
         "conditions": {"runs": runs, "concurrency": 1, "threads": threads, "warmup_runs_per_thread": 1,
                        "agent": "no processors, one system message", "model_first_token_delay_s": 0,
                        "reply": "the model's default echo, ~8 word chunks",
                        "instances": "1 per service", "partitions_internal_topics": env.partitions,
-                       "kafka_hops": 4, "record_bytes_per_hop": hop_sizes,
-                       "baseline": "3 aiokafka relay processes (consumer group → producer, linger 2 ms) over 4 topics"},
-        "threadline_ms": ours, "baseline_ms": theirs, "accepted_actions": actions,
+                       "ingress_starts": starts, "kafka_hops": len(hop_sizes), "record_bytes_per_hop": hop_sizes,
+                       "baseline": f"{len(hop_sizes) - 1} aiokafka relay processes (consumer group → producer, "
+                                   f"linger 2 ms) over the path's {len(hop_sizes)} topics"},
+        "threadline_ms": ours, "baseline_ms": theirs, "baseline_4_hops_ms": summary_ms(base4),
+        "accepted_actions": actions, "spans_ms": spans,
         "ratio": {"p50": ratio(ours["p50"], theirs["p50"]), "p99": ratio(ours["p99"], theirs["p99"])},
-        "target": {"p50_ms": 20, "p99_ms": 80, "ratio_max": 2.0},
+        "target": {"p50_ms": 15, "p99_ms": 50, "ratio_max": 1.5},
     }
     if profile_runs and profile_dir is not None:
         out["profile"] = await _profile(env, pairs, topics, profile_runs, profile_dir, stamp)

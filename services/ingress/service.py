@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from threadline._internal.faults import pause_point
 from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
 from threadline.events.codec import validate
@@ -109,7 +110,8 @@ class Ingress(Service):
                 routed = await route_abort(conn, req, topics=self.topics)
             else:
                 routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
-                                     agent_known=req.agent_id in self.agents)
+                                     agent_known=req.agent_id in self.agents, starts=self.settings.ingress_starts)
+        await pause_point("ingress_after_commit")  # fault injection: committed, nothing published yet
         if routed.chunk_topic is not None:
             await self.admin.ensure_chunk_topic(routed.chunk_topic, retention_ms=self.settings.chunk_retention_ms)
         await self.outbox.flush(routed.outbox_ids)

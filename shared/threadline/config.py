@@ -128,6 +128,12 @@ class Settings(BaseSettings):
     claims the run's next step itself, in the statement that stores the step, and runs it, when
     the orchestrator would schedule it anyway; the orchestrator only announces the step and stays
     the owner of recovery (docs/decisions.md, 31-33). Off: every step crosses the orchestrator."""
+    ingress_starts: bool = True
+    """Ingress, in the transaction that wakes a thread and creates its run, schedules the run's
+    step 0 itself by the orchestrator's own rule (``on_start_run``) and publishes its step task
+    straight to step-tasks; the orchestrator is told with a ``StartRun`` marked ``scheduled`` and
+    only announces the start (it stays the owner of the run and its recovery; docs/decisions.md,
+    34-36). Off: every run start crosses the orchestrator."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

@@ -4,13 +4,14 @@ events, and which run takes the thread over."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
 from threadline.events import StartRun, StepResult
 from threadline.orchestration.runs import (
     Announce,
+    AnnounceStart,
     Defer,
     EndRun,
     Ignore,
@@ -18,9 +19,11 @@ from threadline.orchestration.runs import (
     RunRow,
     ScheduleStep,
     WaitingInput,
+    ingress_starts,
     next_run,
     on_start_run,
     on_step_result,
+    unannounced_start,
     worker_continues,
 )
 
@@ -146,3 +149,50 @@ def test_a_leftover_delivery_continues_with_the_ended_runs_options() -> None:
     assert next_run(waiting, "agent-a", {"max_steps": 9}, replies_topic="replies",
                     make_id=lambda: "run-new") == NextRun(run_id="run-new", agent_id="agent-a", kind="stream",
                                                           reply_to="replies", options={"max_steps": 9})
+
+
+# --- ingress starts the run (decisions 34-35)
+
+FRESH = replace(RUN, start_announced=False)
+
+
+def test_ingress_schedules_step_zero_by_the_orchestrators_rule() -> None:
+    assert ingress_starts(FRESH, _start()) == on_start_run(RUN, _start())
+
+
+@pytest.mark.parametrize("run", [replace(FRESH, status="aborted"), replace(FRESH, epoch=4),
+                                 replace(FRESH, steps_done=1)], ids=["aborted", "other-epoch", "already-stepping"])
+def test_ingress_leaves_a_run_the_orchestrator_would_not_start_to_it(run: RunRow) -> None:
+    assert ingress_starts(run, _start()) is None
+
+
+def test_ingress_asks_the_rule_for_the_command_it_would_send_not_an_announcement() -> None:
+    assert ingress_starts(FRESH, _start(scheduled=True)) == on_start_run(RUN, _start())
+
+
+def test_a_scheduled_start_is_only_announced_never_scheduled_again() -> None:
+    assert on_start_run(FRESH, _start(scheduled=True)) == AnnounceStart(lifecycle=("thread_active", "run_started"))
+
+
+@pytest.mark.parametrize("run", [replace(FRESH, status="finished", steps_done=1), replace(FRESH, steps_done=1),
+                                 replace(FRESH, status="aborted")], ids=["finished", "stepping", "aborted"])
+def test_a_scheduled_start_overtaken_by_the_run_is_still_announced_once(run: RunRow) -> None:
+    assert isinstance(on_start_run(run, _start(scheduled=True)), AnnounceStart)
+    assert isinstance(on_start_run(replace(run, start_announced=True), _start(scheduled=True)), Ignore)
+
+
+def test_a_scheduled_start_of_another_epoch_or_a_missing_run_is_ignored() -> None:
+    assert isinstance(on_start_run(replace(FRESH, epoch=4), _start(scheduled=True)), Ignore)
+    assert isinstance(on_start_run(None, _start(scheduled=True)), Ignore)
+
+
+def test_whatever_the_orchestrator_does_first_on_an_unannounced_run_announces_its_start() -> None:
+    assert unannounced_start(FRESH) == ("thread_active", "run_started")
+    assert unannounced_start(RUN) == ()
+
+
+def test_the_row_view_reads_the_start_announced_column() -> None:
+    row = asdict(FRESH)
+    assert RunRow.of(row).start_announced is False
+    del row["start_announced"]
+    assert RunRow.of(row).start_announced is True  # rows from before 0014 were started by the orchestrator

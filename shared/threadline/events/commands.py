@@ -16,13 +16,18 @@ class _RunEvent(Event):
 
 
 class StartRun(_RunEvent):
-    """Ingress → orchestrator: a run was created (lease taken) and must be scheduled."""
+    """Ingress → orchestrator: a run was created (lease taken) and must be scheduled (or, when
+    ``scheduled``, only announced)."""
 
     type: Literal["start_run"] = "start_run"
     epoch: int
     """Fencing epoch of the thread lease the run holds."""
     handover: bool = False
     """The lease came straight from the previous run (the thread never went idle)."""
+    scheduled: bool = False
+    """Step 0's task was already published by the transaction that created the run (ingress,
+    docs/decisions.md 34): the orchestrator only announces the start (``thread_active``,
+    ``run_started``) unless that was done already."""
 
 
 class AbortRun(Event):

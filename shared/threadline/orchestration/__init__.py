@@ -20,6 +20,7 @@ from threadline.orchestration.routing import (
 from threadline.orchestration.runs import (
     AbortActive,
     Announce,
+    AnnounceStart,
     Defer,
     EndRun,
     Ignore,
@@ -27,14 +28,16 @@ from threadline.orchestration.runs import (
     NothingToAbort,
     RunRow,
     ScheduleStep,
+    ingress_starts,
     next_run,
     on_abort,
     on_start_run,
     on_step_result,
+    unannounced_start,
     worker_continues,
 )
 
-__all__ = ["AbortActive", "Announce", "Defer", "Deliver", "Discard", "EndRun", "Ignore", "Inbound", "NextRun", "NextVersion",
-           "NothingToAbort", "Persist", "Queue", "Route", "RunRow", "ScheduleStep", "Skip", "ThreadState", "Wake",
-           "decide_route", "decide_state", "next_run", "on_abort", "on_start_run", "on_step_result",
-           "worker_continues"]
+__all__ = ["AbortActive", "Announce", "AnnounceStart", "Defer", "Deliver", "Discard", "EndRun", "Ignore",
+           "Inbound", "NextRun", "NextVersion", "NothingToAbort", "Persist", "Queue", "Route", "RunRow",
+           "ScheduleStep", "Skip", "ThreadState", "Wake", "decide_route", "decide_state", "ingress_starts",
+           "next_run", "on_abort", "on_start_run", "on_step_result", "unannounced_start", "worker_continues"]

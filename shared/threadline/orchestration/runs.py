@@ -5,6 +5,11 @@ store reads the rows, calls these, and writes what they answer in one transactio
 - ``start_run`` of a run that is running at the command's epoch with no step done:
   :class:`ScheduleStep` 0 (announcing ``thread_active`` unless the lease was handed over, and
   ``run_started``); any other run (missing, ended, another epoch, already stepping): :class:`Ignore`.
+  The transaction that creates a fresh run (ingress) asks the same rule (:func:`ingress_starts`)
+  and publishes step 0's task itself; the ``start_run`` it sends then says ``scheduled`` and is
+  :class:`AnnounceStart` (the start's lifecycle only) unless the start was announced already
+  (:func:`unannounced_start`: whichever orchestrator transaction on the run comes first announces
+  it, docs/decisions.md 34-35).
 - ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``);
   when the worker that stored the step already claimed the next one (:func:`worker_continues`,
   docs/decisions.md 31): :class:`Announce` (``step_finished`` only, no step task).
@@ -66,6 +71,9 @@ class RunRow:
     results_applied: int | None = None
     """The step results the orchestrator applied (the next one it applies is this step's);
     ``None``: not known (no gap is looked for)."""
+    start_announced: bool = True
+    """``thread_active`` / ``run_started`` were announced; ``False`` only for a run whose step 0
+    ingress scheduled, until the orchestrator announces its start."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RunRow:
@@ -74,7 +82,8 @@ class RunRow:
                    agent_id=row["agent_id"], status=row["status"], epoch=row["epoch"], step=row["step"],
                    steps_done=row["steps_done"], attempt=row["attempt"], kind=row["kind"],
                    request_id=row["request_id"], reply_to=row["reply_to"],
-                   continued_from=row.get("continued_from"), results_applied=row.get("results_applied"))
+                   continued_from=row.get("continued_from"), results_applied=row.get("results_applied"),
+                   start_announced=row.get("start_announced", True))
 
     @classmethod
     def stored_by_worker(cls, *, run_id: str, resource_id: str, thread_id: str, agent_id: str, epoch: int,
@@ -137,6 +146,15 @@ class Announce:
 
 
 @dataclass(frozen=True, slots=True)
+class AnnounceStart:
+    """Step 0's task was published by the transaction that created the run (ingress): announce
+    ``lifecycle`` only; no step task (a second copy of step 0 would run)."""
+
+    lifecycle: tuple[LifecycleKind, ...]
+    """Lifecycle events to announce, in order."""
+
+
+@dataclass(frozen=True, slots=True)
 class Defer:
     """An earlier step's result was never applied: leave this one unapplied (not even recorded as
     processed); the sweeper publishes the missing result and this one again, in order."""
@@ -145,15 +163,41 @@ class Defer:
     """Why, for the log."""
 
 
-def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | Ignore:
+def _start_lifecycle(handover: bool) -> tuple[LifecycleKind, ...]:
+    return ("run_started",) if handover else ("thread_active", "run_started")
+
+
+def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | AnnounceStart | Ignore:
     """Schedule step 0 of a new run; announce ``thread_active`` (unless the lease was handed
-    over from the previous run) and ``run_started``."""
+    over from the previous run) and ``run_started``. A ``scheduled`` command (step 0's task is
+    out already) only announces, once: :class:`AnnounceStart` while the start is unannounced
+    (whatever the run did meanwhile), else :class:`Ignore`."""
     if run is None:
         return Ignore("no such run")
+    if cmd.scheduled:
+        if run.epoch != cmd.epoch or run.start_announced:
+            return Ignore("start already announced")
+        return AnnounceStart(lifecycle=_start_lifecycle(cmd.handover))
     if run.status != "running" or run.epoch != cmd.epoch or run.steps_done > 0:
         return Ignore("run not startable")
-    return ScheduleStep(step=0, attempt=run.attempt,
-                        lifecycle=("run_started",) if cmd.handover else ("thread_active", "run_started"))
+    return ScheduleStep(step=0, attempt=run.attempt, lifecycle=_start_lifecycle(cmd.handover))
+
+
+def ingress_starts(run: RunRow, cmd: StartRun) -> ScheduleStep | None:
+    """The step the transaction that created ``run`` (ingress, on a wake) schedules itself, with
+    the lifecycle the orchestrator announces for it later; ``None``: leave the start to the
+    orchestrator. Exactly :func:`on_start_run`'s answer for the command that transaction would
+    otherwise send (``cmd``, not ``scheduled``): the rule is the orchestrator's, not a copy."""
+    move = on_start_run(run, cmd.model_copy(update={"scheduled": False}))
+    return move if isinstance(move, ScheduleStep) else None
+
+
+def unannounced_start(run: RunRow) -> tuple[LifecycleKind, ...]:
+    """The lifecycle an orchestrator transaction on ``run`` announces before anything else about
+    it: the start of a run whose step 0 ingress scheduled and whose ``scheduled`` command has not
+    been applied yet (a step result, an abort or a recovery overtook it); else nothing. Such a run
+    was never handed over, so its start says ``thread_active`` too."""
+    return () if run.start_announced else _start_lifecycle(False)
 
 
 def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | Announce | EndRun | Defer | Ignore:

@@ -19,6 +19,7 @@ from threadline.orchestration.runs import (
     TERMINAL,
     AbortActive,
     Announce,
+    AnnounceStart,
     Defer,
     EndRun,
     Ignore,
@@ -28,6 +29,7 @@ from threadline.orchestration.runs import (
     next_run,
     on_abort,
     on_start_run,
+    unannounced_start,
 )
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event
@@ -36,7 +38,8 @@ from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
 
-__all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "claim_terminal", "on_step_result", "start_next", "start_run"]
+__all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_start", "claim_terminal", "on_step_result", "start_next",
+           "start_run"]
 
 
 async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Record | None:
@@ -45,8 +48,22 @@ async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> async
     return await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
 
 
+async def announce_start(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics) -> list[int]:
+    """In the caller's transaction, with ``run``'s row locked: announce the start of a run whose
+    step 0 ingress scheduled, if nobody did yet (:func:`~threadline.orchestration.runs.unannounced_start`),
+    so ``thread_active`` / ``run_started`` come before anything else the orchestrator says about
+    the run. Returns the outbox ids (none when it was announced already)."""
+    kinds = unannounced_start(RunRow.of(run))
+    if not kinds:
+        return []
+    await conn.execute("UPDATE runs SET start_announced = true WHERE run_id = $1", run["run_id"])
+    key = thread_key(run["resource_id"], run["thread_id"])
+    return [await outbox.add(conn, topics.lifecycle, _life(kind, run), key=key) for kind in kinds]
+
+
 async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> list[int]:
-    """Schedule step 0 of a new run; announce ``run_started`` / ``thread_active``."""
+    """Schedule step 0 of a new run; announce ``run_started`` / ``thread_active``. A ``scheduled``
+    command (ingress published step 0's task) only announces the start, once."""
     ids: list[int] = []
     async with conn.transaction():
         if not await claim_event(conn, "orchestrator", cmd.event_id):
@@ -55,6 +72,8 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
         move = on_start_run(RunRow.of(run) if run is not None else None, cmd)
         if isinstance(move, Ignore) or run is None:
             return ids
+        if isinstance(move, AnnounceStart):
+            return await announce_start(conn, run, topics)
         key = thread_key(run["resource_id"], run["thread_id"])
         task = StepTask(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
                         step=move.step, attempt=move.attempt, epoch=run["epoch"])
@@ -78,6 +97,7 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
             return ids
         if isinstance(move, Ignore) or run is None:
             return ids  # an aborted run was ended by abort_run
+        ids += await announce_start(conn, run, topics)  # a result that overtook the run's scheduled StartRun
         key = thread_key(run["resource_id"], run["thread_id"])
         if isinstance(move, Announce):  # the worker claimed the next step with this one's store
             await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
@@ -195,6 +215,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
                 ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=False),
                                             key=cmd.request_id))
             return ids
+        ids += await announce_start(conn, run, topics)  # an abort that overtook the run's scheduled StartRun
         await conn.execute("UPDATE runs SET status = 'aborted', finish_reason = 'abort', finished_at = now(), "
                            "updated_at = now() WHERE run_id = $1", run["run_id"])
         await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "

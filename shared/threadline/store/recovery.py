@@ -14,7 +14,7 @@ from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, c
 from threadline.events.signals import signal_to_message
 from threadline.recovery.decide import RunSnapshot
 from threadline.store import outbox
-from threadline.store.orchestration import TERMINAL, claim_terminal, hand_over
+from threadline.store.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
 from threadline.topics import Topics, thread_key
 
 _CANDIDATES = """
@@ -144,7 +144,7 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
     """
     key = thread_key(run["resource_id"], run["thread_id"])
     error = {"kind": "stuck", "message": reason}
-    ids: list[int] = []
+    ids: list[int] = await announce_start(conn, run, topics)  # a run ingress started, never announced
     await _note(conn, run, "fail", reason, instance)
     status = run["status"]
     if status == "running":

@@ -1,7 +1,8 @@
 """Ingress's routing, made atomically in Postgres: with the thread's lease row locked, read the
 thread's state, ask :func:`threadline.orchestration.routing.decide_route`, store the signal,
 create the run on a wake, and write the reply and the orchestrator command to the outbox, all in
-one transaction."""
+one transaction. With ``starts`` (``THREADLINE_INGRESS_STARTS``) a wake also schedules the new
+run's step 0 by the orchestrator's own rule and queues its step task (docs/decisions.md 34)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import orjson
 
 from threadline._internal.faults import pause_point
 from threadline.errors import InvalidEventError
-from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun
+from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import chunk_headers, synthetic_run_chunks
 from threadline.events.replies import REPLY_ADAPTER
@@ -32,6 +33,7 @@ from threadline.orchestration.routing import (
     decide_route,
     decide_state,
 )
+from threadline.orchestration.runs import RunRow, ingress_starts
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import create_run, insert_signal, insert_signal_message
@@ -78,10 +80,11 @@ async def ensure_thread(conn: asyncpg.Connection, resource_id: str, thread_id: s
 
 
 async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, topics: Topics, lease_ttl_s: float,
-                agent_known: bool) -> Routed:
+                agent_known: bool, starts: bool = False) -> Routed:
     """Route ``req`` (an ingress request, or an :class:`Inbound` made by Threadline) inside one
     transaction: claim its event id (a duplicate is answered as before and does nothing else),
-    then route it on the locked thread.
+    then route it on the locked thread. ``starts``: a wake schedules step 0 itself
+    (:func:`route_claimed`).
 
     Returns:
         :class:`Routed` with the outbox ids to publish after commit.
@@ -98,15 +101,21 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
                 routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=inbound.event_id))
                 routed.reply = reply
             return routed
-        routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known)
+        routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known,
+                                     starts=starts)
         await pause_point("ingress_route_before_commit")  # fault injection: the transaction open, lease row locked
         return routed
 
 
 async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topics, lease_ttl_s: float,
-                        agent_known: bool) -> Routed:
+                        agent_known: bool, starts: bool = False) -> Routed:
     """Route ``req`` whose event id the caller claimed, in the caller's transaction: refusals
-    (unknown agent, thread of another resource, bad signal) are answered with an error reply."""
+    (unknown agent, thread of another resource, bad signal) are answered with an error reply.
+
+    A wake creates the run and queues ``accepted`` and a ``StartRun`` for the orchestrator; with
+    ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.ingress_starts`)
+    schedules step 0, its step task is queued here too (step-tasks) and the ``StartRun`` says
+    ``scheduled`` (the orchestrator announces the start only)."""
     reply_topic = req.reply_to or topics.replies
     routed = Routed()
 
@@ -166,16 +175,26 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
     # wake
     run_id = new_id("run")
     epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
+    kind = "generate" if req.kind == "generate" else "stream"
+    start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, epoch=epoch)
+    # the run as it is created (running at its epoch, step 0 not started), asked the orchestrator's rule
+    step0 = ingress_starts(RunRow(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id,
+                                  agent_id=req.agent_id, status="running", epoch=epoch, step=0, steps_done=0,
+                                  attempt=1, kind=kind, request_id=req.event_id, reply_to=reply_topic,
+                                  start_announced=False), start) if starts else None
     await create_run(conn, run_id=run_id, agent_id=req.agent_id, resource_id=req.resource_id,
-                     thread_id=req.thread_id, epoch=epoch, options=req.run_options,
-                     kind="generate" if req.kind == "generate" else "stream",
-                     request_id=req.event_id, reply_to=reply_topic)
+                     thread_id=req.thread_id, epoch=epoch, options=req.run_options, kind=kind,
+                     request_id=req.event_id, reply_to=reply_topic, start_announced=step0 is None)
     await store("wake", "pending", run_id)
     reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"])
-    start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, epoch=epoch)
+    key = thread_key(req.resource_id, req.thread_id)
     routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
-    routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, start,
-                                              key=thread_key(req.resource_id, req.thread_id)))
+    if step0 is not None:
+        task = StepTask(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, step=step0.step,
+                        attempt=step0.attempt, epoch=epoch)
+        routed.outbox_ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
+        start = start.model_copy(update={"scheduled": True})
+    routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, start, key=key))
     await remember(conn, "ingress", req.event_id, reply)
     routed.reply = reply
     return routed

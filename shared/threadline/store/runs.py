@@ -12,12 +12,14 @@ from threadline.events.signals import signal_to_message
 
 async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, resource_id: str,
                      thread_id: str, epoch: int, options: Mapping[str, Any], kind: str,
-                     request_id: str | None, reply_to: str | None) -> None:
-    """Insert a ``running`` run row holding lease ``epoch``."""
+                     request_id: str | None, reply_to: str | None, start_announced: bool = True) -> None:
+    """Insert a ``running`` run row holding lease ``epoch``; ``start_announced=False`` for a run
+    whose step 0 the caller schedules itself (the orchestrator announces its start later)."""
     await conn.execute(
         "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, "
-        "options) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, dict(options))
+        "options, start_announced) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, dict(options),
+        start_announced)
 
 
 async def insert_signal(conn: asyncpg.Connection, signal: dict[str, Any], *, thread_id: str, resource_id: str,

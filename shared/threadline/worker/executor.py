@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from threadline._internal.faults import deaf
+from threadline._internal.faults import deaf, pause_point
 from threadline._internal.recent import RecentIds
 from threadline.config import Settings
 from threadline.errors import StaleWriterError
@@ -138,6 +138,7 @@ class StepExecutor:
         task over while that worker lives), wait; take the step over only once the heartbeat has
         stood still for ``3 × step_heartbeat_s`` as seen from here, or was handed back.
         """
+        await pause_point("before_step_claim")  # fault injection: the task received, the step not claimed
         watched, since = None, 0.0
         loop = asyncio.get_running_loop()
         topic = self._topics.chunks(task.resource_id, task.thread_id)

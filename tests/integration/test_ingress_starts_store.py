@@ -1,0 +1,100 @@
+"""The store side of ingress starting a run (docs/decisions.md 34-35), on PostgreSQL: the wake's
+transaction queues step 0's task and a ``scheduled`` ``StartRun``; whichever orchestrator
+transaction on the run comes first (that ``StartRun``, a step result or an abort that overtook it,
+a sweeper failure) announces the start before anything else about the run, exactly once."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import orjson
+
+from threadline.events import AbortRun, StartRun, StepResult
+from threadline.orchestration.routing import Inbound
+from threadline.store.db import Database
+from threadline.store.orchestration import abort_run, on_step_result, start_run
+from threadline.store.routing import route
+from threadline.topics import Topics
+
+
+async def _wake(db: Database, topics: Topics, *, starts: bool) -> tuple[str, str, list[tuple[str, dict[str, Any]]]]:
+    """Route a ``stream`` on a fresh thread; return (run id, thread id, the outbox rows it queued)."""
+    thread = f"th-is-{uuid.uuid4().hex[:8]}"
+    req = Inbound(event_id=f"req-{uuid.uuid4().hex}", kind="stream", agent_id="agent", resource_id="res-is",
+                  thread_id=thread, body="hello")
+    async with db.connection() as conn:
+        routed = await route(conn, req, topics=topics, lease_ttl_s=60, agent_known=True, starts=starts)
+        queued = await conn.fetch("SELECT topic, value FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id",
+                                  [int(i) for i in routed.outbox_ids])
+    assert routed.reply is not None
+    run_id = routed.reply.run_id  # type: ignore[union-attr]  # a wake answers Accepted
+    return run_id, thread, [(r["topic"], orjson.loads(r["value"])) for r in queued]
+
+
+async def _lifecycle(db: Database, topics: Topics, ids: list[int]) -> list[str]:
+    rows = await db.fetch("SELECT value FROM outbox WHERE id = ANY($1::bigint[]) AND topic = $2 ORDER BY id",
+                          [int(i) for i in ids], topics.lifecycle)
+    return [orjson.loads(r["value"])["type"] for r in rows]
+
+
+async def _val(db: Database, query: str, *args: Any) -> Any:
+    row = await db.fetchrow(query, *args)
+    return None if row is None else row[0]
+
+
+def _start_of(queued: list[tuple[str, dict[str, Any]]], topics: Topics) -> StartRun:
+    (body,) = [b for t, b in queued if t == topics.run_commands]
+    return StartRun.model_validate(body)
+
+
+async def test_the_wake_queues_step_zero_and_a_scheduled_start(cluster):
+    topics = Topics(cluster.prefix)
+    async with Database(cluster.dsn, max_size=2) as db:
+        run_id, _, queued = await _wake(db, topics, starts=True)
+        assert [t for t, _ in queued] == [topics.replies, topics.step_tasks, topics.run_commands]
+        task = queued[1][1]
+        assert (task["type"], task["run_id"], task["step"], task["attempt"]) == ("step_task", run_id, 0, 1)
+        assert _start_of(queued, topics).scheduled
+        assert await _val(db, "SELECT start_announced FROM runs WHERE run_id = $1", run_id) is False
+        async with db.connection() as conn:
+            ids = await start_run(conn, _start_of(queued, topics), topics)
+        assert await _lifecycle(db, topics, ids) == ["thread_active", "run_started"]
+        assert not [i for i in ids if i not in ids[:2]]  # no second step task
+        assert await _val(db, "SELECT start_announced FROM runs WHERE run_id = $1", run_id) is True
+
+        off_id, _, off = await _wake(db, topics, starts=False)  # the setting off: the orchestrator schedules
+        assert [t for t, _ in off] == [topics.replies, topics.run_commands] and not _start_of(off, topics).scheduled
+        assert await _val(db, "SELECT start_announced FROM runs WHERE run_id = $1", off_id) is True
+
+
+async def test_a_step_result_that_overtakes_the_start_announces_it_first(cluster):
+    topics = Topics(cluster.prefix)
+    async with Database(cluster.dsn, max_size=2) as db:
+        run_id, thread, queued = await _wake(db, topics, starts=True)
+        await db.execute("UPDATE runs SET steps_done = 1, status = 'finished', step_started = true WHERE run_id = $1",
+                         run_id)
+        await db.execute("UPDATE signals SET status = 'consumed' WHERE run_id = $1", run_id)  # as the step's store
+        epoch = await _val(db, "SELECT epoch FROM runs WHERE run_id = $1", run_id)
+        res = StepResult(run_id=run_id, resource_id="res-is", thread_id=thread, step=0, attempt=1, epoch=epoch,
+                         outcome="finished", finish_reason="stop", text="hi")
+        async with db.connection() as conn:
+            ids = await on_step_result(conn, res, topics, lease_ttl_s=60)
+            late = await start_run(conn, _start_of(queued, topics), topics)
+        assert await _lifecycle(db, topics, ids) == ["thread_active", "run_started", "step_finished", "run_finished",
+                                                     "thread_idle"]
+        assert late == []  # announced once
+
+
+async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
+    topics = Topics(cluster.prefix)
+    async with Database(cluster.dsn, max_size=2) as db:
+        run_id, thread, queued = await _wake(db, topics, starts=True)
+        async with db.connection() as conn:
+            ids = await abort_run(conn, AbortRun(resource_id="res-is", thread_id=thread, run_id=run_id), topics,
+                                  lease_ttl_s=60)
+            late = await start_run(conn, _start_of(queued, topics), topics)
+        assert await _lifecycle(db, topics, ids) == ["thread_active", "run_started", "run_aborted", "thread_idle"]
+        assert late == []
+        # step 0 still outstanding: the worker that gets its task ends the stream (not the orchestrator)
+        assert await _val(db, "SELECT terminal_emitted FROM runs WHERE run_id = $1", run_id) is False
