@@ -105,6 +105,11 @@ class Settings(BaseSettings):
     claims the run's next step itself, in the statement that stores the step, and runs it, when
     the orchestrator would schedule it anyway; the orchestrator only announces the step and stays
     the owner of recovery (docs/decisions.md, 31-33). Off: every step crosses the orchestrator."""
+    step_result_async: bool = True
+    """A worker that continues the run publishes the finished step's result in the background
+    while the next step runs, instead of waiting for Kafka's acknowledgement first; a result Kafka
+    does not take is left to the outbox relay and the run's results stay in step order
+    (docs/decisions.md, 37). Off: the next step begins after the acknowledgement."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

@@ -12,6 +12,7 @@ callback per future: a quarter of the worker's CPU at 20,000 chunks).
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import orjson
@@ -27,7 +28,7 @@ class ChunkWriter:
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt", "finished",
-                 "held", "hold_finish", "key", "run_id", "seq", "step")
+                 "first_sent", "flush_started", "flushed_at", "held", "hold_finish", "key", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -50,9 +51,17 @@ class ChunkWriter:
         """The stamped ``finish`` chunk held back, if any."""
         self.ack_timeout_s = ack_timeout_s
         """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
+        self.first_sent: float | None = None
+        """``time.perf_counter()`` when the first chunk was emitted (the step overhead's end)."""
+        self.flush_started: float | None = None
+        """``time.perf_counter()`` when the last :meth:`flush` began."""
+        self.flushed_at: float | None = None
+        """``time.perf_counter()`` when the last :meth:`flush` returned."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
+        if self.first_sent is None:
+            self.first_sent = time.perf_counter()
         envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
         if chunk.get("type") == "finish":
@@ -95,6 +104,7 @@ class ChunkWriter:
                 away, or a stalled client): the step is not hung by it, it fails as a transient
                 fault and is executed again under the next attempt.
         """
+        self.flush_started = time.perf_counter()
         futures, self._futures = self._futures, []
         failure, self._failure = self._failure, None
         if failure is not None:
@@ -106,3 +116,4 @@ class ChunkWriter:
         except TimeoutError:
             raise TimeoutError(f"chunks of run {self.run_id} not acknowledged by Kafka within "
                                f"{self.ack_timeout_s} s") from None
+        self.flushed_at = time.perf_counter()
