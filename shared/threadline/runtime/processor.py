@@ -160,10 +160,25 @@ class _Plan(NamedTuple):
 
 
 class _AbortRecord:
-    __slots__ = ("tripwire",)
+    """One processor call's ``abort`` (its bound :meth:`abort`) and the tripwire it raised."""
 
-    def __init__(self) -> None:
+    __slots__ = ("default_reason", "processor_id", "tripwire")
+
+    def __init__(self, processor_id: str, default_reason: str) -> None:
+        self.processor_id = processor_id
+        self.default_reason = default_reason
         self.tripwire: TripWire | None = None
+
+    def abort(self, reason: str | None = None, options: dict[str, Any] | None = None, *,
+              retry: bool | None = None, metadata: Any = None) -> None:
+        opts = options or {}
+        pid = self.processor_id
+        tw = TripWire(reason or self.default_reason.format(id=pid),
+                      retry=bool(retry if retry is not None else opts.get("retry", False)),
+                      metadata=metadata if metadata is not None else opts.get("metadata"),
+                      processor_id=pid)
+        self.tripwire = tw
+        raise tw
 
 
 class ProcessorRunner:
@@ -184,6 +199,7 @@ class ProcessorRunner:
         self.stream_parts: dict[str, list[Any]] = {}
         self._stream_chain = [p for p in output_processors if implements(p, "process_output_stream")]
         self._plans: dict[tuple[int, str], _Plan] = {}
+        self._stream_hooks: list[tuple[Any, str, _Plan, bool, list[Any], dict[str, Any]]] | None = None
 
     def state_of(self, processor: Any) -> dict[str, Any]:
         state = self.states.get(processor.id)
@@ -202,12 +218,15 @@ class ProcessorRunner:
         Raises:
             TripWire: the processor aborted.
         """
-        return await self._call(processor, self._plan(processor, method), default_reason, kwargs)
+        plan = self._plan(processor, method)
+        record = _AbortRecord(processor.id, default_reason)
+        kwargs.update(abort=record.abort, retry_count=self.retry_count, request_context=self.request_context,
+                      state=self.state_of(processor), writer=self.writer)
+        return await self._call(processor, plan, record, kwargs)
 
     def _plan(self, processor: Any, method: str) -> _Plan:
-        """How ``processor.method`` is called, looked up once per runner (one step): the bound
-        method, whether it is a coroutine function, and the keyword arguments it accepts (the
-        stream hook runs per chunk: ~10 µs of inspection per chunk and processor otherwise)."""
+        """How ``processor.method`` is called (bound method, coroutine function?, keywords it
+        accepts), looked up once per runner (one step), not per chunk and processor."""
         key = (id(processor), method)
         plan = self._plans.get(key)
         if plan is None:
@@ -216,27 +235,13 @@ class ProcessorRunner:
             plan = self._plans[key] = _Plan(fn, is_async(fn), var_kw, names)  # fn holds processor: id stays its
         return plan
 
-    async def _call(self, processor: Any, plan: _Plan, default_reason: str, kwargs: dict[str, Any]) -> Any:
-        record = _AbortRecord()
-        pid = processor.id
-
-        def abort(reason: str | None = None, options: dict[str, Any] | None = None, *,
-                  retry: bool | None = None, metadata: Any = None) -> None:
-            opts = options or {}
-            tw = TripWire(reason or default_reason.format(id=pid),
-                          retry=bool(retry if retry is not None else opts.get("retry", False)),
-                          metadata=metadata if metadata is not None else opts.get("metadata"),
-                          processor_id=pid)
-            record.tripwire = tw
-            raise tw
-
-        kwargs.update(abort=abort, retry_count=self.retry_count, request_context=self.request_context,
-                      state=self.state_of(processor), writer=self.writer)
+    async def _call(self, processor: Any, plan: _Plan, record: _AbortRecord, kwargs: dict[str, Any]) -> Any:
+        """Call ``plan.fn`` with the ``kwargs`` it accepts; ``record`` holds its ``abort``'s tripwire."""
         args = kwargs if plan.var_kw else {k: v for k, v in kwargs.items() if k in plan.names}
         try:  # a plain method runs off the event loop (call_user)
             result = await (plan.fn(**args) if plan.is_async else call_user(plan.fn, **args))
         except TripWire as tw:
-            tw.processor_id = tw.processor_id or pid
+            tw.processor_id = tw.processor_id or processor.id
             await self._violation(processor, tw)
             raise
         except Exception:
@@ -381,24 +386,44 @@ class ProcessorRunner:
         if kind in BOUNDARY_CHUNKS:
             return part
         is_data = kind.startswith("data-")
-        for p in self._stream_chain:
-            if is_data and not p.process_data_parts:
+        hooks = self._stream_hooks
+        if hooks is None:
+            hooks = self._stream_hooks = [self._stream_hook(p) for p in self._stream_chain]
+        for p, pid, plan, data_parts, seen, state in hooks:
+            if is_data and not data_parts:
                 continue
-            seen = self.stream_parts.setdefault(p.id, [])
             seen.append(part)
-            try:
-                out = await self._call(p, self._plan(p, "process_output_stream"), "Stream part blocked by {id}",
-                                       {"part": part, "stream_parts": seen, "message_list": ml})
-            except TripWire:
-                raise
-            except Exception:
-                log.warning("process_output_stream raised; chunk passed on unchanged",
-                            processor_id=p.id, exc_info=True)
-                continue
+            record = _AbortRecord(pid, "Stream part blocked by {id}")
+            args = {"part": part, "stream_parts": seen, "message_list": ml, "abort": record.abort,
+                    "retry_count": self.retry_count, "request_context": self.request_context, "state": state,
+                    "writer": self.writer}
+            if not plan.var_kw:
+                args = {k: v for k, v in args.items() if k in plan.names}
+            try:  # inlined :meth:`_call` (per chunk and processor); a plain method runs off the event loop
+                out = await (plan.fn(**args) if plan.is_async else call_user(plan.fn, **args))
+            except Exception as exc:  # a tripwire is raised below, any other error logged
+                tw = exc if isinstance(exc, TripWire) else record.tripwire
+                if tw is None:
+                    log.warning("process_output_stream raised; chunk passed on unchanged",
+                                processor_id=pid, exc_info=True)
+                    continue
+                tw.processor_id = tw.processor_id or pid
+                await self._violation(p, tw)
+                if tw is exc:
+                    raise
+                raise tw from None  # user code turned the abort into another error
+            if record.tripwire is not None:  # the abort was caught and swallowed inside the method
+                await self._violation(p, record.tripwire)
+                raise record.tripwire
             if out is None:
                 return None
             part = out if isinstance(out, AttrDict) else wrap(dict(out))
         return part
+
+    def _stream_hook(self, p: Any) -> tuple[Any, str, _Plan, bool, list[Any], dict[str, Any]]:
+        """``p``'s stream hook, once per step: id, plan, takes ``data-*``?, parts seen, state."""
+        seen = self.stream_parts.setdefault(p.id, [])
+        return p, p.id, self._plan(p, "process_output_stream"), bool(p.process_data_parts), seen, self.state_of(p)
 
     async def process_output_step(self, ml: MessageList, *, step_number: int, steps: list[Any],
                                   finish_reason: str, tool_calls: list[Any] | None, text: str,
