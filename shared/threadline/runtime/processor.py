@@ -172,13 +172,11 @@ class _AbortRecord:
     def abort(self, reason: str | None = None, options: dict[str, Any] | None = None, *,
               retry: bool | None = None, metadata: Any = None) -> None:
         opts = options or {}
-        pid = self.processor_id
-        tw = TripWire(reason or self.default_reason.format(id=pid),
-                      retry=bool(retry if retry is not None else opts.get("retry", False)),
-                      metadata=metadata if metadata is not None else opts.get("metadata"),
-                      processor_id=pid)
-        self.tripwire = tw
-        raise tw
+        self.tripwire = TripWire(reason or self.default_reason.format(id=self.processor_id),
+                                 retry=bool(retry if retry is not None else opts.get("retry", False)),
+                                 metadata=metadata if metadata is not None else opts.get("metadata"),
+                                 processor_id=self.processor_id)
+        raise self.tripwire
 
 
 class ProcessorRunner:
@@ -387,8 +385,10 @@ class ProcessorRunner:
             return part
         is_data = kind.startswith("data-")
         hooks = self._stream_hooks
-        if hooks is None:
-            hooks = self._stream_hooks = [self._stream_hook(p) for p in self._stream_chain]
+        if hooks is None:  # once per step: id, plan, takes data-* parts?, parts seen, state
+            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"), bool(p.process_data_parts),
+                                           self.stream_parts.setdefault(p.id, []), self.state_of(p))
+                                          for p in self._stream_chain]
         for p, pid, plan, data_parts, seen, state in hooks:
             if is_data and not data_parts:
                 continue
@@ -419,11 +419,6 @@ class ProcessorRunner:
                 return None
             part = out if isinstance(out, AttrDict) else wrap(dict(out))
         return part
-
-    def _stream_hook(self, p: Any) -> tuple[Any, str, _Plan, bool, list[Any], dict[str, Any]]:
-        """``p``'s stream hook, once per step: id, plan, takes ``data-*``?, parts seen, state."""
-        seen = self.stream_parts.setdefault(p.id, [])
-        return p, p.id, self._plan(p, "process_output_stream"), bool(p.process_data_parts), seen, self.state_of(p)
 
     async def process_output_step(self, ml: MessageList, *, step_number: int, steps: list[Any],
                                   finish_reason: str, tool_calls: list[Any] | None, text: str,
