@@ -386,7 +386,8 @@ class ProcessorRunner:
         is_data = kind.startswith("data-")
         hooks = self._stream_hooks
         if hooks is None:  # once per step: id, plan, takes data-* parts?, parts seen, state
-            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"), bool(p.process_data_parts),
+            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"),
+                                           bool(getattr(p, "process_data_parts", False)),
                                            self.stream_parts.setdefault(p.id, []), self.state_of(p))
                                           for p in self._stream_chain]
         for p, pid, plan, data_parts, seen, state in hooks:
