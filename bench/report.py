@@ -59,6 +59,12 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         out.append(("  step-finish → echo (step overhead) p50 / p99 (ms)",
                     f"{_ms(s['step_boundary_to_echo_ms'], 'p50')} / {_ms(s['step_boundary_to_echo_ms'], 'p99')}",
                     "-", f"{s['ratio_to_target']['boundary_p50']}x target", "p50 ≤ 10"))
+        if gap := s.get("worker_step_gap_ms"):  # the same gap in the worker, split (issue 13's budget)
+            out.append(("    in the worker p50 (ms): flush, save+claim, result, hand-over, setup = total",
+                        ", ".join(_ms(gap.get(k), "p50") for k in ("chunk_flush_ms", "save_claim_ms",
+                                                                   "result_publish_ms", "handover_ms",
+                                                                   "next_setup_ms")) + f" = {_ms(gap.get('total_ms'), 'p50')}",
+                        "-", "-", "-"))
     if s := results.get("scaling"):
         out.append((f"5 {s['conditions']['runs']} runs, 1 → 2 workers: chunks/s",
                     f"{s['one_worker']['chunks_per_s']:.0f} → {s['two_workers']['chunks_per_s']:.0f}",

@@ -12,16 +12,27 @@ same thread. Measured per sample:
   through all services, model excluded" of the targets.
 
 Samples run one at a time, round-robin over ``threads`` threads.
+
+``worker_step_gap_ms``: the same boundary as the worker saw it, split where it went (the worker's
+``step gap`` log lines of the measured samples, :mod:`threadline.worker.step_gap`): chunk flush,
+save-and-claim, result publish, hand-over to the next step, the next step's setup up to its first
+chunk (the echo). What the subscriber sees beyond ``total_ms`` is Kafka's delivery of the two
+chunks to the subscriber.
 """
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.env import BenchEnv
 from bench.stats import ratio, summary_ms
 from bench.subscriber import is_type
+from threadline.worker.step_gap import SEGMENTS
+
+_FIELD = re.compile(r"\b(\w+_ms)=([0-9.]+)")
 
 AGENT = "bench-signals"
 MODEL = "threadline-bench-signals"
@@ -55,7 +66,10 @@ async def run(env: BenchEnv, *, samples: int = 150, threads: int = 30, chunks: i
     topics = await env.chunk_topics([("bench-user", t) for t in names])
     for n in range(threads):  # warm-up: every thread once
         await _sample(env, names[n], topics[n], -n - 1, 3, 0)
-    acc, echo, boundary, actions = [], [], [], {}
+    log_path = env.log_dir / f"{env.workers[0]}.log"
+    log_from = log_path.stat().st_size if log_path.exists() else 0
+    acc, echo, boundary = [], [], []
+    actions: dict[str, int] = {}
     for k in range(samples):
         s = await _sample(env, names[k % threads], topics[k % threads], k, chunks, chunk_delay)
         actions[s["action"]] = actions.get(s["action"], 0) + 1
@@ -71,8 +85,28 @@ async def run(env: BenchEnv, *, samples: int = 150, threads: int = 30, chunks: i
                        "active_run": f"{chunks} chunks, {chunk_delay * 1000:.0f} ms apart; message sent at its first text-delta",
                        "instances": "1 per service", "agent": "no processors"},
         "accepted_deliver_ms": accepted, "echo_ms": echoes, "step_boundary_to_echo_ms": boundaries,
+        "worker_step_gap_ms": worker_step_gap(log_path, log_from),
         "accepted_actions": actions,
         "ratio_to_target": {"accepted_p99": ratio(accepted.get("p99", float("nan")), 20),
                             "boundary_p50": ratio(boundaries.get("p50", float("nan")), 10)},
         "target": {"accepted_p99_ms": 20, "step_overhead_p50_ms": 10},
     }
+
+
+def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
+    """Per segment of :data:`~threadline.worker.step_gap.SEGMENTS`, the summary (ms) over the
+    ``step gap`` lines of the worker's log from byte ``start`` on; ``{}`` without a log."""
+    if not log_path.exists():
+        return {}
+    with log_path.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    values: dict[str, list[float]] = {name: [] for name in SEGMENTS}
+    for line in text.splitlines():
+        if "step gap" not in line:
+            continue
+        fields = dict(_FIELD.findall(line))
+        if all(name in fields for name in SEGMENTS):
+            for name in SEGMENTS:
+                values[name].append(float(fields[name]) / 1000)
+    return {name: summary_ms(v) for name, v in values.items()}

@@ -93,3 +93,34 @@ async def test_process_input_lowercase_example():
     ml.add("HeLLo")
     await _runner(input=[LowercaseProcessor()]).process_input(ml)
     assert ml.get.input.db()[0].content.parts[0].text == "hello"
+
+
+async def test_stream_errors_pass_the_chunk_on_and_an_abort_turned_into_an_error_still_trips():
+    """process_output_stream's inlined call: a plain error leaves the chunk unchanged for the next
+    processor; an abort re-raised as another error is still the tripwire (and on_violation hears it)."""
+    violations = []
+
+    class Flaky(Processor):
+        id = "flaky"
+
+        def on_violation(self, violation):
+            violations.append(violation.message)
+
+        async def process_output_stream(self, *, part, abort, **_):
+            if part.payload.text == "boom":
+                raise ValueError("processor bug")
+            if part.payload.text == "leak":
+                try:
+                    abort("leak found")
+                except TripWire as tw:
+                    raise RuntimeError("wrapped") from tw
+            return wrap({**part, "payload": {"text": part.payload.text.upper()}})
+
+    runner = _runner(output=[Flaky(), Tail()])
+    out = await runner.process_output_stream(wrap({"type": "text-delta", "payload": {"text": "boom"}}))
+    assert out is not None and out.payload.text == "boom"  # unchanged, and Tail saw it
+    assert (await runner.process_output_stream(wrap({"type": "text-delta", "payload": {"text": "ok"}}))).payload.text == "OK"
+    with pytest.raises(TripWire, match="leak found") as info:
+        await runner.process_output_stream(wrap({"type": "text-delta", "payload": {"text": "leak"}}))
+    assert info.value.processor_id == "flaky" and violations == ["leak found"]
+    assert runner.states["tail"]["parts"] == ["text-delta", "text-delta"]

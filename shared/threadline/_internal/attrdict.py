@@ -29,15 +29,25 @@ class AttrDict(dict[str, Any]):
         return AttrDict(self)
 
 
+_CONTAINERS = (dict, list)  # a tuple: isinstance with a union type is slower
+
+
 def wrap(value: Any) -> Any:
-    """Recursively turn dicts into :class:`AttrDict` (lists are walked; other values kept)."""
+    """Recursively turn dicts into :class:`AttrDict` (lists are walked; other values kept).
+
+    Per chunk on the streaming path: a dict is copied once (C level) and only its nested
+    containers are replaced, instead of rebuilt key by key."""
     if isinstance(value, AttrDict):
         for k, v in value.items():
-            if isinstance(v, dict | list):
+            if isinstance(v, _CONTAINERS):
                 dict.__setitem__(value, k, wrap(v))
         return value
     if isinstance(value, dict):
-        return AttrDict({k: wrap(v) if isinstance(v, dict | list) else v for k, v in value.items()})
+        out = AttrDict(value)
+        for k, v in value.items():
+            if isinstance(v, _CONTAINERS):
+                dict.__setitem__(out, k, wrap(v))
+        return out
     if isinstance(value, list):
-        return [wrap(v) if isinstance(v, dict | list) else v for v in value]
+        return [wrap(v) if isinstance(v, _CONTAINERS) else v for v in value]
     return value

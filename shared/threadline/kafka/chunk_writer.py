@@ -28,7 +28,8 @@ class ChunkWriter:
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt",
-                 "finished", "first_at", "held", "hold_finish", "key", "run_id", "seq", "step")
+                 "finished", "first_sent", "flush_started", "flushed_at", "held", "hold_finish", "key", "run_id", "seq",
+                 "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -52,11 +53,17 @@ class ChunkWriter:
         self.ack_timeout_s = ack_timeout_s
         """The longest :meth:`flush` waits for Kafka's acknowledgements, in seconds."""
         self._headers = chunk_headers()  # each chunk carries the trace (when tracing is on)
-        self.first_at: float | None = None
-        """``time.perf_counter()`` when the first chunk was handed to Kafka (metrics)."""
+        self.first_sent: float | None = None
+        """``time.perf_counter()`` when the first chunk was emitted (the step overhead's end)."""
+        self.flush_started: float | None = None
+        """``time.perf_counter()`` when the last :meth:`flush` began."""
+        self.flushed_at: float | None = None
+        """``time.perf_counter()`` when the last :meth:`flush` returned."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
+        if self.first_sent is None:
+            self.first_sent = time.perf_counter()
         envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
         if chunk.get("type") == "finish":
@@ -66,8 +73,6 @@ class ChunkWriter:
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=self._headers, partition=0)
-        if self.first_at is None:
-            self.first_at = time.perf_counter()
         self._futures.append(fut)
         if len(self._futures) >= self._prune_at:
             self._prune()
@@ -101,6 +106,7 @@ class ChunkWriter:
                 away, or a stalled client): the step is not hung by it, it fails as a transient
                 fault and is executed again under the next attempt.
         """
+        self.flush_started = time.perf_counter()
         futures, self._futures = self._futures, []
         failure, self._failure = self._failure, None
         if failure is not None:
@@ -112,3 +118,4 @@ class ChunkWriter:
         except TimeoutError:
             raise TimeoutError(f"chunks of run {self.run_id} not acknowledged by Kafka within "
                                f"{self.ack_timeout_s} s") from None
+        self.flushed_at = time.perf_counter()

@@ -14,10 +14,10 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline._internal.usercode import call_user
+from threadline._internal.usercode import call_user, is_async
 from threadline.errors import ConfigurationError
 from threadline.logging import get_logger
 from threadline.runtime.messages import MessageList, system_text
@@ -152,11 +152,31 @@ def _accepted(fn: Callable[..., Any]) -> tuple[bool, frozenset[str]]:
     return hit
 
 
-class _AbortRecord:
-    __slots__ = ("tripwire",)
+class _Plan(NamedTuple):
+    fn: Callable[..., Any]
+    is_async: bool
+    var_kw: bool
+    names: frozenset[str]
 
-    def __init__(self) -> None:
+
+class _AbortRecord:
+    """One processor call's ``abort`` (its bound :meth:`abort`) and the tripwire it raised."""
+
+    __slots__ = ("default_reason", "processor_id", "tripwire")
+
+    def __init__(self, processor_id: str, default_reason: str) -> None:
+        self.processor_id = processor_id
+        self.default_reason = default_reason
         self.tripwire: TripWire | None = None
+
+    def abort(self, reason: str | None = None, options: dict[str, Any] | None = None, *,
+              retry: bool | None = None, metadata: Any = None) -> None:
+        opts = options or {}
+        self.tripwire = TripWire(reason or self.default_reason.format(id=self.processor_id),
+                                 retry=bool(retry if retry is not None else opts.get("retry", False)),
+                                 metadata=metadata if metadata is not None else opts.get("metadata"),
+                                 processor_id=self.processor_id)
+        raise self.tripwire
 
 
 class ProcessorRunner:
@@ -176,6 +196,8 @@ class ProcessorRunner:
         self.retry_count = retry_count
         self.stream_parts: dict[str, list[Any]] = {}
         self._stream_chain = [p for p in output_processors if implements(p, "process_output_stream")]
+        self._plans: dict[tuple[int, str], _Plan] = {}
+        self._stream_hooks: list[tuple[Any, str, _Plan, bool, list[Any], dict[str, Any]]] | None = None
 
     def state_of(self, processor: Any) -> dict[str, Any]:
         state = self.states.get(processor.id)
@@ -194,28 +216,30 @@ class ProcessorRunner:
         Raises:
             TripWire: the processor aborted.
         """
-        record = _AbortRecord()
-        pid = processor.id
-
-        def abort(reason: str | None = None, options: dict[str, Any] | None = None, *,
-                  retry: bool | None = None, metadata: Any = None) -> None:
-            opts = options or {}
-            tw = TripWire(reason or default_reason.format(id=pid),
-                          retry=bool(retry if retry is not None else opts.get("retry", False)),
-                          metadata=metadata if metadata is not None else opts.get("metadata"),
-                          processor_id=pid)
-            record.tripwire = tw
-            raise tw
-
-        fn = getattr(processor, method)
-        kwargs.update(abort=abort, retry_count=self.retry_count, request_context=self.request_context,
+        plan = self._plan(processor, method)
+        record = _AbortRecord(processor.id, default_reason)
+        kwargs.update(abort=record.abort, retry_count=self.retry_count, request_context=self.request_context,
                       state=self.state_of(processor), writer=self.writer)
-        var_kw, names = _accepted(fn)
-        args = kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}
-        try:
-            result = await call_user(fn, **args)  # a plain method runs off the event loop
+        return await self._call(processor, plan, record, kwargs)
+
+    def _plan(self, processor: Any, method: str) -> _Plan:
+        """How ``processor.method`` is called (bound method, coroutine function?, keywords it
+        accepts), looked up once per runner (one step), not per chunk and processor."""
+        key = (id(processor), method)
+        plan = self._plans.get(key)
+        if plan is None:
+            fn = getattr(processor, method)
+            var_kw, names = _accepted(fn)
+            plan = self._plans[key] = _Plan(fn, is_async(fn), var_kw, names)  # fn holds processor: id stays its
+        return plan
+
+    async def _call(self, processor: Any, plan: _Plan, record: _AbortRecord, kwargs: dict[str, Any]) -> Any:
+        """Call ``plan.fn`` with the ``kwargs`` it accepts; ``record`` holds its ``abort``'s tripwire."""
+        args = kwargs if plan.var_kw else {k: v for k, v in kwargs.items() if k in plan.names}
+        try:  # a plain method runs off the event loop (call_user)
+            result = await (plan.fn(**args) if plan.is_async else call_user(plan.fn, **args))
         except TripWire as tw:
-            tw.processor_id = tw.processor_id or pid
+            tw.processor_id = tw.processor_id or processor.id
             await self._violation(processor, tw)
             raise
         except Exception:
@@ -360,20 +384,38 @@ class ProcessorRunner:
         if kind in BOUNDARY_CHUNKS:
             return part
         is_data = kind.startswith("data-")
-        for p in self._stream_chain:
-            if is_data and not p.process_data_parts:
+        hooks = self._stream_hooks
+        if hooks is None:  # once per step: id, plan, takes data-* parts?, parts seen, state
+            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"),
+                                           bool(getattr(p, "process_data_parts", False)),
+                                           self.stream_parts.setdefault(p.id, []), self.state_of(p))
+                                          for p in self._stream_chain]
+        for p, pid, plan, data_parts, seen, state in hooks:
+            if is_data and not data_parts:
                 continue
-            seen = self.stream_parts.setdefault(p.id, [])
             seen.append(part)
-            try:
-                out = await self.call(p, "process_output_stream", "Stream part blocked by {id}",
-                                      part=part, stream_parts=seen, message_list=ml)
-            except TripWire:
-                raise
-            except Exception:
-                log.warning("process_output_stream raised; chunk passed on unchanged",
-                            processor_id=p.id, exc_info=True)
-                continue
+            record = _AbortRecord(pid, "Stream part blocked by {id}")
+            args = {"part": part, "stream_parts": seen, "message_list": ml, "abort": record.abort,
+                    "retry_count": self.retry_count, "request_context": self.request_context, "state": state,
+                    "writer": self.writer}
+            if not plan.var_kw:
+                args = {k: v for k, v in args.items() if k in plan.names}
+            try:  # inlined :meth:`_call` (per chunk and processor); a plain method runs off the event loop
+                out = await (plan.fn(**args) if plan.is_async else call_user(plan.fn, **args))
+            except Exception as exc:  # a tripwire is raised below, any other error logged
+                tw = exc if isinstance(exc, TripWire) else record.tripwire
+                if tw is None:
+                    log.warning("process_output_stream raised; chunk passed on unchanged",
+                                processor_id=pid, exc_info=True)
+                    continue
+                tw.processor_id = tw.processor_id or pid
+                await self._violation(p, tw)
+                if tw is exc:
+                    raise
+                raise tw from None  # user code turned the abort into another error
+            if record.tripwire is not None:  # the abort was caught and swallowed inside the method
+                await self._violation(p, record.tripwire)
+                raise record.tripwire
             if out is None:
                 return None
             part = out if isinstance(out, AttrDict) else wrap(dict(out))

@@ -48,6 +48,7 @@ from threadline.store.outbox import Outbox
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
+from threadline.worker import step_gap
 from threadline.worker.keepalive import KeepAlive
 from threadline.worker.step_store import PgStepStore
 
@@ -62,8 +63,8 @@ def _observe_step(started: float, outcome: str, writer: ChunkWriter, first_seq: 
     """The step's metrics: its duration by outcome, its time to first chunk, its chunks."""
     STEPS_IN_FLIGHT.dec()
     STEP_SECONDS.labels(outcome).observe(time.perf_counter() - started)
-    if writer.first_at is not None:
-        FIRST_CHUNK_SECONDS.observe(writer.first_at - started)
+    if writer.first_sent is not None:
+        FIRST_CHUNK_SECONDS.observe(writer.first_sent - started)
     CHUNKS.inc(max(0, writer.seq - first_seq))
 
 
@@ -102,7 +103,7 @@ class StepExecutor:
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
                                   lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
-                                  continues=settings.worker_continues)
+                                  continues=settings.worker_continues, publish_async=settings.step_result_async)
 
     def stop_continuing(self) -> None:
         """Shutdown: steps that end from now on hand their run's next step to the orchestrator
@@ -161,23 +162,30 @@ class StepExecutor:
             log.info(begun.reason, run_id=task.run_id, step=task.step)
             return
         claimed: Claimed | None = begun
+        gap: dict[str, float | None] | None = None
         try:  # the steps this worker continues itself run within the task (decision 31)
             while claimed is not None:
-                claimed = await self._run_claimed(claimed, task)
+                claimed, gap = await self._run_claimed(claimed, task, gap)
         finally:
             self._aborted.discard(task.run_id)
+            # the task is done once its results were acknowledged or left to the relay (decision 37)
+            await self._store.settle(task.run_id)
 
-    async def _run_claimed(self, claimed: Claimed, task: StepTask) -> Claimed | None:
+    async def _run_claimed(self, claimed: Claimed, task: StepTask, gap: dict[str, float | None] | None
+                           ) -> tuple[Claimed | None, dict[str, float | None] | None]:
         """Run the claimed step; returns the run's next step when this worker claimed it with the
-        step's store (the worker continues the run), else ``None``."""
+        step's store (the worker continues the run), else ``None``, and the points of the step
+        gap passed so far (``gap``: the previous step's, :mod:`threadline.worker.step_gap`)."""
         run, inputs = claimed.run, claimed.inputs
+        if gap is not None:
+            gap["next_begun"] = time.perf_counter()
         writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
                              key=thread_key(run.resource_id, run.thread_id),
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
         if run.run_id in self._aborted:  # aborted at the boundary, before this (continued) step began
             await self._end_aborted(run, writer)
-            return None
+            return None, None
         if inputs.restarted:  # an earlier attempt died mid-step: subscribers drop its chunks
             await writer.emit(chunks.attempt_discarded_chunk(run.step, inputs.attempt - 1, "re-executed"))
         self._keepalive.add(run, writer)
@@ -221,6 +229,9 @@ class StepExecutor:
                     await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
                 ended = outcome
                 nxt = self._store.take_next(run.run_id) if outcome == "continue" else None
+                if gap is not None:  # the overhead before this step's first chunk, where it went
+                    gap["first_sent"] = writer.first_sent
+                    log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}))
                 log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
@@ -229,7 +240,11 @@ class StepExecutor:
             self._running.pop(run.run_id, None)
             self._keepalive.discard(run.run_id)
             self._store.take_next(run.run_id)  # a next step claimed but not run here: the task's redelivery takes it
-        return nxt
+            times = self._store.take_times(run.run_id)
+        if nxt is None or times is None:
+            return nxt, None
+        return nxt, {"flush_start": writer.flush_started, "flushed": writer.flushed_at, "saved": times[0],
+                     "published": times[1]}
 
     async def _step(self, run: StepRun, inputs: StepInputs, writer: ChunkWriter) -> str:
         """Run the step in the loop; returns the outcome for the log."""

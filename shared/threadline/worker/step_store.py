@@ -6,6 +6,8 @@ fenced by the thread lease."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
@@ -110,14 +112,22 @@ class PgStepStore:
             for this worker, in one statement, when the orchestrator would schedule it anyway
             (``worker_continues``; :meth:`take_next` hands it out). Off: every next step goes
             through the orchestrator (``THREADLINE_WORKER_CONTINUES``).
+        publish_async: the result of a step whose next step this worker claimed is published in
+            the background while the next step runs (decision 37); off: :meth:`save` returns
+            once Kafka acknowledged it (``THREADLINE_STEP_RESULT_ASYNC``). Either way a result
+            Kafka did not take stays in the outbox for the relay, and a run's results are
+            published in step order.
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
-                 continues: bool = False) -> None:
+                 continues: bool = False, publish_async: bool = False) -> None:
         self._db = db
         self.continues = continues
+        self.publish_async = publish_async
         self._next: dict[str, Claimed] = {}
+        self._publishing: dict[str, asyncio.Task[None]] = {}  # run -> its last result's background publish
+        self._times: dict[str, tuple[float, float]] = {}  # run -> (saved, published) of its last continued step
         self._relayed: set[str] = set()  # runs whose step result was left to the relay (keeps their order)
         self._on_saved = on_saved
         self._outbox = outbox
@@ -152,6 +162,18 @@ class PgStepStore:
         """The run's next step, claimed by this worker when it stored the last one (``continues``),
         once: the caller runs it (or, when it cannot, leaves it to the heartbeat's takeover)."""
         return self._next.pop(run_id, None)
+
+    def take_times(self, run_id: str) -> tuple[float, float] | None:
+        """``(saved, published)``: the ``time.perf_counter()`` readings of the run's last step
+        stored with its next step claimed (:mod:`threadline.worker.step_gap`), once."""
+        return self._times.pop(run_id, None)
+
+    async def settle(self, run_id: str) -> None:
+        """Wait until the run's last step result published in the background was acknowledged
+        or left to the relay (never raises; a cancelled caller leaves the publish running)."""
+        task = self._publishing.get(run_id)
+        if task is not None:
+            await asyncio.shield(task)
 
     def _may_continue(self, record: StepRecord, result: StepResult) -> bool:
         """The orchestrator's own rule (:func:`threadline.orchestration.runs.worker_continues`),
@@ -207,7 +229,37 @@ class PgStepStore:
         elif nxt is not None:
             log.warning("next step not claimed after the store", run_id=run.run_id, step=run.step + 1,
                         outcome=type(nxt).__name__)
+        saved = time.perf_counter()
         await pause_point("after_step_result_stored")
+        continued = isinstance(nxt, Claimed)
+        earlier = self._publishing.get(run.run_id)
+        if continued and self.publish_async:  # the next step runs meanwhile (decision 37)
+            task = asyncio.create_task(self._publish(run, box_id, key, value, headers, finish, earlier, continued),
+                                       name=f"step-result-{run.run_id}-{run.step}")
+            self._publishing[run.run_id] = task
+            task.add_done_callback(functools.partial(self._forget, run.run_id))
+        else:
+            await self._publish(run, box_id, key, value, headers, finish, earlier, continued)
+        if continued:
+            self._times[run.run_id] = (saved, time.perf_counter())
+
+    def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
+        if self._publishing.get(run_id) is task:
+            del self._publishing[run_id]
+
+    async def _publish(self, run: StepRun, box_id: int, key: str, value: bytes, headers: list[tuple[str, bytes]],
+                       finish: Queued | None, earlier: asyncio.Task[None] | None, continued: bool) -> None:
+        """Publish a stored step result (and the run's held ``finish`` before it), after the
+        run's earlier result published in the background (``earlier``): a run's results reach
+        the orchestrator in step order. A result Kafka does not take stays in the outbox, where
+        the relay publishes it; the run's later results then follow it through the relay.
+
+        Raises (only when awaited inline, not ``continued`` in the background): what publishing
+        raised that is not transient. In the background nothing is raised: the row is left to
+        the relay and logged.
+        """
+        if earlier is not None:
+            await asyncio.shield(earlier)  # never raises; its failure puts the run in _relayed
         try:
             if finish is not None:  # before the result: the thread's next run streams after it
                 await self._outbox.flush([finish])
@@ -215,18 +267,19 @@ class PgStepStore:
                 raise OutboxNotAcknowledgedError({box_id: RuntimeError("an earlier step result waits for the relay")})
             await self._outbox.publish_stored(box_id, self._topics.step_results, key, value, headers)
         except Exception as exc:
-            if not is_transient(exc):
+            background = continued and self.publish_async
+            if not is_transient(exc) and not background:
                 raise
             # stored and committed: the step is done; the relay publishes its result once Kafka
             # (or Postgres, for the mark) is back. Raising would only retry a step task that
             # finds its step stored. A continued run's later results follow it through the relay,
             # so the orchestrator gets them in order.
-            if isinstance(nxt, Claimed):
+            if continued:
                 self._relayed.add(run.run_id)
             log.warning("step result stored; publishing it is left to the outbox relay", run_id=run.run_id,
-                        step=run.step, error=repr(exc))
+                        step=run.step, error=repr(exc), background=background)
         finally:
-            if not isinstance(nxt, Claimed):
+            if not continued:
                 self._relayed.discard(run.run_id)
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
