@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     PostgreSQL; the next run or subscriber creates the topic again (docs/decisions.md 40-42)."""
     chunk_topic_sweep_s: float = 60.0
     """How often the notification-scheduler looks for idle chunk topics."""
+    chunk_topic_trust_s: float | None = None
+    """Seconds a process trusts a chunk topic it took through the registry before taking its row
+    again (default: a quarter of ``chunk_topic_idle_s``, at most 5 minutes). Every process must
+    trust for less than the sweeping scheduler's idle time."""
     agents_module: str = "threadline.examples.support"
     """Python module that defines the agents (``Agent`` instances at module level or ``agents``)."""
     model: str = "openai/threadline-fake"

@@ -34,7 +34,8 @@ RETURNING (xmax = 0) AS inserted
 _IDLE = """
 {c}.state = 'live' AND {c}.used_at < now() - make_interval(secs => $1)
 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = {c}.thread_id
-                 AND (r.status = 'running' OR r.updated_at >= now() - make_interval(secs => $1)))
+                 AND (r.status = 'running'
+                      OR GREATEST(r.created_at, r.updated_at, r.finished_at) >= now() - make_interval(secs => $1)))
 AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.published_at IS NULL AND o.topic = {c}.topic)
 """
 
@@ -54,10 +55,12 @@ SELECT topic, resource_id, thread_id FROM chunk_topics
 
 
 def chunk_topic_trust_s(settings: Settings) -> float:
-    """Seconds a process trusts a chunk topic it took through the registry: a quarter of the
-    idle time (the sweep needs the whole idle time without a take), at most 5 minutes."""
+    """Seconds a process trusts a chunk topic it took through the registry: ``chunk_topic_trust_s``,
+    else a quarter of the idle time (the sweep needs the whole idle time without a take), at
+    most 5 minutes; never more than a quarter of the idle time."""
     idle = settings.chunk_topic_idle_s
-    return min(idle / 4, 300.0) if idle > 0 else 300.0
+    cap = idle / 4 if idle > 0 else 300.0
+    return min(cap, 300.0 if settings.chunk_topic_trust_s is None else settings.chunk_topic_trust_s)
 
 
 class TopicBeingDeletedError(ThreadlineError, TimeoutError):
