@@ -187,7 +187,7 @@ async def run(env: BenchEnv, *, sizes: tuple[int, ...] = (100, 300, 500), tokens
     threads = names[:scaling_size]
     two = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
     if one is None:
-        await _fresh_workers(env, 1, topic_of["warm-x2"], "x1")
+        await _fresh_workers(env, 1, topic_of["warm-x1"], "x1")
         one = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
     await env.set_workers(1)
     return {

@@ -21,6 +21,7 @@ measured too. Broker pid: ``deploy/native/kafka.sh status``.
 from __future__ import annotations
 
 import asyncio
+import re
 import statistics
 import subprocess
 import time
@@ -49,15 +50,29 @@ def broker_pid() -> int | None:
     return int(out[1]) if len(out) > 2 and out[1].isdigit() else None
 
 
+def heap_after_gc_mb(pid: int) -> float | None:
+    """The broker JVM's used heap right after a full GC (``jcmd GC.run``, ``GC.heap_info``), in
+    MB: what its topics really hold (the RSS keeps the heap the JVM grew to); None without jcmd."""
+    try:
+        subprocess.run(["jcmd", str(pid), "GC.run"], capture_output=True, timeout=60, check=True)
+        info = subprocess.run(["jcmd", str(pid), "GC.heap_info"], capture_output=True, text=True, timeout=60,
+                              check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    found = re.search(r"heap\s+total \d+K, used (\d+)K", info)
+    return round(int(found.group(1)) / 1024, 1) if found else None
+
+
 def broker_state(pid: int | None) -> dict[str, Any]:
-    """RSS (MB), open fds and memory maps of the broker process."""
+    """RSS (MB), used heap after a full GC (MB), open fds and memory maps of the broker process."""
     if pid is None:
         return {}
+    heap = heap_after_gc_mb(pid)
     proc = Path(f"/proc/{pid}")
     rss_kb = next(int(line.split()[1]) for line in (proc / "status").read_text().splitlines()
                   if line.startswith("VmRSS"))
-    return {"rss_mb": round(rss_kb / 1024, 1), "open_fds": len(list((proc / "fd").iterdir())),
-            "maps": len((proc / "maps").read_text().splitlines())}
+    return {"rss_mb": round(rss_kb / 1024, 1), "heap_used_after_gc_mb": heap,
+            "open_fds": len(list((proc / "fd").iterdir())), "maps": len((proc / "maps").read_text().splitlines())}
 
 
 def _ms(xs: list[float]) -> dict[str, float]:

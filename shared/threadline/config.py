@@ -58,7 +58,8 @@ class Settings(BaseSettings):
     chunk_topic_idle_s: float = 7 * 24 * 3600.0
     """``THREADLINE_CHUNK_TOPIC_IDLE_S``: the notification-scheduler deletes the chunk topic of a
     thread with no run and no producer for this long (default 7 days = the default chunk
-    retention, so nothing still retained is lost; ``0`` keeps every topic). Its history stays in
+    retention, so nothing still retained is lost; ``0`` keeps every topic and turns the registry
+    off: set it alike in every service). Its history stays in
     PostgreSQL; the next run or subscriber creates the topic again (docs/decisions.md 40-42)."""
     chunk_topic_sweep_s: float = 60.0
     """How often the notification-scheduler looks for idle chunk topics."""

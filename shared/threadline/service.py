@@ -95,7 +95,9 @@ class Service:
         self.producer = Producer(self.settings.kafka_bootstrap, client_id=f"{self.name}-{self.settings.instance_id}",
                                  linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
                                  spill=lambda body, topic: self.payloads.put(body, topic=topic))
-        self.admin = TopicAdmin(self.settings.kafka_bootstrap, registry=ChunkTopicRegistry(self.db),
+        # the idle-topic sweep off (chunk_topic_idle_s 0): no registry rows, topics cached for good
+        self.admin = TopicAdmin(self.settings.kafka_bootstrap,
+                                registry=ChunkTopicRegistry(self.db) if self.settings.chunk_topic_idle_s > 0 else None,
                                 trust_s=chunk_topic_trust_s(self.settings))
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s,
                              before_relay=self._ensure_relayed_chunk_topics)

@@ -82,7 +82,7 @@ class ThreadlineClient:
         self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
                                   max_record_bytes=self.settings.max_record_bytes,
                                   spill=lambda body, topic: self._payloads.put(body, topic=topic))
-        self._admin = TopicAdmin(self.settings.kafka_bootstrap)
+        self._admin = TopicAdmin(self.settings.kafka_bootstrap, recheck=True)  # chunk topics may be deleted (decision 41)
         self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads)
         self._started = False
 

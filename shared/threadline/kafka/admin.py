@@ -31,15 +31,19 @@ class TopicAdmin:
             ``thread`` takes the topic's row before it trusts or creates the topic.
         trust_s: seconds a chunk topic taken through the registry is trusted without taking its
             row again (must stay well below the sweep's idle time; the service uses a quarter).
+        recheck: without a registry, ask the broker about a chunk topic on every
+            :meth:`ensure_chunk_topic` instead of caching it (the client: the topic may have been
+            deleted since); ``False`` caches it for the process's life (idle-topic sweep off).
     """
 
     def __init__(self, bootstrap: str, *, registry: ChunkTopicRegistry | None = None,
-                 trust_s: float = 60.0) -> None:
+                 trust_s: float = 60.0, recheck: bool = False) -> None:
         self._bootstrap = bootstrap
         self._client: AIOKafkaAdminClient | None = None
         self._known: set[str] = set()
         self.registry = registry
         self.trust_s = trust_s
+        self.recheck = recheck
         self._taken: dict[str, float] = {}  # chunk topic -> loop time its registry row was last taken
         self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Task[None]] = {}
@@ -100,14 +104,15 @@ class TopicAdmin:
         With a registry and ``thread`` = ``(resource_id, thread_id)``: the topic's registry row
         is taken (``used_at`` now; waiting while the idle-topic sweep deletes it) at most every
         ``trust_s``, and the topic is created again when the row was new. Without a registry
-        (the client) the broker is asked every time: the topic may have been deleted since.
+        and with ``recheck`` (the client) the broker is asked every time: the topic may have
+        been deleted since.
 
         Raises:
             TopicBeingDeletedError: the topic stayed ``deleting`` too long (transient).
         """
         config = {"retention.ms": str(retention_ms)}
         if self.registry is None or thread is None:
-            if self.registry is None:
+            if self.recheck:
                 self._known.discard(topic)
             await self.ensure_one(topic, config=config)
             return
