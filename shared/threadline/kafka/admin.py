@@ -103,7 +103,7 @@ class TopicAdmin:
 
         With a registry and ``thread`` = ``(resource_id, thread_id)``: the topic's registry row
         is taken (``used_at`` now; waiting while the idle-topic sweep deletes it) at most every
-        ``trust_s``, and the topic is created again when the row was new. Without a registry
+        ``trust_s``, and the broker asked then (the topic is created when missing). Without a registry
         and with ``recheck`` (the client) the broker is asked every time: the topic may have
         been deleted since.
 
@@ -119,8 +119,11 @@ class TopicAdmin:
         now = asyncio.get_running_loop().time()
         if topic in self._known and now - self._taken.get(topic, float("-inf")) < self.trust_s:
             return
-        if await self.registry.use(topic, *thread) == "inserted":
-            self._known.discard(topic)  # deleted since, or never registered: ask the broker
+        await self.registry.use(topic, *thread)
+        # ask the broker once per take: the topic may have been deleted and re-created since, or
+        # its row inserted by a process that died before creating it (a cached "exists" would
+        # then make every step wait on metadata that never comes)
+        self._known.discard(topic)
         await self.ensure_one(topic, config=config)
         self._taken[topic] = now
 
