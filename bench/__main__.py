@@ -8,7 +8,8 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
     python -m bench --only concurrency --sizes 50,100 --quick
 
 Figures: ttfc, throughput, concurrency (also gives scaling), burst (500 runs at once on one worker, failed
-runs and re-executed steps counted), scaling, signals, pipeline, limits.
+runs and re-executed steps counted), scaling, signals, pipeline, limits; and, only when named in --only,
+topics (10,000 thread topics on the broker: creation rate, broker memory, start-up; ``--topics N``).
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
 
@@ -33,6 +34,8 @@ from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
 FIGURES = ("ttfc", "throughput", "concurrency", "burst", "scaling", "signals", "pipeline", "limits")
+EXTRA = ("topics",)
+"""Figures only run when named in ``--only`` (``topics`` creates 10,000 topics on the broker)."""
 
 
 def machine() -> dict[str, Any]:
@@ -79,6 +82,11 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         if "burst" in only:
             await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
                          lambda: concurrency.burst(env, runs=args.burst_runs))
+        if "topics" in only:
+            from bench import topics
+
+            await figure("topics", f"topics: {args.topics} thread topics on the broker",
+                         lambda: topics.run(env, topics=args.topics))
         if only & {"concurrency", "scaling"}:
             sizes = tuple(args.sizes) if "concurrency" in only else ()
             await figure("_conc", f"concurrency {sizes}, scaling at {args.scaling_size}",
@@ -108,6 +116,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
     p.add_argument("--limit-runs", type=int, default=200, help="runs of the provider-limits figure (default 200)")
     p.add_argument("--limit-rps", type=float, default=20, help="requests/s the limits figure's provider takes")
+    p.add_argument("--topics", type=int, default=10_000, help="thread topics of the topics figure (default 10000)")
     p.add_argument("--quick", action="store_true", help="small sizes everywhere (a smoke run, ~2 minutes)")
     p.add_argument("--no-profile", action="store_true", help="skip the py-spy recordings")
     args = p.parse_args(argv)
@@ -121,9 +130,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     only = {x.strip() for x in args.only.split(",") if x.strip()}
-    unknown = only - set(FIGURES)
+    unknown = only - set(FIGURES) - set(EXTRA)
     if unknown:
-        print(f"unknown figures: {', '.join(sorted(unknown))} (have: {', '.join(FIGURES)})", file=sys.stderr)
+        print(f"unknown figures: {', '.join(sorted(unknown))} (have: {', '.join(FIGURES + EXTRA)})", file=sys.stderr)
         return 2
     stamp = time.strftime("%Y-%m-%d")
     results: dict[str, Any] = {"date": time.strftime("%Y-%m-%dT%H:%M:%S"), "machine": machine(),

@@ -43,6 +43,8 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
     db_t0 = await _db_now(env)
     timeouts0 = _pool_timeouts(env)
     cpu0 = {p: cpu_seconds(p) for p in pids}
+    others = _service_pids(env)
+    other_cpu0 = {name: cpu_seconds(p) for name, p in others.items()}
     sub_cpu0 = time.process_time()
     idle = {p: rss_bytes(p) for p in pids}
     async with RssPeak(pids) as rss:
@@ -67,6 +69,9 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
         gaps += [(b - a - step) * 1000 for a, b in itertools.pairwise(deltas)]
         per_chunk.append((deltas[-1] - deltas[0] - (len(deltas) - 1) * step) / max(1, len(deltas) - 1) * 1000)
     lag = list(sub.lag_ms)
+    worker_cpu = sum(cpu_seconds(p) - cpu0[p] for p in pids)
+    service_cpu = {"processor_worker": worker_cpu,
+                   **{name: cpu_seconds(p) - other_cpu0[name] for name, p in others.items()}}
     stored = await _stored_runs(env, threads, db_t0)
     return {
         "runs": n, "failed_runs": failed, "text_deltas": counts, "wall_s": round(wall, 2),
@@ -76,13 +81,31 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
         "added_gap_ms": {"p50": round(pct(gaps, 50), 2), "p99": round(pct(gaps, 99), 2)},
         "added_per_chunk_ms": {"p50": round(pct(per_chunk, 50), 2), "p99": round(pct(per_chunk, 99), 2)},
         "first_delta_ms": {"p50": round(pct(first, 50) * 1000, 1), "p99": round(pct(first, 99) * 1000, 1)},
-        "worker_cpu_cores": round(sum(cpu_seconds(p) - cpu0[p] for p in pids) / wall, 2),
+        "worker_cpu_cores": round(worker_cpu / wall, 2),
+        # CPU seconds per run (one step each: the agent has no tools) and per chunk, by process
+        "cpu_ms_per_step": {k: round(1000 * v / n, 2) for k, v in service_cpu.items()},
+        "cpu_ms_per_chunk": {k: round(1000 * v / max(1, counts), 3) for k, v in service_cpu.items()},
         "worker_rss_idle_mb": round(sum(idle.values()) / MB, 1),
         "worker_rss_peak_mb": round(sum(rss.peak.values()) / MB, 1),
         "rss_per_run_kb": round(sum(rss.peak[p] - idle[p] for p in pids) / n / 1024, 1),
         "subscriber": {"cpu_share": round((time.process_time() - sub_cpu0) / wall, 2),
                        "record_lag_ms": {"p50": round(pct(lag, 50), 1), "p99": round(pct(lag, 99), 1)}},
     }
+
+
+def _service_pids(env: BenchEnv) -> dict[str, int]:
+    """The other services' first instances and the native broker (CPU per step, docs/capacity.md)."""
+    from bench.topics import broker_pid
+
+    out = {}
+    for name in ("ingress", "run_orchestrator", "notification_scheduler"):
+        try:
+            out[name] = env.pid(f"{name}-1")
+        except Exception:  # noqa: BLE001 - a service set without it: left out of the reading
+            continue
+    if (kafka := broker_pid()) is not None:
+        out["kafka_broker"] = kafka
+    return out
 
 
 async def _db_now(env: BenchEnv) -> Any:
@@ -164,7 +187,7 @@ async def run(env: BenchEnv, *, sizes: tuple[int, ...] = (100, 300, 500), tokens
     threads = names[:scaling_size]
     two = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
     if one is None:
-        await _fresh_workers(env, 1, topic_of["warm-x2"], "x1")
+        await _fresh_workers(env, 1, topic_of["warm-x1"], "x1")
         one = await _batch(env, threads, [topic_of[t] for t in threads], tokens, rate)
     await env.set_workers(1)
     return {

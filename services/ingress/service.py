@@ -113,7 +113,8 @@ class Ingress(Service):
                                      agent_known=req.agent_id in self.agents, starts=self.settings.ingress_starts)
         await pause_point("ingress_after_commit")  # fault injection: committed, nothing published yet
         if routed.chunk_topic is not None:
-            await self.admin.ensure_chunk_topic(routed.chunk_topic, retention_ms=self.settings.chunk_retention_ms)
+            await self.admin.ensure_chunk_topic(routed.chunk_topic, retention_ms=self.settings.chunk_retention_ms,
+                                                thread=(req.resource_id, req.thread_id))
         await self.outbox.flush(routed.outbox_ids)
         if routed.reply is not None:
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,
@@ -125,7 +126,8 @@ class Ingress(Service):
         reply_to = req.reply_to or self.topics.replies
         if agent is not None:  # no topic for a request that is rejected (unknown agent) anyway
             await self.admin.ensure_chunk_topic(self.topics.chunks(req.resource_id, req.thread_id),
-                                                retention_ms=self.settings.chunk_retention_ms)
+                                                retention_ms=self.settings.chunk_retention_ms,
+                                                thread=(req.resource_id, req.thread_id))
         try:
             async with self.db.connection() as conn:
                 ids, _ = await receive(conn, req, policy=agent.delivery_policy if agent else {}, topics=self.topics,

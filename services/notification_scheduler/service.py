@@ -4,6 +4,9 @@ held records are re-decided by the agent's policy (``hold``, docs/decisions.md#q
 the idle thread goes (high notifications in full, low digests to subscribers only). Several
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
+It also runs the idle-topic sweep: chunk topics of threads idle for ``chunk_topic_idle_s`` are
+deleted (docs/decisions.md 40-42).
+
 Its clock (what is due) is PostgreSQL's ``now()``; ``THREADLINE_SCHEDULER_TEST_CLOCK=1`` (tests
 only) adds an offset from ``inbox_test_clock`` — see :mod:`threadline.store.clock`.
 """
@@ -21,6 +24,7 @@ from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
+from threadline.kafka.topic_retention import IdleTopicSweep
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
@@ -52,11 +56,16 @@ class NotificationScheduler(Service):
                                      self._catch_up, health_s=self.settings.pg_listen_health_s)
         await self.due_listener.start()
         self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
+        self.topic_sweep = IdleTopicSweep(self.db, self.admin, idle_s=self.settings.chunk_topic_idle_s,
+                                          interval_s=self.settings.chunk_topic_sweep_s)
+        if self.settings.chunk_topic_idle_s > 0:
+            await self.topic_sweep.start()
 
     async def stop(self) -> None:
         self._ticker.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
+        await self.topic_sweep.stop()
         await self.due_listener.stop()
         await super().stop()
 
@@ -88,7 +97,7 @@ class NotificationScheduler(Service):
             threads.add((resource_id, thread_id))
         for res, tid in threads:
             await self.admin.ensure_chunk_topic(self.topics.chunks(res, tid),
-                                                retention_ms=self.settings.chunk_retention_ms)
+                                                retention_ms=self.settings.chunk_retention_ms, thread=(res, tid))
         await self.outbox.flush(ids)
         if ids:
             log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)

@@ -78,6 +78,18 @@ class Settings(BaseSettings):
     already keep theirs."""
     chunk_retention_ms: int = 7 * 24 * 3600 * 1000
     """Retention of the per-thread chunk topics."""
+    chunk_topic_idle_s: float = 7 * 24 * 3600.0
+    """``THREADLINE_CHUNK_TOPIC_IDLE_S``: the notification-scheduler deletes the chunk topic of a
+    thread with no run and no producer for this long (default 7 days = the default chunk
+    retention, so nothing still retained is lost; ``0`` keeps every topic and turns the registry
+    off: set it alike in every service). Its history stays in
+    PostgreSQL; the next run or subscriber creates the topic again (docs/decisions.md 40-42)."""
+    chunk_topic_sweep_s: float = 60.0
+    """How often the notification-scheduler looks for idle chunk topics."""
+    chunk_topic_trust_s: float | None = None
+    """Seconds a process trusts a chunk topic it took through the registry before taking its row
+    again (default: a quarter of ``chunk_topic_idle_s``, at most 5 minutes). Every process must
+    trust for less than the sweeping scheduler's idle time."""
     agents_module: str = "threadline.examples.support"
     """Python module that defines the agents (``Agent`` instances at module level or ``agents``)."""
     model: str = "openai/threadline-fake"

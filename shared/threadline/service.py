@@ -26,10 +26,11 @@ from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
 from threadline.ops import tracing
 from threadline.payloads import PayloadStore
+from threadline.store.chunk_topics import ChunkTopicRegistry, chunk_topic_trust_s
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
-from threadline.topics import Topics
+from threadline.topics import Topics, split_thread_key
 
 if TYPE_CHECKING:
     from threadline.ops.server import OpsServer
@@ -104,14 +105,27 @@ class Service:
                                  linger_ms=self.settings.kafka_linger_ms, max_record_bytes=self.settings.max_record_bytes,
                                  spill=lambda body, topic: self.payloads.put(body, topic=topic),
                                  security=self.kafka_security)
+        # the idle-topic sweep off (chunk_topic_idle_s 0): no registry rows, topics cached for good
         self.admin = TopicAdmin(self.settings.kafka_bootstrap, security=self.kafka_security,
-                                replication_factor=self.settings.replication_factor)
-        self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s)
+                                replication_factor=self.settings.replication_factor,
+                                registry=ChunkTopicRegistry(self.db) if self.settings.chunk_topic_idle_s > 0 else None,
+                                trust_s=chunk_topic_trust_s(self.settings))
+        self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s,
+                             before_relay=self._ensure_relayed_chunk_topics)
         self.relay = OutboxRelay(self.outbox)
         self.dead_letters = DeadLetters(self.producer, self.topics.dead_letters, self.name)
         self.consumer: KeyedConsumer | None = None
         self.migrated = False
         self.ops: OpsServer | None = None
+
+    async def _ensure_relayed_chunk_topics(self, rows: list[tuple[str, str | None]]) -> None:
+        """The outbox relay is about to publish ``(topic, key)`` rows: take their chunk topics
+        (created again when the idle-topic sweep deleted them)."""
+        head = f"{self.topics.prefix}.chunks."
+        for topic, key in dict.fromkeys(rows):
+            if topic.startswith(head) and key:
+                await self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms,
+                                                    thread=split_thread_key(key))
 
     def topics_in(self) -> list[str]:
         raise NotImplementedError

@@ -56,7 +56,10 @@ def services(cluster, model_server, tmp_path_factory) -> Iterator[ServiceSet]:
            "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5",
            # the limited agent's model: 5 requests/s over all workers, evenly spaced
            "THREADLINE_MODEL_LIMITS": '{"openai/threadline-limited": {"rpm": 300}}',
-           "THREADLINE_MODEL_LIMIT_BURST_S": "0"}
+           "THREADLINE_MODEL_LIMIT_BURST_S": "0",
+           # the idle-topic sweep of tests/e2e/test_topic_retention.py (2 s idle) must never find a
+           # topic some service still trusts: they take the registry row again after 0.5 s
+           "THREADLINE_CHUNK_TOPIC_TRUST_S": "0.5"}
     for name in ("GOOGLE_API_KEY", "GOOGLE_GENERATIVE_AI_API_KEY", "GEMINI_API_KEY"):
         env.pop(name, None)  # the google-no-key agent shows the error of a missing key
     svc = ServiceSet(env=env, log_dir=log_dir, cwd=ROOT)

@@ -87,8 +87,8 @@ class ThreadlineClient:
                                   max_record_bytes=self.settings.max_record_bytes,
                                   spill=lambda body, topic: self._payloads.put(body, topic=topic),
                                   security=self._security)
-        self._admin = TopicAdmin(self.settings.kafka_bootstrap, security=self._security,
-                                 replication_factor=self.settings.replication_factor)
+        self._admin = TopicAdmin(self.settings.kafka_bootstrap, security=self._security,  # chunk topics may be deleted
+                                 replication_factor=self.settings.replication_factor, recheck=True)  # (decision 41)
         self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads,
                                       security=self._security)
         self._started = False

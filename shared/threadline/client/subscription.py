@@ -52,8 +52,11 @@ class ThreadSubscription:
         chunk at or after it is seen; a ``from_offset`` re-read below it gives what came before."""
 
     async def start(self) -> None:
+        # "earliest": when the idle-topic sweep deleted the topic and a new run created it again,
+        # this subscription's position lies past the new topic's end (out of range): it then reads
+        # the new topic from its start, i.e. the new run's chunks from the first (decision 41)
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    group_id=None, fetch_max_wait_ms=10, **self._security)
+                                    group_id=None, fetch_max_wait_ms=10, auto_offset_reset="earliest", **self._security)
         await consumer.start()
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])

@@ -1,16 +1,24 @@
-"""Topic administration: the fixed topics at start, per-thread chunk topics on demand."""
+"""Topic administration: the fixed topics at start, per-thread chunk topics on demand.
+
+Chunk topics of idle threads are deleted by the idle-topic sweep (docs/decisions.md 40-42), so a
+cached "this chunk topic exists" is trusted only for a while: with a registry (services) for
+``trust_s`` after the registry row was last taken, without one (the client) not at all.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
 from threadline.logging import get_logger
+
+if TYPE_CHECKING:
+    from threadline.store.chunk_topics import ChunkTopicRegistry
 
 log = get_logger(__name__)
 
@@ -18,13 +26,22 @@ log = get_logger(__name__)
 class TopicAdmin:
     """Creates topics once per process (a cache avoids asking the broker again).
 
-    ``replication_factor`` (``Settings.replication_factor``, ``THREADLINE_REPLICATION_FACTOR``)
-    is given to every topic it creates; it must not exceed the number of brokers. ``security``:
-    the TLS / SASL arguments of :func:`threadline.kafka.security.client_kwargs`.
+    Args:
+        bootstrap: Kafka bootstrap servers.
+        replication_factor: given to every topic it creates (``THREADLINE_REPLICATION_FACTOR``);
+            it must not exceed the number of brokers.
+        security: the TLS / SASL arguments of :func:`threadline.kafka.security.client_kwargs`.
+        registry: the chunk-topic registry (services): :meth:`ensure_chunk_topic` with a
+            ``thread`` takes the topic's row before it trusts or creates the topic.
+        trust_s: seconds a chunk topic taken through the registry is trusted without taking its
+            row again (must stay well below the sweep's idle time; the service uses a quarter).
+        recheck: without a registry, ask the broker about a chunk topic on every
+            :meth:`ensure_chunk_topic` instead of caching it (the client: the topic may have been
+            deleted since); ``False`` caches it for the process's life (idle-topic sweep off).
     """
 
-    def __init__(self, bootstrap: str, *, replication_factor: int = 1,
-                 security: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, bootstrap: str, *, replication_factor: int = 1, security: Mapping[str, Any] | None = None,
+                 registry: ChunkTopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False) -> None:
         if replication_factor < 1:
             raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")
         self._bootstrap = bootstrap
@@ -32,6 +49,10 @@ class TopicAdmin:
         self.replication_factor = replication_factor
         self._client: AIOKafkaAdminClient | None = None
         self._known: set[str] = set()
+        self.registry = registry
+        self.trust_s = trust_s
+        self.recheck = recheck
+        self._taken: dict[str, float] = {}  # chunk topic -> loop time its registry row was last taken
         self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Task[None]] = {}
 
@@ -88,10 +109,57 @@ class TopicAdmin:
         # the broker needs a moment before a brand-new topic has a leader
         await self._wait_leader(topic)
 
-    async def ensure_chunk_topic(self, topic: str, *, retention_ms: int) -> None:
+    async def ensure_chunk_topic(self, topic: str, *, retention_ms: int,
+                                 thread: tuple[str, str] | None = None) -> None:
         """Create a per-thread chunk topic (one partition, ``retention.ms`` = ``retention_ms``,
-        ``Settings.chunk_retention_ms``) unless it exists."""
-        await self.ensure_one(topic, config={"retention.ms": str(retention_ms)})
+        ``Settings.chunk_retention_ms``) unless it exists; call it before producing to it.
+
+        With a registry and ``thread`` = ``(resource_id, thread_id)``: the topic's registry row
+        is taken (``used_at`` now; waiting while the idle-topic sweep deletes it) at most every
+        ``trust_s``, and the broker asked then (the topic is created when missing). Without a registry
+        and with ``recheck`` (the client) the broker is asked every time: the topic may have
+        been deleted since.
+
+        Raises:
+            TopicBeingDeletedError: the topic stayed ``deleting`` too long (transient).
+        """
+        config = {"retention.ms": str(retention_ms)}
+        if self.registry is None or thread is None:
+            if self.recheck:
+                self._known.discard(topic)
+            await self.ensure_one(topic, config=config)
+            return
+        now = asyncio.get_running_loop().time()
+        if topic in self._known and now - self._taken.get(topic, float("-inf")) < self.trust_s:
+            return
+        await self.registry.use(topic, *thread)
+        # ask the broker once per take: the topic may have been deleted and re-created since, or
+        # its row inserted by a process that died before creating it (a cached "exists" would
+        # then make every step wait on metadata that never comes)
+        self._known.discard(topic)
+        await self.ensure_one(topic, config=config)
+        self._taken[topic] = now
+
+    def forget(self, topics: list[str]) -> None:
+        """Drop ``topics`` from the caches (they were deleted)."""
+        for topic in topics:
+            self._known.discard(topic)
+            self._taken.pop(topic, None)
+
+    async def delete_and_wait(self, topics: list[str], *, timeout_s: float = 30.0) -> list[str]:
+        """Delete ``topics`` and wait until the broker no longer knows them; returns those gone
+        (a name unknown from the start counts as gone). Raises ``TimeoutError`` after ``timeout_s``."""
+        assert self._client is not None, "TopicAdmin not started"
+        self.forget(topics)
+        with contextlib.suppress(Exception):  # unknown names: the wait below decides
+            await self._client.delete_topics(topics)
+        async with asyncio.timeout(timeout_s):
+            while True:
+                meta = await self._client.describe_topics(topics)
+                left = [m["topic"] for m in meta if m.get("error_code", 0) != 3]  # 3 = UNKNOWN_TOPIC_OR_PARTITION
+                if not left:
+                    return topics
+                await asyncio.sleep(0.1)
 
     async def exists(self, topic: str) -> bool:
         """Whether the broker has ``topic`` (positive answers are cached; topics are never deleted

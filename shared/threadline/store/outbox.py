@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from typing import Any, NamedTuple
 
 import asyncpg
@@ -95,10 +96,15 @@ class Outbox:
         producer: the service's producer.
         ack_timeout_s: the longest one publish waits for Kafka (topic metadata and every
             acknowledgement), in seconds; what is not acknowledged by then stays for the relay.
+        before_relay: awaited with the ``(topic, key)`` of the rows a relay pass is about to
+            publish (the service takes their chunk topics, re-created if the idle-topic sweep
+            deleted them). Rows of a chunk topic being deleted wait for a later pass.
     """
 
-    def __init__(self, db: Database, producer: Producer, *, ack_timeout_s: float = 30.0) -> None:
+    def __init__(self, db: Database, producer: Producer, *, ack_timeout_s: float = 30.0,
+                 before_relay: Callable[[list[tuple[str, str | None]]], Awaitable[None]] | None = None) -> None:
         self._db = db
+        self._before_relay = before_relay
         self._producer = producer
         self.ack_timeout_s = ack_timeout_s
         self._unmarked: list[int] = []
@@ -222,9 +228,12 @@ class Outbox:
         async with self._db.transaction() as conn:
             rows = await conn.fetch(
                 "SELECT id, topic, key, headers, value FROM outbox WHERE published_at IS NULL "
-                "AND created_at < now() - make_interval(secs => $1) ORDER BY id LIMIT $2 "
-                "FOR UPDATE SKIP LOCKED", older_than_s, limit)
+                "AND created_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM "
+                "chunk_topics c WHERE c.topic = outbox.topic AND c.state = 'deleting') ORDER BY id LIMIT $2 "
+                "FOR UPDATE OF outbox SKIP LOCKED", older_than_s, limit)
             acked: list[int] = []
+            if rows and self._before_relay is not None:
+                await self._before_relay([(r["topic"], r["key"]) for r in rows])
             if rows:
                 acked, failed = await self._send([_Row.of(r) for r in rows])
                 if acked:

@@ -144,7 +144,8 @@ class StepExecutor:
         loop = asyncio.get_running_loop()
         topic = self._topics.chunks(task.resource_id, task.thread_id)
         while True:
-            await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms)
+            await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms,
+                                                 thread=(task.resource_id, task.thread_id))
             still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
             begun = await self._store.begin(task.run_id, step=task.step, epoch=task.epoch, thread_id=task.thread_id,
                                             takeover_from=watched if still else None)
