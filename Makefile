@@ -133,7 +133,7 @@ endif
 	cd $(ROOT) && $(PY) -m threadline.examples.demo
 
 test: install ## the test suite (the tests start the native cluster themselves)
-	cd $(ROOT) && $(PY) -m pytest -q tests $(PYTEST_ARGS)
+	cd $(ROOT) && $(PY) -m pytest -q --durations=25 tests $(PYTEST_ARGS)
 
 lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/; validate-deploy
 	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
