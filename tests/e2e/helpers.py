@@ -207,3 +207,18 @@ async def start_and_read_until(tl: Any, thread_id: str, until: Any, *, text: str
         if until(chunk):
             break
     return sub, run_id, chunks
+
+
+SERVICE_NAMES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
+
+
+@contextlib.contextmanager
+def own_services(services: Any, tag: str, env_of: Any = None, **env: str) -> Iterator[None]:
+    """Replace the session's instance of every service by ``<name>-<tag>`` started with ``env``
+    (and ``env_of(name)``, a dict, when given); on exit the session's instances come back."""
+    with contextlib.ExitStack() as stack:
+        for name in SERVICE_NAMES:
+            started = stack.enter_context(own_instances(services, name, f"{name}-1"))
+            services.start(name, f"{name}-{tag}", **env, **(env_of(name) if env_of else {}))
+            started.append(f"{name}-{tag}")
+        yield

@@ -5,24 +5,15 @@ series docs/operations.md lists."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import uuid
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.helpers import collect_run, own_instances
+from tests.e2e.helpers import SERVICE_NAMES, collect_run, own_services
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
-
-SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from threadline.testing.containers import free_port
 
 
 def _samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
@@ -44,15 +35,11 @@ def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **
 
 
 async def test_each_service_serves_metrics_and_readiness_during_a_run(services, settings, model, cluster):
-    ports = {name: _free_port() for name in SERVICES}
+    ports = {name: free_port() for name in SERVICE_NAMES}
     model.queue([ms.tool_calls(ms.tool_call("nap", {"seconds": 1.5}, id="n1")), ms.text("rested well")],
                 model="threadline-sleepy")
     thread = f"th-metrics-{uuid.uuid4().hex[:6]}"
-    with contextlib.ExitStack() as stack:
-        for name in SERVICES:
-            started = stack.enter_context(own_instances(services, name, f"{name}-1"))
-            services.start(name, f"{name}-m", THREADLINE_METRICS_PORT=str(ports[name]))
-            started.append(f"{name}-m")
+    with own_services(services, "m", env_of=lambda name: {"THREADLINE_METRICS_PORT": str(ports[name])}):
         async with httpx.AsyncClient(timeout=10) as http, ThreadlineClient(settings) as tl:
             for name, port in ports.items():  # ready once started: Kafka joined, Postgres up, migrated
                 for _ in range(100):

@@ -6,7 +6,6 @@ password is refused."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import subprocess
 import sys
@@ -16,14 +15,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.e2e.helpers import collect_run, own_instances
+from tests.e2e.helpers import collect_run, own_services
 from threadline.client import ThreadlineClient
 from threadline.client.client import BrokerUnavailableError
 from threadline.config import Settings
 from threadline.testing import model_script as ms
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
 CA = ROOT / ".run" / "kafka" / "tls" / "ca.pem"
 
 
@@ -52,11 +50,8 @@ async def test_a_full_turn_over_sasl_ssl(services, model, cluster, sasl):
     thread = f"th-sasl-{uuid.uuid4().hex[:6]}"
     model.queue([ms.tool_calls(ms.tool_call("nap", {"seconds": 0.1}, id="n1")), ms.text("rested over TLS")],
                 model="threadline-sleepy")
-    with contextlib.ExitStack() as stack:
-        for name in SERVICES:  # the services authenticate with SCRAM-SHA-512, the client with PLAIN
-            started = stack.enter_context(own_instances(services, name, f"{name}-1"))
-            services.start(name, f"{name}-sasl", **sasl, THREADLINE_KAFKA_SASL_MECHANISM="SCRAM-SHA-512")
-            started.append(f"{name}-sasl")
+    # the services authenticate with SCRAM-SHA-512, the client with PLAIN
+    with own_services(services, "sasl", **sasl, THREADLINE_KAFKA_SASL_MECHANISM="SCRAM-SHA-512"):
         async with ThreadlineClient(_settings(cluster, sasl)) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             await (await tl.stream("nap", agent_id="sleepy-tools", resource_id="res-1", thread_id=thread)).accepted

@@ -5,7 +5,6 @@ in-memory exporter; each service writes its spans to a file (``THREADLINE_TRACE_
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from collections.abc import Iterator
@@ -16,14 +15,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from tests.e2e.helpers import collect_run, own_instances
+from tests.e2e.helpers import SERVICE_NAMES, collect_run, own_services
 from tests.e2e.records import read_records
 from threadline.client import ThreadlineClient
 from threadline.ops import tracing
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
-
-SERVICES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
 
 
 @pytest.fixture
@@ -51,12 +48,8 @@ async def test_one_connected_trace_for_a_turn_with_a_tool_call(services, setting
     thread = f"th-trace-{uuid.uuid4().hex[:6]}"
     model.queue([ms.tool_calls(ms.tool_call("nap", {"seconds": 0.1}, id="n1")), ms.text("rested and traced")],
                 model="threadline-sleepy")
-    files = {name: tmp_path / f"{name}.spans.jsonl" for name in SERVICES}
-    with contextlib.ExitStack() as stack:
-        for name in SERVICES:
-            started = stack.enter_context(own_instances(services, name, f"{name}-1"))
-            services.start(name, f"{name}-traced", THREADLINE_TRACE_FILE=str(files[name]))
-            started.append(f"{name}-traced")
+    files = {name: tmp_path / f"{name}.spans.jsonl" for name in SERVICE_NAMES}
+    with own_services(services, "traced", env_of=lambda name: {"THREADLINE_TRACE_FILE": str(files[name])}):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             await (await tl.stream("nap", agent_id="sleepy-tools", resource_id="res-1", thread_id=thread)).accepted

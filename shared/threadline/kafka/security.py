@@ -23,6 +23,7 @@ PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
+@lru_cache(maxsize=8)  # one context per file set: every client of the process shares it
 def _ssl_context(cafile: str | None, certfile: str | None, keyfile: str | None,
                  check_hostname: bool) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=cafile)
@@ -30,12 +31,6 @@ def _ssl_context(cafile: str | None, certfile: str | None, keyfile: str | None,
         context.load_cert_chain(certfile, keyfile)
     context.check_hostname = check_hostname
     return context
-
-
-@lru_cache(maxsize=8)
-def _cached_context(cafile: str | None, certfile: str | None, keyfile: str | None,
-                    check_hostname: bool) -> ssl.SSLContext:
-    return _ssl_context(cafile, certfile, keyfile, check_hostname)
 
 
 def broker_security(settings: Settings) -> BaseSecurity | None:
@@ -52,7 +47,7 @@ def broker_security(settings: Settings) -> BaseSecurity | None:
     if protocol == "PLAINTEXT":
         return None
     tls = protocol.endswith("SSL")
-    context = _cached_context(settings.kafka_ssl_cafile, settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile,
+    context = _ssl_context(settings.kafka_ssl_cafile, settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile,
                               settings.kafka_ssl_check_hostname) if tls else None
     if protocol == "SSL":
         return BaseSecurity(ssl_context=context, use_ssl=True)

@@ -15,6 +15,7 @@ asyncpg instrumentation).
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -40,8 +41,6 @@ def configure(service: str) -> bool:
         return _enabled
     otlp = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
     path = os.environ.get("THREADLINE_TRACE_FILE")
-    import sys
-
     if not (otlp or path) and "opentelemetry.sdk.trace" not in sys.modules:
         return False  # nothing configured, and the application did not load the SDK either
     from opentelemetry import trace
