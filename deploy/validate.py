@@ -196,6 +196,7 @@ def _deployment_problems(name: str, dep: Doc, env: dict[str, str]) -> list[str]:
     grace = spec.get("terminationGracePeriodSeconds", 30)
     if not isinstance(grace, int) or grace < MIN_GRACE_S:
         out.append(f"terminationGracePeriodSeconds must be >= {MIN_GRACE_S} (decision 44), is {grace}")
+    out += _security_problems(spec, main)
     notes = (pod.get("metadata") or {}).get("annotations") or {}
     want = {"prometheus.io/scrape": "true", "prometheus.io/port": port, "prometheus.io/path": "/metrics"}
     for key, value in want.items():
@@ -235,6 +236,24 @@ def _scaled_object_problems(name: str, so: Doc, service: str, env: dict[str, str
         if not re.fullmatch(r"[1-9][0-9]*", str(meta.get("lagThreshold", ""))):
             out.append(f"{at}: lagThreshold must be a positive integer, is {meta.get('lagThreshold')!r}")
     return [f"ScaledObject {name}: {p}" for p in out]
+
+
+def _security_problems(spec: Doc, container: Doc) -> list[str]:
+    """Decision 63: the "restricted" Pod Security Standard's settings, stated in the manifest."""
+    out: list[str] = []
+    pod_sc = spec.get("securityContext") or {}
+    if pod_sc.get("runAsNonRoot") is not True:
+        out.append("securityContext.runAsNonRoot must be true")
+    if (pod_sc.get("seccompProfile") or {}).get("type") != "RuntimeDefault":
+        out.append("securityContext.seccompProfile.type must be RuntimeDefault")
+    sc = container.get("securityContext") or {}
+    if sc.get("allowPrivilegeEscalation") is not False:
+        out.append("the container's allowPrivilegeEscalation must be false")
+    if sc.get("readOnlyRootFilesystem") is not True:
+        out.append("the container's readOnlyRootFilesystem must be true")
+    if "ALL" not in ((sc.get("capabilities") or {}).get("drop") or []):
+        out.append("the container must drop ALL capabilities")
+    return out
 
 
 def check_rules(docs: list[Doc]) -> list[str]:

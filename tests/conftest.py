@@ -87,3 +87,18 @@ def cluster() -> Iterator[Cluster]:
     for c in containers:
         c.stop()
 
+
+@pytest.fixture(scope="module")
+def own_cluster(cluster: Cluster) -> Iterator[Cluster]:
+    """The session's Kafka and PostgreSQL with a database (migrated) and a topic prefix of the
+    module's own, which no service of the session reads or relays: for tests that must see every
+    outbox row and every record of their topics as theirs alone (the session's services relay any
+    outbox row older than 2 s, which on a loaded machine races a test's own publishing)."""
+    from threadline.store.migrate import migrate
+
+    tag = uuid.uuid4().hex[:10]
+    dbname = f"tl_own_{tag}"
+    dsn = asyncio.run(create_database(cluster.admin_dsn, dbname))
+    migrate(dsn)
+    yield Cluster(bootstrap=cluster.bootstrap, admin_dsn=cluster.admin_dsn, dsn=dsn, prefix=f"tlown-{tag}")
+    asyncio.run(drop_database(cluster.admin_dsn, dbname))

@@ -37,6 +37,8 @@ from tests.e2e.helpers import collect_run, explain_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.client.client import BrokerUnavailableError
 
+pytestmark = pytest.mark.serial  # stops the shared broker: runs alone (make test)
+
 ROOT = Path(__file__).resolve().parents[2]
 RES = "res-b15"
 W1 = "processor_worker-1"

@@ -37,6 +37,8 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
 
+pytestmark = pytest.mark.serial  # restarts the shared broker and PostgreSQL: runs alone (make test)
+
 RUNS = int(os.environ.get("THREADLINE_CHAOS_RUNS", "25"))
 ROUNDS = int(os.environ.get("THREADLINE_CHAOS_ROUNDS", "1"))
 PG_RESTART = os.environ.get("THREADLINE_CHAOS_PG_RESTART", "1") == "1"

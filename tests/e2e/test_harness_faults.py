@@ -13,6 +13,8 @@ import pytest
 from tests.e2e.faults import restart_unavailable, start_broker, stop_broker
 from threadline.testing.harness import port_open
 
+pytestmark = pytest.mark.serial  # stops the shared broker: runs alone (make test)
+
 
 def _state(pid: int) -> str:
     """The process's state letter from /proc (``T``: stopped)."""

@@ -25,6 +25,8 @@ from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
 
+pytestmark = pytest.mark.serial  # restarts the shared broker: runs alone (make test)
+
 
 @pytest.mark.parametrize("service,point", [("processor_worker", "after_step_result_stored"),
                                            ("run_orchestrator", "after_step_result_applied")])

@@ -27,6 +27,8 @@ from threadline.services import NAMES as SERVICES
 from threadline.testing import model_script as ms
 from threadline.testing.harness import ServiceSet
 
+pytestmark = pytest.mark.serial  # starts a PgBouncer in front of the shared PostgreSQL on a fixed port: runs alone (make test)
+
 ROOT = Path(__file__).resolve().parents[2]
 RUNS = 50
 

@@ -183,7 +183,7 @@ async def test_queued_messages_run_in_order_one_run_each(services, settings, mod
 async def test_s8_another_agents_run_is_not_interrupted(services, settings, model, cluster):
     thread = _thread()
     async with ThreadlineClient(settings) as tl:
-        sub, run = await _start_slow_run(tl, model, thread, deltas=10, delay=0.05)
+        sub, run = await _start_slow_run(tl, model, thread)  # 3 s: a loaded machine still sends within it
         model.queue([{"chunks": ["echo side"]}], model="threadline-echo")
         other = await (await tl.send_message("for the echo agent", agent_id="echo-agent", resource_id="res-1",
                                              thread_id=thread)).accepted

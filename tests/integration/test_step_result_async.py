@@ -113,24 +113,24 @@ async def _steps(bootstrap: str, topic: str, run_id: str, n: int) -> list[int]:
     return got
 
 
-async def test_results_published_in_the_background_arrive_in_step_order(cluster):
-    async with _setup(cluster) as (db, _producer, held, store, topics):
+async def test_results_published_in_the_background_arrive_in_step_order(own_cluster):
+    async with _setup(own_cluster) as (db, _producer, held, store, topics):
         r = await _run(db)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(None)
         async with asyncio.timeout(10):
             await last
             await store.settle(r["run_id"])
-        assert await _steps(cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
         row = await db.fetchrow("SELECT step, attempt, status FROM runs WHERE run_id = $1", r["run_id"])
         assert (row["step"], row["attempt"], row["status"]) == (2, 1, "finished")
 
 
-async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_ones_follow_it(cluster):
+async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_ones_follow_it(own_cluster):
     """Kafka refuses step 0's result after the worker went on: nothing is lost (the three results
     stay unpublished in the outbox: steps 1 and 2 must not overtake step 0), the steps were claimed
     once each, and the relay publishes 0, 1, 2 in that order."""
-    async with _setup(cluster) as (db, producer, held, store, topics):
+    async with _setup(own_cluster) as (db, producer, held, store, topics):
         r = await _run(db)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(KafkaTimeoutError("refused by the test"))
@@ -146,4 +146,4 @@ async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_on
                                 r["run_id"])
         assert (row["step"], row["attempt"], row["status"]) == (2, 1, "finished")
         assert await Outbox(db, producer).relay_once(older_than_s=0) >= 3
-        assert await _steps(cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]

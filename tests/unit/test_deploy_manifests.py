@@ -109,6 +109,14 @@ def test_a_schema_violation_fails(tree: Path, capsys: pytest.CaptureFixture[str]
     ("keda.yaml", "name: threadline-ingress\n  minReplicaCount", "name: threadline-ingres\n  minReplicaCount",
      "no ScaledObject scales it"),
     ("processor-worker.yaml", "  strategy:", "  replicas: 3\n  strategy:", "sets replicas"),
+    ("ingress.yaml", "runAsNonRoot: true", "runAsNonRoot: false", "runAsNonRoot must be true"),
+    ("run-orchestrator.yaml", "seccompProfile: {type: RuntimeDefault}", "seccompProfile: {type: Unconfined}",
+     "seccompProfile.type must be RuntimeDefault"),
+    ("processor-worker.yaml", "allowPrivilegeEscalation: false", "allowPrivilegeEscalation: true",
+     "allowPrivilegeEscalation must be false"),
+    ("notification-scheduler.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false",
+     "readOnlyRootFilesystem must be true"),
+    ("ingress.yaml", "capabilities: {drop: [ALL]}", "capabilities: {drop: [NET_RAW]}", "must drop ALL capabilities"),
 ])
 def test_a_broken_project_rule_fails(tree: Path, file: str, old: str, new: str, expected: str) -> None:
     assert _rules(tree) == ""

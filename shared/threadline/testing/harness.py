@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
@@ -70,15 +71,23 @@ def ensure_native_cluster(root: Path, *, kafka_port: int | None = None, pg_port:
                           timeout_s: float = 900) -> NativeCluster:
     """Return the local cluster's addresses; run ``make infra-up`` in ``root`` if a port is closed.
 
-    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (15432).
+    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (15432). Safe to
+    call from several processes at once (a file lock in ``root/.run`` lets one of them start it).
     Raises ``subprocess.CalledProcessError`` if ``make infra-up`` fails.
     """
     kport = kafka_port or int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
     pport = pg_port or int(os.environ.get("THREADLINE_PG_PORT", "15432"))
     started = False
     if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
-        subprocess.run(["make", "infra-up"], cwd=root, check=True, timeout=timeout_s)
-        started = True
+        # several test processes (pytest-xdist) may find the cluster down at once: one starts it,
+        # the others wait on the lock and then find it up
+        lock_path = root / ".run" / "infra-up.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
+                subprocess.run(["make", "infra-up"], cwd=root, check=True, timeout=timeout_s)
+                started = True
     return NativeCluster(bootstrap=f"127.0.0.1:{kport}",
                          admin_dsn=f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline",
                          started_here=started)
