@@ -1,4 +1,4 @@
-# Threadline: the local cluster (Kafka + PostgreSQL + the four services + the fake model server).
+# Threadline: the local cluster (Kafka + PostgreSQL + the four services, the HTTP gateway + the fake model server).
 #
 # With a Docker engine (`docker info` works) the cluster runs from compose.yaml; without
 # one it runs natively from deploy/native/*.sh (Kafka jars from Maven Central, PostgreSQL
@@ -22,7 +22,8 @@ N_INGRESS       ?= 1
 N_ORCHESTRATORS ?= 1
 N_WORKERS       ?= 1
 N_SCHEDULERS    ?= 1
-export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS
+N_GATEWAYS      ?= 1
+export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS N_GATEWAYS
 
 # Where the services find the cluster; values already in the environment win.
 export THREADLINE_KAFKA_PORT      ?= 19092
@@ -41,7 +42,8 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 # seconds `make up` (Docker) waits for every container to be healthy (compose healthchecks)
 WAIT_TIMEOUT ?= 300
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
-           --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
+           --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
+           --scale gateway=$(N_GATEWAYS)
 
 .PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
