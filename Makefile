@@ -51,7 +51,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 	@echo "  mode: $$( [[ $(THREADLINE_DOCKER) == 1 ]] && echo docker || echo native)"
 
-install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-bytecode; pip-installs uv if missing)
+install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-bytecode; pip-installs uv if missing); Debian's chromium for the Studio test
 	@if command -v uv >/dev/null 2>&1; then uv=uv; \
 	elif python3 -m uv --version >/dev/null 2>&1; then uv="python3 -m uv"; \
 	else \
@@ -61,6 +61,7 @@ install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-by
 	  uv="python3 -m uv"; \
 	fi; \
 	cd $(ROOT) && $$uv sync --frozen --quiet --compile-bytecode
+	@bash $(NATIVE)/chromium.sh install
 
 infra-up: ## start Kafka and PostgreSQL (no-op when running)
 ifeq ($(THREADLINE_DOCKER),1)

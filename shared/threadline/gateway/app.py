@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from importlib import resources
 from typing import Any
 
 import orjson
@@ -19,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
@@ -322,6 +323,14 @@ async def openapi_doc(_: Request) -> Response:
     return Response(api.openapi_json(), media_type="application/json")
 
 
+async def studio(_: Request) -> Response:
+    """Threadline Studio: one HTML page, plain JavaScript over this API and EventSource."""
+    page = resources.files("threadline.gateway").joinpath("studio.html").read_text(encoding="utf-8")
+    return HTMLResponse(page, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                                       "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; "
+                                                                  "style-src 'unsafe-inline'; connect-src 'self'"})
+
+
 async def healthz(_: Request) -> Response:
     return Response("ok", media_type="text/plain")
 
@@ -349,8 +358,8 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
              ) -> Starlette:
     """The ASGI app over ``gateway``; ``start``/``stop`` run in its lifespan, ``checks`` decide ``/readyz``."""
     routes = [Route(ep.path, HANDLERS[ep.operation_id], methods=[ep.method]) for ep in api.ENDPOINTS]
-    routes += [Route("/openapi.json", openapi_doc), Route("/healthz", healthz),
-               Route("/readyz", readyz)]
+    routes += [Route("/openapi.json", openapi_doc), Route("/studio", studio), Route("/healthz", healthz),
+               Route("/readyz", readyz), Route("/", lambda _: RedirectResponse("/studio"))]
 
     @asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
