@@ -63,15 +63,29 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
             await page.locator("[data-finished]").first.wait_for(timeout=60_000)
             shot = tmp_path / "studio.png"
             await page.screenshot(path=str(shot), full_page=True)
+            kept = ROOT / ".run" / "artifacts" / "studio.png"  # kept for CI, whatever follows
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, kept)
             users = await page.locator(".user").all_text_contents()
             texts = await page.locator(".assistant").all_text_contents()
             finished = await page.locator("[data-finished]").first.get_attribute("data-finished")
+            # the view's marks for what this run did not show: retries, dead attempts, tripwires, data parts
+            await page.evaluate("""() => {
+                const c = (type, attempt, extra) => Object.assign({type, runId: "run-marks", step: 0, attempt}, extra);
+                show(c("text-delta", 1, {seq: 0, payload: {text: "doomed"}}));
+                show(c("attempt-discarded", 1, {seq: 1, payload: {step: 0, attempt: 1}}));
+                show(c("text-delta", 2, {seq: 2, payload: {text: "kept"}}));
+                show(c("data-progress", 2, {seq: 3, data: {pct: 50}}));
+                show(c("tripwire", 2, {seq: 4, payload: {processorId: "guard", reason: "blocked"}}));
+            }""")
+            marks = page.locator('[data-run="run-marks"]')
+            assert await marks.locator(".attempt.dead").all_text_contents() == ["doomed"]
+            assert "retry: step 0 attempt 2" in await marks.locator(".attempt:not(.dead)").text_content()
+            assert await marks.locator(".tripwire").text_content() == "tripwire guard: blocked"
+            assert await marks.locator(".data", has_text="data-progress").text_content() == 'data-progress {"pct":50}'
         finally:
             await browser.close()
     assert users == ["first message", "second message"]
     assert texts[0] == "".join(f"tok{i} " for i in range(30)) and "more5" in texts[-1]
     assert finished == "stop" and time.monotonic() - started < 60
-    kept = ROOT / ".run" / "artifacts" / "studio.png"
-    kept.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy(shot, kept)
-    assert shot.stat().st_size > 10_000
+    assert shot.stat().st_size > 10_000 and kept.read_bytes() == shot.read_bytes()
