@@ -111,10 +111,20 @@ async def test_user_attributes_cannot_break_out_of_the_tag(gateway, model):
     assert text.count("<user") == 1 and text.count("</user>") == 1 and "\n" not in text
 
 
-def test_no_key_or_token_appears_in_any_log(gateway, services):
-    """Runs after the tests above (file order): every credential they used, good or bad, against
-    every line every service of the session logged."""
-    needles = [*gateway.secrets(), gateway.token([TENANT_A]), gateway.key_b + "x", gateway.key_b[:-1]]
+async def test_no_key_or_token_appears_in_any_log(gateway, services, b_thread):
+    """Every credential used (good or bad, in headers and in the query) against every line every
+    service of the session logged; the calls are made here, so the test stands alone (and also
+    sees what the tests above did when they ran first)."""
+    token = gateway.token([TENANT_B])
+    bad = [gateway.key_b + "x", gateway.key_b[:-1], "tlk-wrong-" + uuid.uuid4().hex]
+    path = thread_path(TENANT_B, b_thread)
+    async with httpx.AsyncClient(base_url=gateway.url, timeout=30) as http:
+        for key in [gateway.key_a, gateway.key_b, token, *bad]:
+            await http.get(f"{path}/messages", headers={"Authorization": f"Bearer {key}"})
+            await http.get(f"{path}/runs", headers={"X-API-Key": key})
+        await collect(http, f"{path}/events", params={"from": "beginning", "access_token": token}, until=finished())
+        await http.get(f"{path}/events", params={"access_token": bad[0]})
+    needles = [*gateway.secrets(), token, *bad]
     logs = sorted(services.log_dir.glob("*.log"))
     assert any(p.name.startswith("gateway-1") for p in logs)
     assert "stream opened" in services.log_path("gateway-1").read_text()  # the gateway did log its work
