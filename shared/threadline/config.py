@@ -190,7 +190,8 @@ class Settings(BaseSettings):
     gateway_jwt_resources_claim: str = "resources"
     gateway_open: bool = False
     """Local development only: no credentials asked, every resource allowed (``make up`` sets it
-    when no API key is configured). Never in a deployment."""
+    when no API key is configured); ignored when API keys or a JWT secret are set. Never in a
+    deployment."""
     log_level: str = Field(default="INFO")
     log_json: bool = False
     """Render logs as JSON lines (default: console key=value)."""

@@ -66,7 +66,9 @@ def test_open_mode_allows_everything_only_without_credentials_configured():
     assert authenticate(AuthConfig(open=True), None).may_act_for("x")
     assert authenticate(AuthConfig(), None) is None
     assert not AuthConfig().configured
-    assert authenticate(AuthConfig(keys=parse_api_keys('{"k": ["r"]}'), open=True), "wrong") is None
+    both = AuthConfig(keys=parse_api_keys('{"k": ["r"]}'), open=True)  # credentials configured: open is ignored
+    assert authenticate(both, "wrong") is None and authenticate(both, None) is None
+    assert authenticate(both, "k").resources == frozenset({"r"})
 
 
 def test_settings_give_the_config():

@@ -140,14 +140,15 @@ def _from_jwt(config: AuthConfig, token: str) -> frozenset[str] | None:
 
 def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
     """The caller presenting ``secret`` (an API key or a JWT); ``None`` when it is not valid
-    (missing, unknown, expired, badly signed, without the resources claim). With ``open`` and no
-    secret every resource is allowed."""
+    (missing, unknown, expired, badly signed, without the resources claim). ``open`` with no key
+    and no JWT secret configured allows every resource; with either configured it is ignored."""
+    open_only = config.open and not config.keys and config.jwt_key is None  # open counts only alone
     if secret is None:
-        return Caller(frozenset({ANY}), "open") if config.open else None
+        return Caller(frozenset({ANY}), "open") if open_only else None
     resources = _match_key(config, secret)
     if resources is not None:
         return Caller(resources, "api_key")
     resources = _from_jwt(config, secret)
     if resources is not None:
         return Caller(resources, "jwt")
-    return Caller(frozenset({ANY}), "open") if config.open and not config.keys and config.jwt_key is None else None
+    return Caller(frozenset({ANY}), "open") if open_only else None
