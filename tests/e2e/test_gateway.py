@@ -161,3 +161,19 @@ async def test_the_stream_says_when_it_is_subscribed(gateway, model):
         await asyncio.wait_for(read(), 60)
     assert got[0].event == "subscribed" and isinstance(got[0].data["offset"], int)
     assert "".join(e.data["payload"]["text"] for e in got[1:] if e.data["type"] == "text-delta") == "late"
+
+
+async def test_a_message_too_big_for_a_record_goes_through_without_a_database_at_the_caller(gateway, model):
+    """600 KB (over ``max_record_bytes``): the gateway's client stores it by reference; the stream
+    resolves the echo chunk that carries it. The HTTP caller holds no PostgreSQL credentials."""
+    model.queue({"text": "got it"}, model="threadline-gateway")
+    big = "0123456789abcdef" * (600 * 1024 // 16)
+    path = thread_path(TENANT_A, _thread())
+    async with gateway.client(gateway.key_a) as http:
+        r = await http.post(f"{path}/messages", json={"message": big, "agent_id": "gateway"})
+        assert r.status_code == 202, r.text
+        events = await collect(http, f"{path}/events", params={"from": "beginning"}, until=finished())
+        messages = (await http.get(f"{path}/messages")).json()["messages"]
+    echo = [e.data for e in events if e.data["type"] == "data-user-message"]
+    assert [c["data"]["contents"] for c in echo] == [big]
+    assert messages[0]["role"] == "user" and messages[0]["content"]["parts"][0]["text"] == big
