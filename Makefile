@@ -1,4 +1,4 @@
-# Threadline: the local cluster (Kafka + PostgreSQL + the four services + the fake model server).
+# Threadline: the local cluster (Kafka + PostgreSQL + the four services, the HTTP gateway + the fake model server).
 #
 # With a Docker engine (`docker info` works) the cluster runs from compose.yaml; without
 # one it runs natively from deploy/native/*.sh (Kafka jars from Maven Central, PostgreSQL
@@ -22,7 +22,8 @@ N_INGRESS       ?= 1
 N_ORCHESTRATORS ?= 1
 N_WORKERS       ?= 1
 N_SCHEDULERS    ?= 1
-export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS
+N_GATEWAYS      ?= 1
+export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS N_GATEWAYS
 
 # Where the services find the cluster; values already in the environment win.
 export THREADLINE_KAFKA_PORT      ?= 19092
@@ -41,7 +42,8 @@ COMPOSE := docker compose -f $(ROOT)/compose.yaml
 # seconds `make up` (Docker) waits for every container to be healthy (compose healthchecks)
 WAIT_TIMEOUT ?= 300
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
-           --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS)
+           --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
+           --scale gateway=$(N_GATEWAYS)
 
 .PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
@@ -49,7 +51,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
 	@echo "  mode: $$( [[ $(THREADLINE_DOCKER) == 1 ]] && echo docker || echo native)"
 
-install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-bytecode; pip-installs uv if missing)
+install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-bytecode; pip-installs uv if missing); Debian's chromium for the Studio test
 	@if command -v uv >/dev/null 2>&1; then uv=uv; \
 	elif python3 -m uv --version >/dev/null 2>&1; then uv="python3 -m uv"; \
 	else \
@@ -59,6 +61,7 @@ install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-by
 	  uv="python3 -m uv"; \
 	fi; \
 	cd $(ROOT) && $$uv sync --frozen --quiet --compile-bytecode
+	@bash $(NATIVE)/chromium.sh install
 
 infra-up: ## start Kafka and PostgreSQL (no-op when running)
 ifeq ($(THREADLINE_DOCKER),1)

@@ -7,7 +7,8 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
     python -m bench --only ttfc --runs 100       # one figure, smaller
     python -m bench --only concurrency --sizes 50,100 --quick
 
-Figures: ttfc, throughput, concurrency (also gives scaling), burst (500 runs at once on one worker, failed
+Figures: ttfc, sse (first token over the gateway's SSE beside the Kafka-native client's), throughput,
+concurrency (also gives scaling), burst (500 runs at once on one worker, failed
 runs and re-executed steps counted), scaling, signals, pipeline, limits; and, only when named in --only,
 topics (10,000 thread topics on the broker: creation rate, broker memory, start-up; ``--topics N``).
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
@@ -33,7 +34,7 @@ from bench import pipeline
 from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
-FIGURES = ("ttfc", "throughput", "concurrency", "burst", "scaling", "signals", "pipeline", "limits")
+FIGURES = ("ttfc", "sse", "throughput", "concurrency", "burst", "scaling", "signals", "pipeline", "limits")
 EXTRA = ("topics",)
 """Figures only run when named in ``--only`` (``topics`` creates 10,000 topics on the broker)."""
 
@@ -73,6 +74,11 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
             await figure("ttfc", f"time to first chunk: {args.runs} runs", lambda: ttfc.run(
                 env, runs=args.runs, profile_runs=0 if args.no_profile else args.profile_runs,
                 profile_dir=profile_dir, stamp=stamp))
+        if "sse" in only:
+            from bench import sse
+
+            await figure("sse", f"time to first token over SSE and over Kafka: {args.sse_runs} runs each",
+                         lambda: sse.run(env, runs=args.sse_runs))
         if "throughput" in only:
             await figure("throughput", f"throughput: {args.tokens} tokens", lambda: throughput.run(
                 env, tokens=args.tokens, profile_dir=profile_dir, stamp=stamp, profile=not args.no_profile))
@@ -107,6 +113,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(FIGURES), help="comma-separated figures (default: all)")
     p.add_argument("--runs", type=int, default=500, help="TTFC runs (default 500)")
+    p.add_argument("--sse-runs", type=int, default=200, help="runs per path of the SSE figure (default 200)")
     p.add_argument("--profile-runs", type=int, default=150, help="extra TTFC runs under py-spy")
     p.add_argument("--tokens", type=int, default=20_000, help="throughput tokens (default 20000)")
     p.add_argument("--sizes", default="100,300,500", help="concurrency sizes (default 100,300,500)")
@@ -123,6 +130,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.quick:
         args.runs, args.profile_runs, args.tokens, args.samples = min(args.runs, 60), 30, 3000, 20
+        args.sse_runs = min(args.sse_runs, 40)
         args.sizes, args.scaling_size, args.burst_runs = [20, 50], 50, min(args.burst_runs, 50)
     return args
 

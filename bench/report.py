@@ -22,6 +22,12 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} "
                     f"({t['conditions'].get('kafka_hops', 4) - 1} relays)",
                     f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "p50 ≤ 15, p99 ≤ 50, ≤ 1.5x"))
+    if t := results.get("sse"):
+        a, b = t["sse_ms"], t["kafka_ms"]
+        out.append(("1b first token over the gateway's SSE p50 / p95 / p99 (ms)",
+                    f"{_ms(a, 'p50')} / {_ms(a, 'p95')} / {_ms(a, 'p99')}",
+                    f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} (Kafka-native client)",
+                    f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "-"))
     if t := results.get("throughput"):
         out.append(("2 chunks/s, one run, 3 processors", f"{t['threadline']['chunks_per_s']:.0f}",
                     f"{t['baseline']['chunks_per_s']:.0f} (raw produce→consume)", f"{t['ratio']}x",

@@ -256,6 +256,29 @@ def _security_problems(spec: Doc, container: Doc) -> list[str]:
     return out
 
 
+HTTP_SERVICES = ("gateway",)
+"""Services that consume no topic (threadline.services.HTTP): scaled on CPU, not on a group's lag."""
+
+
+def _http_scaled_object_problems(name: str, so: Doc) -> list[str]:
+    """An HTTP service's ScaledObject: CPU utilization triggers (it has no consumer group, no lag)."""
+    out: list[str] = []
+    spec = so.get("spec") or {}
+    low, high = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
+    if not isinstance(low, int) or low < 1:
+        out.append(f"minReplicaCount must be >= 1 (an HTTP service serves without load), is {low}")
+    if isinstance(low, int) and isinstance(high, int) and low > high:
+        out.append(f"minReplicaCount ({low}) must be <= maxReplicaCount ({high}) (KEDA's CRD rule)")
+    triggers = spec.get("triggers") or []
+    if not triggers:
+        out.append("no trigger")
+    for i, trigger in enumerate(triggers):
+        if trigger.get("type") != "cpu" or trigger.get("metricType") != "Utilization":
+            out.append(f"triggers[{i}]: must be type cpu with metricType Utilization (no consumer group to follow), "
+                       f"is {trigger.get('type')!r}")
+    return [f"ScaledObject {name}: {p}" for p in out]
+
+
 def check_rules(docs: list[Doc]) -> list[str]:
     """The project's rules over rendered manifests (one line per broken rule)."""
     problems: list[str] = []
@@ -282,7 +305,10 @@ def check_rules(docs: list[Doc]) -> list[str]:
         so_name, so = scaled.pop(name)
         if "replicas" in (dep.get("spec") or {}):
             problems.append(f"Deployment {name}: sets replicas, which every kubectl apply would reset under KEDA")
-        problems += _scaled_object_problems(so_name, so, found.group(1), env)
+        if found.group(1) in HTTP_SERVICES:
+            problems += _http_scaled_object_problems(so_name, so)
+        else:
+            problems += _scaled_object_problems(so_name, so, found.group(1), env)
     for target, (so_name, _) in scaled.items():
         problems.append(f"ScaledObject {so_name}: scaleTargetRef {target!r} is no Threadline service Deployment")
     if services == 0:

@@ -6,7 +6,10 @@
 # Each instance runs `.venv/bin/python -m <module>` in the background with
 # THREADLINE_INSTANCE_ID=<service>-<n>, pid in .run/pids/<service>-<n>.pid and
 # log in .run/logs/<service>-<n>.log. Instance counts come from the environment:
-# N_INGRESS, N_ORCHESTRATORS, N_WORKERS, N_SCHEDULERS (default 1 each).
+# N_INGRESS, N_ORCHESTRATORS, N_WORKERS, N_SCHEDULERS, N_GATEWAYS (default 1 each).
+# The HTTP gateway (docs/gateway.md) listens on THREADLINE_GATEWAY_PORT (18000) + n - 1, on
+# 127.0.0.1; with no API key and no JWT secret configured it runs open (no credentials, every
+# resource: local development only), so Studio works at http://127.0.0.1:18000/studio.
 # `start` is idempotent, and stops instances beyond the requested count.
 # `stop` sends SIGTERM to all, waits up to $STOP_TIMEOUT (15) s, then SIGKILLs.
 set -euo pipefail
@@ -29,7 +32,13 @@ SERVICES=(
   "run_orchestrator|threadline.services.run_orchestrator|${N_ORCHESTRATORS:-1}|"
   "processor_worker|threadline.services.processor_worker|${N_WORKERS:-1}|"
   "notification_scheduler|threadline.services.notification_scheduler|${N_SCHEDULERS:-1}|"
+  "gateway|threadline.services.gateway|${N_GATEWAYS:-1}|"
 )
+GATEWAY_PORT="${THREADLINE_GATEWAY_PORT:-18000}"
+export THREADLINE_GATEWAY_HOST="${THREADLINE_GATEWAY_HOST:-127.0.0.1}"
+if [[ -z "${THREADLINE_GATEWAY_API_KEYS:-}" && -z "${THREADLINE_GATEWAY_JWT_SECRET:-}" ]]; then
+  export THREADLINE_GATEWAY_OPEN="${THREADLINE_GATEWAY_OPEN:-true}"
+fi
 
 # Prints the modules (of those given) that `python -m` cannot run.
 missing_modules() {
@@ -111,6 +120,7 @@ start() {
       # /metrics, /healthz, /readyz (docs/operations.md) on BASE + 100*k + n; none for the model server
       metrics_port=()
       if ((k > 0)); then metrics_port=("THREADLINE_METRICS_PORT=$((${THREADLINE_METRICS_BASE_PORT:-19400} + 100 * k + n))"); fi
+      if [[ "$svc" == gateway ]]; then metrics_port+=("THREADLINE_GATEWAY_PORT=$((GATEWAY_PORT + n - 1))"); fi
       # shellcheck disable=SC2086  # $args is a plain word list
       THREADLINE_INSTANCE_ID="$name" spawn "$PID_DIR/$name.pid" "$LOG_DIR/$name.log" \
         env "${metrics_port[@]}" "$PY" -m "$mod" $args

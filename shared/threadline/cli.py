@@ -432,7 +432,7 @@ def serve(name: ServiceName) -> None:
     """
     import runpy
 
-    from threadline.services import NAMES
+    from threadline.services import ALL as NAMES
 
     module = name.replace("-", "_")
     if module not in NAMES:

@@ -174,6 +174,24 @@ class Settings(BaseSettings):
     metrics_port: int | None = None
     """Port of the service's ``/metrics`` (Prometheus), ``/healthz`` and ``/readyz`` endpoints
     (``None``: not served; the Kubernetes manifests and compose set 9464; docs/operations.md)."""
+    gateway_host: str = "0.0.0.0"
+    gateway_port: int = 18000
+    """Port of the HTTP gateway (``services/gateway``: the API, its SSE streams, ``/openapi.json``,
+    ``/studio``, ``/healthz``, ``/readyz``; docs/gateway.md)."""
+    gateway_api_keys: SecretStr | None = None
+    """JSON map API key → the resource ids it may act for (``["*"]``: every resource), e.g.
+    ``{"k-1": ["user-1", "user-2"]}``. Never logged (a secret)."""
+    gateway_jwt_secret: SecretStr | None = None
+    """Key that verifies bearer JWTs (the HMAC secret, or a PEM public key for RS*/ES*); the
+    token's ``gateway_jwt_resources_claim`` lists the resources it may act for. Never logged."""
+    gateway_jwt_algorithms: list[str] = ["HS256"]
+    gateway_jwt_audience: str | None = None
+    """``aud`` a token must carry (not checked when unset)."""
+    gateway_jwt_resources_claim: str = "resources"
+    gateway_open: bool = False
+    """Local development only: no credentials asked, every resource allowed (``make up`` sets it
+    when no API key is configured); ignored when API keys or a JWT secret are set. Never in a
+    deployment."""
     log_level: str = Field(default="INFO")
     log_json: bool = False
     """Render logs as JSON lines (default: console key=value)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +15,9 @@ from threadline.config import Settings
 from threadline.testing.harness import ServiceSet
 from threadline.testing.model_script import ModelScript
 from threadline.testing.model_server import RunningServer, start_in_thread
+
+if TYPE_CHECKING:
+    from tests.e2e.gateway_http import GatewayInfo
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -74,3 +78,15 @@ def services(cluster, model_server, tmp_path_factory) -> Iterator[ServiceSet]:
 def settings(cluster) -> Settings:
     return Settings(kafka_bootstrap=cluster.bootstrap, pg_dsn=cluster.dsn, topic_prefix=cluster.prefix,
                     partitions=4)
+
+
+@pytest.fixture(scope="session")
+def gateway(services) -> GatewayInfo:
+    """The HTTP gateway (issue 17) as one more process of the session's :class:`ServiceSet`, on a
+    free port, with two tenants' API keys and a JWT secret (``tests/e2e/gateway_http.py``)."""
+    from tests.e2e.gateway_http import GatewayInfo
+    from threadline.testing.containers import free_port
+
+    info = GatewayInfo.make(free_port())
+    services.start("gateway", "gateway-1", **info.env())
+    return info

@@ -77,7 +77,7 @@ def test_a_missing_text_is_a_usage_error_not_a_send(away: None) -> None:
 def test_each_service_is_an_entry_point() -> None:
     from importlib.metadata import entry_points
 
-    from threadline.services import NAMES
+    from threadline.services import ALL as NAMES
 
     scripts = {ep.name: ep for ep in entry_points(group="console_scripts") if ep.name.startswith("threadline")}
     for name in NAMES:

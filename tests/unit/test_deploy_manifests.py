@@ -117,6 +117,11 @@ def test_a_schema_violation_fails(tree: Path, capsys: pytest.CaptureFixture[str]
     ("notification-scheduler.yaml", "readOnlyRootFilesystem: true", "readOnlyRootFilesystem: false",
      "readOnlyRootFilesystem must be true"),
     ("ingress.yaml", "capabilities: {drop: [ALL]}", "capabilities: {drop: [NET_RAW]}", "must drop ALL capabilities"),
+    ("keda.yaml", "    - type: cpu\n", "    - type: memory\n", "ScaledObject threadline-gateway: triggers[0]: must be type cpu"),
+    ("keda.yaml", "  minReplicaCount: 2\n  maxReplicaCount: 20", "  minReplicaCount: 0\n  maxReplicaCount: 20",
+     "ScaledObject threadline-gateway: minReplicaCount must be >= 1"),
+    ("gateway.yaml", "httpGet: {path: /readyz, port: metrics}", "httpGet: {path: /readyz, port: http}",
+     "Deployment threadline-gateway: readinessProbe must be httpGet /readyz on port 'metrics'"),
 ])
 def test_a_broken_project_rule_fails(tree: Path, file: str, old: str, new: str, expected: str) -> None:
     assert _rules(tree) == ""
@@ -205,3 +210,9 @@ def test_keda_triggers_follow_each_service_s_group_and_topics() -> None:
         assert {t["metadata"]["consumerGroup"] for t in triggers} == {topics.group(name.replace("_", "-"))}
         assert sorted(t["metadata"]["topic"] for t in triggers) == sorted(service.topics_in()), name
         assert so["spec"]["maxReplicaCount"] == int(env["THREADLINE_PARTITIONS"]) == Settings().partitions
+
+
+def test_the_http_services_are_the_ones_validate_scales_on_cpu() -> None:
+    from threadline.services import HTTP
+
+    assert tuple(validate.HTTP_SERVICES) == HTTP

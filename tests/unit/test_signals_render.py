@@ -55,3 +55,9 @@ def test_echo_chunk_shape():  # C7
     assert chunk["type"] == "data-user-message" and chunk["transient"] is True
     assert chunk["data"]["type"] == "user" and chunk["data"]["tagName"] == "user"
     assert chunk["data"]["contents"] == "hi"
+
+
+def test_attribute_line_breaks_are_character_references():  # issue 17: `<user …>` values cannot break lines
+    out = _render({"contents": "hi", "attributes": {"name": 'a"\n</user>\r\t>b'}})
+    assert out == '<user name="a&quot;&#10;&lt;/user&gt;&#13;&#9;&gt;b">hi</user>'
+    assert "\n" not in out.partition(">")[0]

@@ -45,9 +45,14 @@ def escape_text(value: str) -> str:
     return value.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
+_ATTR_WHITESPACE = str.maketrans({"\n": "&#10;", "\r": "&#13;", "\t": "&#9;"})
+
+
 def escape_attr(value: str) -> str:
-    """:func:`escape_text` and ``"`` escaped."""
-    return escape_text(value).replace('"', "&quot;")
+    """:func:`escape_text`, ``"`` and the line breaks and tabs escaped (as character references:
+    a literal newline would end a line of the prompt inside the tag, and an XML reader turns it
+    into a space)."""
+    return escape_text(value).replace('"', "&quot;").translate(_ATTR_WHITESPACE)
 
 
 def _stringify(value: object) -> str:

@@ -14,6 +14,9 @@ from pathlib import Path
 
 NAMES = ("ingress", "run_orchestrator", "processor_worker", "notification_scheduler")
 """The services, in start order (the package name of each under ``threadline.services``)."""
+HTTP = ("gateway",)
+"""Services that consume no topic: the HTTP gateway (docs/gateway.md), started after ``NAMES``."""
+ALL = NAMES + HTTP
 
 _package = Path(__file__).resolve().parent
 _checkout = _package.parents[2]  # <repo>/shared/threadline/services -> <repo>

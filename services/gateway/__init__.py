@@ -1,0 +1,1 @@
+"""gateway: the stateless HTTP service (API, SSE, Studio) in front of the ingress topic (docs/gateway.md)."""

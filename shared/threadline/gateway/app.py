@@ -1,0 +1,377 @@
+"""The gateway's ASGI app (Starlette): the Python client's API over HTTP (:mod:`threadline.gateway.api`).
+
+Writes go through the ingress topic like any client's (the app holds one
+:class:`threadline.client.ThreadlineClient`); reads (messages, runs, threads, the inbox) come
+from PostgreSQL, always filtered by the caller's resource. Errors are JSON ``{"error": {code,
+message}}``; a thread that is missing and a thread of another resource get the same 404 body
+(decision 51).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
+from threadline.gateway import api
+from threadline.gateway.auth import AuthConfig, Caller, authenticate, credential
+from threadline.gateway.streaming import events, parse_event_id
+from threadline.logging import get_logger
+from threadline.store.db import Database
+
+log = get_logger(__name__)
+
+NOT_FOUND = {"error": {"code": "not_found", "message": "no such thread for this resource"}}
+"""The one body of a missing thread and of another resource's thread."""
+HIDDEN_CODES = frozenset({"thread_owned_by_other_resource"})
+"""Ingress error codes that would tell that another resource's thread exists: answered as 404."""
+
+
+class ApiError(Exception):
+    """An HTTP error answer: ``status`` and the JSON body."""
+
+    def __init__(self, status: int, code: str, message: str, body: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body or {"error": {"code": code, "message": message}}
+
+
+def _json(data: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
+
+
+class Gateway:
+    """State of one gateway process: the client, the database pool, the auth settings."""
+
+    def __init__(self, client: ThreadlineClient, db: Database, auth: AuthConfig) -> None:
+        self.client = client
+        self.db = db
+        self.auth = auth
+
+    # --- who, which resource, which thread -------------------------------------------------------
+    def caller(self, request: Request, *, query_token: bool = False) -> Caller:
+        secret = credential(request.headers, request.query_params if query_token else None)
+        caller = authenticate(self.auth, secret)
+        if caller is None:
+            raise ApiError(401, "unauthenticated", "a valid API key or token is required")
+        return caller
+
+    def resource(self, request: Request, *, query_token: bool = False) -> str:
+        """The path's resource id, which the caller must be allowed to act for (else 403)."""
+        caller = self.caller(request, query_token=query_token)
+        resource_id = request.path_params["resource_id"]
+        if not caller.may_act_for(resource_id):
+            raise ApiError(403, "forbidden", "this caller may not act for this resource")
+        return resource_id
+
+    async def owner(self, thread_id: str) -> str | None:
+        row = await self.db.fetchrow("SELECT resource_id FROM threads WHERE thread_id = $1", thread_id)
+        return None if row is None else row["resource_id"]
+
+    async def existing_thread(self, request: Request, *, query_token: bool = False) -> tuple[str, str]:
+        """``(resource_id, thread_id)`` of a thread that exists and belongs to the resource; 404 else."""
+        resource_id = self.resource(request, query_token=query_token)
+        thread_id = request.path_params["thread_id"]
+        if await self.owner(thread_id) != resource_id:
+            raise ApiError(404, "not_found", "", NOT_FOUND)
+        return resource_id, thread_id
+
+    async def writable_thread(self, request: Request) -> tuple[str, str]:
+        """``(resource_id, thread_id)`` of a thread that is the resource's or does not exist yet
+        (a send creates it); another resource's thread is 404 (the body of a missing one)."""
+        resource_id = self.resource(request)
+        thread_id = request.path_params["thread_id"]
+        if await self.owner(thread_id) not in (None, resource_id):
+            raise ApiError(404, "not_found", "", NOT_FOUND)
+        return resource_id, thread_id
+
+
+async def _body(request: Request, model: type[BaseModel]) -> Any:
+    try:
+        return model.model_validate(orjson.loads(await request.body() or b"{}"))
+    except orjson.JSONDecodeError:
+        raise ApiError(422, "invalid_json", "the body is not JSON") from None
+    except ValidationError as exc:
+        raise ApiError(422, "validation_failed", "; ".join(
+            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()[:5])) from None
+
+
+def _gw(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway  # set by make_app
+    return gateway
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def _errors(handler: Handler) -> Handler:
+    """Turn :class:`ApiError`, ingress error replies, an unreachable broker and timeouts into JSON answers."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except ApiError as exc:
+            return _json(exc.body, exc.status)
+        except RequestFailed as exc:
+            if exc.code in HIDDEN_CODES:
+                return _json(NOT_FOUND, 404)
+            return _json({"error": {"code": exc.code, "message": exc.reply.message}}, 422)
+        except BrokerUnavailableError:
+            return _json({"error": {"code": "broker_unavailable", "message": "Kafka cannot be reached"}}, 503)
+        except TimeoutError:
+            return _json({"error": {"code": "timeout", "message": "no reply from ingress in time"}}, 504)
+        except ValueError as exc:
+            return _json({"error": {"code": "invalid_argument", "message": str(exc)}}, 422)
+
+    wrapped.__name__ = handler.__name__
+    return wrapped
+
+
+# --- writes (through ingress) --------------------------------------------------------------------
+async def _accepted(result: Any) -> Response:
+    reply = await result.accepted
+    return _json(reply.dump(), 202)
+
+
+@_errors
+async def send_message(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.SendMessageBody)
+    return await _accepted(await gw.client.send_message(b.message, resource_id=resource_id, thread_id=thread_id,
+                                                        agent_id=b.agent_id, run_id=b.run_id, if_active=b.if_active,
+                                                        if_idle=b.if_idle))
+
+
+@_errors
+async def queue_message(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.QueueMessageBody)
+    return await _accepted(await gw.client.queue_message(b.message, resource_id=resource_id, thread_id=thread_id,
+                                                         agent_id=b.agent_id, if_idle=b.if_idle))
+
+
+@_errors
+async def send_signal(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.SendSignalBody)
+    return await _accepted(await gw.client.send_signal(b.signal, resource_id=resource_id, thread_id=thread_id,
+                                                       agent_id=b.agent_id, run_id=b.run_id, if_active=b.if_active,
+                                                       if_idle=b.if_idle))
+
+
+@_errors
+async def send_state_signal(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.SendStateSignalBody)
+    return await _accepted(await gw.client.send_state_signal(b.state, resource_id=resource_id, thread_id=thread_id,
+                                                             agent_id=b.agent_id, if_active=b.if_active,
+                                                             if_idle=b.if_idle))
+
+
+@_errors
+async def send_notification(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.NotificationBody)
+    reply = await gw.client.send_notification_signal(b.notifications, resource_id=resource_id, thread_id=thread_id,
+                                                     agent_id=b.agent_id, if_idle=b.if_idle)
+    return _json(reply.dump())
+
+
+@_errors
+async def stream(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.RunBody)
+    return await _accepted(await gw.client.stream(b.message, resource_id=resource_id, thread_id=thread_id,
+                                                  agent_id=b.agent_id, options=b.options, thread=b.thread))
+
+
+@_errors
+async def generate(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.writable_thread(request)
+    b = await _body(request, api.GenerateBody)
+    result = await gw.client.generate(b.message, resource_id=resource_id, thread_id=thread_id, agent_id=b.agent_id,
+                                      options=b.options, thread=b.thread, timeout_s=b.timeout_s)
+    return _json(result.dump())
+
+
+@_errors
+async def abort(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    b = await _body(request, api.AbortBody)
+    aborted = await gw.client.abort(resource_id=resource_id, thread_id=thread_id, agent_id=b.agent_id, run_id=b.run_id)
+    return _json({"aborted": aborted})
+
+
+# --- reads (PostgreSQL, by resource) -------------------------------------------------------------
+def _rows(rows: list[Any]) -> list[dict[str, Any]]:
+    return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(r).items()} for r in rows]
+
+
+@_errors
+async def list_threads(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id = gw.resource(request)
+    limit = max(1, min(int(request.query_params.get("limit", "100")), 1000))
+    rows = await gw.db.fetch("SELECT thread_id AS id, title, metadata, created_at, updated_at FROM threads "
+                             "WHERE resource_id = $1 ORDER BY updated_at DESC, thread_id LIMIT $2", resource_id, limit)
+    return _json({"threads": _rows(rows)})
+
+
+@_errors
+async def list_messages(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    rows = await gw.db.fetch("SELECT id, run_id, role, type, content, created_at FROM messages "
+                             "WHERE thread_id = $1 AND resource_id = $2 ORDER BY position", thread_id, resource_id)
+    return _json({"messages": _rows(rows)})
+
+
+@_errors
+async def list_runs(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    rows = await gw.db.fetch("SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage, "
+                             "error, tripwire, created_at, finished_at FROM runs "
+                             "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id,
+                             resource_id)
+    return _json({"runs": _rows(rows)})
+
+
+@_errors
+async def list_inbox(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    from threadline.inbox import access
+
+    async with gw.db.connection() as conn:
+        records = await access.list_records(conn, resource_id=resource_id, thread_id=thread_id,
+                                            status=request.query_params.get("status"))
+    return _json({"records": records})
+
+
+@_errors
+async def read_notification(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    from threadline.inbox import access
+
+    async with gw.db.connection() as conn:
+        record = await access.read_record(conn, resource_id=resource_id, thread_id=thread_id,
+                                          record_id=request.path_params["record_id"])
+    if record is None:
+        raise ApiError(404, "not_found", "no such record in this thread")
+    return _json(record)
+
+
+@_errors
+async def mark_notification(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    b = await _body(request, api.MarkBody)
+    from threadline.inbox import access
+
+    async with gw.db.connection() as conn:
+        record = await access.mark(conn, resource_id=resource_id, thread_id=thread_id,
+                                   record_id=request.path_params["record_id"], status=b.status)
+    if record is None:
+        raise ApiError(404, "not_found", "no such record in this thread")
+    return _json(record)
+
+
+@_errors
+async def events_(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request, query_token=True)
+    try:
+        resume = parse_event_id(request.headers.get("last-event-id") or request.query_params.get("last_event_id"))
+    except ValueError as exc:
+        raise ApiError(422, "invalid_last_event_id", str(exc)) from None
+    start = request.query_params.get("from", "end")
+    if start not in ("beginning", "end"):
+        raise ApiError(422, "invalid_argument", "from must be beginning or end")
+    sub = await gw.client.subscribe_to_thread(resource_id, thread_id,
+                                              from_beginning=resume is not None or start == "beginning")
+    log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
+    return EventSourceResponse(events(sub, resume=resume), ping=15, send_timeout=30,
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+
+events_.__name__ = "events"
+
+
+# --- the rest ------------------------------------------------------------------------------------
+async def openapi_doc(_: Request) -> Response:
+    return Response(api.openapi_json(), media_type="application/json")
+
+
+async def studio(_: Request) -> Response:
+    """Threadline Studio: one HTML page, plain JavaScript over this API and EventSource."""
+    page = resources.files("threadline.gateway").joinpath("studio.html").read_text(encoding="utf-8")
+    return HTMLResponse(page, headers={"Cache-Control": "no-store", "X-Frame-Options": "DENY",
+                                       "Content-Security-Policy": "default-src 'self'; script-src 'unsafe-inline'; "
+                                                                  "style-src 'unsafe-inline'; connect-src 'self'"})
+
+
+async def healthz(_: Request) -> Response:
+    return Response("ok", media_type="text/plain")
+
+
+async def readyz(request: Request) -> Response:
+    checks = request.app.state.checks
+    results: dict[str, bool] = {}
+    for name, check in checks.items():
+        try:
+            results[name] = bool(await asyncio.wait_for(check(), 2.0))
+        except Exception:  # noqa: BLE001 - any failure of a check means "not ready"
+            results[name] = False
+    ready = all(results.values())
+    return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+
+
+HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
+    list_threads, send_message, list_messages, queue_message, send_signal, send_state_signal, send_notification,
+    stream, generate, abort, list_runs, events_, list_inbox, read_notification, mark_notification)}
+"""operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
+
+
+def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
+             start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None
+             ) -> Starlette:
+    """The ASGI app over ``gateway``; ``start``/``stop`` run in its lifespan, ``checks`` decide ``/readyz``."""
+    routes = [Route(ep.path, HANDLERS[ep.operation_id], methods=[ep.method]) for ep in api.ENDPOINTS]
+    routes += [Route("/openapi.json", openapi_doc), Route("/studio", studio), Route("/healthz", healthz),
+               Route("/readyz", readyz), Route("/", lambda _: RedirectResponse("/studio"))]
+
+    @asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        if start is not None:
+            await start()
+        try:
+            yield
+        finally:
+            if stop is not None:
+                await stop()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.gateway = gateway
+    app.state.checks = checks or {}
+    return app

@@ -1,0 +1,154 @@
+"""Who is calling the gateway and which resources it may act for (docs/gateway.md, "Auth").
+
+A caller presents an API key (``Authorization: Bearer <key>`` or ``X-API-Key: <key>``) or a JWT
+(``Authorization: Bearer <jwt>``); the SSE endpoint also takes ``?access_token=`` because a
+browser's ``EventSource`` cannot set headers. Keys are compared in constant time, against every
+configured key (so the time does not tell which one nearly matched). A caller is a
+:class:`Caller`: the resources it may act for, or every resource (``*``).
+
+Nothing here logs or returns a key or a token.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import orjson
+
+ANY = "*"
+"""The resource list entry that allows every resource."""
+
+
+class AuthConfigError(ValueError):
+    """The gateway's auth settings cannot be used (``THREADLINE_GATEWAY_API_KEYS`` not a JSON map
+    of key → list of resource ids)."""
+
+
+@dataclass(frozen=True)
+class Caller:
+    """An authenticated caller: ``resources`` it may act for (``*`` in it: all); ``via`` is
+    ``api_key``, ``jwt`` or ``open`` (no auth configured, local development)."""
+
+    resources: frozenset[str]
+    via: str
+
+    def may_act_for(self, resource_id: str) -> bool:
+        """True when the caller may read and write ``resource_id``'s threads."""
+        return ANY in self.resources or resource_id in self.resources
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """The parsed auth settings. ``keys`` holds SHA-256 digests of the API keys (never the keys),
+    so that comparing is constant-time over equal-length values."""
+
+    keys: tuple[tuple[bytes, frozenset[str]], ...] = ()
+    jwt_key: str | None = None
+    jwt_algorithms: tuple[str, ...] = ("HS256",)
+    jwt_audience: str | None = None
+    jwt_claim: str = "resources"
+    open: bool = False
+
+    @property
+    def configured(self) -> bool:
+        return bool(self.keys) or self.jwt_key is not None or self.open
+
+
+def _digest(secret: str) -> bytes:
+    return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
+
+
+def parse_api_keys(raw: str | None) -> tuple[tuple[bytes, frozenset[str]], ...]:
+    """``{"key": ["res-1", …]}`` (JSON) → ``((sha256(key), {res-1, …}), …)``.
+
+    Raises:
+        AuthConfigError: not a JSON object of non-empty string keys → lists of strings (the
+            message never quotes a key).
+    """
+    if not raw:
+        return ()
+    try:
+        data = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        raise AuthConfigError("THREADLINE_GATEWAY_API_KEYS is not JSON") from None
+    if not isinstance(data, dict):
+        raise AuthConfigError("THREADLINE_GATEWAY_API_KEYS must be a JSON object: key -> [resource ids]")
+    out = []
+    for i, (key, resources) in enumerate(data.items()):
+        if not key or not isinstance(resources, list) or not all(isinstance(r, str) and r for r in resources):
+            raise AuthConfigError(f"THREADLINE_GATEWAY_API_KEYS entry #{i + 1} must map a non-empty key to a "
+                                  "list of resource ids")
+        out.append((_digest(key), frozenset(resources)))
+    return tuple(out)
+
+
+def config_from_settings(settings: Any) -> AuthConfig:
+    """The :class:`AuthConfig` of :class:`threadline.config.Settings` (its ``gateway_*`` fields).
+    Raises :class:`AuthConfigError` for unusable API keys."""
+    keys = settings.gateway_api_keys.get_secret_value() if settings.gateway_api_keys is not None else None
+    secret = settings.gateway_jwt_secret.get_secret_value() if settings.gateway_jwt_secret is not None else None
+    return AuthConfig(keys=parse_api_keys(keys), jwt_key=secret or None,
+                      jwt_algorithms=tuple(settings.gateway_jwt_algorithms), jwt_audience=settings.gateway_jwt_audience,
+                      jwt_claim=settings.gateway_jwt_resources_claim, open=settings.gateway_open)
+
+
+def credential(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str | None:
+    """The presented secret: ``Authorization: Bearer …``, else ``X-API-Key``, else (SSE only)
+    the ``access_token`` query parameter; ``None`` when there is none."""
+    auth = headers.get("authorization", "")
+    scheme, _, value = auth.partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    if headers.get("x-api-key"):
+        return headers["x-api-key"].strip()
+    if query is not None and query.get("access_token"):
+        return query["access_token"]
+    return None
+
+
+def _match_key(config: AuthConfig, secret: str) -> frozenset[str] | None:
+    """The resources of the API key ``secret``; every configured key is compared (constant time)."""
+    presented = _digest(secret)
+    found: frozenset[str] | None = None
+    for digest, resources in config.keys:
+        if hmac.compare_digest(digest, presented):
+            found = resources
+    return found
+
+
+def _from_jwt(config: AuthConfig, token: str) -> frozenset[str] | None:
+    if config.jwt_key is None or token.count(".") != 2:
+        return None
+    try:
+        claims = jwt.decode(token, config.jwt_key, algorithms=list(config.jwt_algorithms),
+                            audience=config.jwt_audience, options={"require": ["exp"],
+                                                                   "verify_aud": config.jwt_audience is not None})
+    except jwt.PyJWTError:
+        return None
+    resources = claims.get(config.jwt_claim)
+    if isinstance(resources, str):
+        resources = [resources]
+    if not isinstance(resources, list) or not all(isinstance(r, str) and r for r in resources):
+        return None
+    return frozenset(resources)
+
+
+def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
+    """The caller presenting ``secret`` (an API key or a JWT); ``None`` when it is not valid
+    (missing, unknown, expired, badly signed, without the resources claim). ``open`` with no key
+    and no JWT secret configured allows every resource; with either configured it is ignored."""
+    open_only = config.open and not config.keys and config.jwt_key is None  # open counts only alone
+    if secret is None:
+        return Caller(frozenset({ANY}), "open") if open_only else None
+    resources = _match_key(config, secret)
+    if resources is not None:
+        return Caller(resources, "api_key")
+    resources = _from_jwt(config, secret)
+    if resources is not None:
+        return Caller(resources, "jwt")
+    return Caller(frozenset({ANY}), "open") if open_only else None

@@ -1,0 +1,87 @@
+"""The gateway process: uvicorn serving :func:`threadline.gateway.app.make_app` on
+``THREADLINE_GATEWAY_PORT`` (and ``/metrics``, ``/healthz``, ``/readyz`` on
+``THREADLINE_METRICS_PORT`` when set, like every service). It logs ``service started`` once it
+listens, connected to Kafka and PostgreSQL, and stops on SIGTERM within the bound of decision 44
+(open streams are closed after a 5 s grace)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import uvicorn
+
+from threadline.client.client import ThreadlineClient
+from threadline.config import Settings, get_settings
+from threadline.gateway.app import Gateway, make_app
+from threadline.gateway.auth import config_from_settings
+from threadline.logging import configure, get_logger
+from threadline.store.db import Database
+
+log = get_logger(__name__)
+
+NAME = "gateway"
+
+
+def build(settings: Settings) -> tuple[Any, Gateway]:
+    """The ASGI app and its :class:`Gateway` for ``settings`` (connects in the app's lifespan).
+    Raises :class:`threadline.gateway.auth.AuthConfigError` for unusable API keys."""
+    auth = config_from_settings(settings)
+    if not auth.configured:
+        log.warning("no API key, JWT secret or THREADLINE_GATEWAY_OPEN: every request is refused (401)")
+    db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
+                  transaction_pooling=settings.pg_transaction_pooling, max_size=settings.pg_pool_max,
+                  acquire_timeout_s=settings.pg_pool_timeout_s)
+    gateway = Gateway(ThreadlineClient(settings), db, auth)
+
+    async def start() -> None:
+        await db.start()
+        await gateway.client.start()
+
+    async def stop() -> None:
+        await gateway.client.stop()
+        await db.stop()
+
+    async def kafka() -> bool:
+        return gateway.client._started
+
+    async def postgres() -> bool:
+        return await db.fetchrow("SELECT 1 AS one") is not None
+
+    return make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop), gateway
+
+
+async def serve(settings: Settings) -> None:
+    """Serve until SIGTERM / SIGINT (uvicorn's handlers)."""
+    app, gateway = build(settings)
+    config = uvicorn.Config(app, host=settings.gateway_host, port=settings.gateway_port, log_level="warning",
+                            access_log=False, timeout_graceful_shutdown=5, lifespan="on")
+    server = uvicorn.Server(config)
+    ops = None
+    if settings.metrics_port is not None:
+        from threadline.ops.server import OpsServer
+
+        ops = OpsServer(app.state.checks, port=settings.metrics_port)
+        await ops.start()
+    task = asyncio.create_task(server.serve(), name="gateway-http")
+    while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn sets a flag, it has no event
+        await asyncio.sleep(0.05)
+    if server.started:
+        log.info("service started", service=NAME, port=settings.gateway_port, auth=_auth_mode(gateway))
+    await task
+    if ops is not None:
+        await ops.stop()
+    log.info("service stopped", service=NAME)
+
+
+def _auth_mode(gateway: Gateway) -> str:
+    a = gateway.auth
+    modes = [m for m, on in (("api_keys", bool(a.keys)), ("jwt", a.jwt_key is not None), ("open", a.open)) if on]
+    return "+".join(modes) or "none"
+
+
+def main() -> None:
+    """The ``threadline-gateway`` entry point."""
+    settings = get_settings()
+    configure(level=settings.log_level, json=settings.log_json, service=NAME)
+    asyncio.run(serve(settings))

@@ -1,0 +1,91 @@
+"""Threadline Studio in headless Chromium (issue 17, item 3): a message is sent from the page, its
+tokens arrive as they stream, a second message sent mid-run is delivered into the run, and a
+screenshot is kept (``.run/artifacts/studio.png``, and the test's tmp dir).
+
+Debian's ``chromium`` (``make install`` installs it with apt-get when missing) driven by
+Playwright; without the browser the test skips, naming the reason."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.gateway_http import TENANT_A
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _browser() -> str:
+    found = subprocess.run(["bash", str(ROOT / "deploy" / "native" / "chromium.sh"), "path"], capture_output=True, text=True)
+    if found.returncode != 0:
+        pytest.skip("no chromium (make install installs Debian's with apt-get; it needs root and apt-get)")
+    return found.stdout.strip()
+
+
+async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, model, tmp_path):
+    executable = _browser()
+    playwright_api = pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
+    model.queue([{"chunks": [f"tok{i} " for i in range(30)], "chunk_delay": 0.12},
+                 {"chunks": [f"more{i} " for i in range(6)], "chunk_delay": 0.05}], model="threadline-studio")
+    thread = f"studio-{uuid.uuid4().hex[:8]}"
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                           args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            # the page's CSP forbids eval, which wait_for_function uses: the test bypasses it, the page keeps it
+            page = await browser.new_page(viewport={"width": 1100, "height": 700}, bypass_csp=True)
+            await page.goto(f"{gateway.url}/studio?resource={TENANT_A}&agent=studio")
+            await page.fill("#key", gateway.key_a)
+            await page.fill("#threadid", thread)
+            await page.fill("#text", "first message")
+            await page.click("#send")
+            assistant = page.locator(".assistant").first
+            await assistant.wait_for(timeout=60_000)
+            await page.wait_for_function("document.querySelector('.assistant').textContent.includes('tok2 ')",
+                                         timeout=60_000)
+            early = await assistant.text_content()
+            started = time.monotonic()
+            await page.wait_for_function(
+                "(n) => document.querySelector('.assistant').textContent.length > n", arg=len(early), timeout=30_000)
+            later = await assistant.text_content()
+            assert later.startswith(early) and len(later) > len(early)  # tokens arrive one after another
+            assert await page.locator("[data-finished]").count() == 0  # while the run still streams
+            await page.fill("#text", "second message")
+            await page.click("#send")
+            await page.wait_for_function("document.getElementById('status').textContent.startsWith('deliver')",
+                                         timeout=30_000)
+            await page.locator(".user", has_text="second message").wait_for(timeout=60_000)
+            await page.locator("[data-finished]").first.wait_for(timeout=60_000)
+            shot = tmp_path / "studio.png"
+            await page.screenshot(path=str(shot), full_page=True)
+            kept = ROOT / ".run" / "artifacts" / "studio.png"  # kept for CI, whatever follows
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(shot, kept)
+            users = await page.locator(".user").all_text_contents()
+            texts = await page.locator(".assistant").all_text_contents()
+            finished = await page.locator("[data-finished]").first.get_attribute("data-finished")
+            # the view's marks for what this run did not show: retries, dead attempts, tripwires, data parts
+            await page.evaluate("""() => {
+                const c = (type, attempt, extra) => Object.assign({type, runId: "run-marks", step: 0, attempt}, extra);
+                show(c("text-delta", 1, {seq: 0, payload: {text: "doomed"}}));
+                show(c("attempt-discarded", 1, {seq: 1, payload: {step: 0, attempt: 1}}));
+                show(c("text-delta", 2, {seq: 2, payload: {text: "kept"}}));
+                show(c("data-progress", 2, {seq: 3, data: {pct: 50}}));
+                show(c("tripwire", 2, {seq: 4, payload: {processorId: "guard", reason: "blocked"}}));
+            }""")
+            marks = page.locator('[data-run="run-marks"]')
+            assert await marks.locator(".attempt.dead").all_text_contents() == ["doomed"]
+            assert "retry: step 0 attempt 2" in await marks.locator(".attempt:not(.dead)").text_content()
+            assert await marks.locator(".tripwire").text_content() == "tripwire guard: blocked"
+            assert await marks.locator(".data", has_text="data-progress").text_content() == 'data-progress {"pct":50}'
+        finally:
+            await browser.close()
+    assert users == ["first message", "second message"]
+    assert texts[0] == "".join(f"tok{i} " for i in range(30)) and "more5" in texts[-1]
+    assert finished == "stop" and time.monotonic() - started < 60
+    assert shot.stat().st_size > 10_000 and kept.read_bytes() == shot.read_bytes()
