@@ -18,6 +18,7 @@ from threadline.kafka.handling import raw_field
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
+from threadline.store.agents import publish_agents
 from threadline.store.inbox import receive
 from threadline.store.routing import RequestRejected, route, route_abort
 from threadline.text import clean_json, find_bad_text
@@ -86,6 +87,8 @@ class Ingress(Service):
 
     async def setup(self) -> None:
         self.agents = load_agents(self.settings.agents_module)
+        async with self.db.connection() as conn:  # what clients read of the agents (client.agent(id).details())
+            await publish_agents(conn, self.agents.values())
 
     def topics_in(self) -> list[str]:
         return [self.settings.ingress_topic or self.topics.ingress]

@@ -9,6 +9,7 @@ from typing import Any
 
 from threadline.errors import ConfigurationError
 from threadline.orchestration.options import normalize_options
+from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.tools import Tool, ToolHooks
@@ -58,13 +59,17 @@ class Agent:
             ``(request_context) -> list``.
         default_options: defaults for every run (``max_steps``, …; camelCase accepted).
         max_processor_retries: cap on processor-requested retries (docs/processors.md).
+        memory: Mastra's memory options: ``None`` (the last 200 messages, stored), ``False``
+            (memory off: no history, nothing stored), a :class:`~threadline.runtime.memory.Memory`
+            or ``{"last_messages": N | False, "read_only": bool}`` (camelCase accepted).
+        metadata: a dict clients read (``await client.agent(id).details()``).
         notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (Mastra's Agent API),
             and optionally ``digest_window_s``: how long this agent's low/medium notifications wait
             to be batched into a digest (default ``THREADLINE_DIGEST_WINDOW_S``).
 
     Raises:
         ConfigurationError: a processor in a list whose methods it does not implement, a bad
-            tool or instructions.
+            tool, instructions or memory option.
     """
 
     def __init__(self, *, id: str, name: str | None = None, description: str | None = None,
@@ -73,13 +78,15 @@ class Agent:
                  input_processors: Any = None, output_processors: Any = None,
                  error_processors: Any = None, default_options: dict[str, Any] | None = None,
                  max_processor_retries: int | None = None, max_retries: int | None = None,
-                 metadata: dict[str, Any] | None = None, notifications: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | None = None, notifications: dict[str, Any] | None = None,
+                 memory: Memory | dict[str, Any] | bool | None = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         self.id = id
         self.name = name or id
         self.description = description
         self.metadata = metadata or {}
+        self.memory = memory_config(memory, where=f"agent {id}: memory")
         notifications = notifications or {}
         self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
                                                     or notifications.get("deliveryPolicy") or {})

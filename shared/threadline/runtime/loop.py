@@ -37,6 +37,7 @@ from threadline.ops import tracing
 from threadline.runtime import structured
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import ModelOutcome, stream_model
+from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
 from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.ports import (
@@ -128,9 +129,10 @@ class StepLoop:
             states=state.processor_state, request_context=request_context,
             retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
         signals = inputs.signals
+        memory = for_run(agent.memory, options.get("memory_options"))
         if step_no == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
-            ml.add(inputs.history, "memory")
+            ml.add(recent(inputs.history, memory), "memory")
             # instructions given as a function are user code: a plain one runs off the event loop
             system = (await call_user(agent.system_messages, request_context) if agent.dynamic_instructions
                       else agent.system_messages(request_context))
@@ -185,7 +187,9 @@ class StepLoop:
         final = not isinstance(outcome, Continue)
         await pause_point("before_step_result_write")
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
-        await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=step.ml._entries,
+        # read-only memory, or memory off: the run's messages are not written to the thread
+        entries = step.ml._entries if memory.stores else []
+        await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,
                                     finish=held))

@@ -13,7 +13,7 @@ import asyncpg
 import orjson
 
 from threadline._internal.faults import pause_point
-from threadline.errors import InvalidEventError
+from threadline.errors import ConfigurationError, InvalidEventError
 from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import chunk_headers, synthetic_run_chunks
@@ -34,6 +34,7 @@ from threadline.orchestration.routing import (
     decide_state,
 )
 from threadline.orchestration.runs import RunRow, ingress_starts
+from threadline.runtime.memory import Memory, for_run
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import create_run, insert_signal, insert_signal_message
@@ -129,7 +130,11 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
     try:
         if not agent_known:
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name)
+        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name, signal_id=req.signal_id)
+        if req.run_options.get("memory_options") is not None:
+            _check_memory_options(req.run_options["memory_options"])
+        if req.signal_id is not None and await conn.fetchval("SELECT 1 FROM signals WHERE id = $1", req.signal_id):
+            raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
         await ensure_thread(conn, req.resource_id, req.thread_id, dict(req.thread) if req.thread else None)
         if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
             return await answer(Skipped(request_id=req.event_id))
@@ -151,7 +156,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
 
     if isinstance(route_, Discard):
         await store("discard", "discarded", None)
-        return await answer(Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"]))
+        return await answer(Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"],
+                                     signal=_created(signal)))
     if isinstance(route_, Persist):
         await store("persist", "persisted", None)
         await insert_signal_message(conn, signal, thread_id=req.thread_id, resource_id=req.resource_id)
@@ -161,17 +167,18 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
             for chunk in synthetic_run_chunks(signal, agent_id=req.agent_id, run_id=new_id("run")):
                 routed.outbox_ids.append(await outbox.add_raw(conn, routed.chunk_topic, orjson.dumps(chunk),
                                                               key=key, headers=chunk_headers()))
-        return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"]),
+        return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"],
+                                     signal=_created(signal)),
                             Persisted(request_id=req.event_id, signal_id=signal["id"]))
     if isinstance(route_, Deliver):
         await store("deliver", "pending", route_.run_id)
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=route_.run_id,
-                                     signal_id=signal["id"]))
+                                     signal_id=signal["id"], signal=_created(signal)))
     if isinstance(route_, Queue):
         queued_run = new_id("run")  # the run that will answer it, after the active one
         await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
-                                     signal_id=signal["id"]))
+                                     signal_id=signal["id"], signal=_created(signal)))
     # wake
     run_id = new_id("run")
     epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
@@ -186,7 +193,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
                      thread_id=req.thread_id, epoch=epoch, options=req.run_options, kind=kind,
                      request_id=req.event_id, reply_to=reply_topic, start_announced=step0 is None)
     await store("wake", "pending", run_id)
-    reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"])
+    reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"],
+                     signal=_created(signal))
     key = thread_key(req.resource_id, req.thread_id)
     routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
     if step0 is not None:
@@ -209,7 +217,25 @@ async def queue_signal(conn: asyncpg.Connection, req: Inbound, signal: dict[str,
                         request_id=req.event_id, mode="queue", status="pending", run_id=None,
                         options={**req.run_options, "run_id": queued_run, "reply_to": req.reply_to,
                                  "kind": req.kind})
-    return Accepted(request_id=req.event_id, action="deliver", run_id=queued_run, signal_id=signal["id"])
+    return Accepted(request_id=req.event_id, action="deliver", run_id=queued_run, signal_id=signal["id"],
+                    signal=_created(signal))
+
+
+def _check_memory_options(options: Any) -> None:
+    """A call's ``memory_options`` (``memory.options`` of ``generate`` / ``stream``), refused here
+    rather than failing the run later."""
+    try:
+        if not isinstance(options, dict):
+            raise ConfigurationError("memory options must be an object")
+        for_run(Memory(), options)
+    except ConfigurationError as exc:
+        raise RequestRejected("invalid_memory_options", str(exc)) from exc
+
+
+def _created(signal: dict[str, Any]) -> dict[str, Any]:
+    """The ``accepted`` reply's view of the stored signal: all of it but ``contents`` (the request
+    carries them; a message of several MB is not sent back)."""
+    return {k: v for k, v in signal.items() if k != "contents"}
 
 
 async def _state_lane(conn: asyncpg.Connection, req: Inbound, signal: dict[str, Any]) -> Skip | None:
