@@ -6,6 +6,7 @@ run's step 0 by the orchestrator's own rule and queues its step task (docs/decis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,7 @@ from threadline.orchestration.routing import (
     RoutableRequest,
     Skip,
     ThreadState,
+    Wake,
     decide_route,
     decide_state,
 )
@@ -39,6 +41,9 @@ from threadline.store import leases, outbox
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import create_run, insert_signal, insert_signal_message
 from threadline.topics import Topics, thread_key
+
+RunCheck = Callable[[Inbound], None]
+"""Validates a request that starts a run (raises :class:`~threadline.errors.ConfigurationError`)."""
 
 
 @dataclass(slots=True)
@@ -81,7 +86,7 @@ async def ensure_thread(conn: asyncpg.Connection, resource_id: str, thread_id: s
 
 
 async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, topics: Topics, lease_ttl_s: float,
-                agent_known: bool, starts: bool = False) -> Routed:
+                agent_known: bool, starts: bool = False, check: RunCheck | None = None) -> Routed:
     """Route ``req`` (an ingress request, or an :class:`Inbound` made by Threadline) inside one
     transaction: claim its event id (a duplicate is answered as before and does nothing else),
     then route it on the locked thread. ``starts``: a wake schedules step 0 itself
@@ -103,20 +108,22 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
                 routed.reply = reply
             return routed
         routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known,
-                                     starts=starts)
+                                     starts=starts, check=check)
         await pause_point("ingress_route_before_commit")  # fault injection: the transaction open, lease row locked
         return routed
 
 
 async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topics, lease_ttl_s: float,
-                        agent_known: bool, starts: bool = False) -> Routed:
+                        agent_known: bool, starts: bool = False, check: RunCheck | None = None) -> Routed:
     """Route ``req`` whose event id the caller claimed, in the caller's transaction: refusals
     (unknown agent, thread of another resource, bad signal) are answered with an error reply.
 
     A wake creates the run and queues ``accepted`` and a ``StartRun`` for the orchestrator; with
     ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.ingress_starts`)
     schedules step 0, its step task is queued here too (step-tasks) and the ``StartRun`` says
-    ``scheduled`` (the orchestrator announces the start only)."""
+    ``scheduled`` (the orchestrator announces the start only). ``check`` validates a request that
+    starts a run (a wake, or a turn queued as a run of its own): a :class:`ConfigurationError` it
+    raises is answered ``invalid_request_context`` and nothing is stored."""
     reply_topic = req.reply_to or topics.replies
     routed = Routed()
 
@@ -145,6 +152,11 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
     active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id) \
         if lease.active else None
     route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id, run_agent_id=active_agent))
+    if check is not None and isinstance(route_, Wake | Queue):  # a run starts with this request's context
+        try:
+            check(req)
+        except ConfigurationError as exc:
+            return await answer(ErrorReply(request_id=req.event_id, code="invalid_request_context", message=str(exc)))
     if route_.attributes:
         signal["attributes"] = {**signal["attributes"], **route_.attributes}
     signal_options: dict[str, Any] = {"reply_to": req.reply_to, "kind": req.kind}
