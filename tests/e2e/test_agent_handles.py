@@ -42,6 +42,7 @@ async def test_send_message_wake_gives_the_created_signal_and_the_runs_own_strea
         first = await accepted.output.consume_stream(timeout_s=30)
         assert await accepted.output.text() == "first answer"
         seen = await collect_run(sub)
+        assert await wait_idle(cluster.dsn, where["threadId"])  # the lease is freed just after the finish
         # a second wake on the same thread: its output holds that run only, not the first one
         second = await (await support.send_message("again", where)).accepted
         assert second.action == "wake" and second.run_id != accepted.run_id
