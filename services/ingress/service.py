@@ -16,8 +16,10 @@ from threadline.events.ingress import INGRESS_ADAPTER
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import raw_field
 from threadline.logging import get_logger
+from threadline.orchestration.routing import Inbound
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
+from threadline.store.agents import publish_agents
 from threadline.store.inbox import receive
 from threadline.store.routing import RequestRejected, route, route_abort
 from threadline.text import clean_json, find_bad_text
@@ -86,6 +88,8 @@ class Ingress(Service):
 
     async def setup(self) -> None:
         self.agents = load_agents(self.settings.agents_module)
+        async with self.db.connection() as conn:  # what clients read of the agents (client.agent(id).details())
+            await publish_agents(conn, self.agents.values())
 
     def topics_in(self) -> list[str]:
         return [self.settings.ingress_topic or self.topics.ingress]
@@ -110,7 +114,8 @@ class Ingress(Service):
                 routed = await route_abort(conn, req, topics=self.topics)
             else:
                 routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
-                                     agent_known=req.agent_id in self.agents, starts=self.settings.ingress_starts)
+                                     agent_known=req.agent_id in self.agents, starts=self.settings.ingress_starts,
+                                     check=self._check_run)
         await pause_point("ingress_after_commit")  # fault injection: committed, nothing published yet
         if routed.chunk_topic is not None:
             await self.admin.ensure_chunk_topic(routed.chunk_topic, retention_ms=self.settings.chunk_retention_ms,
@@ -120,6 +125,16 @@ class Ingress(Service):
             log.info("routed", request_id=req.event_id, type=req.type, thread_id=req.thread_id,
                      reply=getattr(routed.reply, "type", None), action=getattr(routed.reply, "action", None),
                      run_id=getattr(routed.reply, "run_id", None))
+
+    def _check_run(self, req: Inbound) -> None:
+        """The agent's ``request_context_schema`` over the request context of a run it starts.
+
+        Raises:
+            ConfigurationError: the context does not match the schema.
+        """
+        agent = self.agents.get(req.agent_id)
+        if agent is not None:
+            agent.check_request_context(req.run_options.get("request_context"))
 
     async def _notify(self, req: SendNotificationSignal) -> None:
         agent = self.agents.get(req.agent_id)

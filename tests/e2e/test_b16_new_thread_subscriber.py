@@ -35,7 +35,7 @@ def _new_thread(tag: str) -> str:
 
 
 async def _until_finish(sub: Any, timeout_s: float, actives: list[str | None] | None = None) -> list[dict[str, Any]]:
-    """The subscriber's chunks through the first ``finish``; ``actives`` gets ``active_run_id()``
+    """The subscriber's chunks through the first ``finish``; ``actives`` gets ``seen_run_id()``
     as seen right after each chunk."""
     out: list[dict[str, Any]] = []
 
@@ -43,7 +43,7 @@ async def _until_finish(sub: Any, timeout_s: float, actives: list[str | None] | 
         async for chunk in sub.stream:
             out.append(chunk)
             if actives is not None:
-                actives.append(sub.active_run_id())
+                actives.append(sub.seen_run_id())
             if chunk["type"] == "finish":
                 return
 
@@ -161,10 +161,10 @@ async def test_b16b_cli_subscriber_sees_the_first_chunk_of_a_new_thread(services
 
 async def test_b16c_subscriber_racing_a_wake_sees_all_or_knows_where_it_started(services, settings, cluster) -> None:
     """Three outcomes are correct: the subscriber sees the whole run (positioned at offset 0);
-    it joins mid-run (its first ``seq`` > 0, ``active_run_id()`` that run, the re-read below
+    it joins mid-run (its first ``seq`` > 0, ``seen_run_id()`` that run, the re-read below
     ``start_offset`` gives exactly the missing ``seq``s); or the whole run ended before it was
     positioned (the re-read below ``start_offset`` holds the run through ``finish`` and
-    ``active_run_id()`` is None). Never: positioned without saying where, or a gap."""
+    ``seen_run_id()`` is None). Never: positioned without saying where, or a gap."""
     joined_late = ended_before = 0
     async with ThreadlineClient(settings) as tl:
         for i in range(ITERATIONS):
@@ -185,7 +185,7 @@ async def test_b16c_subscriber_racing_a_wake_sees_all_or_knows_where_it_started(
             if before and before[-1]["type"] == "finish":
                 ended_before += 1
                 _gapless(before, 0)
-                assert sub.active_run_id() is None
+                assert sub.seen_run_id() is None
                 await sub.unsubscribe()
                 continue
             actives: list[str | None] = []

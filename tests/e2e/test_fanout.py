@@ -17,7 +17,7 @@ async def _read(sub, *, until_finish: bool = True, limit: int | None = None, out
     async for chunk in sub.stream:
         out.append(chunk)
         if active is not None and len(out) == 1:
-            active.append(sub.active_run_id())  # known from the first chunk seen, start or not
+            active.append(sub.seen_run_id())  # known from the first chunk seen, start or not
         if limit is not None and len(out) >= limit:
             break
         if until_finish and chunk["type"] == "finish":

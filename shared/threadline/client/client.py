@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import KafkaError
 
 from threadline.client.replies import ReplyListener
+from threadline.client.run_output import CreatedSignal, RunOutput
 from threadline.client.subscription import ThreadSubscription
 from threadline.config import Settings, get_settings
 from threadline.errors import ThreadlineError
@@ -35,12 +38,17 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
+from threadline.events.messages import now_iso
+from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.ops import tracing
 from threadline.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
+
+if TYPE_CHECKING:
+    from threadline.client.agent_handle import AgentHandle
 
 
 class BrokerUnavailableError(ThreadlineError):
@@ -63,12 +71,17 @@ class SendResult:
     """Return of ``send_message`` / ``queue_message`` (Mastra's ``{accepted, signal, persisted?}``).
 
     ``accepted`` resolves to the :class:`Accepted` reply (raises :class:`RequestFailed` on an
-    error reply); ``persisted`` resolves when a ``persist`` message is durable.
+    error reply); on ``wake`` its ``output`` is a :class:`RunOutput` on the woken run's stream.
+    ``signal`` is the :class:`CreatedSignal` (``id`` known at once; updated with the stored
+    signal when ``accepted`` resolves). ``persisted`` resolves when a ``persist`` message is durable.
     """
 
     request_id: str
     accepted: asyncio.Future[Accepted]
     persisted: asyncio.Future[Any] | None = None
+    signal: CreatedSignal | None = None
+    sent_at_ms: int = 0
+    """When the request was published (ms since the epoch, the client's clock)."""
 
 
 class ThreadlineClient:
@@ -152,14 +165,34 @@ class ThreadlineClient:
             raise ValueError("agent_id is required (or set default_agent)")
         return agent
 
-    async def _send(self, request: Any) -> SendResult:
-        accepted = self._replies.expect(request.event_id, "accepted")
+    async def _send(self, request: Any, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
+        request, signal = _with_signal(request)
+        accepted = self._replies.expect(request.event_id, kinds[0]) if len(kinds) == 1 \
+            else self._replies.expect_first(request.event_id, kinds)
         persisted = self._replies.expect(request.event_id, "persisted") \
             if getattr(getattr(request, "if_idle", None), "behavior", None) == "persist" \
             or getattr(getattr(request, "if_active", None), "behavior", None) == "persist" else None
+        sent_at_ms = int(time.time() * 1000)
         await self.publish(request)
-        return SendResult(request.event_id, _checked(accepted, self.settings.reply_timeout_s),
-                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None)
+
+        def answered(reply: Any) -> Any:
+            if isinstance(reply, Accepted):
+                if reply.signal is not None:
+                    signal.update(reply.signal)
+                if reply.action == "wake" and reply.run_id:
+                    reply._output = self.run_output(reply.run_id, resource_id=request.resource_id,
+                                                    thread_id=request.thread_id, sent_at_ms=sent_at_ms)
+            return reply
+
+        return SendResult(request.event_id, _checked(accepted, self.settings.reply_timeout_s, answered),
+                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None, signal,
+                          sent_at_ms)
+
+    def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
+        """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
+        ``sent_at_ms`` (its chunks are read from the chunk topic's records written since)."""
+        return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
+            resource_id, thread_id, from_time_ms=from_ms, after=after), sent_at_ms)
 
     async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: dict[str, Any] | None = None,
@@ -187,12 +220,7 @@ class ThreadlineClient:
         """
         req = SendStateSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                               state=state, **_opts(if_active=if_active, if_idle=if_idle))
-        first = self._replies.expect_first(req.event_id, ("accepted", "skipped"))
-        persisted = self._replies.expect(req.event_id, "persisted") if "persist" in (
-            (if_active or {}).get("behavior"), (if_idle or {}).get("behavior")) else None
-        await self.publish(req)
-        return SendResult(req.event_id, _checked(first, self.settings.reply_timeout_s),
-                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None)
+        return await self._send(req, ("accepted", "skipped"))
 
     async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
@@ -255,6 +283,34 @@ class ThreadlineClient:
             raise RequestFailed(reply)
         return bool(reply.aborted)
 
+    async def active_run_id(self, *, resource_id: str, thread_id: str) -> str | None:
+        """The thread's active run: the run holding its unexpired lease in PostgreSQL, else ``None``
+        (also for a thread of another resource, or none at all)."""
+        return await self._inbox(_lease_holder, resource_id=resource_id, thread_id=thread_id)
+
+    async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
+        """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
+        dynamic_metadata, memory}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true when the
+        agent's metadata is a function of the request context), or ``None`` for an unknown id."""
+        from threadline.store.agents import read_agent
+
+        return await self._inbox(read_agent, agent_id=agent_id)
+
+    async def get_thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
+        ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
+        resource has no such thread."""
+        from threadline.store.agents import read_thread
+
+        return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
+
+    def agent(self, agent_id: str) -> AgentHandle:
+        """A handle on one agent with Mastra's Agent methods (``send_message``, ``generate``, …),
+        so Mastra code ports line for line (:class:`threadline.client.AgentHandle`)."""
+        from threadline.client.agent_handle import AgentHandle
+
+        return AgentHandle(self, agent_id)
+
     # --- the inbox (read from PostgreSQL, where the notification-scheduler keeps it) ---------------
     async def _inbox(self, fn: Any, **kw: Any) -> Any:
         import asyncpg
@@ -301,7 +357,8 @@ class ThreadlineClient:
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
                                   from_offset: int | None = None,
                                   after: dict[str, int] | None = None,
-                                  hide_signals: bool | list[str] = False) -> ThreadSubscription:
+                                  hide_signals: bool | list[str] = False,
+                                  from_time_ms: int | None = None) -> ThreadSubscription:
         """Follow the thread's chunk topic (created now if it does not exist yet).
 
         Args:
@@ -310,27 +367,63 @@ class ThreadlineClient:
             after: ``{run_id: seq}`` already seen (a previous subscription's ``cursor()``):
                 those chunks are not shown again.
             hide_signals: hide the signal echo chunks (all, or of the listed signal types).
+            from_time_ms: start at the first chunk written at or after this time (ms since the epoch).
+
+        The subscription's ``await active_run_id()`` asks the thread's lease in PostgreSQL.
         """
         topic = self.topics.chunks(resource_id, thread_id)
         await self._admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms)
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
-                                 from_offset=from_offset,
+                                 from_offset=from_offset, from_time_ms=from_time_ms,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
+                                 on_active=lambda: self.active_run_id(resource_id=resource_id, thread_id=thread_id),
                                  after=after, hide_signals=hide_signals, payloads=self._payloads,
                                  security=self._security)
         await sub.start()
         return sub
 
 
+async def _lease_holder(conn: Any, *, resource_id: str, thread_id: str) -> str | None:
+    run_id: str | None = await conn.fetchval(
+        "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
+        "AND expires_at > now()", thread_id, resource_id)
+    return run_id
+
+
 def _opts(**kw: dict[str, Any] | None) -> dict[str, Any]:
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def _checked(fut: asyncio.Future[Any], timeout_s: float) -> asyncio.Future[Any]:
+def _checked(fut: asyncio.Future[Any], timeout_s: float,
+             then: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
     async def wait() -> Any:
         reply = await asyncio.wait_for(fut, timeout_s)
         if isinstance(reply, ErrorReply):
             raise RequestFailed(reply)
-        return reply
+        return then(reply) if then is not None else reply
 
     return asyncio.ensure_future(wait())
+
+
+def _with_signal(request: Any) -> tuple[Any, CreatedSignal]:
+    """``request`` with a new ``signal_id`` (unless it names one) and the :class:`CreatedSignal` it
+    will create, as far as the client knows it before ingress answers."""
+    if request.signal_id is None:
+        request = request.model_copy(update={"signal_id": new_id("sig")})
+    if isinstance(request, SendSignal):
+        sig = request.signal
+        body: dict[str, Any] = {"contents": sig.contents, "attributes": sig.attributes, "metadata": sig.metadata,
+                                "provider_options": sig.provider_options}
+        kind, tag = sig.type, sig.tag_name
+    elif isinstance(request, SendStateSignal):
+        st = request.state
+        body = {"contents": st.contents, "attributes": dict(st.attributes), "metadata": st.metadata}
+        kind, tag = "state", st.tag_name
+    else:
+        msg = request.message
+        body = {"contents": msg} if isinstance(msg, str | list) else msg.model_dump()
+        kind, tag = "user", None
+    signal = CreatedSignal(id=request.signal_id, type=kind, contents=body["contents"],
+                           attributes=dict(body.get("attributes") or {}), metadata=dict(body.get("metadata") or {}),
+                           created_at=now_iso(), tag_name=tag, provider_options=body.get("provider_options"))
+    return request, signal

@@ -30,11 +30,14 @@ class ThreadSubscription:
     """
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
-                 from_offset: int | None = None,
+                 from_offset: int | None = None, from_time_ms: int | None = None,
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
+                 on_active: Callable[[], Awaitable[str | None]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
                  payloads: PayloadRefs | None = None, security: Mapping[str, Any] | None = None) -> None:
         self._on_abort = on_abort
+        self._on_active = on_active
+        self._from_time_ms = from_time_ms
         self._security = dict(security or {})
         self._payloads = payloads
         self._hide = hide_signals
@@ -62,6 +65,11 @@ class ThreadSubscription:
         consumer.assign([tp])
         if self._from_offset is not None:
             consumer.seek(tp, self._from_offset)
+        elif self._from_time_ms is not None:
+            # the end first: a record appended between the two asks is then read, not skipped
+            end = (await consumer.end_offsets([tp]))[tp]
+            found = (await consumer.offsets_for_times({tp: self._from_time_ms}))[tp]
+            consumer.seek(tp, found.offset if found is not None else end)
         elif self._from_beginning:
             await consumer.seek_to_beginning(tp)
         else:
@@ -76,9 +84,22 @@ class ThreadSubscription:
         duplicates or gaps (together with ``from_offset=last_offset + 1``)."""
         return dict(self._seen)
 
-    def active_run_id(self) -> str | None:
-        """The run currently streaming on the thread, as far as this subscriber has seen."""
+    def seen_run_id(self) -> str | None:
+        """The run streaming on the thread as far as this subscriber has seen (its last chunk
+        was not a ``finish``); no I/O."""
         return self._active
+
+    async def active_run_id(self) -> str | None:
+        """The thread's active run, asked of the thread's lease in the store (Mastra's
+        ``activeRunId()``): the run holding an unexpired lease, else ``None``, whatever this
+        subscriber has read so far.
+
+        Raises:
+            RuntimeError: the subscription was not made by a ``ThreadlineClient``.
+        """
+        if self._on_active is None:
+            raise RuntimeError("this subscription was not made by a ThreadlineClient")
+        return await self._on_active()
 
     async def abort(self) -> bool:
         """Abort the thread's active run (it ends with ``abort`` then ``finish``); True if one

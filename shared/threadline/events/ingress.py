@@ -66,7 +66,20 @@ class _ThreadRequest(Event):
         return value
 
 
-class _Targeted(_ThreadRequest):
+SIGNAL_ID_PATTERN = r"^sig_[0-9a-f]{26}$"
+"""The form of a signal id (``threadline.ids.new_id("sig")``)."""
+
+
+class _CreatesSignal(_ThreadRequest):
+    """Requests whose input is stored as a new signal (seed: the send result's ``signal``)."""
+
+    signal_id: str | None = Field(default=None, pattern=SIGNAL_ID_PATTERN)
+    """Id for the signal the request creates, chosen by the client so the send result can name it at
+    once (``None``: ingress picks one). A duplicate of an existing signal's id is refused
+    (``signal_id_taken``)."""
+
+
+class _Targeted(_CreatesSignal):
     """Requests that go into an active run or act on an idle thread (``ifActive`` / ``ifIdle``)."""
 
     run_id: str | None = None
@@ -82,7 +95,7 @@ class SendMessage(_Targeted):
     message: MessageInput
 
 
-class QueueMessage(_ThreadRequest):
+class QueueMessage(_CreatesSignal):
     """``queueMessage(message, options)``: the next turn after the active run, or a run now."""
 
     type: Literal["queue_message"] = "queue_message"
@@ -90,7 +103,7 @@ class QueueMessage(_ThreadRequest):
     if_idle: IfIdle = Field(default_factory=IfIdle)
 
 
-class Stream(_ThreadRequest):
+class Stream(_CreatesSignal):
     """``agent.stream(message, {memory: {resource, thread}, ...options})``."""
 
     type: Literal["stream"] = "stream"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, TypeAdapter, model_validator
+from pydantic import Field, PrivateAttr, TypeAdapter, model_validator
 
 from threadline.events.base import Event
 
@@ -23,6 +23,17 @@ class Accepted(_ReplyBase):
     """The run that handles the message (``wake`` and ``deliver`` only)."""
     signal_id: str | None = None
     """Id of the stored signal / message."""
+    signal: dict[str, Any] | None = None
+    """The created signal as stored (seed ``CreatedAgentSignal``) but its contents (the request has
+    them): ``{id, type, tagName, attributes, metadata, createdAt, providerOptions?}``, the
+    ``ifActive`` / ``ifIdle`` attributes merged in."""
+    _output: Any = PrivateAttr(default=None)
+
+    @property
+    def output(self) -> Any:
+        """On ``wake``, in a client: a :class:`threadline.client.RunOutput` on the woken run's
+        stream (chunks of that run only); ``None`` otherwise."""
+        return self._output
 
 
 class Persisted(_ReplyBase):

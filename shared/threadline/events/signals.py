@@ -104,9 +104,10 @@ def contents_parts(contents: Any) -> list[dict[str, Any]]:
     return parts or [{"type": "text", "text": ""}]
 
 
-def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | None = None) -> dict[str, Any]:
+def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | None = None,
+                        signal_id: str | None = None) -> dict[str, Any]:
     """Normalise a ``sendMessage`` input (string, parts, a pydantic model or ``{contents,
-    attributes, metadata, provider_options}``) to a new signal dict.
+    attributes, metadata, provider_options}``) to a new signal dict (id ``signal_id``, or a new one).
 
     Raises:
         InvalidEventError: unknown type, bad tag or attribute name, bad parts.
@@ -118,7 +119,7 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
     tag = tag_name or DEFAULT_TAGS[kind]
     render_markup(tag, body.get("attributes"), "")  # validate names now, not at prompt time
     contents_parts(body.get("contents", ""))  # likewise the parts
-    return {"id": new_id("sig"), "type": kind, "tagName": tag, "contents": body.get("contents", ""),
+    return {"id": signal_id or new_id("sig"), "type": kind, "tagName": tag, "contents": body.get("contents", ""),
             "attributes": dict(body.get("attributes") or {}), "metadata": dict(body.get("metadata") or {}),
             "createdAt": now_iso(),
             **({"providerOptions": body["provider_options"]} if body.get("provider_options") else {})}

@@ -9,7 +9,7 @@ _OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processo
                    "toolChoice": "tool_choice", "modelSettings": "model_settings",
                    "providerOptions": "provider_options", "activeTools": "active_tools",
                    "requestContext": "request_context", "maxRetries": "max_retries",
-                   "structuredOutput": "structured_output"}
+                   "structuredOutput": "structured_output", "memoryOptions": "memory_options"}
 
 
 def normalize_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

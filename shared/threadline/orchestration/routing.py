@@ -92,6 +92,8 @@ class Inbound:
     """``{title, metadata}`` of the thread row (``stream`` / ``generate``)."""
     state: StateInput | None = None
     """The lane value of a ``send_state_signal``."""
+    signal_id: str | None = None
+    """The id the client chose for the signal (``None``: a new one)."""
 
     @property
     def targeted(self) -> bool:
@@ -103,7 +105,7 @@ class Inbound:
         """The routing view of an ingress request."""
         common: dict[str, Any] = {"event_id": req.event_id, "agent_id": req.agent_id,
                                   "resource_id": req.resource_id, "thread_id": req.thread_id,
-                                  "reply_to": req.reply_to}
+                                  "reply_to": req.reply_to, "signal_id": req.signal_id}
         if isinstance(req, Stream):  # and Generate
             return cls(kind=req.type, run_options=normalize_options(req.options), body=req.message,
                        thread=req.thread, **common)

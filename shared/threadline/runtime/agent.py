@@ -9,6 +9,7 @@ from typing import Any
 
 from threadline.errors import ConfigurationError
 from threadline.orchestration.options import normalize_options
+from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.tools import Tool, ToolHooks
@@ -36,6 +37,42 @@ def normalize_instructions(instructions: Any) -> list[dict[str, Any]]:
     return out
 
 
+def tool_dict(tools: Any, agent_id: str) -> dict[str, Tool]:
+    """A list of :class:`Tool` or ``{name: Tool}`` as ``{id: Tool}``.
+
+    Raises:
+        ConfigurationError: an entry that is not a :class:`Tool`.
+    """
+    if isinstance(tools, dict):
+        for t in tools.values():
+            if not isinstance(t, Tool):
+                raise ConfigurationError(f"agent {agent_id}: tools must be Tool instances, got {type(t).__name__}")
+        tools = [t if t.id == k else Tool(id=k, description=t.description, execute=t.execute,
+                                          input_schema=t.input_schema) for k, t in tools.items()]
+    out: dict[str, Tool] = {}
+    for t in tools or []:
+        if not isinstance(t, Tool):
+            raise ConfigurationError(f"agent {agent_id}: tools must be Tool instances, got {type(t).__name__}")
+        out[t.id] = t
+    return out
+
+
+def _schema_checked(schema: Any, agent_id: str) -> dict[str, Any] | None:
+    """A ``request_context_schema`` (JSON Schema) checked against its metaschema."""
+    if schema is None:
+        return None
+    import jsonschema
+
+    if not isinstance(schema, dict):
+        raise ConfigurationError(f"agent {agent_id}: request_context_schema must be a JSON Schema (a dict)")
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as exc:
+        raise ConfigurationError(f"agent {agent_id}: request_context_schema is not a valid JSON Schema: "
+                                 f"{exc.message}") from exc
+    return schema
+
+
 class Agent:
     """An agent definition.
 
@@ -52,34 +89,54 @@ class Agent:
         max_retries: retries of one model on a transient error (rate limit, 5xx, timeout,
             connection); ``None``: ``THREADLINE_MODEL_MAX_RETRIES`` (default 2). A call's
             ``max_retries`` option and a fallback entry's ``max_retries`` take precedence.
-        tools: list of :class:`Tool` or ``{name: Tool}``.
+        tools: list of :class:`Tool` or ``{name: Tool}``, or a function ``(request_context) -> either``.
         hooks: :class:`ToolHooks` or ``{"before_tool_call": f, "after_tool_call": g}``.
         input_processors, output_processors, error_processors: processor lists, or functions
             ``(request_context) -> list``.
-        default_options: defaults for every run (``max_steps``, …; camelCase accepted).
+        default_options: defaults for every run (``max_steps``, …; camelCase accepted), or a
+            function ``(request_context) -> dict``.
         max_processor_retries: cap on processor-requested retries (docs/processors.md).
+        memory: Mastra's memory options: ``None`` (the last 200 messages, stored), ``False``
+            (memory off: no history, nothing stored), a :class:`~threadline.runtime.memory.Memory`
+            or ``{"last_messages": N | False, "read_only": bool}`` (camelCase accepted).
+        metadata: a dict clients read (``await client.agent(id).details()``), or a function
+            ``(request_context) -> dict`` (resolved per run; clients then see ``dynamic_metadata``).
+        request_context_schema: a JSON Schema the request context of every run is validated
+            against when ingress receives the request (refused: ``invalid_request_context``).
+
+    Every option given as a function of the request context (``instructions``, ``model``,
+    ``tools``, ``default_options``, ``memory``, ``metadata``, processor lists) may be a plain or
+    an ``async`` function; the worker resolves it once per run (docs/agents.md).
         notifications: ``{"delivery_policy": {default, priorities, sources, decide}}`` (Mastra's Agent API),
             and optionally ``digest_window_s``: how long this agent's low/medium notifications wait
             to be batched into a digest (default ``THREADLINE_DIGEST_WINDOW_S``).
 
     Raises:
         ConfigurationError: a processor in a list whose methods it does not implement, a bad
-            tool or instructions.
+            tool, instructions or memory option.
     """
 
     def __init__(self, *, id: str, name: str | None = None, description: str | None = None,
                  instructions: Any = "", model: str | Callable[..., str] | list[Any] | None = None,
-                 tools: list[Tool] | dict[str, Tool] | None = None, hooks: Any = None,
+                 tools: list[Tool] | dict[str, Tool] | Callable[..., Any] | None = None, hooks: Any = None,
                  input_processors: Any = None, output_processors: Any = None,
-                 error_processors: Any = None, default_options: dict[str, Any] | None = None,
+                 error_processors: Any = None, default_options: dict[str, Any] | Callable[..., Any] | None = None,
                  max_processor_retries: int | None = None, max_retries: int | None = None,
-                 metadata: dict[str, Any] | None = None, notifications: dict[str, Any] | None = None) -> None:
+                 metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
+                 memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
+                 request_context_schema: dict[str, Any] | None = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         self.id = id
         self.name = name or id
         self.description = description
-        self.metadata = metadata or {}
+        self.metadata: dict[str, Any] | Callable[..., Any] = metadata if callable(metadata) else (metadata or {})
+        self.dynamic: dict[str, Callable[..., Any]] = {
+            k: v for k, v in (("tools", tools), ("default_options", default_options), ("memory", memory),
+                              ("metadata", metadata)) if callable(v)}
+        """The options given as functions of the request context (resolved per run)."""
+        self.memory = Memory() if callable(memory) else memory_config(memory, where=f"agent {id}: memory")
+        self.request_context_schema = _schema_checked(request_context_schema, id)
         notifications = notifications or {}
         self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
                                                     or notifications.get("deliveryPolicy") or {})
@@ -90,19 +147,12 @@ class Agent:
         if not callable(instructions):
             self._system = normalize_instructions(instructions)
         self.model = model
-        if isinstance(tools, dict):
-            tools = [t if t.id == k else Tool(id=k, description=t.description, execute=t.execute,
-                                              input_schema=t.input_schema) for k, t in tools.items()]
-        self.tools: dict[str, Tool] = {}
-        for t in tools or []:
-            if not isinstance(t, Tool):
-                raise ConfigurationError(f"agent {id}: tools must be Tool instances, got {type(t).__name__}")
-            self.tools[t.id] = t
+        self.tools: dict[str, Tool] = {} if callable(tools) else tool_dict(tools, id)
         self.hooks = ToolHooks.of(hooks)
         self.input_processors = check_processor_list(input_processors, "input", agent_id=id)
         self.output_processors = check_processor_list(output_processors, "output", agent_id=id)
         self.error_processors = check_processor_list(error_processors, "error", agent_id=id)
-        self.default_options = normalize_options(default_options)
+        self.default_options = {} if callable(default_options) else normalize_options(default_options)
         self.max_processor_retries = max_processor_retries
         if max_retries is not None and (not isinstance(max_retries, int) or max_retries < 0):
             raise ConfigurationError(f"agent {id}: max_retries must be a non-negative integer")
@@ -113,6 +163,24 @@ class Agent:
     def dynamic_instructions(self) -> bool:
         """Whether the instructions are a function of the request context (user code)."""
         return callable(self._instructions)
+
+    def check_request_context(self, request_context: Any) -> None:
+        """Validate a run's request context against ``request_context_schema`` (none: anything goes).
+
+        Raises:
+            ConfigurationError: the context does not match; the message names the first failing
+                path and why.
+        """
+        if self.request_context_schema is None:
+            return
+        import jsonschema
+
+        validator = jsonschema.validators.validator_for(self.request_context_schema)(self.request_context_schema)
+        error = jsonschema.exceptions.best_match(validator.iter_errors(request_context if request_context is not None
+                                                                       else {}))
+        if error is not None:
+            where = "request_context" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+            raise ConfigurationError(f"agent {self.id}: {where}: {error.message}")
 
     def system_messages(self, request_context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """The agent's instructions as system messages."""

@@ -36,7 +36,9 @@ from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime import structured
 from threadline.runtime.agent import Agent
+from threadline.runtime.dynamic import ConfigCache, system_messages
 from threadline.runtime.llm import ModelOutcome, stream_model
+from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
 from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.ports import (
@@ -100,6 +102,7 @@ class StepLoop:
         self._timeout_s = model_timeout_s
         self._catalogue = catalogue or Catalogue()
         self._model = model
+        self._configs = ConfigCache()
 
     async def run(self, run: StepRun, agent: Agent, inputs: StepInputs, sink: ChunkSink,
                   store: StepStore) -> StepOutcome:
@@ -110,31 +113,32 @@ class StepLoop:
         taken over).
         """
         step_no, state = run.step, run.state
-        options = {**agent.default_options, **run.options}
-        request_context = {**(options.get("request_context") or {}), "thread_id": run.thread_id,
-                           "resource_id": run.resource_id}
+        request_context = {**(run.options.get("request_context") or agent.default_options.get("request_context") or {}),
+                           "thread_id": run.thread_id, "resource_id": run.resource_id}
+        # the options given as functions of the request context, resolved once per run on this worker
+        cfg = await self._configs.get(run.run_id, agent, request_context, self._default_model)
+        options = {**cfg.default_options, **run.options}
         cat = self._catalogue.processors
-        inputs_ = resolve_list(options.get("input_processors", agent.input_processors), "input",
+        inputs_ = resolve_list(options.get("input_processors", cfg.processors["input"]), "input",
                                request_context, agent.id, cat)
         if callable(options.get("prepare_step")):  # runs after the input processors
             inputs_.append(PrepareStep(options["prepare_step"]))
         # a crashed retry attempt spent its share of the budget: requests stay capped
         runner = ProcessorRunner(
             input_processors=inputs_,
-            output_processors=resolve_list(options.get("output_processors", agent.output_processors),
+            output_processors=resolve_list(options.get("output_processors", cfg.processors["output"]),
                                            "output", request_context, agent.id, cat),
-            error_processors=resolve_list(options.get("error_processors", agent.error_processors), "error",
+            error_processors=resolve_list(options.get("error_processors", cfg.processors["error"]), "error",
                                           request_context, agent.id, cat),
             states=state.processor_state, request_context=request_context,
             retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
         signals = inputs.signals
+        memory = for_run(cfg.memory, options.get("memory_options"))
         if step_no == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
-            ml.add(inputs.history, "memory")
+            ml.add(recent(inputs.history, memory), "memory")
             # instructions given as a function are user code: a plain one runs off the event loop
-            system = (await call_user(agent.system_messages, request_context) if agent.dynamic_instructions
-                      else agent.system_messages(request_context))
-            for sm in system:
+            for sm in await system_messages(agent, request_context):
                 ml.add_system(sm)
             response_id = new_id("msg")
         else:
@@ -144,7 +148,8 @@ class StepLoop:
             if signals:  # a drained signal starts a new assistant message after it
                 response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
-                         steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded)
+                         steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
+                         models=list(cfg.models), tools=cfg.tools, agent_metadata=cfg.metadata)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await sink.emit(chunks.start_chunk(agent.id, response_id))
@@ -185,10 +190,14 @@ class StepLoop:
         final = not isinstance(outcome, Continue)
         await pause_point("before_step_result_write")
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
-        await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=step.ml._entries,
+        # read-only memory, or memory off: the run's messages are not written to the thread
+        entries = step.ml._entries if memory.stores else []
+        await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,
                                     finish=held))
+        if final:
+            self._configs.drop(run.run_id)
         if held is not None:
             sink.held, sink.finished = None, True  # type: ignore[attr-defined]  # a ChunkWriter's
         return outcome
@@ -292,7 +301,7 @@ class StepLoop:
         chosen = step.models[step.model_index]
         step_input: dict[str, Any] = {
             "model": chosen.model,
-            "tools": dict(agent.tools), "tool_choice": options.get("tool_choice"),
+            "tools": dict(step.tools if step.tools is not None else agent.tools), "tool_choice": options.get("tool_choice"),
             "active_tools": options.get("active_tools"), "provider_options": options.get("provider_options"),
             "model_settings": options.get("model_settings"), "structured_output": options.get("structured_output"),
         }
@@ -421,7 +430,8 @@ class StepLoop:
                         "gen_ai.tool.call.id": call["toolCallId"]}):
                     output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
                                                         agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
-                                                                    "agent_name": step.agent.name})
+                                                                    "agent_name": step.agent.name,
+                                                                    "agent_metadata": step.agent_metadata})
             except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
                 ctx.abort_signal.set()
                 raise

@@ -62,6 +62,10 @@ class StepState:
     """The run's fallback list (resolved at the first attempt)."""
     model_index: int = 0
     """The fallback model in use; processor retries keep it."""
+    tools: dict[str, Any] | None = None
+    """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
+    agent_metadata: dict[str, Any] = field(default_factory=dict)
+    """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
 
     def next_model(self) -> bool:
         """Switch to the next fallback model; False when the one in use is the last."""

@@ -6,6 +6,7 @@ run's step 0 by the orchestrator's own rule and queues its step task (docs/decis
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,7 @@ import asyncpg
 import orjson
 
 from threadline._internal.faults import pause_point
-from threadline.errors import InvalidEventError
+from threadline.errors import ConfigurationError, InvalidEventError
 from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import chunk_headers, synthetic_run_chunks
@@ -30,14 +31,19 @@ from threadline.orchestration.routing import (
     RoutableRequest,
     Skip,
     ThreadState,
+    Wake,
     decide_route,
     decide_state,
 )
 from threadline.orchestration.runs import RunRow, ingress_starts
+from threadline.runtime.memory import Memory, for_run
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import create_run, insert_signal, insert_signal_message
 from threadline.topics import Topics, thread_key
+
+RunCheck = Callable[[Inbound], None]
+"""Validates a request that starts a run (raises :class:`~threadline.errors.ConfigurationError`)."""
 
 
 @dataclass(slots=True)
@@ -80,7 +86,7 @@ async def ensure_thread(conn: asyncpg.Connection, resource_id: str, thread_id: s
 
 
 async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, topics: Topics, lease_ttl_s: float,
-                agent_known: bool, starts: bool = False) -> Routed:
+                agent_known: bool, starts: bool = False, check: RunCheck | None = None) -> Routed:
     """Route ``req`` (an ingress request, or an :class:`Inbound` made by Threadline) inside one
     transaction: claim its event id (a duplicate is answered as before and does nothing else),
     then route it on the locked thread. ``starts``: a wake schedules step 0 itself
@@ -102,20 +108,22 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
                 routed.reply = reply
             return routed
         routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known,
-                                     starts=starts)
+                                     starts=starts, check=check)
         await pause_point("ingress_route_before_commit")  # fault injection: the transaction open, lease row locked
         return routed
 
 
 async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topics, lease_ttl_s: float,
-                        agent_known: bool, starts: bool = False) -> Routed:
+                        agent_known: bool, starts: bool = False, check: RunCheck | None = None) -> Routed:
     """Route ``req`` whose event id the caller claimed, in the caller's transaction: refusals
     (unknown agent, thread of another resource, bad signal) are answered with an error reply.
 
     A wake creates the run and queues ``accepted`` and a ``StartRun`` for the orchestrator; with
     ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.ingress_starts`)
     schedules step 0, its step task is queued here too (step-tasks) and the ``StartRun`` says
-    ``scheduled`` (the orchestrator announces the start only)."""
+    ``scheduled`` (the orchestrator announces the start only). ``check`` validates a request that
+    starts a run (a wake, or a turn queued as a run of its own): a :class:`ConfigurationError` it
+    raises is answered ``invalid_request_context`` and nothing is stored."""
     reply_topic = req.reply_to or topics.replies
     routed = Routed()
 
@@ -129,7 +137,11 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
     try:
         if not agent_known:
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name)
+        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name, signal_id=req.signal_id)
+        if req.run_options.get("memory_options") is not None:
+            _check_memory_options(req.run_options["memory_options"])
+        if req.signal_id is not None and await conn.fetchval("SELECT 1 FROM signals WHERE id = $1", req.signal_id):
+            raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
         await ensure_thread(conn, req.resource_id, req.thread_id, dict(req.thread) if req.thread else None)
         if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
             return await answer(Skipped(request_id=req.event_id))
@@ -140,6 +152,11 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
     active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id) \
         if lease.active else None
     route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id, run_agent_id=active_agent))
+    if check is not None and isinstance(route_, Wake | Queue):  # a run starts with this request's context
+        try:
+            check(req)
+        except ConfigurationError as exc:
+            return await answer(ErrorReply(request_id=req.event_id, code="invalid_request_context", message=str(exc)))
     if route_.attributes:
         signal["attributes"] = {**signal["attributes"], **route_.attributes}
     signal_options: dict[str, Any] = {"reply_to": req.reply_to, "kind": req.kind}
@@ -151,7 +168,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
 
     if isinstance(route_, Discard):
         await store("discard", "discarded", None)
-        return await answer(Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"]))
+        return await answer(Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"],
+                                     signal=_created(signal)))
     if isinstance(route_, Persist):
         await store("persist", "persisted", None)
         await insert_signal_message(conn, signal, thread_id=req.thread_id, resource_id=req.resource_id)
@@ -161,17 +179,18 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
             for chunk in synthetic_run_chunks(signal, agent_id=req.agent_id, run_id=new_id("run")):
                 routed.outbox_ids.append(await outbox.add_raw(conn, routed.chunk_topic, orjson.dumps(chunk),
                                                               key=key, headers=chunk_headers()))
-        return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"]),
+        return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"],
+                                     signal=_created(signal)),
                             Persisted(request_id=req.event_id, signal_id=signal["id"]))
     if isinstance(route_, Deliver):
         await store("deliver", "pending", route_.run_id)
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=route_.run_id,
-                                     signal_id=signal["id"]))
+                                     signal_id=signal["id"], signal=_created(signal)))
     if isinstance(route_, Queue):
         queued_run = new_id("run")  # the run that will answer it, after the active one
         await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
-                                     signal_id=signal["id"]))
+                                     signal_id=signal["id"], signal=_created(signal)))
     # wake
     run_id = new_id("run")
     epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
@@ -186,7 +205,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
                      thread_id=req.thread_id, epoch=epoch, options=req.run_options, kind=kind,
                      request_id=req.event_id, reply_to=reply_topic, start_announced=step0 is None)
     await store("wake", "pending", run_id)
-    reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"])
+    reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"],
+                     signal=_created(signal))
     key = thread_key(req.resource_id, req.thread_id)
     routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
     if step0 is not None:
@@ -209,7 +229,25 @@ async def queue_signal(conn: asyncpg.Connection, req: Inbound, signal: dict[str,
                         request_id=req.event_id, mode="queue", status="pending", run_id=None,
                         options={**req.run_options, "run_id": queued_run, "reply_to": req.reply_to,
                                  "kind": req.kind})
-    return Accepted(request_id=req.event_id, action="deliver", run_id=queued_run, signal_id=signal["id"])
+    return Accepted(request_id=req.event_id, action="deliver", run_id=queued_run, signal_id=signal["id"],
+                    signal=_created(signal))
+
+
+def _check_memory_options(options: Any) -> None:
+    """A call's ``memory_options`` (``memory.options`` of ``generate`` / ``stream``), refused here
+    rather than failing the run later."""
+    try:
+        if not isinstance(options, dict):
+            raise ConfigurationError("memory options must be an object")
+        for_run(Memory(), options)
+    except ConfigurationError as exc:
+        raise RequestRejected("invalid_memory_options", str(exc)) from exc
+
+
+def _created(signal: dict[str, Any]) -> dict[str, Any]:
+    """The ``accepted`` reply's view of the stored signal: all of it but ``contents`` (the request
+    carries them; a message of several MB is not sent back)."""
+    return {k: v for k, v in signal.items() if k != "contents"}
 
 
 async def _state_lane(conn: asyncpg.Connection, req: Inbound, signal: dict[str, Any]) -> Skip | None:

@@ -28,6 +28,7 @@ from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, ST
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
+from threadline.runtime.memory import DEFAULT_LAST_MESSAGES
 from threadline.runtime.model_calls import RetryPolicy
 from threadline.runtime.ports import (
     AbortedRun,
@@ -103,7 +104,8 @@ class StepExecutor:
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
                                   lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
-                                  continues=settings.worker_continues, publish_async=settings.step_result_async)
+                                  continues=settings.worker_continues, publish_async=settings.step_result_async,
+                                  history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]))
 
     def stop_continuing(self) -> None:
         """Shutdown: steps that end from now on hand their run's next step to the orchestrator

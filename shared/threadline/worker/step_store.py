@@ -117,12 +117,15 @@ class PgStepStore:
             once Kafka acknowledged it (``THREADLINE_STEP_RESULT_ASYNC``). Either way a result
             Kafka did not take stays in the outbox for the relay, and a run's results are
             published in step order.
+        history_limit: most stored messages step 0 reads (the largest ``last_messages`` of the
+            agents; each run then keeps its agent's last ``last_messages``).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
-                 continues: bool = False, publish_async: bool = False) -> None:
+                 continues: bool = False, publish_async: bool = False, history_limit: int = 200) -> None:
         self._db = db
+        self._history_limit = history_limit
         self.continues = continues
         self.publish_async = publish_async
         self._next: dict[str, Claimed] = {}
@@ -155,7 +158,7 @@ class PgStepStore:
             if should_fail("step_first_write", thread_id):  # the connection resets before the claim
                 await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
             row = await begin_step(conn, run_id, step=step, epoch=epoch, owner=self._owner, lease_ttl_s=self._ttl,
-                                   takeover_from=takeover_from)
+                                   takeover_from=takeover_from, history_limit=self._history_limit)
         return _begun(row, run_id)
 
     def take_next(self, run_id: str) -> Claimed | None:

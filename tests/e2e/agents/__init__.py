@@ -13,6 +13,7 @@
 * :mod:`.history` — history integrity (B03, B04, B10, B12): scoped retries, stable ids, replays, aborts.
 * :mod:`.outages` — B13/B15/B16/B17: duplicates, broker outages, new-thread subscribers, notification claims.
 * :mod:`.gateway` — agents driven over HTTP (the gateway, Studio; issue 17).
+* :mod:`.options` — issue 18: agent handles, send results, memory options, dynamic configuration.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored
@@ -23,11 +24,25 @@ from __future__ import annotations
 
 from threadline.runtime import Agent
 
-from . import basics, crashes, gateway, history, hostile, notifications, outages, processing, providers, retries, streams, tools
+from . import (
+    basics,
+    crashes,
+    gateway,
+    history,
+    hostile,
+    notifications,
+    options,
+    outages,
+    processing,
+    providers,
+    retries,
+    streams,
+    tools,
+)
 
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
                        *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents,
-                       *streams.agents, *history.agents, *outages.agents, *gateway.agents]
+                       *streams.agents, *history.agents, *outages.agents, *gateway.agents, *options.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named

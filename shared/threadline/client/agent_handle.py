@@ -1,0 +1,177 @@
+"""``client.agent("support-agent")``: Mastra's Agent methods on one agent, so Mastra code ports
+line for line (seed ``004``)::
+
+    support = tl.agent("support-agent")
+    sub = await support.subscribe_to_thread({"resourceId": "user-123", "threadId": "thread-abc"})
+    result = await support.send_message("Use the latest customer note too.", {
+        "resourceId": "user-123", "threadId": "thread-abc", "ifIdle": {"streamOptions": {"maxSteps": 3}}})
+    accepted = await result.accepted
+    if accepted.action == "wake":
+        await accepted.output.consume_stream()
+    answer = await support.generate("What did we decide?", {"memory": {"resource": "user-123",
+                                                                       "thread": "thread-abc"}})
+
+Options are one dict as in Mastra (camelCase or snake_case keys), or keyword arguments
+(``resource_id=…, thread_id=…``); both may be combined, keywords win.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from threadline.client.run_output import RunOutput
+from threadline.events import RunResult
+
+if TYPE_CHECKING:
+    from threadline.client.client import SendResult, ThreadlineClient
+    from threadline.client.subscription import ThreadSubscription
+
+_KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
+         "ifIdle": "if_idle", "streamOptions": "stream_options", "fromBeginning": "from_beginning",
+         "hideSignals": "hide_signals", "timeoutS": "timeout_s"}
+
+
+def _snake(options: Mapping[str, Any] | None, kw: Mapping[str, Any]) -> dict[str, Any]:
+    """Mastra's option names (``resourceId``, ``ifIdle.streamOptions``) as Python's; ``kw`` wins."""
+    out = {_KEYS.get(k, k): v for k, v in (options or {}).items()}
+    for branch in ("if_active", "if_idle"):
+        if isinstance(out.get(branch), Mapping):
+            out[branch] = {_KEYS.get(k, k): v for k, v in out[branch].items()}
+    out.update({k: v for k, v in kw.items() if v is not None})
+    return out
+
+
+def _target(opts: dict[str, Any]) -> dict[str, Any]:
+    """``resource_id`` / ``thread_id`` of the options (a ``TypeError`` when one is missing)."""
+    missing = [k for k in ("resource_id", "thread_id") if not opts.get(k)]
+    if missing:
+        raise TypeError(f"options need resourceId and threadId (missing: {', '.join(missing)})")
+    return {"resource_id": opts.pop("resource_id"), "thread_id": opts.pop("thread_id")}
+
+
+def _memory(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """``generate`` / ``stream`` options: ``memory: {resource, thread: id | {id, title, metadata}}``
+    (or ``resource_id`` / ``thread_id``) → the target and the thread row's ``{title, metadata}``."""
+    memory = opts.pop("memory", None) or {}
+    thread_row: dict[str, Any] | None = None
+    if memory.get("options"):  # Mastra's per-call memory options: {lastMessages, readOnly}
+        opts["memory_options"] = dict(memory["options"])
+    if memory:
+        thread = memory.get("thread")
+        if isinstance(thread, Mapping):
+            thread_row = {k: thread[k] for k in ("title", "metadata") if thread.get(k) is not None} or None
+            thread = thread.get("id")
+        opts.setdefault("resource_id", memory.get("resource"))
+        opts.setdefault("thread_id", thread)
+    return _target(opts), thread_row
+
+
+class AgentHandle:
+    """One agent of the cluster, seen from a client (Mastra's ``Agent`` methods).
+
+    Every method publishes to ingress and returns what Mastra returns, in Python spelling:
+    ``send_*`` / ``queue_message`` a :class:`~threadline.client.SendResult` (``accepted``,
+    ``signal``, ``persisted``), ``generate`` the :class:`~threadline.events.RunResult`,
+    ``stream`` a :class:`~threadline.client.RunOutput` of the run it starts.
+
+    Raises (every method): ``TypeError`` when ``resourceId`` / ``threadId`` are missing;
+    :class:`~threadline.client.client.BrokerUnavailableError` when the broker does not
+    acknowledge the request in time.
+    """
+
+    def __init__(self, client: ThreadlineClient, agent_id: str) -> None:
+        self.client = client
+        self.id = agent_id
+
+    def __repr__(self) -> str:
+        return f"AgentHandle(id={self.id!r})"
+
+    async def details(self) -> dict[str, Any]:
+        """``{id, name, description, metadata, dynamic_metadata, memory}`` as the cluster serves it.
+
+        Raises:
+            LookupError: the cluster serves no agent with this id.
+        """
+        found = await self.client.agent_details(self.id)
+        if found is None:
+            raise LookupError(f"the cluster serves no agent {self.id!r}")
+        return found
+
+    async def get_metadata(self) -> dict[str, Any]:
+        """The agent's ``metadata`` (Mastra: for clients to sort and filter agents).
+
+        Raises:
+            LookupError: the cluster serves no agent with this id.
+        """
+        metadata: dict[str, Any] = (await self.details())["metadata"]
+        return metadata
+
+    async def send_message(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> SendResult:
+        """``sendMessage(message, {resourceId, threadId, runId?, ifActive?, ifIdle?})``."""
+        opts = _snake(options, kw)
+        return await self.client.send_message(message, agent_id=self.id, **_target(opts), **opts)
+
+    async def queue_message(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> SendResult:
+        """``queueMessage(message, {resourceId, threadId, ifIdle?})``."""
+        opts = _snake(options, kw)
+        return await self.client.queue_message(message, agent_id=self.id, **_target(opts), **opts)
+
+    async def send_signal(self, signal: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+                          **kw: Any) -> SendResult:
+        """``sendSignal({type, contents, tagName?, attributes?, metadata?}, {resourceId, threadId, …})``."""
+        opts = _snake(options, kw)
+        return await self.client.send_signal(dict(signal), agent_id=self.id, **_target(opts), **opts)
+
+    async def send_state_signal(self, state: Mapping[str, Any], options: Mapping[str, Any] | None = None,
+                                **kw: Any) -> SendResult:
+        """``sendStateSignal({id, cacheKey, contents, mode?, value?|delta?}, {resourceId, threadId, …})``;
+        ``accepted`` resolves to a ``Skipped`` reply when the lane's value is unchanged."""
+        opts = _snake(options, kw)
+        return await self.client.send_state_signal(dict(state), agent_id=self.id, **_target(opts), **opts)
+
+    async def send_notification_signal(self, notification: Mapping[str, Any] | list[dict[str, Any]],
+                                       options: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+        """``sendNotificationSignal({source, kind, summary, priority?, …}, {resourceId, threadId, ifIdle?})``:
+        the ``notified`` reply (per notification ``{record, decision, signal_id?, run_id?, accepted?}``)."""
+        opts = _snake(options, kw)
+        items = notification if isinstance(notification, list) else dict(notification)
+        return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
+
+    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None, **kw: Any) -> ThreadSubscription:
+        """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
+        ``await abort()``, ``await unsubscribe()``."""
+        opts = _snake(options, kw)
+        return await self.client.subscribe_to_thread(**_target(opts), **opts)
+
+    async def generate(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> RunResult:
+        """``generate(message, {memory: {resource, thread}, maxSteps?, …})``: waits for the run's result.
+
+        Raises:
+            RequestFailed: ingress refused the request.
+            TimeoutError: no result within ``timeout_s`` (default 300).
+        """
+        opts = _snake(options, kw)
+        target, thread = _memory(opts)
+        timeout_s = float(opts.pop("timeout_s", 300.0))
+        return await self.client.generate(message, agent_id=self.id, options=opts, thread=thread,
+                                          timeout_s=timeout_s, **target)
+
+    async def stream(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> RunOutput:
+        """``stream(message, {memory: {resource, thread}, …})``: the run's :class:`RunOutput`
+        (``full_stream``, ``text_stream``, ``await text()``), once ingress has accepted the request.
+
+        Raises:
+            RequestFailed: ingress refused the request.
+        """
+        opts = _snake(options, kw)
+        target, thread = _memory(opts)
+        sent = await self.client.stream(message, agent_id=self.id, options=opts, thread=thread, **target)
+        accepted = await sent.accepted
+        if accepted.output is not None:
+            output: RunOutput = accepted.output
+            return output
+        # the thread was busy: the request waits its turn as a run of its own (``deliver``)
+        assert accepted.run_id is not None
+        return self.client.run_output(accepted.run_id, resource_id=target["resource_id"],
+                                      thread_id=target["thread_id"], sent_at_ms=sent.sent_at_ms)

@@ -1,0 +1,190 @@
+"""What a send result carries (seed ``sendMessage`` return shapes): the created signal, and on a
+``wake`` the woken run's stream (``accepted.output``).
+
+    result = await support.send_message("hi", {"resourceId": "u-1", "threadId": "t-1"})
+    result.signal.id                        # known at once (the client chose it)
+    accepted = await result.accepted
+    if accepted.action == "wake":
+        await accepted.output.consume_stream()   # raises RunFailed when the run ended in an error
+        print(await accepted.output.text())
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from threadline.client.subscription import ThreadSubscription
+from threadline.errors import ThreadlineError
+
+
+@dataclass
+class CreatedSignal:
+    """The signal a send created (seed ``CreatedAgentSignal``).
+
+    Filled from the request when it is sent (``created_at``: the client's clock), then updated
+    with the stored signal when ``accepted`` resolves (ingress's ``created_at``, and the
+    ``if_active`` / ``if_idle`` attributes merged in).
+
+    Attributes:
+        id: ``sig_…``; the id of the stored signal and of its transcript message.
+        type: ``user``, ``state``, ``reactive`` or ``notification``.
+        contents: a string or text/file parts, as sent.
+        attributes, metadata: as sent (after ``accepted``: as stored).
+        created_at: ISO 8601 UTC (``createdAt``).
+        tag_name: the XML tag the model sees (``None`` until ``accepted`` when not given).
+    """
+
+    id: str
+    type: str
+    contents: Any
+    attributes: dict[str, Any] = field(default_factory=dict)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    created_at: str = ""
+    tag_name: str | None = None
+    provider_options: dict[str, Any] | None = None
+
+    def update(self, stored: dict[str, Any]) -> None:
+        """Take the stored signal's fields (an ``accepted`` reply's ``signal``, without contents)."""
+        self.type = stored.get("type", self.type)
+        self.tag_name = stored.get("tagName", self.tag_name)
+        self.attributes = dict(stored.get("attributes") or {})
+        self.metadata = dict(stored.get("metadata") or {})
+        self.created_at = stored.get("createdAt", self.created_at)
+        self.provider_options = stored.get("providerOptions", self.provider_options)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Mastra's camelCase shape ``{id, type, tagName, contents, attributes, metadata, createdAt}``."""
+        out = {"id": self.id, "type": self.type, "tagName": self.tag_name, "contents": self.contents,
+               "attributes": self.attributes, "metadata": self.metadata, "createdAt": self.created_at}
+        if self.provider_options:
+            out["providerOptions"] = self.provider_options
+        return out
+
+
+class RunFailed(ThreadlineError):  # noqa: N818 - Mastra's wording: the run failed
+    """The woken run ended in an error (``error`` chunk); ``error`` is its payload."""
+
+    def __init__(self, run_id: str, error: dict[str, Any]) -> None:
+        super().__init__(f"run {run_id} failed: {error.get('message') or error}")
+        self.run_id = run_id
+        self.error = error
+
+
+class RunOutput:
+    """The stream of one run (``accepted.output`` on a ``wake``): the thread's chunks of that run
+    only, from its first through its ``finish``, without duplicates or dead attempts.
+
+    The subscription is opened lazily, at the first read, from the chunk topic's first record
+    written after the request was sent (less ``margin_ms`` of clock skew); chunks of other runs
+    are skipped. Reading it again replays the chunks read so far, then goes on where it stopped;
+    one reader at a time (a second waits for the first).
+
+    Args:
+        run_id: the woken run.
+        open_subscription: ``(from_time_ms, after) -> ThreadSubscription`` started at that time,
+            skipping the chunks ``after`` (``{run_id: seq}``) names as seen.
+        sent_at_ms: when the request was published (ms since the epoch, the client's clock).
+    """
+
+    def __init__(self, run_id: str,
+                 open_subscription: Callable[[int, dict[str, int]], Awaitable[ThreadSubscription]],
+                 sent_at_ms: int, *, margin_ms: int = 60_000) -> None:
+        self.run_id = run_id
+        self._open = open_subscription
+        self._from_ms = max(0, sent_at_ms - margin_ms)
+        self._chunks: list[dict[str, Any]] = []
+        self._done = False
+        self._lock = asyncio.Lock()
+
+    @property
+    def stream(self) -> AsyncIterator[dict[str, Any]]:
+        """Chunk dicts of the run, ending after its ``finish``."""
+        return self._iterate()
+
+    @property
+    def full_stream(self) -> AsyncIterator[dict[str, Any]]:
+        """Mastra's ``fullStream``: the same as :attr:`stream`."""
+        return self._iterate()
+
+    @property
+    def text_stream(self) -> AsyncIterator[str]:
+        """Mastra's ``textStream``: the run's text deltas."""
+        return self._texts()
+
+    async def _texts(self) -> AsyncIterator[str]:
+        async for chunk in self._iterate():
+            if chunk.get("type") == "text-delta":
+                yield (chunk.get("payload") or {}).get("text", "")
+
+    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+        async with self._lock:
+            for chunk in list(self._chunks):
+                yield chunk
+            if self._done:
+                return
+            seen = {self.run_id: self._chunks[-1]["seq"]} if self._chunks else {}
+            sub = await self._open(self._from_ms, seen)
+            try:
+                async for chunk in sub.stream:
+                    if chunk.get("runId") != self.run_id:
+                        continue
+                    self._chunks.append(chunk)
+                    yield chunk
+                    if chunk.get("type") == "finish":
+                        self._done = True
+                        return
+            finally:
+                await sub.unsubscribe()
+
+    async def consume_stream(self, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
+        """Read the run to its ``finish`` (Mastra's ``consumeStream()``); returns its chunks.
+
+        Raises:
+            RunFailed: the run ended in an error.
+            TimeoutError: no ``finish`` within ``timeout_s``.
+        """
+        async def drain() -> None:
+            async for _ in self.stream:
+                pass
+
+        await asyncio.wait_for(drain(), timeout_s)
+        kept = self._kept()
+        error = next((c.get("payload") or {} for c in kept if c.get("type") == "error"), None)
+        if error is not None:
+            raise RunFailed(self.run_id, error)
+        return kept
+
+    def _kept(self) -> list[dict[str, Any]]:
+        """The chunks read, without those of attempts an ``attempt-discarded`` declared dead."""
+        dead: dict[Any, int] = {}
+        for c in self._chunks:
+            if c.get("type") == "attempt-discarded":
+                p = c.get("payload") or {}
+                dead[p.get("step")] = max(dead.get(p.get("step"), -1), int(p.get("attempt", -1)))
+        return [c for c in self._chunks if c.get("type") == "attempt-discarded"
+                or not isinstance(c.get("attempt"), int) or c["attempt"] > dead.get(c.get("step"), -1)]
+
+    async def text(self, *, timeout_s: float | None = None) -> str:
+        """The run's text (its ``text-delta`` chunks), once it has finished.
+
+        Raises:
+            RunFailed, TimeoutError: as :meth:`consume_stream`.
+        """
+        chunks = await self.consume_stream(timeout_s=timeout_s)
+        return "".join((c.get("payload") or {}).get("text", "") for c in chunks if c.get("type") == "text-delta")
+
+    async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
+        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished.
+
+        Raises:
+            TimeoutError: as :meth:`consume_stream`.
+        """
+        try:
+            chunks = await self.consume_stream(timeout_s=timeout_s)
+        except RunFailed:
+            chunks = self._kept()
+        finish = next((c for c in reversed(chunks) if c.get("type") == "finish"), None)
+        return ((finish or {}).get("payload") or {}).get("stepResult", {}).get("reason")
