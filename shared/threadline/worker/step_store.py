@@ -117,17 +117,21 @@ class PgStepStore:
             once Kafka acknowledged it (``THREADLINE_STEP_RESULT_ASYNC``). Either way a result
             Kafka did not take stays in the outbox for the relay, and a run's results are
             published in step order.
+        lean: store-and-claim with the one-pass statement (decision 49,
+            ``THREADLINE_SAVE_CLAIM_LEAN``); off: migration 0013's.
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
-                 continues: bool = False, publish_async: bool = False) -> None:
+                 continues: bool = False, publish_async: bool = False, lean: bool = True) -> None:
         self._db = db
+        self.lean = lean
         self.continues = continues
         self.publish_async = publish_async
         self._next: dict[str, Claimed] = {}
         self._publishing: dict[str, asyncio.Task[None]] = {}  # run -> its last result's background publish
-        self._times: dict[str, tuple[float, float]] = {}  # run -> (saved, published) of its last continued step
+        # run -> (saved, published, statement sent, statement returned) of its last continued step
+        self._times: dict[str, tuple[float, float, float, float]] = {}
         self._relayed: set[str] = set()  # runs whose step result was left to the relay (keeps their order)
         self._on_saved = on_saved
         self._outbox = outbox
@@ -163,9 +167,11 @@ class PgStepStore:
         once: the caller runs it (or, when it cannot, leaves it to the heartbeat's takeover)."""
         return self._next.pop(run_id, None)
 
-    def take_times(self, run_id: str) -> tuple[float, float] | None:
-        """``(saved, published)``: the ``time.perf_counter()`` readings of the run's last step
-        stored with its next step claimed (:mod:`threadline.worker.step_gap`), once."""
+    def take_times(self, run_id: str) -> tuple[float, float, float, float] | None:
+        """``(saved, published, sent, returned)``: the ``time.perf_counter()`` readings of the
+        run's last step stored with its next step claimed (:mod:`threadline.worker.step_gap`;
+        ``sent``/``returned``: the save-and-claim statement sent on a connection in hand, and
+        returned), once."""
         return self._times.pop(run_id, None)
 
     async def settle(self, run_id: str) -> None:
@@ -206,16 +212,19 @@ class PgStepStore:
         finish: Queued | None = None
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
+        sent = returned = 0.0
         async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
                                        orjson.dumps(record.finish), key=key, headers=chunk_headers())
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
             if continues:  # the next step claimed for this worker in the same statement (decision 31)
+                sent = time.perf_counter()
                 box_id, value, headers, row = await save_step_continue(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
                     state=record.state, next_seq=record.next_seq, result=result, lease_ttl_s=self._ttl,
-                    owner=self._owner)
+                    owner=self._owner, lean=self.lean)
+                returned = time.perf_counter()
                 nxt = _begun(row, run.run_id) if row["outcome"] is not None else None
             else:
                 box_id, value, headers = await save_step(
@@ -241,7 +250,7 @@ class PgStepStore:
         else:
             await self._publish(run, box_id, key, value, headers, finish, earlier, continued)
         if continued:
-            self._times[run.run_id] = (saved, time.perf_counter())
+            self._times[run.run_id] = (saved, time.perf_counter(), sent, returned)
 
     def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self._publishing.get(run_id) is task:
