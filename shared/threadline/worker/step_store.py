@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
@@ -92,6 +93,11 @@ def _fence(run: StepRun) -> dict[str, Any]:
     """The fields of the run the fenced writes of :mod:`threadline.store.steps` read."""
     return {"run_id": run.run_id, "thread_id": run.thread_id, "resource_id": run.resource_id,
             "epoch": run.epoch, "step": run.step}
+
+
+TOOL_RESULT_RETRY_S = 60.0
+"""How long a worker retries storing a tool's result through a transient PostgreSQL fault (a
+restart takes seconds) before it hands the step back and the tool runs again on re-execution."""
 
 
 class PgStepStore:
@@ -309,9 +315,20 @@ class PgStepStore:
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
                                error: str | None) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`."""
-        async with self._conn() as conn:
-            await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
+        """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`. The tool's side effect
+        has happened: a transient fault (PostgreSQL restarting) is retried with backoff for up
+        to :data:`TOOL_RESULT_RETRY_S` rather than handing the step back, whose re-execution would
+        run the tool again (the insert keeps the first record, so a retry after a lost answer
+        changes nothing). Raises what the last attempt raised once that time is spent."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
+                                           stop=stop_after_delay(TOOL_RESULT_RETRY_S),
+                                           wait=wait_exponential(multiplier=0.1, max=2.0)):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    log.warning("retrying a tool result's store", run_id=run.run_id, tool_call_id=call_id,
+                                attempt=attempt.retry_state.attempt_number)
+                async with self._conn() as conn:
+                    await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""
