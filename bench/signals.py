@@ -30,7 +30,7 @@ from typing import Any
 from bench.env import BenchEnv
 from bench.stats import ratio, summary_ms
 from bench.subscriber import is_type
-from threadline.worker.step_gap import SEGMENTS
+from threadline.worker.step_gap import SAVE_SEGMENTS, SEGMENTS
 
 _FIELD = re.compile(r"\b(\w+_ms)=([0-9.]+)")
 
@@ -101,7 +101,7 @@ def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
     with log_path.open("rb") as f:
         f.seek(start)
         text = f.read().decode(errors="replace")
-    values: dict[str, list[float]] = {name: [] for name in SEGMENTS}
+    values: dict[str, list[float]] = {name: [] for name in (*SEGMENTS, *SAVE_SEGMENTS)}
     for line in text.splitlines():
         if "step gap" not in line:
             continue
@@ -109,4 +109,7 @@ def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
         if all(name in fields for name in SEGMENTS):
             for name in SEGMENTS:
                 values[name].append(float(fields[name]) / 1000)
-    return {name: summary_ms(v) for name, v in values.items()}
+            if all(name in fields for name in SAVE_SEGMENTS):  # save_claim_ms split (a worker that logs it)
+                for name in SAVE_SEGMENTS:
+                    values[name].append(float(fields[name]) / 1000)
+    return {name: summary_ms(v) for name, v in values.items() if v or name in SEGMENTS}

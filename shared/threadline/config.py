@@ -152,6 +152,11 @@ class Settings(BaseSettings):
     does not take is left to the outbox relay and the run's results stay in step order
     (docs/decisions.md, 37). Off (the default until an unexplained chaos failure with it on,
     seed 777 under heavy load, is understood): the next step begins after the acknowledgement."""
+    save_claim_lean: bool = True
+    """A worker that continues the run stores the step and claims the next one with migration
+    0017's one-pass ``threadline_save_step_claim`` (docs/decisions.md, 49); off: 0013's
+    ``threadline_save_step_continue``, the same writes in about twice the statements (kept to
+    measure the two side by side)."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

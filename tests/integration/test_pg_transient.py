@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +26,9 @@ from threadline.store.db import Database, PoolTimeoutError
     asyncpg.exceptions.SerializationError("could not serialize access"),
     asyncpg.exceptions.DeadlockDetectedError("deadlock"),
     asyncpg.InterfaceError("connection is closed"),
+    asyncpg.exceptions.InternalClientError("cannot switch to state 12; another operation (2) is in progress"),
+    asyncpg.exceptions.IdleSessionTimeoutError("terminating connection due to idle-session timeout"),
+    asyncpg.exceptions.IdleInTransactionSessionTimeoutError("terminating connection due to idle-in-transaction"),
     ConnectionResetError("reset by peer"),
     PoolTimeoutError("no connection free"),
 ])
@@ -78,6 +82,56 @@ async def test_a_terminated_backend_mid_handler_is_retried_and_succeeds(cluster)
     assert attempts == 2 and letters.written == []
     assert await admin.fetchval("SELECT array_agg(n) FROM transient_probe") == [2]
     await admin.execute("DROP TABLE transient_probe")
+    await admin.close()
+
+
+async def test_a_connection_left_mid_operation_is_terminated_not_pooled_again(cluster):
+    """A handler's connection raises InternalClientError (its protocol state left mid-operation,
+    asyncpg #1069): it is retried, and the retry gets a new backend, never the broken one (the pool
+    releases without a reset query, so nothing else would notice the state)."""
+    attempts: list[tuple[int, bool]] = []
+    async with Database(cluster.dsn, max_size=1) as db:
+        async def handler(_record: Record) -> None:
+            async with db.transaction() as conn:
+                attempts.append((conn.get_server_pid(), False))
+                if len(attempts) == 1:
+                    raise asyncpg.exceptions.InternalClientError(
+                        "cannot switch to state 12; another operation (2) is in progress")
+                await conn.execute("SELECT 1")
+
+        letters = _Letters()
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
+        assert len(attempts) == 2 and letters.written == []
+        assert attempts[0][0] != attempts[1][0]  # a new connection, the broken one terminated
+        async with db.connection() as conn:
+            assert conn.get_server_pid() == attempts[1][0]  # a healthy one is pooled again
+
+
+async def test_a_backend_terminated_mid_statement_leaves_the_pool_usable(cluster):
+    """The backend is terminated while a statement runs on a pooled connection (a server restart
+    as one connection sees it): the handler is retried and the pool's next use works."""
+    admin = await asyncpg.connect(cluster.dsn)
+    attempts = 0
+    async with Database(cluster.dsn, max_size=1) as db:
+        async def handler(_record: Record) -> None:
+            nonlocal attempts
+            attempts += 1
+            async with db.transaction() as conn:
+                if attempts == 1:
+                    pid = conn.get_server_pid()
+                    sleeper = asyncio.ensure_future(conn.execute("SELECT pg_sleep(30)"))
+                    while not await admin.fetchval(
+                            "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%'"
+                            " AND state = 'active'", pid):
+                        await asyncio.sleep(0.02)
+                    await admin.execute("SELECT pg_terminate_backend($1)", pid)
+                    await sleeper
+                await conn.execute("SELECT 1")
+
+        letters = _Letters()
+        await guarded(handler, letters)(_record())  # type: ignore[arg-type]  # a stand-in dead-letter writer
+        assert attempts == 2 and letters.written == []
+        assert await db.fetchrow("SELECT 1 AS one") is not None
     await admin.close()
 
 

@@ -301,3 +301,32 @@ async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_th
             assert store.take_next(s["run_id"]) is None
             row = await db.fetchrow("SELECT step, steps_done FROM runs WHERE run_id = $1", s["run_id"])
             assert (row["step"], row["steps_done"]) == (0, 0)
+
+
+class RefusingOnceDb(CountingDb):
+    """The first connection is refused, as while PostgreSQL restarts (chaos seed 1: a tool's result
+    store met the restart, the step was handed back and its re-execution ran the tool again)."""
+
+    refused = 0
+
+    @contextlib.asynccontextmanager
+    async def connection(self, *, patient: bool = False):
+        if not self.refused:
+            self.refused += 1
+            raise ConnectionRefusedError(111, "Connect call failed ('127.0.0.1', 5432)")
+        async with self.db.connection(patient=patient) as conn:
+            yield conn
+
+
+async def test_a_tool_result_is_stored_through_a_postgres_restart_not_left_to_a_rerun(cluster):
+    async with Database(cluster.dsn, max_size=2) as db:
+        r = await _run(db)
+        flaky = RefusingOnceDb(db)
+        store = PgStepStore(db=flaky, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60)
+        run = SimpleNamespace(run_id=r["run_id"])
+        with structlog.testing.capture_logs() as logs:
+            await store.save_tool_result(run, "call-1", "chaos_effect", {"done": 1}, None)  # type: ignore[arg-type]
+        assert flaky.refused == 1
+        assert any(e["event"] == "retrying a tool result's store" for e in logs)
+        assert await store.tool_results(run, ["call-1"]) == {"call-1": ({"done": 1}, None)}  # type: ignore[arg-type]

@@ -43,6 +43,16 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
     transaction and drops listeners before calling this."""
 
 
+def _broken(exc: BaseException) -> bool:
+    """True when ``exc`` leaves its connection unusable (asyncpg's own state, not the server's
+    answer): ``InternalClientError`` (the protocol left mid-operation) or ``InterfaceError``
+    (closed, or another operation in progress), not a query argument it could not encode
+    (asyncpg's ``DataError``, a ``ValueError``)."""
+    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+        return True
+    return isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, ValueError)
+
+
 class Database:
     """Owns the connection pool of one process.
 
@@ -134,6 +144,13 @@ class Database:
                 log.warning("still waiting for a Postgres connection", reason=message, timeouts=self.acquire_timeouts)
         try:
             yield conn
+        except BaseException as exc:
+            if _broken(exc):
+                # Never pooled again: the release below only rolls back an open transaction,
+                # so a connection stuck mid-operation outside one would go back to the pool.
+                log.warning("terminating a broken Postgres connection", error=type(exc).__name__, reason=str(exc))
+                conn.terminate()
+            raise
         finally:
             await pool.release(conn)
 

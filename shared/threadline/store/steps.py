@@ -145,20 +145,22 @@ def _message_rows(entries: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict
     return list(rows.values())
 
 
-_SAVE_CONTINUE = ("SELECT * FROM threadline_save_step_continue($1::text, $2::bigint, $3::int, $4::int, $5::float8, "
-                  "$6::jsonb, $7::text[], $8::jsonb, $9::bigint, $10::text, $11::text, $12::jsonb, $13::bytea, "
-                  "$14::text, $15::bigint)")
+_SAVE_ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
+              "$10::text, $11::text, $12::jsonb, $13::bytea, $14::text, $15::bigint)")
+_SAVE_CONTINUE = "SELECT * FROM threadline_save_step_continue" + _SAVE_ARGS
+_SAVE_CLAIM = "SELECT * FROM threadline_save_step_claim" + _SAVE_ARGS
 
 
 async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
                              entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
                              state: dict[str, Any], next_seq: int, result: StepResult, lease_ttl_s: float,
-                             owner: str) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
+                             owner: str, lean: bool = True) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
     """:func:`save_step` of a step whose outcome is ``continue``, and the run's next step claimed
-    by ``owner`` in the same statement (one round trip, migration 0013's
-    ``threadline_save_step_continue``): the run is advanced as the orchestrator advances it
-    (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is fenced, beaten
-    and taken over like any step (docs/decisions.md, 31).
+    by ``owner`` in the same statement (one round trip): the run is advanced as the orchestrator
+    advances it (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is
+    fenced, beaten and taken over like any step (docs/decisions.md, 31). ``lean``: migration
+    0017's ``threadline_save_step_claim`` (one pass, decision 49); off: 0013's
+    ``threadline_save_step_continue`` (``THREADLINE_SAVE_CLAIM_LEAN=0``). Same writes, same row.
 
     Returns:
         ``(outbox id, value, headers, row)``: the step result as :func:`save_step` returns it, and
@@ -171,7 +173,8 @@ async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: M
     value, headers = encode(result)
     try:
         row = await conn.fetchrow(
-            _SAVE_CONTINUE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries),
+            _SAVE_CLAIM if lean else _SAVE_CONTINUE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s,
+            _message_rows(entries),
             consumed, state, next_seq, topics.step_results, thread_key(run["resource_id"], thread_id),
             [[k, v.decode()] for k, v in headers], value, owner, SEQ_BLOCK)
     except asyncpg.PostgresError as exc:

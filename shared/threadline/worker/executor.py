@@ -105,7 +105,8 @@ class StepExecutor:
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
                                   lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
                                   continues=settings.worker_continues, publish_async=settings.step_result_async,
-                                  history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]))
+                                  history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]),
+                                  lean=settings.save_claim_lean)
 
     def stop_continuing(self) -> None:
         """Shutdown: steps that end from now on hand their run's next step to the orchestrator
@@ -234,7 +235,7 @@ class StepExecutor:
                 nxt = self._store.take_next(run.run_id) if outcome == "continue" else None
                 if gap is not None:  # the overhead before this step's first chunk, where it went
                     gap["first_sent"] = writer.first_sent
-                    log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}))
+                    log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}), **step_gap.save_split(gap))
                 log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
@@ -247,7 +248,7 @@ class StepExecutor:
         if nxt is None or times is None:
             return nxt, None
         return nxt, {"flush_start": writer.flush_started, "flushed": writer.flushed_at, "saved": times[0],
-                     "published": times[1]}
+                     "published": times[1], "save_sent": times[2], "save_returned": times[3]}
 
     async def _step(self, run: StepRun, inputs: StepInputs, writer: ChunkWriter) -> str:
         """Run the step in the loop; returns the outcome for the log."""

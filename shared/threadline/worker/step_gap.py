@@ -13,6 +13,8 @@ run with, the worker passes these points (``time.perf_counter()`` readings, seco
 
 :func:`segments` turns them into milliseconds per segment; the worker logs them on its
 ``step gap`` line (run, thread and step ids bound), and the signals benchmark tables them.
+:func:`save_split` splits ``save_claim_ms`` further at ``save_sent`` (the statement sent on a
+connection in hand) and ``save_returned`` (its answer read).
 """
 
 from __future__ import annotations
@@ -42,3 +44,22 @@ def segments(points: dict[str, float | None]) -> dict[str, float] | None:
     out = {name: round((b - a) * 1000, 3) for name, (a, b) in zip(SEGMENTS, itertools.pairwise(times), strict=False)}
     out["total_ms"] = round((times[-1] - times[0]) * 1000, 3)
     return out
+
+
+SAVE_SEGMENTS = ("save_wait_ms", "save_sql_ms", "save_after_ms")
+"""The parts of ``save_claim_ms`` :func:`save_split` returns: ``flushed`` → ``save_sent`` (the
+step's state built, a connection acquired), → ``save_returned`` (the statement's round trip:
+sending, running, committing, the answer read), → ``saved``."""
+
+
+def save_split(points: dict[str, float | None]) -> dict[str, float]:
+    """Milliseconds of :data:`SAVE_SEGMENTS` from the readings ``flushed``, ``save_sent``,
+    ``save_returned`` and ``saved`` (``perf_counter()`` seconds); ``{}`` when one is missing,
+    zero or the readings go backwards."""
+    values = [points.get(name) for name in ("flushed", "save_sent", "save_returned", "saved")]
+    if any(not v for v in values):
+        return {}
+    times = [float(v) for v in values if v]
+    if any(b < a for a, b in itertools.pairwise(times)):
+        return {}
+    return {name: round((b - a) * 1000, 3) for name, (a, b) in zip(SAVE_SEGMENTS, itertools.pairwise(times), strict=True)}

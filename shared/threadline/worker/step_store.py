@@ -14,6 +14,7 @@ from typing import Any
 
 import asyncpg
 import orjson
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
@@ -94,6 +95,11 @@ def _fence(run: StepRun) -> dict[str, Any]:
             "epoch": run.epoch, "step": run.step}
 
 
+TOOL_RESULT_RETRY_S = 60.0
+"""How long a worker retries storing a tool's result through a transient PostgreSQL fault (a
+restart takes seconds) before it hands the step back and the tool runs again on re-execution."""
+
+
 class PgStepStore:
     """Steps of this worker (``owner``: its step-owner token) in PostgreSQL.
 
@@ -119,18 +125,23 @@ class PgStepStore:
             published in step order.
         history_limit: most stored messages step 0 reads (the largest ``last_messages`` of the
             agents; each run then keeps its agent's last ``last_messages``).
+        lean: store-and-claim with the one-pass statement (decision 49,
+            ``THREADLINE_SAVE_CLAIM_LEAN``); off: migration 0013's.
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
-                 continues: bool = False, publish_async: bool = False, history_limit: int = 200) -> None:
+                 continues: bool = False, publish_async: bool = False, history_limit: int = 200,
+                 lean: bool = True) -> None:
         self._db = db
         self._history_limit = history_limit
+        self.lean = lean
         self.continues = continues
         self.publish_async = publish_async
         self._next: dict[str, Claimed] = {}
         self._publishing: dict[str, asyncio.Task[None]] = {}  # run -> its last result's background publish
-        self._times: dict[str, tuple[float, float]] = {}  # run -> (saved, published) of its last continued step
+        # run -> (saved, published, statement sent, statement returned) of its last continued step
+        self._times: dict[str, tuple[float, float, float, float]] = {}
         self._relayed: set[str] = set()  # runs whose step result was left to the relay (keeps their order)
         self._on_saved = on_saved
         self._outbox = outbox
@@ -166,9 +177,11 @@ class PgStepStore:
         once: the caller runs it (or, when it cannot, leaves it to the heartbeat's takeover)."""
         return self._next.pop(run_id, None)
 
-    def take_times(self, run_id: str) -> tuple[float, float] | None:
-        """``(saved, published)``: the ``time.perf_counter()`` readings of the run's last step
-        stored with its next step claimed (:mod:`threadline.worker.step_gap`), once."""
+    def take_times(self, run_id: str) -> tuple[float, float, float, float] | None:
+        """``(saved, published, sent, returned)``: the ``time.perf_counter()`` readings of the
+        run's last step stored with its next step claimed (:mod:`threadline.worker.step_gap`;
+        ``sent``/``returned``: the save-and-claim statement sent on a connection in hand, and
+        returned), once."""
         return self._times.pop(run_id, None)
 
     async def settle(self, run_id: str) -> None:
@@ -209,16 +222,19 @@ class PgStepStore:
         finish: Queued | None = None
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
+        sent = returned = 0.0
         async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
                                        orjson.dumps(record.finish), key=key, headers=chunk_headers())
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
             if continues:  # the next step claimed for this worker in the same statement (decision 31)
+                sent = time.perf_counter()
                 box_id, value, headers, row = await save_step_continue(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
                     state=record.state, next_seq=record.next_seq, result=result, lease_ttl_s=self._ttl,
-                    owner=self._owner)
+                    owner=self._owner, lean=self.lean)
+                returned = time.perf_counter()
                 nxt = _begun(row, run.run_id) if row["outcome"] is not None else None
             else:
                 box_id, value, headers = await save_step(
@@ -244,7 +260,7 @@ class PgStepStore:
         else:
             await self._publish(run, box_id, key, value, headers, finish, earlier, continued)
         if continued:
-            self._times[run.run_id] = (saved, time.perf_counter())
+            self._times[run.run_id] = (saved, time.perf_counter(), sent, returned)
 
     def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self._publishing.get(run_id) is task:
@@ -303,9 +319,20 @@ class PgStepStore:
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
                                error: str | None) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`."""
-        async with self._conn() as conn:
-            await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
+        """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`. The tool's side effect
+        has happened: a transient fault (PostgreSQL restarting) is retried with backoff for up
+        to :data:`TOOL_RESULT_RETRY_S` rather than handing the step back, whose re-execution would
+        run the tool again (the insert keeps the first record, so a retry after a lost answer
+        changes nothing). Raises what the last attempt raised once that time is spent."""
+        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
+                                           stop=stop_after_delay(TOOL_RESULT_RETRY_S),
+                                           wait=wait_exponential(multiplier=0.1, max=2.0)):
+            with attempt:
+                if attempt.retry_state.attempt_number > 1:
+                    log.warning("retrying a tool result's store", run_id=run.run_id, tool_call_id=call_id,
+                                attempt=attempt.retry_state.attempt_number)
+                async with self._conn() as conn:
+                    await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""

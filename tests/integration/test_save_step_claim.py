@@ -1,0 +1,106 @@
+"""Migration 0017's one-pass ``threadline_save_step_claim`` (decision 49) writes and returns what
+0013's ``threadline_save_step_continue`` does, in every case the worker meets: a continued step
+(first and later), a pending signal drained and a consumed one, a run aborted meanwhile, a run the
+orchestrator already moved, a stale epoch and a stale attempt. Each case is set up twice, alike
+but for its ids; one copy goes through each function and everything both touched is compared."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import asyncpg
+import orjson
+import pytest
+
+from threadline.store.db import connect
+
+_ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
+         "$10::text, $11::text, $12::jsonb, $13::bytea, $14::text, $15::bigint)")
+_VOLATILE = {"created_at", "updated_at", "step_heartbeat", "consumed_at", "expires_at", "heartbeat", "box", "id",
+             "seq", "position", "published_at", "finished_at", "history_at"}
+
+
+async def _setup(conn: asyncpg.Connection, p: str, case: dict[str, Any]) -> None:
+    await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res')", f"{p}-t")
+    await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
+                       "VALUES ($1, 'res', $2, 3, now() + interval '1 minute')", f"{p}-t", f"{p}-r")
+    await conn.execute(
+        "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done, attempt, status, "
+        "step_started, step_owner, step_heartbeat, next_seq, continued_from, options, state) "
+        "VALUES ($1, $2, 'res', 'agent', 3, $3, $4, 2, $5, true, 'w1', now(), 2000000, $6, $7, $8)",
+        f"{p}-r", f"{p}-t", case.get("run_step", 1), case.get("run_step", 1), case.get("status", "running"),
+        case.get("continued_from"), {"maxSteps": 5}, {"old": True})
+    await conn.execute("INSERT INTO messages (id, thread_id, resource_id, run_id, role, content) VALUES "
+                       "($1, $2, 'res', $3, 'user', $4), ($5, $2, 'res', $3, 'assistant', $4)",
+                       f"{p}-m0", f"{p}-t", f"{p}-r", {"parts": ["old"]}, f"{p}-gone")
+    for name, mode in (("consumed", "deliver"), ("pending", "deliver")):
+        await conn.execute("INSERT INTO signals (id, thread_id, resource_id, type, mode, status, run_id, payload) "
+                           "VALUES ($1, $2, 'res', 'user', $3, 'pending', $4, $5)",
+                           f"{p}-s-{name}", f"{p}-t", mode, f"{p}-r", {"text": name})
+
+
+async def _call(conn: asyncpg.Connection, fn: str, p: str, case: dict[str, Any]) -> dict[str, Any]:
+    msgs = [{"id": f"{p}-m0", "role": "user", "type": None, "content": {"parts": ["old"]}},
+            {"id": f"{p}-m1", "role": "assistant", "type": "text", "content": {"parts": ["new"]}}]
+    try:
+        async with conn.transaction():
+            row = await conn.fetchrow(
+                f"SELECT * FROM {fn}{_ARGS}", f"{p}-r", case.get("epoch", 3), 1, case.get("attempt", 2), 30.0, msgs,
+                [f"{p}-s-consumed"], {"step": 1, "ml": msgs}, 3000123, "step-results", f"res:{p}-t",
+                [["h", "v"]], p.encode(), "w2", 1_000_000)
+    except asyncpg.PostgresError as exc:
+        return {"error": exc.sqlstate}
+    assert row is not None
+    return {**dict(row), "stored": row["box"] is not None}
+
+
+async def _snapshot(conn: asyncpg.Connection, p: str) -> dict[str, Any]:
+    tables = {"runs": ("SELECT * FROM runs WHERE run_id = $1", f"{p}-r"),
+              "lease": ("SELECT *, expires_at > now() + interval '20 s' AS renewed FROM thread_leases "
+                        "WHERE thread_id = $1", f"{p}-t"),
+              "messages": ("SELECT * FROM messages WHERE thread_id = $1 ORDER BY id", f"{p}-t"),
+              "signals": ("SELECT * FROM signals WHERE thread_id = $1 ORDER BY id", f"{p}-t"),
+              "outbox": ("SELECT * FROM outbox WHERE key = $1 ORDER BY id", f"res:{p}-t")}
+    out = {}
+    for name, (sql, arg) in tables.items():
+        out[name] = [{k: v for k, v in dict(r).items() if k not in _VOLATILE} for r in await conn.fetch(sql, arg)]
+    out["heartbeat_set"] = await conn.fetchval("SELECT step_heartbeat IS NOT NULL FROM runs WHERE run_id = $1",
+                                               f"{p}-r")
+    return out
+
+
+def _neutral(value: Any, p: str) -> Any:
+    return orjson.loads(orjson.dumps(value, default=str).decode().replace(p, "P"))
+
+
+@pytest.mark.parametrize("case", [
+    {},                                        # the first continued step: continued_from set
+    {"continued_from": 0},                     # a later one: continued_from kept
+    {"status": "aborted"},                     # aborted meanwhile: stored, not advanced
+    {"run_step": 2},                           # the orchestrator moved the run: stored, not advanced
+    {"epoch": 4},                              # another run holds the thread: stale, nothing written
+    {"attempt": 1},                            # a later attempt took over: stale, nothing written
+], ids=["first", "later", "aborted", "moved", "stale-epoch", "stale-attempt"])
+async def test_the_one_pass_statement_does_what_the_two_pass_one_did(cluster, case):
+    conn = await connect(cluster.dsn)
+    try:
+        seen = {}
+        for fn in ("threadline_save_step_continue", "threadline_save_step_claim"):
+            p = f"{fn[-5:]}{uuid.uuid4().hex[:8]}"
+            await _setup(conn, p, case)
+            returned = await _call(conn, fn, p, case)
+            seen[fn] = _neutral({"returned": {k: v for k, v in returned.items() if k not in _VOLATILE},
+                                 **(await _snapshot(conn, p))}, p)
+        old, new = seen["threadline_save_step_continue"], seen["threadline_save_step_claim"]
+        assert new == old
+        if not case or "continued_from" in case:  # the cases exercise what they claim to
+            assert old["returned"]["outcome"] == "claimed" and old["runs"][0]["step"] == 2
+            assert old["runs"][0]["continued_from"] == case.get("continued_from", 1)
+            assert [s["drained_step"] for s in old["signals"]] == [None, 2]
+        elif "epoch" in case or "attempt" in case:
+            assert old["returned"] == {"error": "TLSTW"}
+        else:
+            assert old["returned"]["outcome"] is None and old["returned"]["stored"]
+    finally:
+        await conn.close()
