@@ -82,6 +82,7 @@ async def _frozen_backends(dsn: str) -> list[dict]:
     return [{"pid": r["pid"]} for r in await rows(dsn, query) if first.get(r["pid"]) == r["state_change"]]
 
 
+@pytest.mark.serial  # (b) finds two frozen backends when run beside the other process (twice in CI); alone it passes
 @pytest.mark.parametrize("variant", ["a-freeze", "b-terminate-connection"])
 async def test_b13_a_request_held_by_a_frozen_instance_is_handled_once(
         services, ingresses, settings, cluster, model, tmp_path: Path, variant: str) -> None:
