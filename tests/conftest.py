@@ -47,6 +47,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         item.add_marker(marker)
 
 
+@pytest.fixture(autouse=True)
+def _serial_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tell :func:`tests.e2e.faults.alone_or_fail` whether the running test is marked ``serial``."""
+    os.environ["THREADLINE_TEST_SERIAL"] = "1" if request.node.get_closest_marker("serial") else "0"
+    yield
+    os.environ.pop("THREADLINE_TEST_SERIAL", None)
+
+
 @dataclass
 class Cluster:
     bootstrap: str

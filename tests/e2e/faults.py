@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from tests.e2e.records import read_all
@@ -63,10 +64,23 @@ def restart_unavailable() -> str | None:
     return None
 
 
+def alone_or_fail(what: str) -> None:
+    """Fail the test when it stops or restarts the shared Kafka or PostgreSQL from a pytest-xdist
+    process without the ``serial`` mark: the other test process would meet the outage (CI: a
+    PostgreSQL restart of C26(b) failed another process's test with "the database system is
+    shutting down"). ``make test`` runs the ``serial`` tests alone, before the others."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("THREADLINE_TEST_SERIAL") != "1":
+        pytest.fail(f"{what} beside other test processes: mark the test `serial` (tests/conftest.py)",
+                    pytrace=False)
+
+
 def _native(script: str, *args: str, timeout_s: float = 180, tries: int = 3) -> None:
     """Run a ``deploy/native`` script; a ``start`` that fails (a port not yet released by the
     process just stopped, a slow start-up on a loaded machine) is tried again. Raises
-    ``RuntimeError`` with the script's own error output when every try failed."""
+    ``RuntimeError`` with the script's own error output when every try failed; fails the test
+    (:func:`alone_or_fail`) when it would stop the shared cluster beside another test process."""
+    if args and args[0] in ("stop", "restart"):
+        alone_or_fail(f"{script} {args[0]}")
     for attempt in range(1, tries + 1):
         done = subprocess.run(["bash", str(NATIVE / script), *args], cwd=ROOT, timeout=timeout_s, capture_output=True)
         if done.returncode == 0:

@@ -26,6 +26,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer
 
+from tests.e2e.faults import alone_or_fail
 from threadline.testing.harness import ServiceSet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -174,11 +175,13 @@ def _native_pg() -> bool:
                           capture_output=True, timeout=30).returncode == 0
 
 
+@pytest.mark.serial  # restarts the shared PostgreSQL: runs alone (make test)
 async def test_c26b_postgres_restart_then_due_record(c26_cluster, scheduler):
     cluster = c26_cluster
     if not _native_pg():
         pytest.skip("needs the native PostgreSQL (deploy/native/postgres.sh restart); a testcontainers "
                     "PostgreSQL cannot be restarted on the same port")
+    alone_or_fail("a PostgreSQL restart")
     svc, prefix = scheduler
     await asyncio.to_thread(subprocess.run, ["bash", str(ROOT / "deploy/native/postgres.sh"), "restart"],
                             check=True, timeout=180, capture_output=True)

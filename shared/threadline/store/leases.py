@@ -1,5 +1,9 @@
 """The per-thread lease (invariant 2, docs/decisions.md §13): one active run per thread, enforced by a
-row lock and a fencing epoch that every write of a run checks."""
+row lock and a fencing epoch that every write of a run checks.
+
+Lock order: a transaction that locks a thread's lease row and one of its ``runs`` rows locks the
+lease row first (decision 60), as the step functions of migrations 0011/0013/0017 do; the other
+order deadlocks against a worker's step save."""
 
 from __future__ import annotations
 
@@ -29,6 +33,15 @@ async def lock_thread(conn: asyncpg.Connection, resource_id: str, thread_id: str
         "SELECT run_id, epoch, (run_id IS NOT NULL AND expires_at > now()) AS active "
         "FROM thread_leases WHERE thread_id = $1 FOR UPDATE", thread_id)
     return Lease(thread_id, resource_id, row["run_id"], row["epoch"], row["active"])
+
+
+async def lock_row(conn: asyncpg.Connection, thread_id: str, *, skip_locked: bool = False) -> bool:
+    """Lock the thread's lease row (``FOR UPDATE``) for this transaction, before any ``runs`` row of
+    the thread (the lock order above). Returns ``False`` when there is no such row, or when
+    ``skip_locked`` and another transaction holds it (nothing is locked then)."""
+    clause = " SKIP LOCKED" if skip_locked else ""
+    got = await conn.fetchval(f"SELECT 1 FROM thread_leases WHERE thread_id = $1 FOR UPDATE{clause}", thread_id)
+    return got is not None
 
 
 async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:

@@ -88,6 +88,7 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
     """Schedule the next step, or end the run and hand the thread to what is queued."""
     ids: list[int] = []
     async with conn.transaction():
+        await leases.lock_row(conn, res.thread_id)  # the lease row before the run's (leases.py)
         run = await _run_for_update(conn, res.run_id)
         move = transitions.on_step_result(RunRow.of(run) if run is not None else None, res)
         if isinstance(move, Defer):  # not recorded as processed: the sweeper publishes it again

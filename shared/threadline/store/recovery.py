@@ -13,7 +13,7 @@ import orjson
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
 from threadline.events.signals import signal_to_message
 from threadline.recovery.decide import RunSnapshot
-from threadline.store import outbox
+from threadline.store import leases, outbox
 from threadline.store.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
 from threadline.topics import Topics, thread_key
 
@@ -49,9 +49,14 @@ async def candidates(conn: asyncpg.Connection, *, stuck_after_s: float, limit: i
 async def claim(conn: asyncpg.Connection, run_id: str, *, stuck_after_s: float) -> asyncpg.Record | None:
     """Lock ``run_id`` for this transaction and return its row with the snapshot fields
     (``idle_s``, ``heartbeat_age_s``, ``holds_lease``, ``outbox_pending``, ``recoveries``);
-    ``None`` when another instance holds it (or it is gone)."""
+    ``None`` when another transaction holds it or its thread's lease row (a worker saving a
+    step, an orchestrator applying a result: the run is not stuck then), or it is gone. The
+    lease row is locked first (``threadline.store.leases``: the lock order)."""
     run = await conn.fetchrow("SELECT resource_id, thread_id FROM runs WHERE run_id = $1", run_id)
     if run is None:
+        return None
+    if not await leases.lock_row(conn, run["thread_id"], skip_locked=True) and await conn.fetchval(
+            "SELECT 1 FROM thread_leases WHERE thread_id = $1", run["thread_id"]):
         return None
     return await conn.fetchrow(_CLAIM, run_id, thread_key(run["resource_id"], run["thread_id"]), stuck_after_s)
 
