@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import ssl
 from functools import lru_cache
-from typing import Any
-
-from faststream.kafka.security import parse_security
-from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
+from typing import TYPE_CHECKING, Any
 
 from threadline.config import Settings
 from threadline.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from faststream.security import BaseSecurity
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -46,6 +46,10 @@ def broker_security(settings: Settings) -> BaseSecurity | None:
                                  f"not {settings.kafka_security_protocol!r}")
     if protocol == "PLAINTEXT":
         return None
+    # imported here: FastStream takes ~0.5 s to import, which every plaintext client and CLI
+    # command would pay at start-up
+    from faststream.security import BaseSecurity, SASLPlaintext, SASLScram256, SASLScram512
+
     tls = protocol.endswith("SSL")
     context = _ssl_context(settings.kafka_ssl_cafile, settings.kafka_ssl_certfile, settings.kafka_ssl_keyfile,
                               settings.kafka_ssl_check_hostname) if tls else None
@@ -66,4 +70,8 @@ def client_kwargs(settings: Settings) -> dict[str, Any]:
     """Keyword arguments for ``AIOKafkaProducer`` / ``AIOKafkaConsumer`` / ``AIOKafkaAdminClient``
     (``{}`` for plaintext). Raises :class:`ConfigurationError` as :func:`broker_security`."""
     security = broker_security(settings)
-    return {} if security is None else parse_security(security)
+    if security is None:
+        return {}
+    from faststream.kafka.security import parse_security  # see broker_security
+
+    return parse_security(security)
