@@ -1,10 +1,13 @@
 # Shared helpers for deploy/native/*.sh (sourced, not run).
 # shellcheck disable=SC2034  # the variables below are used by the scripts that source this
-# Paths: everything a run leaves behind lives under $RUN_DIR (.run/ in the repo),
-# except PostgreSQL's data, which must be readable by the `postgres` OS user.
+# Paths: everything a run leaves behind lives under $RUN_DIR (.run/ in the repo, or
+# THREADLINE_RUN_DIR: a second cluster of the same checkout, on other ports, as `make test`'s
+# serial part uses), except PostgreSQL's data, which must be readable by the `postgres` OS user
+# and lives in $DATA_BASE under /var/tmp (one folder per checkout and run dir).
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)"
-RUN_DIR="$REPO_ROOT/.run"
+RUN_DIR="${THREADLINE_RUN_DIR:-$REPO_ROOT/.run}"
+DATA_BASE="/var/tmp/threadline-$(printf '%s' "${THREADLINE_RUN_DIR:-$REPO_ROOT}" | sha1sum | cut -c1-8)"
 LOG_DIR="$RUN_DIR/logs"
 PID_DIR="$RUN_DIR/pids"
 PY="${PY:-$REPO_ROOT/.venv/bin/python}"

@@ -18,7 +18,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PG_MAJOR=15
 PORT="${THREADLINE_PG_PORT:-15432}"
 HOST=127.0.0.1
-BASE="/var/tmp/threadline-$(printf '%s' "$REPO_ROOT" | sha1sum | cut -c1-8)"
+BASE="$DATA_BASE"
 PGDATA="$BASE/pg"
 PGLOG="$BASE/postgres.log"
 PIDFILE="$RUN_DIR/postgres.pid"   # a copy of the postmaster's pid, for `make ps`

@@ -55,7 +55,7 @@ def restart_unavailable() -> str | None:
     """Why the broker and Postgres cannot be restarted from here (None when they can)."""
     kport = os.environ.get("THREADLINE_KAFKA_PORT", "19092")
     pport = os.environ.get("THREADLINE_PG_PORT", "15432")
-    props = ROOT / ".run" / "kafka" / "server.properties"
+    props = Path(os.environ.get("THREADLINE_RUN_DIR") or ROOT / ".run") / "kafka" / "server.properties"
     if not _script_status("kafka.sh") or not props.exists() or f":{kport}" not in props.read_text():
         return (f"the broker on port {kport} was not started by this checkout's deploy/native/kafka.sh "
                 "(Docker/testcontainers or another checkout's cluster): it cannot be restarted from here")

@@ -22,7 +22,7 @@ from threadline.config import Settings
 from threadline.testing import model_script as ms
 
 ROOT = Path(__file__).resolve().parents[2]
-CA = ROOT / ".run" / "kafka" / "tls" / "ca.pem"
+CA = Path(os.environ.get("THREADLINE_RUN_DIR") or ROOT / ".run") / "kafka" / "tls" / "ca.pem"
 
 
 @pytest.fixture

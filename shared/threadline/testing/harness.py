@@ -81,7 +81,7 @@ def ensure_native_cluster(root: Path, *, kafka_port: int | None = None, pg_port:
     if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
         # several test processes (pytest-xdist) may find the cluster down at once: one starts it,
         # the others wait on the lock and then find it up
-        lock_path = root / ".run" / "infra-up.lock"
+        lock_path = Path(os.environ.get("THREADLINE_RUN_DIR") or root / ".run") / "infra-up.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with lock_path.open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
