@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.helpers import SERVICE_NAMES, collect_run, own_services
 from threadline.client import ThreadlineClient
+from threadline.config import Settings
 from threadline.testing import model_script as ms
 from threadline.testing.containers import free_port
 
@@ -34,12 +35,18 @@ def _total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str, **
     return sum(v for lab, v in samples.get(name, []) if all(lab.get(k) == x for k, x in labels.items()))
 
 
-async def test_each_service_serves_metrics_and_readiness_during_a_run(services, settings, model, cluster):
+async def test_each_service_serves_metrics_and_readiness_during_a_run(services, model, own_cluster):
+    """On a topic prefix and database of the module's own: the session's leftovers (steps of earlier
+    tests' runs still in flight on a loaded machine) would reach this test's worker (CI: 26 steps
+    in flight where this run had one)."""
+    settings = Settings(kafka_bootstrap=own_cluster.bootstrap, pg_dsn=own_cluster.dsn,
+                        topic_prefix=own_cluster.prefix, partitions=4)
     ports = {name: free_port() for name in SERVICE_NAMES}
     model.queue([ms.tool_calls(ms.tool_call("nap", {"seconds": 1.5}, id="n1")), ms.text("rested well")],
                 model="threadline-sleepy")
     thread = f"th-metrics-{uuid.uuid4().hex[:6]}"
-    with own_services(services, "m", env_of=lambda name: {"THREADLINE_METRICS_PORT": str(ports[name])}):
+    with own_services(services, "m", env_of=lambda name: {"THREADLINE_METRICS_PORT": str(ports[name])},
+                      THREADLINE_TOPIC_PREFIX=own_cluster.prefix, THREADLINE_PG_DSN=own_cluster.dsn):
         async with httpx.AsyncClient(timeout=10) as http, ThreadlineClient(settings) as tl:
             for name, port in ports.items():  # ready once started: Kafka joined, Postgres up, migrated
                 for _ in range(100):

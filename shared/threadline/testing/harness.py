@@ -169,6 +169,8 @@ class ServiceSet:
     cwd: Path
     procs: dict[str, ProcessLike] = field(default_factory=dict)
     fork: bool = field(default_factory=forkserver.enabled)
+    started: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
+    """Each instance's service name and ``extra_env`` of its latest :meth:`start` (:meth:`start_again`)."""
 
     def start(self, name: str, instance: str, timeout_s: float | None = None, **extra_env: str) -> None:
         """Start one instance and wait for its ``service started`` log line (``timeout_s``, default
@@ -179,6 +181,7 @@ class ServiceSet:
         if timeout_s is None:
             timeout_s = float(os.environ.get("THREADLINE_TEST_START_TIMEOUT_S", "60"))
         env = {**self.env, "THREADLINE_INSTANCE_ID": instance, **extra_env}
+        self.started[instance] = (name, dict(extra_env))
         self.log_dir.mkdir(parents=True, exist_ok=True)
         path = self.log_dir / f"{instance}.log"
         if path.exists():  # each start gets a fresh log, so waits never match an earlier process
@@ -198,6 +201,12 @@ class ServiceSet:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{instance} did not start:\n" + path.read_text()[-3000:])
             time.sleep(0.1)
+
+    def start_again(self, instance: str, timeout_s: float | None = None) -> None:
+        """Start a stopped or killed instance again with the ``extra_env`` of its latest start
+        (a gateway keeps its port and keys). Raises as :meth:`start`."""
+        name, extra_env = self.started[instance]
+        self.start(name, instance, timeout_s, **extra_env)
 
     def log_path(self, instance: str) -> Path:
         """The log of the instance's latest start."""
