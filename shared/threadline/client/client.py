@@ -304,6 +304,14 @@ class ThreadlineClient:
 
         return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
 
+    async def scores(self, run_id: str) -> list[dict[str, Any]]:
+        """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
+        ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
+        sampled) are absent (decision 71)."""
+        from threadline.store.scores import list_scores
+
+        return await self._inbox(list_scores, run_id=run_id)
+
     def agent(self, agent_id: str) -> AgentHandle:
         """A handle on one agent with Mastra's Agent methods (``send_message``, ``generate``, …),
         so Mastra code ports line for line (:class:`threadline.client.AgentHandle`)."""

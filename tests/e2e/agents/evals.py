@@ -1,0 +1,32 @@
+"""Issue 18 items 5, 7, 8: agents with scorers, tool payload transforms, and the objects a
+call made in-process passes (processors, hooks, ``prepare_step``)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from threadline.runtime import Agent
+from threadline.runtime.scorers import judge
+
+
+# --- scorers (item 5) ---------------------------------------------------------------------------
+async def _length(run):
+    await asyncio.sleep(0)
+    return {"score": min(1.0, len(run.output) / 10), "reason": f"{len(run.output)} chars for {run.input_text!r}"}
+
+
+def _never(run):
+    raise AssertionError("a scorer sampled at 0 never runs")
+
+
+scored = Agent(id="scored", model="openai/threadline-scored", scorers={
+    "length": {"scorer": _length, "sampling": {"type": "ratio", "rate": 1}},
+    "judge": {"scorer": judge(model="openai/threadline-judge", instructions="Rate the answer."), "sampling": 1.0},
+    "never": {"scorer": _never, "sampling": 0},
+})
+unsampled = Agent(id="unsampled", model="openai/threadline-unsampled", scorers={
+    "length": {"scorer": _length, "sampling": 0.0},
+    "judge": {"scorer": judge(model="openai/threadline-judge"), "sampling": {"type": "none"}},
+})
+
+agents = [scored, unsampled]
