@@ -40,6 +40,7 @@ from threadline.runtime.dynamic import ConfigCache, system_messages
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
+from threadline.runtime.transform import transcript_entries
 from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.ports import (
     ChunkSink,
@@ -192,6 +193,9 @@ class StepLoop:
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
         entries = step.ml._entries if memory.stores else []
+        if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
+            entries = await transcript_entries(entries, step.tools if step.tools is not None else agent.tools,
+                                               agent.transform)
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from threadline.runtime import Agent
+from threadline.runtime import Agent, tool
 from threadline.runtime.scorers import judge
 
 
@@ -30,3 +30,29 @@ unsampled = Agent(id="unsampled", model="openai/threadline-unsampled", scorers={
 })
 
 agents = [scored, unsampled]
+
+
+# --- tool payload transforms (item 7) -----------------------------------------------------------
+@tool(description="Look a customer up.", transform={
+    "display": {"input": lambda ctx: {"customer_id": ctx.input["customer_id"]},
+                "output": lambda ctx: {"display_name": ctx.output["display_name"]}},
+    "transcript": {"input": lambda ctx: {"customer_id": ctx.input["customer_id"]},
+                   "output": lambda ctx: None},  # fails closed: a placeholder is stored
+})
+def lookup_customer(args: dict) -> dict:
+    return {"display_name": "Acme", "api_key": f"key-of-{args['secret']}"}
+
+
+@tool(description="Record an audit note.")
+def audit(args: dict) -> dict:
+    return {"stored": args["note"]}
+
+
+def _redact(ctx):
+    """The agent's policy (transcript only): every payload of a tool without its own rule."""
+    return {"redacted": ctx.phase}
+
+
+transforming = Agent(id="transforming", model="openai/threadline-transforming", tools=[lookup_customer, audit],
+                     transform={"transformToolPayload": _redact, "targets": ["transcript"]})
+agents.append(transforming)
