@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,6 @@ from threadline.runtime.dynamic import ConfigCache, system_messages
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
-from threadline.runtime.transform import transcript_entries
 from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.ports import (
     ChunkSink,
@@ -60,6 +60,7 @@ from threadline.runtime.registry import Catalogue
 from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext, ToolHooks
+from threadline.runtime.transform import transcript_entries
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
@@ -192,7 +193,7 @@ class StepLoop:
         await pause_point("before_step_result_write")
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
-        entries = step.ml._entries if memory.stores else []
+        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml._entries if memory.stores else []
         if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
             entries = await transcript_entries(entries, step.tools if step.tools is not None else agent.tools,
                                                agent.transform)
