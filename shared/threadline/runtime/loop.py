@@ -56,6 +56,7 @@ from threadline.runtime.ports import (
     Trip,
 )
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
@@ -119,7 +120,7 @@ class StepLoop:
                            "thread_id": run.thread_id, "resource_id": run.resource_id}
         # the options given as functions of the request context, resolved once per run on this worker
         cfg = await self._configs.get(run.run_id, agent, request_context, self._default_model)
-        options = {**cfg.default_options, **run.options}
+        options = resolve_options({**cfg.default_options, **run.options}, self._catalogue.module)
         cat = self._catalogue.processors
         inputs_ = resolve_list(options.get("input_processors", cfg.processors["input"]), "input",
                                request_context, agent.id, cat)

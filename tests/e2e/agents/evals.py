@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from threadline.runtime import Agent, tool
+from threadline.runtime import Agent, Processor, create_tool, tool
 from threadline.runtime.scorers import judge
 
 
@@ -56,3 +56,38 @@ def _redact(ctx):
 transforming = Agent(id="transforming", model="openai/threadline-transforming", tools=[lookup_customer, audit],
                      transform={"transformToolPayload": _redact, "targets": ["transcript"]})
 agents.append(transforming)
+
+
+# --- call-level processors, hooks and prepare_step as objects (item 8) ----------------------------
+class TagCall(Processor):
+    """Registered nowhere (no agent lists it, nor the module's ``processors``): a call reaches it
+    only by reference."""
+
+    id = "tag-call"
+
+    def process_input(self, *, messages, message_list, **_):
+        message_list.add_system("This run was tagged by a call-level processor object.")
+        return messages
+
+
+tag_call = TagCall()
+
+
+def answer_from_call_hook(ctx):
+    return {"proceed": False, "output": {"by": "call hook", "tool": ctx.tool_name}}
+
+
+call_hooks = {"before_tool_call": answer_from_call_hook}
+
+
+def call_prepare_step(*, step_number, **_):
+    return {"active_tools": ["tool_b"]}
+
+
+def _never_run(_input):
+    raise AssertionError("the call's hook answers for the tool")
+
+
+called = Agent(id="called", model="openai/threadline-called",
+               tools=[create_tool(id=name, description=name, execute=_never_run) for name in ("tool_a", "tool_b")])
+agents.append(called)
