@@ -459,6 +459,11 @@ def serve(name: ServiceName) -> None:
     runpy.run_module(f"threadline.services.{module}", run_name="__main__", alter_sys=True)
 
 
+from threadline.cli_voice import register as _register_voice  # noqa: E402 - after the app and its helpers
+
+_register_voice(app)
+
+
 def main() -> None:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     from threadline.logging import configure

@@ -108,6 +108,9 @@ class Agent:
         scorers: ``{name: {"scorer": f | judge(...), "sampling": rate | {"type": "ratio", "rate": r}}}``
             run after each finished run, off its path (:mod:`threadline.runtime.scorers`), or a
             function ``(request_context) -> that mapping``.
+        voice: a :class:`~threadline.runtime.voice.Voice` or ``{"speak": {"model", "speaker"},
+            "listen": {"model"}}``: text to speech and speech to text through litellm
+            (:mod:`threadline.runtime.voice`); clients call it, no run is involved.
         transform: the tool payload transform policy ``{"transform_tool_payload": f, "targets":
             ["display", "transcript"]}`` (:mod:`threadline.runtime.transform`).
 
@@ -132,7 +135,7 @@ class Agent:
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
                  request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
-                 transform: Any = None) -> None:
+                 transform: Any = None, voice: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         self.id = id
@@ -150,6 +153,9 @@ class Agent:
         from threadline.runtime.transform import transform_policy
 
         self.transform = transform_policy(transform, where=f"agent {id}: transform")
+        from threadline.runtime.voice import voice_config
+
+        self.voice = voice_config(voice, where=f"agent {id}: voice")
         notifications = notifications or {}
         self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
                                                     or notifications.get("deliveryPolicy") or {})

@@ -7,6 +7,7 @@ import asyncio
 
 from threadline.runtime import Agent, Processor, create_tool, tool
 from threadline.runtime.scorers import judge
+from threadline.runtime.voice import Voice
 
 
 # --- scorers (item 5) ---------------------------------------------------------------------------
@@ -91,3 +92,11 @@ def _never_run(_input):
 called = Agent(id="called", model="openai/threadline-called",
                tools=[create_tool(id=name, description=name, execute=_never_run) for name in ("tool_a", "tool_b")])
 agents.append(called)
+
+
+# --- voice (item 6) -------------------------------------------------------------------------------
+voiced = Agent(id="voiced", model="openai/threadline-voiced",
+               voice=Voice(speak_model="openai/threadline-tts", listen_model="openai/threadline-stt", speaker="nova",
+                           response_format="wav"))
+speaks_only = Agent(id="speaks-only", model="openai/threadline-voiced", voice={"speak": {"model": "openai/threadline-tts"}})
+agents += [voiced, speaks_only]

@@ -19,3 +19,7 @@ CREATE TABLE run_scores (
     PRIMARY KEY (run_id, scorer)
 );
 CREATE INDEX run_scores_pending ON run_scores (created_at) WHERE status = 'pending';
+
+-- An agent's voice configuration ({speak_model, listen_model, speaker, response_format}), read by
+-- clients that speak or listen (decision 74); NULL: the agent has no voice.
+ALTER TABLE agents ADD COLUMN voice jsonb;
