@@ -40,3 +40,15 @@ def test_scores_and_judge_answers():
     assert parse_judge_answer("I'd say 0.4 out of 1") == (0.4, None)
     with pytest.raises(ValueError):
         parse_judge_answer("no idea")
+
+
+async def test_scorers_given_as_a_function_of_the_request_context():
+    from threadline.scoring import entries_for
+
+    async def by_tier(ctx):
+        return {"strict": {"scorer": len, "sampling": 1.0 if ctx["tier"] == "pro" else 0.0}}
+
+    agent = Agent(id="ag", scorers=by_tier)
+    assert agent.scorers == [] and agent.dynamic_scorers is by_tier
+    assert [(e.name, e.rate) for e in await entries_for(agent, {"tier": "pro"})] == [("strict", 1.0)]
+    assert [(e.name, e.rate) for e in await entries_for(agent, {"tier": "free"})] == [("strict", 0.0)]
