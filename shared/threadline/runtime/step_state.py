@@ -67,6 +67,7 @@ class StepState:
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
     agent_metadata: dict[str, Any] = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
+    _transforms: bool | None = None
 
     def next_model(self) -> bool:
         """Switch to the next fallback model; False when the one in use is the last."""
@@ -97,9 +98,13 @@ class StepState:
 
     @property
     def transforms(self) -> bool:
-        """Whether any tool payload transform applies to this run (the agent's or a tool's)."""
-        tools = self.tools if self.tools is not None else self.agent.tools
-        return self.agent.transform is not None or any(getattr(t, "transform", None) for t in tools.values())
+        """Whether any tool payload transform applies to this run (the agent's or a tool's);
+        looked up once per step (every chunk asks)."""
+        if self._transforms is None:
+            tools = self.tools if self.tools is not None else self.agent.tools
+            self._transforms = self.agent.transform is not None or any(
+                getattr(t, "transform", None) for t in tools.values())
+        return self._transforms
 
     async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
         if not str(chunk.get("type", "")).startswith("data-"):
