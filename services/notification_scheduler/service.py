@@ -4,6 +4,9 @@ held records are re-decided by the agent's policy (``hold``, docs/decisions.md#q
 the idle thread goes (high notifications in full, low digests to subscribers only). Several
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
+It also runs the agents' scorers after their runs finished (:mod:`threadline.scoring`, decision
+71): a ``run_finished`` queues the sampled scorers' jobs, a background loop runs and stores them.
+
 It also runs the idle-topic sweep: chunk topics of threads idle for ``chunk_topic_idle_s`` are
 deleted (docs/decisions.md 40-42).
 
@@ -27,6 +30,7 @@ from threadline.kafka.handling import is_transient
 from threadline.kafka.topic_retention import IdleTopicSweep
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
+from threadline.scoring import Scoring
 from threadline.service import Service
 from threadline.store.clock import SchedulerClock
 from threadline.store.inbox import dispatch_due, redecide_held
@@ -56,6 +60,10 @@ class NotificationScheduler(Service):
                                      self._catch_up, health_s=self.settings.pg_listen_health_s)
         await self.due_listener.start()
         self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
+        self.scoring = Scoring(self.db, self.outbox, self.topics, self.agents, api_base=self.settings.model_api_base,
+                               timeout_s=self.settings.model_timeout_s, claim_s=self.settings.scorer_claim_s,
+                               interval_s=self.settings.scheduler_interval_s)
+        await self.scoring.start()
         self.topic_sweep = IdleTopicSweep(self.db, self.admin, idle_s=self.settings.chunk_topic_idle_s,
                                           interval_s=self.settings.chunk_topic_sweep_s)
         if self.settings.chunk_topic_idle_s > 0:
@@ -66,6 +74,7 @@ class NotificationScheduler(Service):
         with contextlib.suppress(asyncio.CancelledError):
             await self._ticker
         await self.topic_sweep.stop()
+        await self.scoring.stop()
         await self.due_listener.stop()
         await super().stop()
 
@@ -80,6 +89,8 @@ class NotificationScheduler(Service):
         event = decode(record.value, _ADAPTER)
         if event.type == "thread_idle":  # what waited for the thread to be idle goes now
             await self.dispatch(thread_id=event.thread_id, resource_id=event.resource_id)
+        elif event.type == "run_finished" and event.run_id:  # its scorers' jobs, run off the run's path
+            await self.scoring.on_run_finished(event.run_id, event.agent_id)
 
     async def dispatch(self, thread_id: str | None = None, resource_id: str | None = None) -> None:
         """One pass: (on idle) re-decide the thread's held records, then deliver what is due."""

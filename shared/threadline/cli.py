@@ -374,6 +374,25 @@ def show_thread(resource: Resource, thread: Thread) -> None:
 
 
 @app.command()
+def scores(run_id: Annotated[str, typer.Argument(help="the run whose scores to print")]) -> None:
+    """Print a finished run's stored scores (its agent's scorers, decision 71) as JSON lines."""
+
+    async def main() -> None:
+        from threadline.store.db import connect
+        from threadline.store.scores import list_scores
+
+        settings = get_settings()
+        conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
+        try:
+            for row in await list_scores(conn, run_id):
+                _print(row)
+        finally:
+            await conn.close()
+
+    _run(main())
+
+
+@app.command()
 def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-thread chunk topics")] = False) -> None:
     """List this cluster's topics (Kafka admin API), one JSON line each."""
 
@@ -438,6 +457,11 @@ def serve(name: ServiceName) -> None:
     if module not in NAMES:
         _fail(f"unknown service {name!r}; one of: {', '.join(NAMES)}", 2)
     runpy.run_module(f"threadline.services.{module}", run_name="__main__", alter_sys=True)
+
+
+from threadline.cli_voice import register as _register_voice  # noqa: E402 - after the app and its helpers
+
+_register_voice(app)
 
 
 def main() -> None:

@@ -121,6 +121,9 @@ class Settings(BaseSettings):
     """How long low and medium notifications wait to be batched into a digest."""
     scheduler_interval_s: float = 1.0
     """How often the notification-scheduler looks for due inbox records."""
+    scorer_claim_s: float = 60.0
+    """How long a notification-scheduler instance holds a scorer job it runs; a job whose claim
+    expired unstored (the instance died) is run again by any instance (decision 71)."""
     scheduler_test_clock: bool = False
     """Tests only: the notification-scheduler's "now" gets the offset stored in the table
     ``inbox_test_clock`` (see ``threadline.store.clock``). Never set in a deployment."""

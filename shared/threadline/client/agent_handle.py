@@ -88,7 +88,7 @@ class AgentHandle:
         return f"AgentHandle(id={self.id!r})"
 
     async def details(self) -> dict[str, Any]:
-        """``{id, name, description, metadata, dynamic_metadata, memory}`` as the cluster serves it.
+        """``{id, name, description, metadata, dynamic_metadata, memory, voice}`` as the cluster serves it.
 
         Raises:
             LookupError: the cluster serves no agent with this id.
@@ -175,3 +175,55 @@ class AgentHandle:
         assert accepted.run_id is not None
         return self.client.run_output(accepted.run_id, resource_id=target["resource_id"],
                                       thread_id=target["thread_id"], sent_at_ms=sent.sent_at_ms)
+
+    @property
+    def voice(self) -> AgentVoice:
+        """Mastra's ``agent.voice``: ``await voice.speak(text)`` / ``await voice.listen(audio)``."""
+        return AgentVoice(self)
+
+
+class AgentVoice:
+    """One agent's voice, seen from a client (decision 74): the agent's voice configuration is read
+    from the cluster (``details()["voice"]``), and the speech / transcription call is made from
+    this process through litellm (credentials and ``THREADLINE_MODEL_API_BASE`` from its
+    environment); no run, thread or memory is involved."""
+
+    def __init__(self, agent: AgentHandle) -> None:
+        self._agent = agent
+
+    async def _config(self) -> Any:
+        from threadline.runtime.voice import voice_of
+
+        return voice_of((await self._agent.details()).get("voice"))
+
+    async def speak(self, text: str, options: Mapping[str, Any] | None = None) -> bytes:
+        """Text to speech: the audio bytes (``options``: ``speaker``, ``response_format`` /
+        ``responseFormat``).
+
+        Raises:
+            LookupError: no such agent. ConfigurationError: the agent has no speech model.
+            ModelCallError: the provider's call failed.
+        """
+        from threadline.runtime.voice import speak
+
+        opts = dict(options or {})
+        settings = self._agent.client.settings
+        return await speak(await self._config(), text, api_base=settings.model_api_base,
+                           timeout_s=settings.model_timeout_s, speaker=opts.get("speaker"),
+                           response_format=opts.get("response_format", opts.get("responseFormat")))
+
+    async def listen(self, audio: bytes, options: Mapping[str, Any] | None = None) -> str:
+        """Speech to text: the transcript (``options``: ``filename`` (its extension names the
+        format, default ``audio.wav``), ``language``).
+
+        Raises:
+            LookupError: no such agent. ConfigurationError: the agent has no transcription model.
+            ModelCallError: the provider's call failed.
+        """
+        from threadline.runtime.voice import listen
+
+        opts = dict(options or {})
+        settings = self._agent.client.settings
+        return await listen(await self._config(), audio, api_base=settings.model_api_base,
+                            timeout_s=settings.model_timeout_s, filename=opts.get("filename", "audio.wav"),
+                            language=opts.get("language"))

@@ -188,6 +188,24 @@ class ThreadlineClient:
                           _checked(persisted, self.settings.reply_timeout_s) if persisted else None, signal,
                           sent_at_ms)
 
+    def _objects(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        """Run options with call-level processors, hooks and ``prepare_step`` given as objects
+        replaced by references to the agents module (decision 73).
+
+        Raises:
+            ConfigurationError: an object the agents module does not define at module level.
+        """
+        from threadline.runtime.refs import encode
+
+        return encode(options, self.settings.agents_module) if options else {}
+
+    def _idle(self, if_idle: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``if_idle`` with its ``stream_options`` / ``streamOptions`` objects as references."""
+        if not if_idle:
+            return if_idle
+        key = "stream_options" if "stream_options" in if_idle else "streamOptions"
+        return {**if_idle, key: self._objects(if_idle[key])} if if_idle.get(key) else if_idle
+
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
         ``sent_at_ms`` (its chunks are read from the chunk topic's records written since)."""
@@ -199,7 +217,7 @@ class ThreadlineClient:
                            if_idle: dict[str, Any] | None = None) -> SendResult:
         """``sendMessage``: deliver into the active run, or wake the idle thread."""
         req = SendMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                          message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
+                          message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=self._idle(if_idle)))
         return await self._send(req)
 
     async def send_signal(self, signal: dict[str, Any], *, resource_id: str, thread_id: str,
@@ -244,14 +262,14 @@ class ThreadlineClient:
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
         """``queueMessage``: the next turn after the active run, or a run now."""
         req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                           message=message, **_opts(if_idle=if_idle))
+                           message=message, **_opts(if_idle=self._idle(if_idle)))
         return await self._send(req)
 
     async def stream(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                      options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None) -> SendResult:
         """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's topic."""
         req = Stream(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                     message=message, options=options or {}, thread=thread)
+                     message=message, options=self._objects(options), thread=thread)
         return await self._send(req)
 
     async def generate(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
@@ -259,7 +277,7 @@ class ThreadlineClient:
                        timeout_s: float = 300.0) -> RunResult:
         """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps)."""
         req = Generate(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                       message=message, options=options or {}, thread=thread)
+                       message=message, options=self._objects(options), thread=thread)
         result = self._replies.expect(req.event_id, "result")
         sent = await self._send(req)
         await sent.accepted
@@ -303,6 +321,14 @@ class ThreadlineClient:
         from threadline.store.agents import read_thread
 
         return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
+
+    async def scores(self, run_id: str) -> list[dict[str, Any]]:
+        """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
+        ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
+        sampled) are absent (decision 71)."""
+        from threadline.store.scores import list_scores
+
+        return await self._inbox(list_scores, run_id=run_id)
 
     def agent(self, agent_id: str) -> AgentHandle:
         """A handle on one agent with Mastra's Agent methods (``send_message``, ``generate``, …),

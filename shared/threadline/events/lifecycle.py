@@ -9,6 +9,7 @@ from threadline.events.base import Event
 LifecycleType = Literal[
     "run_started", "step_finished", "run_finished", "run_failed", "run_aborted", "run_tripwire",
     "thread_active", "thread_idle", "signal_accepted", "notification_delivered", "summary_delivered",
+    "score",
 ]
 
 
@@ -28,3 +29,6 @@ class LifecycleEvent(Event):
     notification_ids: list[str] | None = None
     """``notification_delivered`` / ``summary_delivered``: the inbox records concerned."""
     signal_id: str | None = None
+    score: dict[str, Any] | None = None
+    """``score``: one scorer's result of a finished run, ``{scorer, score, reason}`` (``score``
+    ``None`` and ``error`` set when the scorer failed; decision 71)."""

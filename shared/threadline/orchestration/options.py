@@ -9,7 +9,9 @@ _OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processo
                    "toolChoice": "tool_choice", "modelSettings": "model_settings",
                    "providerOptions": "provider_options", "activeTools": "active_tools",
                    "requestContext": "request_context", "maxRetries": "max_retries",
-                   "structuredOutput": "structured_output", "memoryOptions": "memory_options"}
+                   "structuredOutput": "structured_output", "memoryOptions": "memory_options",
+                   "prepareStep": "prepare_step", "inputProcessors": "input_processors",
+                   "outputProcessors": "output_processors", "errorProcessors": "error_processors"}
 
 
 def normalize_options(options: Mapping[str, Any] | None) -> dict[str, Any]:

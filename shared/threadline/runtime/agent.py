@@ -12,6 +12,7 @@ from threadline.orchestration.options import normalize_options
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
+from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
 
 
@@ -48,7 +49,8 @@ def tool_dict(tools: Any, agent_id: str) -> dict[str, Tool]:
             if not isinstance(t, Tool):
                 raise ConfigurationError(f"agent {agent_id}: tools must be Tool instances, got {type(t).__name__}")
         tools = [t if t.id == k else Tool(id=k, description=t.description, execute=t.execute,
-                                          input_schema=t.input_schema) for k, t in tools.items()]
+                                          input_schema=t.input_schema, transform=t.transform)
+                 for k, t in tools.items()]
     out: dict[str, Tool] = {}
     for t in tools or []:
         if not isinstance(t, Tool):
@@ -103,6 +105,14 @@ class Agent:
             ``(request_context) -> dict`` (resolved per run; clients then see ``dynamic_metadata``).
         request_context_schema: a JSON Schema the request context of every run is validated
             against when ingress receives the request (refused: ``invalid_request_context``).
+        scorers: ``{name: {"scorer": f | judge(...), "sampling": rate | {"type": "ratio", "rate": r}}}``
+            run after each finished run, off its path (:mod:`threadline.runtime.scorers`), or a
+            function ``(request_context) -> that mapping``.
+        voice: a :class:`~threadline.runtime.voice.Voice` or ``{"speak": {"model", "speaker"},
+            "listen": {"model"}}``: text to speech and speech to text through litellm
+            (:mod:`threadline.runtime.voice`); clients call it, no run is involved.
+        transform: the tool payload transform policy ``{"transform_tool_payload": f, "targets":
+            ["display", "transcript"]}`` (:mod:`threadline.runtime.transform`).
 
     Every option given as a function of the request context (``instructions``, ``model``,
     ``tools``, ``default_options``, ``memory``, ``metadata``, processor lists) may be a plain or
@@ -124,7 +134,8 @@ class Agent:
                  max_processor_retries: int | None = None, max_retries: int | None = None,
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
-                 request_context_schema: dict[str, Any] | None = None) -> None:
+                 request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
+                 transform: Any = None, voice: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         self.id = id
@@ -137,6 +148,14 @@ class Agent:
         """The options given as functions of the request context (resolved per run)."""
         self.memory = Memory() if callable(memory) else memory_config(memory, where=f"agent {id}: memory")
         self.request_context_schema = _schema_checked(request_context_schema, id)
+        self.dynamic_scorers: Callable[..., Any] | None = scorers if callable(scorers) else None
+        self.scorers: list[ScorerEntry] = [] if callable(scorers) else scorer_entries(scorers, id)
+        from threadline.runtime.transform import transform_policy
+
+        self.transform = transform_policy(transform, where=f"agent {id}: transform")
+        from threadline.runtime.voice import voice_config
+
+        self.voice = voice_config(voice, where=f"agent {id}: voice")
         notifications = notifications or {}
         self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
                                                     or notifications.get("deliveryPolicy") or {})

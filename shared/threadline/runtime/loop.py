@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,10 +56,12 @@ from threadline.runtime.ports import (
     Trip,
 )
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext, ToolHooks
+from threadline.runtime.transform import transcript_entries
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
@@ -117,7 +120,7 @@ class StepLoop:
                            "thread_id": run.thread_id, "resource_id": run.resource_id}
         # the options given as functions of the request context, resolved once per run on this worker
         cfg = await self._configs.get(run.run_id, agent, request_context, self._default_model)
-        options = {**cfg.default_options, **run.options}
+        options = resolve_options({**cfg.default_options, **run.options}, self._catalogue.module)
         cat = self._catalogue.processors
         inputs_ = resolve_list(options.get("input_processors", cfg.processors["input"]), "input",
                                request_context, agent.id, cat)
@@ -191,7 +194,10 @@ class StepLoop:
         await pause_point("before_step_result_write")
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
-        entries = step.ml._entries if memory.stores else []
+        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml._entries if memory.stores else []
+        if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
+            entries = await transcript_entries(entries, step.tools if step.tools is not None else agent.tools,
+                                               agent.transform)
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,

@@ -54,12 +54,15 @@ class Catalogue:
 
     processors: dict[str, Any] = field(default_factory=dict)
     hooks: dict[str, ToolHooks] = field(default_factory=dict)
+    module: str | None = None
+    """The agents module: call-level references (``{"ref": "module:name"}``) resolve inside its
+    package only (:mod:`threadline.runtime.refs`)."""
 
 
 def load_catalogue(module_name: str, agents: dict[str, Agent]) -> Catalogue:
     """Collect the processors and hooks that call-level options can name."""
     module = importlib.import_module(module_name)
-    cat = Catalogue()
+    cat = Catalogue(module=module_name)
     for agent in agents.values():
         for plist in (agent.input_processors, agent.output_processors, agent.error_processors):
             if isinstance(plist, list):

@@ -16,6 +16,7 @@ from threadline.runtime.model_calls import ModelChoice
 from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
+from threadline.runtime.transform import SUPPRESS, display_chunk
 
 log = get_logger(__name__)
 
@@ -66,6 +67,7 @@ class StepState:
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
     agent_metadata: dict[str, Any] = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
+    _transforms: bool | None = None
 
     def next_model(self) -> bool:
         """Switch to the next fallback model; False when the one in use is the last."""
@@ -75,14 +77,34 @@ class StepState:
         return True
 
     async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
-        """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit it."""
+        """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit
+        it, its tool payloads as the ``display`` transforms show them (decision 72). Returns the
+        processed chunk, untransformed (what the step goes on with), or ``None`` when dropped."""
         part = wrap(chunk)
         if processed:
             part = await self.runner.process_output_stream(part, self.ml)
             if part is None:
                 return None
-        await self.writer.emit(part)
+        shown: Any = part
+        if self.transforms:
+            shown = await display_chunk(part, self.tools if self.tools is not None else self.agent.tools,
+                                        self.agent.transform)
+            if shown is SUPPRESS:
+                return part
+            if shown is not part:
+                shown = wrap(shown)
+        await self.writer.emit(shown)
         return part
+
+    @property
+    def transforms(self) -> bool:
+        """Whether any tool payload transform applies to this run (the agent's or a tool's);
+        looked up once per step (every chunk asks)."""
+        if self._transforms is None:
+            tools = self.tools if self.tools is not None else self.agent.tools
+            self._transforms = self.agent.transform is not None or any(
+                getattr(t, "transform", None) for t in tools.values())
+        return self._transforms
 
     async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
         if not str(chunk.get("type", "")).startswith("data-"):

@@ -69,17 +69,24 @@ class Tool:
         input_schema: a pydantic model class (or a JSON Schema dict) for the arguments.
         execute: ``(input, context) -> result``; the result must be JSON-serialisable (pydantic
             models are dumped).
+        transform: ``{"display" | "transcript": {"input" | "output" | "error" | "input_delta": f}}``:
+            how this tool's payloads look on the stream and in the stored transcript
+            (:mod:`threadline.runtime.transform`); the model gets them raw.
     """
 
     id: str
     description: str
     execute: Callable[..., Any]
     input_schema: type[BaseModel] | dict[str, Any] | None = None
+    transform: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
             raise ConfigurationError(f"tool id {self.id!r} must match [a-zA-Z0-9_-]+")
         self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
+        from threadline.runtime.transform import check_tool_transform
+
+        self.transform = check_tool_transform(self.transform, self.id)
 
     def parameters(self) -> dict[str, Any]:
         """JSON Schema of the arguments."""
@@ -123,18 +130,19 @@ def to_jsonable(value: Any) -> Any:
 
 
 def create_tool(*, id: str, description: str, execute: Callable[..., Any],
-                input_schema: type[BaseModel] | dict[str, Any] | None = None) -> Tool:
+                input_schema: type[BaseModel] | dict[str, Any] | None = None,
+                transform: dict[str, Any] | None = None) -> Tool:
     """Mastra's ``createTool``."""
-    return Tool(id=id, description=description, execute=execute, input_schema=input_schema)
+    return Tool(id=id, description=description, execute=execute, input_schema=input_schema, transform=transform)
 
 
-def tool(id: str | None = None, *, description: str | None = None,
-         input_schema: type[BaseModel] | None = None) -> Callable[[Callable[..., Any]], Tool]:
+def tool(id: str | None = None, *, description: str | None = None, input_schema: type[BaseModel] | None = None,
+         transform: dict[str, Any] | None = None) -> Callable[[Callable[..., Any]], Tool]:
     """Decorator form: ``@tool(description=..., input_schema=Model)`` over ``execute``."""
 
     def wrap(fn: Callable[..., Any]) -> Tool:
         return Tool(id=id or fn.__name__, description=description or (fn.__doc__ or "").strip(),
-                    execute=fn, input_schema=input_schema)
+                    execute=fn, input_schema=input_schema, transform=transform)
 
     return wrap
 

@@ -11,6 +11,7 @@ Endpoints
   POST   /v1/chat/completions  stream (SSE) and non-stream
   POST   /v1/messages          Anthropic's Messages API, same scripts (model_server_anthropic)
   GET    /v1/models
+  POST   /v1/audio/speech, /v1/audio/transcriptions   voice (model_server_audio)
   POST   /_fake/script         {"scripts": [script, ...], "model": name | null}: append to a FIFO
                                (that model's queue when given, else the global one)
   DELETE /_fake/script         drop queued scripts (all, or only `?model=`)
@@ -511,12 +512,15 @@ async def health(request: Request) -> Response:
 def create_app() -> Starlette:
     """Build the ASGI app with an empty ScriptStore at `app.state.store`."""
     from threadline.testing.model_server_anthropic import messages  # the second dialect (imports this module)
+    from threadline.testing.model_server_audio import speech, transcriptions
 
     app = Starlette(routes=[
         Route("/v1/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/messages", messages, methods=["POST"]),
         Route("/chat/completions", chat_completions, methods=["POST"]),
         Route("/v1/models", list_models, methods=["GET"]),
+        Route("/v1/audio/speech", speech, methods=["POST"]),
+        Route("/v1/audio/transcriptions", transcriptions, methods=["POST"]),
         Route("/_fake/script", add_scripts, methods=["POST"]),
         Route("/_fake/script", clear_scripts, methods=["DELETE"]),
         Route("/_fake/limit", set_limit, methods=["POST"]),

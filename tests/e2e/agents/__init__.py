@@ -14,6 +14,7 @@
 * :mod:`.outages` — B13/B15/B16/B17: duplicates, broker outages, new-thread subscribers, notification claims.
 * :mod:`.gateway` — agents driven over HTTP (the gateway, Studio; issue 17).
 * :mod:`.options` — issue 18: agent handles, send results, memory options, dynamic configuration.
+* :mod:`.evals` — issue 18: scorers, tool payload transforms, call-level objects in-process.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored
@@ -27,6 +28,7 @@ from threadline.runtime import Agent
 from . import (
     basics,
     crashes,
+    evals,
     gateway,
     history,
     hostile,
@@ -42,7 +44,8 @@ from . import (
 
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
                        *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents,
-                       *streams.agents, *history.agents, *outages.agents, *gateway.agents, *options.agents]
+                       *streams.agents, *history.agents, *outages.agents, *gateway.agents, *options.agents,
+                       *evals.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named
