@@ -78,6 +78,7 @@ else
 	@bash $(NATIVE)/pgbouncer.sh stop   # started by the C24 test (tests/e2e/test_pgbouncer.py)
 	@bash $(NATIVE)/kafka.sh stop
 	@bash $(NATIVE)/postgres.sh stop
+	@bash $(ROOT)/tests/run-suite.sh --stop-serial-cluster   # the second cluster of `make test`, if any
 endif
 
 migrate: ## apply the database migrations
@@ -136,16 +137,8 @@ endif
 	cd $(ROOT) && $(PY) -m threadline.examples.demo
 
 TEST_WORKERS ?= 2
-test: install ## the test suite (it starts the native cluster itself): first the tests marked `serial` (they restart the shared Kafka or PostgreSQL) alone, then the others in TEST_WORKERS processes (pytest-xdist; 0: one process)
-	@cd $(ROOT) && rc1=0 && rc2=0; \
-	echo "== tests marked serial, one process"; \
-	$(PY) -m pytest -q --durations=10 -m serial tests $(PYTEST_ARGS) || rc1=$$?; \
-	echo "== the other tests, $(TEST_WORKERS) processes"; \
-	$(PY) -m pytest -q --durations=25 -n $(TEST_WORKERS) --dist loadfile -m "not serial" tests $(PYTEST_ARGS) || rc2=$$?; \
-	if [ $$rc1 = 5 ] && [ $$rc2 = 0 ]; then rc1=0; fi; \
-	if [ $$rc2 = 5 ] && [ $$rc1 = 0 ]; then rc2=0; fi; \
-	if [ $$rc1 != 0 ]; then echo "make test: the serial tests failed (pytest exit $$rc1)" >&2; exit $$rc1; fi; \
-	if [ $$rc2 != 0 ]; then echo "make test: the parallel tests failed (pytest exit $$rc2)" >&2; exit $$rc2; fi
+test: install ## the test suite (it starts the native cluster itself): the tests marked `serial` (they restart Kafka or PostgreSQL) in one process on a second cluster, beside the others in TEST_WORKERS processes (pytest-xdist; TEST_SERIAL_APART=0: one after the other, on one cluster)
+	@bash $(ROOT)/tests/run-suite.sh $(PY) $(TEST_WORKERS) $(PYTEST_ARGS)
 
 lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/; validate-deploy
 	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
