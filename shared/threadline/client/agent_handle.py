@@ -25,6 +25,8 @@ from threadline.events import RunResult
 
 if TYPE_CHECKING:
     from threadline.client.client import SendResult, ThreadlineClient
+    from threadline.client.http import HttpThreadlineClient
+    from threadline.client.http_subscription import HttpThreadSubscription
     from threadline.client.subscription import ThreadSubscription
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
@@ -80,7 +82,7 @@ class AgentHandle:
     acknowledge the request in time.
     """
 
-    def __init__(self, client: ThreadlineClient, agent_id: str) -> None:
+    def __init__(self, client: ThreadlineClient | HttpThreadlineClient, agent_id: str) -> None:
         self.client = client
         self.id = agent_id
 
@@ -138,7 +140,8 @@ class AgentHandle:
         items = notification if isinstance(notification, list) else dict(notification)
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
 
-    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None, **kw: Any) -> ThreadSubscription:
+    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None,
+                                  **kw: Any) -> ThreadSubscription | HttpThreadSubscription:
         """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
         ``await abort()``, ``await unsubscribe()``."""
         opts = _snake(options, kw)

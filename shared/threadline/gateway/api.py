@@ -137,8 +137,14 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Server-Sent Events: the thread's chunks without duplicates or dead attempts; resume with Last-Event-ID",
              query={"from": "beginning (replay what the topic retains) or end (default: only what comes next)",
                     "last_event_id": "resume after this event id (as the Last-Event-ID header)",
+                    "from_time_ms": "start at the first chunk written at or after this time (ms since the epoch)",
                     "access_token": "the API key or JWT, for browsers' EventSource (which cannot set headers)"},
              sse=True),
+    Endpoint("GET", THREAD, "get_thread", "The thread: {id, resource_id, title, metadata, created_at, updated_at}"),
+    Endpoint("GET", f"{THREAD}/active-run", "active_run",
+             "The thread's active run: {run_id} (null when idle), from the thread's lease"),
+    Endpoint("GET", "/v1/agents/{agent_id}", "agent_details",
+             "One agent as the cluster serves it: {id, name, description, metadata, dynamic_metadata, memory}"),
     Endpoint("GET", f"{THREAD}/inbox", "list_inbox", "The thread's notification records (no payloads)",
              query={"status": "only records of this status (e.g. pending)"}),
     Endpoint("GET", f"{THREAD}/inbox/{{record_id}}", "read_notification", "One record with its payload and metadata"),
@@ -161,7 +167,7 @@ _ERRORS = {
 
 def _parameters(ep: Endpoint) -> list[dict[str, Any]]:
     params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-              for name in ("resource_id", "thread_id", "record_id") if "{" + name + "}" in ep.path]
+              for name in ("resource_id", "thread_id", "record_id", "agent_id") if "{" + name + "}" in ep.path]
     params += [{"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
                for name, text in ep.query.items()]
     if ep.sse:
