@@ -24,8 +24,8 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
-from threadline.gateway import api
-from threadline.gateway.auth import AuthConfig, Caller, authenticate, credential
+from threadline.gateway import api, editing
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
 from threadline.store.db import Database
@@ -299,6 +299,46 @@ async def agent_details(request: Request) -> Response:
 
 
 @_errors
+async def list_agents(request: Request) -> Response:
+    gw = _gw(request)
+    gw.caller(request)
+    from threadline.store.agents import list_agents as read_agents
+
+    async with gw.db.connection() as conn:
+        return _json({"agents": await read_agents(conn)})
+
+
+def _editor_caller(request: Request) -> Caller:
+    caller = _gw(request).caller(request)
+    if not caller.has_scope(EDITOR):
+        raise ApiError(403, "forbidden", "editing agents needs the editor scope")
+    return caller
+
+
+@_errors
+async def get_editor(request: Request) -> Response:
+    _editor_caller(request)
+    found = await editing.view(_gw(request).db, request.path_params["agent_id"])
+    if found is None:
+        raise ApiError(404, "not_found", "no such agent")
+    return _json(found)
+
+
+@_errors
+async def save_editor(request: Request) -> Response:
+    caller = _editor_caller(request)
+    body = (await _body(request, api.EditorBody)).model_dump(exclude_unset=True)
+    try:
+        saved = await editing.save(_gw(request).db, request.path_params["agent_id"], body, by=caller.via)
+    except editing.EditorLocked as exc:
+        raise ApiError(403, "editor_locked", str(exc)) from None
+    if saved is None:
+        raise ApiError(404, "not_found", "no such agent")
+    log.info("editor overrides saved", agent_id=request.path_params["agent_id"], stripped=saved["stripped"][:10])
+    return _json(saved)
+
+
+@_errors
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
@@ -396,7 +436,7 @@ async def readyz(request: Request) -> Response:
 HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
     list_threads, send_message, list_messages, queue_message, send_signal, send_state_signal, send_notification,
     stream, generate, abort, list_runs, events_, list_inbox, read_notification, mark_notification, get_thread,
-    active_run, agent_details)}
+    active_run, agent_details, list_agents, get_editor, save_editor)}
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 

@@ -103,6 +103,10 @@ class Agent:
             ``(request_context) -> dict`` (resolved per run; clients then see ``dynamic_metadata``).
         request_context_schema: a JSON Schema the request context of every run is validated
             against when ingress receives the request (refused: ``invalid_request_context``).
+        editor: which fields stored editor overrides may change (seed ``004``, "Editor"):
+            omitted — instructions and tool descriptions; ``False`` — nothing;
+            ``{"instructions": False}`` / ``{"tools": {"description": False}}`` lock that field
+            (:mod:`threadline.runtime.editor`). ``id``, ``name`` and ``model`` always come from code.
 
     Every option given as a function of the request context (``instructions``, ``model``,
     ``tools``, ``default_options``, ``memory``, ``metadata``, processor lists) may be a plain or
@@ -124,9 +128,13 @@ class Agent:
                  max_processor_retries: int | None = None, max_retries: int | None = None,
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
-                 request_context_schema: dict[str, Any] | None = None) -> None:
+                 request_context_schema: dict[str, Any] | None = None, editor: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
+        from threadline.runtime.editor import editor_policy
+
+        self.editor = editor_policy(editor, agent_id=id)
+        """What the editor may override (:class:`threadline.runtime.editor.EditorPolicy`)."""
         self.id = id
         self.name = name or id
         self.description = description

@@ -11,14 +11,16 @@ system messages are stored with the run's state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+from threadline.logging import get_logger
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.agent import Agent, normalize_instructions, tool_dict
+from threadline.runtime.editor import strip
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, fallback_list
 from threadline.runtime.processor import check_processor_list
@@ -100,6 +102,19 @@ async def system_messages(agent: Agent, request_context: Mapping[str, Any]) -> l
     if not agent.dynamic_instructions:
         return agent.system_messages(dict(request_context))
     return normalize_instructions(await _value(agent._instructions, request_context))
+
+
+async def editor_overrides(agent: Agent, tools: Mapping[str, Tool],
+                           read: Callable[[str], Awaitable[dict[str, Any] | None]] | None) -> dict[str, Any]:
+    """The agent's stored editor overrides (``read(agent_id)``), what its ``editor`` option locks
+    and tools it does not define stripped (:func:`threadline.runtime.editor.strip`); ``{}`` when
+    there are none, the agent is locked, or ``read`` is ``None``."""
+    if read is None or agent.editor.locked:
+        return {}
+    kept, stripped = strip(agent.editor, await read(agent.id), None if "tools" in agent.dynamic else tools)
+    if stripped:
+        get_logger(__name__).info("editor overrides stripped", agent_id=agent.id, fields=stripped[:10])
+    return kept
 
 
 class ConfigCache:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,8 +36,9 @@ from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime import structured
-from threadline.runtime.agent import Agent
-from threadline.runtime.dynamic import ConfigCache, system_messages
+from threadline.runtime.agent import Agent, normalize_instructions
+from threadline.runtime.dynamic import ConfigCache, editor_overrides, system_messages
+from threadline.runtime.editor import tool_descriptions, with_descriptions
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
@@ -88,12 +90,16 @@ class StepLoop:
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.
         limiter: cluster-wide provider limits (``None``: none).
+        overrides: ``agent_id -> stored editor overrides or None``, read at a run's step 0
+            (``None``: no editor overrides are applied).
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
                  retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
-                 limiter: ModelLimiter | None = None) -> None:
+                 limiter: ModelLimiter | None = None,
+                 overrides: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None) -> None:
+        self._overrides = overrides
         self._limiter = limiter
         self._retry_policy = retry_policy or RetryPolicy()
         self._max_retries = max_retries
@@ -137,9 +143,14 @@ class StepLoop:
         if step_no == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
             ml.add(recent(inputs.history, memory), "memory")
-            # instructions given as a function are user code: a plain one runs off the event loop
-            for sm in await system_messages(agent, request_context):
-                ml.add_system(sm)
+            # the editor's overrides as stored now, locked fields stripped; kept with the run (decision 69)
+            state.editor = await editor_overrides(agent, cfg.tools, self._overrides)
+            if state.editor.get("instructions") is not None:
+                for sm in normalize_instructions(state.editor["instructions"]):
+                    ml.add_system(sm)
+            else:  # instructions given as a function are user code: a plain one runs off the event loop
+                for sm in await system_messages(agent, request_context):
+                    ml.add_system(sm)
             response_id = new_id("msg")
         else:
             ml = MessageList.from_state(state.message_list or {}, thread_id=run.thread_id,
@@ -149,7 +160,8 @@ class StepLoop:
                 response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
-                         models=list(cfg.models), tools=cfg.tools, agent_metadata=cfg.metadata)
+                         models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
+                         agent_metadata=cfg.metadata)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await sink.emit(chunks.start_chunk(agent.id, response_id))

@@ -23,4 +23,12 @@ def _add() -> object:
 gateway_tools = Agent(id="gateway-tools", model="openai/threadline-gateway-tools", default_options={"max_steps": 3},
                       instructions="You add numbers.", tools=[_add()])
 
-agents = [gateway, studio, gateway_tools]
+# editor overrides (tests/e2e/test_gateway_editor.py): open, locked, instructions locked
+editor_open = Agent(id="editor-open", model="openai/threadline-editor-open", instructions="You are the code's prompt.",
+                    tools=[_add()], default_options={"max_steps": 3})
+editor_locked = Agent(id="editor-locked", model="openai/threadline-editor-locked", instructions="Locked prompt.",
+                      tools=[_add()], editor=False)
+editor_partial = Agent(id="editor-partial", model="openai/threadline-editor-partial", instructions="Partial prompt.",
+                       tools=[_add()], editor={"instructions": False})
+
+agents = [gateway, studio, gateway_tools, editor_open, editor_locked, editor_partial]
