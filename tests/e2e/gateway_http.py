@@ -27,13 +27,17 @@ class GatewayInfo:
     key_a: str
     key_b: str
     jwt_secret: str
-    keys: dict[str, list[str]] = field(default_factory=dict)
+    key_editor: str = ""
+    """Tenant A's resources and the ``editor`` scope (agents' editor overrides)."""
+    keys: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def make(cls, port: int) -> GatewayInfo:
         key_a, key_b = f"tlk-a-{secrets.token_hex(16)}", f"tlk-b-{secrets.token_hex(16)}"
+        key_e = f"tlk-e-{secrets.token_hex(16)}"
         return cls(url=f"http://127.0.0.1:{port}", port=port, key_a=key_a, key_b=key_b,
-                   jwt_secret=secrets.token_hex(32), keys={key_a: [TENANT_A], key_b: [TENANT_B]})
+                   jwt_secret=secrets.token_hex(32), key_editor=key_e,
+                   keys={key_a: [TENANT_A], key_b: [TENANT_B], key_e: {"resources": [TENANT_A], "scopes": ["editor"]}})
 
     def env(self) -> dict[str, str]:
         return {"THREADLINE_GATEWAY_PORT": str(self.port), "THREADLINE_GATEWAY_HOST": "127.0.0.1",
@@ -48,7 +52,7 @@ class GatewayInfo:
         return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=60)
 
     def secrets(self) -> list[str]:
-        return [self.key_a, self.key_b, self.jwt_secret]
+        return [self.key_a, self.key_b, self.key_editor, self.jwt_secret]
 
 
 def thread_path(resource: str, thread: str) -> str:

@@ -1,6 +1,7 @@
-"""Threadline Studio in headless Chromium (issue 17, item 3): a message is sent from the page, its
-tokens arrive as they stream, a second message sent mid-run is delivered into the run, and a
-screenshot is kept (``.run/artifacts/studio.png``, and the test's tmp dir).
+"""Threadline Studio in headless Chromium (issue 17, items 4 and 5): a message is sent from the page, its
+tokens arrive as they stream, a second message sent mid-run is delivered into the run, the Agents
+panel saves an edit of the agent's instructions (a locked field read-only), and a screenshot is
+kept (``.run/artifacts/studio.png``, and the test's tmp dir).
 
 Debian's ``chromium`` (``make install`` installs it with apt-get when missing) driven by
 Playwright; without the browser the test skips, naming the reason."""
@@ -33,6 +34,8 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
     model.queue([{"chunks": [f"tok{i} " for i in range(30)], "chunk_delay": 0.12},
                  {"chunks": [f"more{i} " for i in range(6)], "chunk_delay": 0.05}], model="threadline-studio")
     thread = f"studio-{uuid.uuid4().hex[:8]}"
+    async with gateway.client(gateway.key_editor) as http:  # the code's instructions, whatever an earlier run saved
+        assert (await http.put("/v1/agents/studio/editor", json={})).status_code == 200
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=executable, headless=True,
                                            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
@@ -61,6 +64,23 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
                                          timeout=30_000)
             await page.locator(".user", has_text="second message").wait_for(timeout=60_000)
             await page.locator("[data-finished]").first.wait_for(timeout=60_000)
+            # the Agents panel: an editor-scoped key edits the agent's instructions; a locked field is read-only
+            await page.fill("#key", gateway.key_editor)
+            await page.click("#editagent")
+            await page.locator("#agentpanel:not([hidden])").wait_for(timeout=10_000)
+            assert await page.input_value("#instructions") == "You are Studio's test agent."
+            await page.fill("#instructions", "You are Studio's EDITED agent.")
+            await page.click("#saveagent")
+            await page.wait_for_function("document.getElementById('editorstatus').textContent.startsWith('saved')",
+                                         timeout=10_000)
+            async with gateway.client(gateway.key_editor) as http:
+                stored = (await http.get("/v1/agents/studio/editor")).json()["overrides"]
+            await page.fill("#agent", "editor-partial")
+            await page.click("#editagent")
+            await page.wait_for_function("document.getElementById('agentpanel').dataset.agent === 'editor-partial'",
+                                         timeout=10_000)
+            locked = await page.get_attribute("#instructions", "readonly"), \
+                await page.get_attribute("[data-tool=add]", "readonly")
             shot = tmp_path / "studio.png"
             await page.screenshot(path=str(shot), full_page=True)
             kept = ROOT / ".run" / "artifacts" / "studio.png"  # kept for CI, whatever follows
@@ -85,6 +105,8 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
             assert await marks.locator(".data", has_text="data-progress").text_content() == 'data-progress {"pct":50}'
         finally:
             await browser.close()
+    assert stored == {"instructions": "You are Studio's EDITED agent."}
+    assert locked == ("", None)  # instructions locked by editor={"instructions": False}; descriptions editable
     assert users == ["first message", "second message"]
     assert texts[0] == "".join(f"tok{i} " for i in range(30)) and "more5" in texts[-1]
     assert finished == "stop" and time.monotonic() - started < 60

@@ -35,7 +35,7 @@ def test_api_keys_map_to_their_resources():
 
 def test_config_keys_are_stored_as_digests_only():
     cfg = _config()
-    assert all(b"key-a" not in digest and len(digest) == 32 for digest, _ in cfg.keys)
+    assert all(b"key-a" not in digest and len(digest) == 32 for digest, *_ in cfg.keys)
     assert "key-a" not in repr(cfg)
 
 

@@ -25,6 +25,8 @@ from threadline.events import RunResult
 
 if TYPE_CHECKING:
     from threadline.client.client import SendResult, ThreadlineClient
+    from threadline.client.http import HttpThreadlineClient
+    from threadline.client.http_subscription import HttpThreadSubscription
     from threadline.client.subscription import ThreadSubscription
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
@@ -80,7 +82,7 @@ class AgentHandle:
     acknowledge the request in time.
     """
 
-    def __init__(self, client: ThreadlineClient, agent_id: str) -> None:
+    def __init__(self, client: ThreadlineClient | HttpThreadlineClient, agent_id: str) -> None:
         self.client = client
         self.id = agent_id
 
@@ -138,7 +140,8 @@ class AgentHandle:
         items = notification if isinstance(notification, list) else dict(notification)
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
 
-    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None, **kw: Any) -> ThreadSubscription:
+    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None,
+                                  **kw: Any) -> ThreadSubscription | HttpThreadSubscription:
         """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
         ``await abort()``, ``await unsubscribe()``."""
         opts = _snake(options, kw)
@@ -191,6 +194,13 @@ class AgentVoice:
     def __init__(self, agent: AgentHandle) -> None:
         self._agent = agent
 
+    def _settings(self) -> Any:
+        """The client's settings; a client over HTTP has none: the process's environment's
+        (``THREADLINE_MODEL_API_BASE``, provider keys)."""
+        from threadline.config import get_settings
+
+        return getattr(self._agent.client, "settings", None) or get_settings()
+
     async def _config(self) -> Any:
         from threadline.runtime.voice import voice_of
 
@@ -207,7 +217,7 @@ class AgentVoice:
         from threadline.runtime.voice import speak
 
         opts = dict(options or {})
-        settings = self._agent.client.settings
+        settings = self._settings()
         return await speak(await self._config(), text, api_base=settings.model_api_base,
                            timeout_s=settings.model_timeout_s, speaker=opts.get("speaker"),
                            response_format=opts.get("response_format", opts.get("responseFormat")))
@@ -223,7 +233,7 @@ class AgentVoice:
         from threadline.runtime.voice import listen
 
         opts = dict(options or {})
-        settings = self._agent.client.settings
+        settings = self._settings()
         return await listen(await self._config(), audio, api_base=settings.model_api_base,
                             timeout_s=settings.model_timeout_s, filename=opts.get("filename", "audio.wav"),
                             language=opts.get("language"))

@@ -49,6 +49,7 @@ from threadline.topics import Topics, thread_key
 
 if TYPE_CHECKING:
     from threadline.client.agent_handle import AgentHandle
+    from threadline.client.http import HttpThreadlineClient
 
 
 class BrokerUnavailableError(ThreadlineError):
@@ -105,6 +106,17 @@ class ThreadlineClient:
         self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads,
                                       security=self._security)
         self._started = False
+
+    @staticmethod
+    def connect_http(base_url: str, *, api_key: str | None = None, default_agent: str | None = None,
+                     timeout_s: float = 60.0) -> HttpThreadlineClient:
+        """The same public API over the HTTP gateway, with a URL and an API key (or JWT) only: no
+        Kafka, no PostgreSQL, no settings read (:class:`threadline.client.http.HttpThreadlineClient`;
+        docs/gateway.md). Use it as this client: ``async with ThreadlineClient.connect_http(url,
+        api_key=key) as tl: ...``."""
+        from threadline.client.http import HttpThreadlineClient
+
+        return HttpThreadlineClient(base_url, api_key=api_key, default_agent=default_agent, timeout_s=timeout_s)
 
     async def start(self) -> None:
         """Connect to the broker. Raises :class:`BrokerUnavailableError` when it cannot be

@@ -14,10 +14,18 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from threadline.client.subscription import ThreadSubscription
 from threadline.errors import ThreadlineError
+
+
+class ChunkSource(Protocol):
+    """What a run's stream reads: a started thread subscription (Kafka's or the gateway's SSE one)."""
+
+    @property
+    def stream(self) -> AsyncIterator[dict[str, Any]]: ...
+
+    async def unsubscribe(self) -> None: ...
 
 
 @dataclass
@@ -84,13 +92,13 @@ class RunOutput:
 
     Args:
         run_id: the woken run.
-        open_subscription: ``(from_time_ms, after) -> ThreadSubscription`` started at that time,
+        open_subscription: ``(from_time_ms, after) -> ChunkSource`` started at that time,
             skipping the chunks ``after`` (``{run_id: seq}``) names as seen.
         sent_at_ms: when the request was published (ms since the epoch, the client's clock).
     """
 
     def __init__(self, run_id: str,
-                 open_subscription: Callable[[int, dict[str, int]], Awaitable[ThreadSubscription]],
+                 open_subscription: Callable[[int, dict[str, int]], Awaitable[ChunkSource]],
                  sent_at_ms: int, *, margin_ms: int = 60_000) -> None:
         self.run_id = run_id
         self._open = open_subscription

@@ -89,6 +89,16 @@ class AbortBody(_Body):
     agent_id: str | None = None
 
 
+class EditorBody(BaseModel):
+    """An agent's editor overrides (they replace the stored ones): fields its ``editor`` option
+    locks, tools its code does not define and any other key (``id``, ``name``, ``model``) are
+    stripped and named in the answer's ``stripped``."""
+
+    model_config = ConfigDict(extra="allow")
+    instructions: str | None = Field(default=None, description="the agent's instructions (null: the code's)")
+    tools: dict[str, dict[str, Any]] | None = Field(default=None, description="{tool_id: {description}}")
+
+
 class MarkBody(_Body):
     status: Literal["seen", "dismissed", "archived"]
 
@@ -137,8 +147,20 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Server-Sent Events: the thread's chunks without duplicates or dead attempts; resume with Last-Event-ID",
              query={"from": "beginning (replay what the topic retains) or end (default: only what comes next)",
                     "last_event_id": "resume after this event id (as the Last-Event-ID header)",
+                    "from_time_ms": "start at the first chunk written at or after this time (ms since the epoch)",
                     "access_token": "the API key or JWT, for browsers' EventSource (which cannot set headers)"},
              sse=True),
+    Endpoint("GET", THREAD, "get_thread", "The thread: {id, resource_id, title, metadata, created_at, updated_at}"),
+    Endpoint("GET", f"{THREAD}/active-run", "active_run",
+             "The thread's active run: {run_id} (null when idle), from the thread's lease"),
+    Endpoint("GET", "/v1/agents/{agent_id}", "agent_details",
+             "One agent as the cluster serves it: {id, name, description, metadata, dynamic_metadata, memory}"),
+    Endpoint("GET", "/v1/agents", "list_agents", "The agents the cluster serves: {agents: [{id, name, description}]}"),
+    Endpoint("GET", "/v1/agents/{agent_id}/editor", "get_editor",
+             "An agent's editable fields: {editor, code: {instructions, tools}, overrides} (the editor scope)"),
+    Endpoint("PUT", "/v1/agents/{agent_id}/editor", "save_editor",
+             "Save an agent's editor overrides, locked fields stripped; applied at its next run (the editor scope)",
+             EditorBody),
     Endpoint("GET", f"{THREAD}/inbox", "list_inbox", "The thread's notification records (no payloads)",
              query={"status": "only records of this status (e.g. pending)"}),
     Endpoint("GET", f"{THREAD}/inbox/{{record_id}}", "read_notification", "One record with its payload and metadata"),
@@ -161,7 +183,7 @@ _ERRORS = {
 
 def _parameters(ep: Endpoint) -> list[dict[str, Any]]:
     params = [{"name": name, "in": "path", "required": True, "schema": {"type": "string"}}
-              for name in ("resource_id", "thread_id", "record_id") if "{" + name + "}" in ep.path]
+              for name in ("resource_id", "thread_id", "record_id", "agent_id") if "{" + name + "}" in ep.path]
     params += [{"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
                for name, text in ep.query.items()]
     if ep.sse:

@@ -24,8 +24,8 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
-from threadline.gateway import api
-from threadline.gateway.auth import AuthConfig, Caller, authenticate, credential
+from threadline.gateway import api, editing
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
 from threadline.store.db import Database
@@ -140,8 +140,13 @@ def _errors(handler: Handler) -> Handler:
 
 # --- writes (through ingress) --------------------------------------------------------------------
 async def _accepted(result: Any) -> Response:
+    """202 with the ``accepted`` reply; for a ``persist`` send, once the message is durable, with
+    the ``persisted`` reply under ``persisted`` (what the Python client's ``persisted`` resolves to)."""
     reply = await result.accepted
-    return _json(reply.dump(), 202)
+    body = reply.dump()
+    if result.persisted is not None and reply.action == "persist":
+        body["persisted"] = (await result.persisted).dump()
+    return _json(body, 202)
 
 
 @_errors
@@ -257,6 +262,83 @@ async def list_runs(request: Request) -> Response:
 
 
 @_errors
+async def get_thread(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    from threadline.store.agents import read_thread
+
+    async with gw.db.connection() as conn:
+        row = await read_thread(conn, resource_id, thread_id)
+    if row is None:
+        raise ApiError(404, "not_found", "", NOT_FOUND)
+    return _json(row)
+
+
+@_errors
+async def active_run(request: Request) -> Response:
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    row = await gw.db.fetchrow(
+        "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
+        "AND expires_at > now()", thread_id, resource_id)
+    return _json({"run_id": None if row is None else row["run_id"]})
+
+
+@_errors
+async def agent_details(request: Request) -> Response:
+    """What ingress published of one agent (any authenticated caller: agents are not a resource's)."""
+    gw = _gw(request)
+    gw.caller(request)
+    from threadline.store.agents import read_agent
+
+    async with gw.db.connection() as conn:
+        found = await read_agent(conn, request.path_params["agent_id"])
+    if found is None:
+        raise ApiError(404, "not_found", "no such agent")
+    return _json(found)
+
+
+@_errors
+async def list_agents(request: Request) -> Response:
+    gw = _gw(request)
+    gw.caller(request)
+    from threadline.store.agents import list_agents as read_agents
+
+    async with gw.db.connection() as conn:
+        return _json({"agents": await read_agents(conn)})
+
+
+def _editor_caller(request: Request) -> Caller:
+    caller = _gw(request).caller(request)
+    if not caller.has_scope(EDITOR):
+        raise ApiError(403, "forbidden", "editing agents needs the editor scope")
+    return caller
+
+
+@_errors
+async def get_editor(request: Request) -> Response:
+    _editor_caller(request)
+    found = await editing.view(_gw(request).db, request.path_params["agent_id"])
+    if found is None:
+        raise ApiError(404, "not_found", "no such agent")
+    return _json(found)
+
+
+@_errors
+async def save_editor(request: Request) -> Response:
+    caller = _editor_caller(request)
+    body = (await _body(request, api.EditorBody)).model_dump(exclude_unset=True)
+    try:
+        saved = await editing.save(_gw(request).db, request.path_params["agent_id"], body, by=caller.via)
+    except editing.EditorLocked as exc:
+        raise ApiError(403, "editor_locked", str(exc)) from None
+    if saved is None:
+        raise ApiError(404, "not_found", "no such agent")
+    log.info("editor overrides saved", agent_id=request.path_params["agent_id"], stripped=saved["stripped"][:10])
+    return _json(saved)
+
+
+@_errors
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
@@ -308,8 +390,12 @@ async def events_(request: Request) -> Response:
     start = request.query_params.get("from", "end")
     if start not in ("beginning", "end"):
         raise ApiError(422, "invalid_argument", "from must be beginning or end")
+    from_time_ms = request.query_params.get("from_time_ms")
+    if from_time_ms is not None and (not from_time_ms.isdigit() or resume is not None):
+        raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch, without Last-Event-ID")
     sub = await gw.client.subscribe_to_thread(resource_id, thread_id,
-                                              from_beginning=resume is not None or start == "beginning")
+                                              from_beginning=resume is not None or start == "beginning",
+                                              from_time_ms=int(from_time_ms) if from_time_ms else None)
     log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
     return EventSourceResponse(events(sub, resume=resume), ping=15, send_timeout=30,
                                headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
@@ -349,7 +435,8 @@ async def readyz(request: Request) -> Response:
 
 HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
     list_threads, send_message, list_messages, queue_message, send_signal, send_state_signal, send_notification,
-    stream, generate, abort, list_runs, events_, list_inbox, read_notification, mark_notification)}
+    stream, generate, abort, list_runs, events_, list_inbox, read_notification, mark_notification, get_thread,
+    active_run, agent_details, list_agents, get_editor, save_editor)}
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 

@@ -15,13 +15,15 @@ import hashlib
 import hmac
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 import jwt
 import orjson
 
 ANY = "*"
 """The resource list entry that allows every resource."""
+EDITOR = "editor"
+"""The scope that may read and save agents' editor overrides (decision 62)."""
 
 
 class AuthConfigError(ValueError):
@@ -32,10 +34,16 @@ class AuthConfigError(ValueError):
 @dataclass(frozen=True)
 class Caller:
     """An authenticated caller: ``resources`` it may act for (``*`` in it: all); ``via`` is
-    ``api_key``, ``jwt`` or ``open`` (no auth configured, local development)."""
+    ``api_key``, ``jwt`` or ``open`` (no auth configured, local development); ``scopes`` such as
+    ``editor`` (decision 62; ``open`` has every scope)."""
 
     resources: frozenset[str]
     via: str
+    scopes: frozenset[str] = frozenset()
+
+    def has_scope(self, scope: str) -> bool:
+        """True when the caller holds ``scope`` (``open``: always)."""
+        return self.via == "open" or scope in self.scopes
 
     def may_act_for(self, resource_id: str) -> bool:
         """True when the caller may read and write ``resource_id``'s threads."""
@@ -47,7 +55,7 @@ class AuthConfig:
     """The parsed auth settings. ``keys`` holds SHA-256 digests of the API keys (never the keys),
     so that comparing is constant-time over equal-length values."""
 
-    keys: tuple[tuple[bytes, frozenset[str]], ...] = ()
+    keys: tuple[tuple[bytes, frozenset[str], frozenset[str]], ...] = ()
     jwt_key: str | None = None
     jwt_algorithms: tuple[str, ...] = ("HS256",)
     jwt_audience: str | None = None
@@ -63,12 +71,17 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
 
 
-def parse_api_keys(raw: str | None) -> tuple[tuple[bytes, frozenset[str]], ...]:
-    """``{"key": ["res-1", …]}`` (JSON) → ``((sha256(key), {res-1, …}), …)``.
+def _strings(value: Any) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(r, str) and r for r in value)
+
+
+def parse_api_keys(raw: str | None) -> tuple[tuple[bytes, frozenset[str], frozenset[str]], ...]:
+    """``{"key": ["res-1", …]}`` or ``{"key": {"resources": [...], "scopes": ["editor"]}}`` (JSON)
+    → ``((sha256(key), {res-1, …}, {scopes}), …)``.
 
     Raises:
-        AuthConfigError: not a JSON object of non-empty string keys → lists of strings (the
-            message never quotes a key).
+        AuthConfigError: not a JSON object of non-empty string keys → lists of strings or
+            ``{resources, scopes?}`` (the message never quotes a key).
     """
     if not raw:
         return ()
@@ -79,11 +92,14 @@ def parse_api_keys(raw: str | None) -> tuple[tuple[bytes, frozenset[str]], ...]:
     if not isinstance(data, dict):
         raise AuthConfigError("THREADLINE_GATEWAY_API_KEYS must be a JSON object: key -> [resource ids]")
     out = []
-    for i, (key, resources) in enumerate(data.items()):
-        if not key or not isinstance(resources, list) or not all(isinstance(r, str) and r for r in resources):
+    for i, (key, entry) in enumerate(data.items()):
+        resources, scopes = (entry.get("resources"), entry.get("scopes", [])) if isinstance(entry, dict) \
+            else (entry, [])
+        if not key or not _strings(resources) or not _strings(scopes) or \
+                (isinstance(entry, dict) and set(entry) - {"resources", "scopes"}):
             raise AuthConfigError(f"THREADLINE_GATEWAY_API_KEYS entry #{i + 1} must map a non-empty key to a "
-                                  "list of resource ids")
-        out.append((_digest(key), frozenset(resources)))
+                                  "list of resource ids, or to {resources: [...], scopes: [...]}")
+        out.append((_digest(key), frozenset(resources), frozenset(scopes)))
     return tuple(out)
 
 
@@ -111,17 +127,25 @@ def credential(headers: Mapping[str, str], query: Mapping[str, str] | None = Non
     return None
 
 
-def _match_key(config: AuthConfig, secret: str) -> frozenset[str] | None:
-    """The resources of the API key ``secret``; every configured key is compared (constant time)."""
+def _match_key(config: AuthConfig, secret: str) -> tuple[frozenset[str], frozenset[str]] | None:
+    """The resources and scopes of the API key ``secret``; every configured key is compared (constant time)."""
     presented = _digest(secret)
-    found: frozenset[str] | None = None
-    for digest, resources in config.keys:
+    found: tuple[frozenset[str], frozenset[str]] | None = None
+    for digest, resources, scopes in config.keys:
         if hmac.compare_digest(digest, presented):
-            found = resources
+            found = (resources, scopes)
     return found
 
 
-def _from_jwt(config: AuthConfig, token: str) -> frozenset[str] | None:
+def _jwt_scopes(claims: dict[str, Any]) -> frozenset[str]:
+    """``scopes`` (a list) or OAuth's ``scope`` (space-separated) of a token's claims."""
+    scopes = claims.get("scopes", claims.get("scope", []))
+    if isinstance(scopes, str):
+        scopes = scopes.split()
+    return frozenset(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else frozenset()
+
+
+def _from_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str]] | None:
     if config.jwt_key is None or token.count(".") != 2:
         return None
     try:
@@ -133,9 +157,9 @@ def _from_jwt(config: AuthConfig, token: str) -> frozenset[str] | None:
     resources = claims.get(config.jwt_claim)
     if isinstance(resources, str):
         resources = [resources]
-    if not isinstance(resources, list) or not all(isinstance(r, str) and r for r in resources):
+    if not _strings(resources):
         return None
-    return frozenset(resources)
+    return frozenset(resources), _jwt_scopes(claims)
 
 
 def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
@@ -145,10 +169,10 @@ def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
     open_only = config.open and not config.keys and config.jwt_key is None  # open counts only alone
     if secret is None:
         return Caller(frozenset({ANY}), "open") if open_only else None
-    resources = _match_key(config, secret)
-    if resources is not None:
-        return Caller(resources, "api_key")
-    resources = _from_jwt(config, secret)
-    if resources is not None:
-        return Caller(resources, "jwt")
+    found = _match_key(config, secret)
+    if found is not None:
+        return Caller(found[0], "api_key", found[1])
+    found = _from_jwt(config, secret)
+    if found is not None:
+        return Caller(found[0], "jwt", found[1])
     return Caller(frozenset({ANY}), "open") if open_only else None

@@ -113,6 +113,10 @@ class Agent:
             (:mod:`threadline.runtime.voice`); clients call it, no run is involved.
         transform: the tool payload transform policy ``{"transform_tool_payload": f, "targets":
             ["display", "transcript"]}`` (:mod:`threadline.runtime.transform`).
+        editor: which fields stored editor overrides may change (seed ``004``, "Editor"):
+            omitted — instructions and tool descriptions; ``False`` — nothing;
+            ``{"instructions": False}`` / ``{"tools": {"description": False}}`` lock that field
+            (:mod:`threadline.runtime.editor`). ``id``, ``name`` and ``model`` always come from code.
 
     Every option given as a function of the request context (``instructions``, ``model``,
     ``tools``, ``default_options``, ``memory``, ``metadata``, processor lists) may be a plain or
@@ -135,9 +139,13 @@ class Agent:
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
                  request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
-                 transform: Any = None, voice: Any = None) -> None:
+                 transform: Any = None, voice: Any = None, editor: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
+        from threadline.runtime.editor import editor_policy
+
+        self.editor = editor_policy(editor, agent_id=id)
+        """What the editor may override (:class:`threadline.runtime.editor.EditorPolicy`)."""
         self.id = id
         self.name = name or id
         self.description = description

@@ -11,17 +11,19 @@ system messages are stored with the run's state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+from threadline.logging import get_logger
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.agent import Agent, normalize_instructions, tool_dict
+from threadline.runtime.editor import strip
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, fallback_list
-from threadline.runtime.processor import check_processor_list
+from threadline.runtime.processor import PrepareStep, ProcessorRunner, check_processor_list, resolve_list
 from threadline.runtime.tools import Tool
 
 
@@ -100,6 +102,53 @@ async def system_messages(agent: Agent, request_context: Mapping[str, Any]) -> l
     if not agent.dynamic_instructions:
         return agent.system_messages(dict(request_context))
     return normalize_instructions(await _value(agent._instructions, request_context))
+
+
+async def run_system_messages(agent: Agent, request_context: Mapping[str, Any],
+                              editor: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A run's system messages at step 0: the editor's stored instructions when ``editor`` (the
+    run's overrides, :func:`editor_overrides`) has them (decision 69), else :func:`system_messages`.
+
+    Raises:
+        ConfigurationError: as :func:`system_messages`.
+    """
+    if editor.get("instructions") is not None:
+        return normalize_instructions(editor["instructions"])
+    return await system_messages(agent, request_context)
+
+
+def processor_runner(options: Mapping[str, Any], config: RunConfig, request_context: dict[str, Any],
+                     agent_id: str, catalogue: Any, *, states: dict[str, Any], retry_count: int) -> ProcessorRunner:
+    """The step's processor runner: the call's processor lists (``options``) or the run's resolved
+    ones (``config.processors``), ``prepare_step`` after the input processors; ``catalogue`` maps
+    registered processor ids to processors.
+
+    Raises:
+        ConfigurationError: a processor list entry that is neither a processor nor a known id.
+    """
+    def listed(kind: str) -> list[Any]:
+        return resolve_list(options.get(f"{kind}_processors", config.processors[kind]), kind, request_context,
+                            agent_id, catalogue)
+
+    inputs = listed("input")
+    if callable(options.get("prepare_step")):  # runs after the input processors
+        inputs.append(PrepareStep(options["prepare_step"]))
+    return ProcessorRunner(input_processors=inputs, output_processors=listed("output"),
+                           error_processors=listed("error"), states=states, request_context=request_context,
+                           retry_count=retry_count)
+
+
+async def editor_overrides(agent: Agent, tools: Mapping[str, Tool],
+                           read: Callable[[str], Awaitable[dict[str, Any] | None]] | None) -> dict[str, Any]:
+    """The agent's stored editor overrides (``read(agent_id)``), what its ``editor`` option locks
+    and tools it does not define stripped (:func:`threadline.runtime.editor.strip`); ``{}`` when
+    there are none, the agent is locked, or ``read`` is ``None``."""
+    if read is None or agent.editor.locked:
+        return {}
+    kept, stripped = strip(agent.editor, await read(agent.id), None if "tools" in agent.dynamic else tools)
+    if stripped:
+        get_logger(__name__).info("editor overrides stripped", agent_id=agent.id, fields=stripped[:10])
+    return kept
 
 
 class ConfigCache:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,7 +37,8 @@ from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime import structured
 from threadline.runtime.agent import Agent
-from threadline.runtime.dynamic import ConfigCache, system_messages
+from threadline.runtime.dynamic import ConfigCache, editor_overrides, processor_runner, run_system_messages
+from threadline.runtime.editor import tool_descriptions, with_descriptions
 from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
@@ -55,7 +56,7 @@ from threadline.runtime.ports import (
     StepStore,
     Trip,
 )
-from threadline.runtime.processor import PrepareStep, ProcessorRunner, TripWire, resolve_list
+from threadline.runtime.processor import ProcessorRunner, TripWire
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
@@ -91,12 +92,16 @@ class StepLoop:
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.
         limiter: cluster-wide provider limits (``None``: none).
+        overrides: ``agent_id -> stored editor overrides or None``, read at a run's step 0
+            (``None``: no editor overrides are applied).
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
                  retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
-                 limiter: ModelLimiter | None = None) -> None:
+                 limiter: ModelLimiter | None = None,
+                 overrides: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None) -> None:
+        self._overrides = overrides
         self._limiter = limiter
         self._retry_policy = retry_policy or RetryPolicy()
         self._max_retries = max_retries
@@ -121,28 +126,19 @@ class StepLoop:
         # the options given as functions of the request context, resolved once per run on this worker
         cfg = await self._configs.get(run.run_id, agent, request_context, self._default_model)
         options = resolve_options({**cfg.default_options, **run.options}, self._catalogue.module)
-        cat = self._catalogue.processors
-        inputs_ = resolve_list(options.get("input_processors", cfg.processors["input"]), "input",
-                               request_context, agent.id, cat)
-        if callable(options.get("prepare_step")):  # runs after the input processors
-            inputs_.append(PrepareStep(options["prepare_step"]))
         # a crashed retry attempt spent its share of the budget: requests stay capped
-        runner = ProcessorRunner(
-            input_processors=inputs_,
-            output_processors=resolve_list(options.get("output_processors", cfg.processors["output"]),
-                                           "output", request_context, agent.id, cat),
-            error_processors=resolve_list(options.get("error_processors", cfg.processors["error"]), "error",
-                                          request_context, agent.id, cat),
-            states=state.processor_state, request_context=request_context,
-            retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
+        runner = processor_runner(options, cfg, request_context, agent.id, self._catalogue.processors,
+                                  states=state.processor_state,
+                                  retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
         signals = inputs.signals
         memory = for_run(cfg.memory, options.get("memory_options"))
         if step_no == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
             ml.add(recent(inputs.history, memory), "memory")
-            # instructions given as a function are user code: a plain one runs off the event loop
-            for sm in await system_messages(agent, request_context):
-                ml.add_system(sm)
+            # the editor's overrides as stored now, locked fields stripped; kept with the run (decision 69)
+            state.editor = await editor_overrides(agent, cfg.tools, self._overrides)
+            for sm in await run_system_messages(agent, request_context, state.editor):
+                ml.add_system(sm)  # instructions given as a plain function ran off the event loop
             response_id = new_id("msg")
         else:
             ml = MessageList.from_state(state.message_list or {}, thread_id=run.thread_id,
@@ -152,7 +148,8 @@ class StepLoop:
                 response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
-                         models=list(cfg.models), tools=cfg.tools, agent_metadata=cfg.metadata)
+                         models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
+                         agent_metadata=cfg.metadata)
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await sink.emit(chunks.start_chunk(agent.id, response_id))

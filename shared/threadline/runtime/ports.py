@@ -37,6 +37,9 @@ class RunState:
     ``partial`` when a step reported none)."""
     system_snapshot: list[dict[str, Any]] | None = None
     """The system messages after the input processors of step 0; each step starts from them."""
+    editor: dict[str, Any] | None = None
+    """The editor overrides the run started with (read at step 0, locked fields stripped); its
+    later steps, on any worker, use these and not newer ones (decision 69)."""
 
     @classmethod
     def of(cls, stored: Mapping[str, Any] | None) -> RunState:
@@ -47,7 +50,7 @@ class RunState:
         return cls(message_list=data.get("message_list"), response_message_id=data.get("response_message_id"),
                    retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
                    steps=data.get("steps") or [], usage=data.get("usage") or {},
-                   system_snapshot=data.get("system_snapshot"))
+                   system_snapshot=data.get("system_snapshot"), editor=data.get("editor"))
 
     def dump(self) -> dict[str, Any]:
         """The JSON stored in ``runs.state``."""
@@ -56,6 +59,8 @@ class RunState:
                                "response_message_id": self.response_message_id}
         if self.system_snapshot is not None:
             out["system_snapshot"] = self.system_snapshot
+        if self.editor:
+            out["editor"] = self.editor
         return out
 
 

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
-from threadline.runtime import Agent
+from pydantic import BaseModel
+
+from threadline.runtime import Agent, create_tool
 
 gateway = Agent(id="gateway", model="openai/threadline-gateway")
-studio = Agent(id="studio", model="openai/threadline-studio")
+studio = Agent(id="studio", model="openai/threadline-studio", instructions="You are Studio's test agent.")
 
-agents = [gateway, studio]
+
+class AddInput(BaseModel):
+    a: int
+    b: int
+
+
+def _add() -> object:
+    return create_tool(id="add", description="add two numbers", input_schema=AddInput, execute=lambda i: i.a + i.b)
+
+
+# the Python client over HTTP (tests/e2e/test_gateway_client.py): a turn with a tool call
+gateway_tools = Agent(id="gateway-tools", model="openai/threadline-gateway-tools", default_options={"max_steps": 3},
+                      instructions="You add numbers.", tools=[_add()])
+
+# editor overrides (tests/e2e/test_gateway_editor.py): open, locked, instructions locked
+editor_open = Agent(id="editor-open", model="openai/threadline-editor-open", instructions="You are the code's prompt.",
+                    tools=[_add()], default_options={"max_steps": 3})
+editor_locked = Agent(id="editor-locked", model="openai/threadline-editor-locked", instructions="Locked prompt.",
+                      tools=[_add()], editor=False)
+editor_partial = Agent(id="editor-partial", model="openai/threadline-editor-partial", instructions="Partial prompt.",
+                       tools=[_add()], editor={"instructions": False})
+
+agents = [gateway, studio, gateway_tools, editor_open, editor_locked, editor_partial]

@@ -1,0 +1,38 @@
+"""Editor overrides in PostgreSQL (migration 0021, decision 68): ingress publishes what each
+agent's code lets the editor change, and strips from stored overrides what the code now locks."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+
+from threadline.runtime import Agent, create_tool
+from threadline.store.agents import publish_agents, read_editable, read_overrides, write_overrides
+
+ADD = create_tool(id="add", description="add two numbers", execute=lambda i: i)
+EDITS = {"instructions": "edited", "tools": {"add": {"description": "sum"}}}
+
+
+async def test_publishing_a_locked_agent_strips_its_stored_overrides(cluster) -> None:
+    agent_id = f"ed-{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        await publish_agents(conn, [Agent(id=agent_id, instructions="code prompt", tools=[ADD])])
+        await write_overrides(conn, agent_id, EDITS, by="api_key")
+        shown = await read_editable(conn, agent_id)
+        assert shown is not None and shown["overrides"] == EDITS
+        assert shown["code"] == {"instructions": "code prompt", "tools": {"add": "add two numbers"}}
+        assert shown["editor"] == {"instructions": True, "tools": {"description": True}}
+        # a deploy locks the instructions: the stored instructions override goes, the description stays
+        await publish_agents(conn, [Agent(id=agent_id, instructions="code prompt", tools=[ADD],
+                                          editor={"instructions": False})])
+        assert await read_overrides(conn, agent_id) == {"tools": {"add": {"description": "sum"}}}
+        await publish_agents(conn, [Agent(id=agent_id, instructions=lambda ctx: "dynamic", editor=False)])
+        assert await read_overrides(conn, agent_id) == {}
+        shown = await read_editable(conn, agent_id)
+        assert shown is not None and shown["code"] == {"instructions": None, "tools": {}}
+        assert shown["editor"] == {"instructions": False, "tools": {"description": False}}
+        assert await read_editable(conn, f"{agent_id}-missing") is None
+    finally:
+        await conn.close()
