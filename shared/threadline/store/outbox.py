@@ -81,11 +81,39 @@ class OutboxNotAcknowledgedError(ThreadlineError, TimeoutError):
         super().__init__(f"{len(failed)} outbox row(s) not published: {first!r}")
         self.failed = failed
 
+    @staticmethod
+    def behind(key: str) -> RuntimeError:
+        """Why a row was not sent: an earlier row of its key was not published."""
+        return RuntimeError(f"an earlier outbox row of key {key!r} was not published")
+
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Done-callback: an acknowledgement nobody waits for any more must not log 'never retrieved'."""
     if not fut.cancelled():
         fut.exception()
+
+
+def key_rounds(rows: list[_Row]) -> list[list[_Row]]:
+    """Split ``rows`` (in id order) into rounds to publish one after the other, so that each
+    key's rows reach Kafka in id order across topics: a key's row goes in the same round as the
+    key's previous row when both are for one topic (one partition keeps their order), else in
+    the next round. Rows without a key go in the first round. Pure; keeps id order in a round.
+
+    Example: key ``k``: finish (chunk topic), result (step-results) → ``[[finish], [result]]``.
+    """
+    level: dict[str, tuple[int, str]] = {}
+    rounds: list[list[_Row]] = []
+    for r in rows:
+        n = 0
+        if r.key is not None:
+            prev = level.get(r.key)
+            if prev is not None:
+                n = prev[0] if prev[1] == r.topic else prev[0] + 1
+            level[r.key] = (n, r.topic)
+        while len(rounds) <= n:
+            rounds.append([])
+        rounds[n].append(r)
+    return rounds
 
 
 class Outbox:
@@ -170,12 +198,31 @@ class Outbox:
 
         One row cannot hold up the others: a topic whose metadata does not come (a missing
         topic, a broker away) fails that topic's rows only, and a row that is refused or not
-        acknowledged in time fails alone. A key with a failed row keeps all its rows of this
-        batch unmarked, so the relay publishes them again in their order.
+        acknowledged in time fails alone. A key keeps its order across topics: a row is sent
+        only once every earlier row of its key on another topic was acknowledged (a run's
+        ``finish`` chunk before its step result, decision 65), so the rows go out in rounds
+        (:func:`key_rounds`; one round in the common case), and a key with a failed row sends
+        none of its later rows and keeps all its rows of this batch unmarked, so the relay
+        publishes them again in their order.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout_s
         failed: dict[int, BaseException] = {}
+        for batch in key_rounds(rows):
+            bad = {r.key for r in rows if r.id in failed and r.key is not None}
+            for r in batch:
+                if r.key is not None and r.key in bad:
+                    failed[r.id] = OutboxNotAcknowledgedError.behind(r.key)
+            await self._send_round([r for r in batch if r.key is None or r.key not in bad], deadline, failed)
+        bad_keys = {r.key for r in rows if r.id in failed}
+        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
+
+    async def _send_round(self, rows: list[_Row], deadline: float, failed: dict[int, BaseException]) -> None:
+        """Send ``rows`` (no two rows of one key on different topics) and wait until
+        ``deadline`` (event-loop time) for their acknowledgements; adds what failed to ``failed``."""
+        if not rows:
+            return
+        loop = asyncio.get_running_loop()
         queued: list[tuple[_Row, asyncio.Future[Any]]] = []
         by_topic: dict[str, list[_Row]] = {}
         for r in rows:
@@ -195,11 +242,11 @@ class Outbox:
 
         if len(by_topic) == 1:  # the common case (a step result, a handler's events): no task
             with contextlib.suppress(TimeoutError):  # what was not queued in time fails below
-                async with asyncio.timeout(self.ack_timeout_s):
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await queue(rows)
         else:
             tasks = [asyncio.create_task(queue(topic_rows)) for topic_rows in by_topic.values()]
-            _, late = await asyncio.wait(tasks, timeout=self.ack_timeout_s)
+            _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
             for task in late:  # its topic's metadata did not come in time
                 task.cancel()
             if late:
@@ -217,8 +264,6 @@ class Outbox:
         for r in rows:  # queued nowhere: its topic's metadata did not come in time
             if r.id not in sent and r.id not in failed:
                 failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {self.ack_timeout_s} s")
-        bad_keys = {r.key for r in rows if r.id in failed}
-        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
