@@ -157,10 +157,6 @@ class Settings(BaseSettings):
     0017's one-pass ``threadline_save_step_claim`` (docs/decisions.md, 49); off: 0013's
     ``threadline_save_step_continue``, the same writes in about twice the statements (kept to
     measure the two side by side)."""
-    save_release_later: bool = True
-    """A worker that stored a step and claimed the next one gives the statement's connection back
-    to the pool in the background, while the next step begins (docs/decisions.md, 66); off: the
-    next step begins after the release (an event-loop turn)."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

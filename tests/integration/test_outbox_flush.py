@@ -27,8 +27,8 @@ class CountingDb:
         self.statements += 1
 
     @contextlib.asynccontextmanager
-    async def connection(self, *, patient: bool = False, released: Any = None):
-        async with self.db.connection(patient=patient, released=released) as conn:
+    async def connection(self, *, patient: bool = False):
+        async with self.db.connection(patient=patient) as conn:
             conn.add_query_logger(self._log)
             try:
                 yield conn

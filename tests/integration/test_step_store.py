@@ -42,8 +42,8 @@ class CountingDb:
         self.statements += 1
 
     @contextlib.asynccontextmanager
-    async def connection(self, *, patient: bool = False, released: Any = None):
-        async with self.db.connection(patient=patient, released=released) as conn:
+    async def connection(self, *, patient: bool = False):
+        async with self.db.connection(patient=patient) as conn:
             self.held += 1
             self.most_held = max(self.most_held, self.held)
             conn.add_query_logger(self._log)

@@ -10,9 +10,8 @@ a pooled connection (LISTEN has its own direct connection, :mod:`threadline.stor
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -74,7 +73,6 @@ class Database:
         self._max_size = max_size
         self._acquire_timeout_s = acquire_timeout_s
         self._pool: asyncpg.Pool | None = None
-        self._releasing: set[asyncio.Task[None]] = set()  # connections going back to the pool (``released``)
         self.acquire_timeouts = 0
         """Waits for a pooled connection that outlived ``acquire_timeout_s`` (each one is also
         logged as a warning), since the pool was made."""
@@ -122,45 +120,30 @@ class Database:
         return self._max_size
 
     @asynccontextmanager
-    async def connection(self, *, patient: bool = False,
-                         released: Callable[[], None] | None = None) -> AsyncIterator[asyncpg.Connection]:
+    async def connection(self, *, patient: bool = False) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection (bounded wait, or with ``patient`` as long as it takes: a wait
         past ``acquire_timeout_s`` is logged and waited again).
-
-        ``released``: after a normal exit the connection goes back to the pool in a background
-        task (asyncpg's release is a shielded task: an event-loop turn the caller no longer
-        waits for, decision 66) and ``released()`` is called once it is back; after an error the
-        release is awaited as usual, then ``released()`` is called; when no connection was
-        acquired, ``released()`` is called before the error propagates. Exactly once, always.
 
         Raises:
             PoolTimeoutError: none became free within ``acquire_timeout_s`` (not ``patient``).
         """
         pool = self.pool
         started = time.perf_counter()
-        try:
-            while True:
-                try:
-                    conn = await pool.acquire(timeout=self._acquire_timeout_s)
-                    PG_ACQUIRE_SECONDS.observe(time.perf_counter() - started)
-                    break
-                except TimeoutError as exc:
-                    self.acquire_timeouts += 1
-                    message = (f"no Postgres connection free within {self._acquire_timeout_s:g} s "
-                               f"(pool of {self._max_size})")
-                    if not patient:
-                        log.warning("no Postgres connection in time", reason=message, timeouts=self.acquire_timeouts)
-                        raise PoolTimeoutError(message) from exc
-                    log.warning("still waiting for a Postgres connection", reason=message,
-                                timeouts=self.acquire_timeouts)
-        except BaseException:
-            if released is not None:
-                released()
-            raise
-        later = False
+        while True:
+            try:
+                conn = await pool.acquire(timeout=self._acquire_timeout_s)
+                PG_ACQUIRE_SECONDS.observe(time.perf_counter() - started)
+                break
+            except TimeoutError as exc:
+                self.acquire_timeouts += 1
+                message = (f"no Postgres connection free within {self._acquire_timeout_s:g} s "
+                           f"(pool of {self._max_size})")
+                if not patient:
+                    log.warning("no Postgres connection in time", reason=message, timeouts=self.acquire_timeouts)
+                    raise PoolTimeoutError(message) from exc
+                log.warning("still waiting for a Postgres connection", reason=message, timeouts=self.acquire_timeouts)
         try:
             yield conn
-            later = released is not None
         except BaseException as exc:
             if _broken(exc):
                 # Never pooled again: the release below only rolls back an open transaction,
@@ -169,27 +152,7 @@ class Database:
                 conn.terminate()
             raise
         finally:
-            if later and released is not None:
-                task = asyncio.create_task(self._release(pool, conn, released), name="pg-release")
-                self._releasing.add(task)
-                task.add_done_callback(self._releasing.discard)
-            else:
-                try:
-                    await pool.release(conn)
-                finally:
-                    if released is not None:
-                        released()
-
-    @staticmethod
-    async def _release(pool: asyncpg.Pool, conn: asyncpg.Connection, released: Callable[[], None]) -> None:
-        """Give ``conn`` back to ``pool`` (a background task of :meth:`connection`), then call
-        ``released``; a failed release is logged (asyncpg terminates such a connection)."""
-        try:
             await pool.release(conn)
-        except Exception:  # nobody awaits this task; asyncpg already terminated the connection
-            log.warning("releasing a Postgres connection failed", exc_info=True)
-        finally:
-            released()
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[asyncpg.Connection]:

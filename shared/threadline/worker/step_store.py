@@ -127,16 +127,13 @@ class PgStepStore:
             agents; each run then keeps its agent's last ``last_messages``).
         lean: store-and-claim with the one-pass statement (decision 49,
             ``THREADLINE_SAVE_CLAIM_LEAN``); off: migration 0013's.
-        release_later: the connection of a store-and-claim goes back to the pool in the
-            background, after the next step began (decision 66, ``THREADLINE_SAVE_RELEASE_LATER``).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
                  continues: bool = False, publish_async: bool = False, history_limit: int = 200,
-                 lean: bool = True, release_later: bool = True) -> None:
+                 lean: bool = True) -> None:
         self._db = db
-        self.release_later = release_later
         self._history_limit = history_limit
         self.lean = lean
         self.continues = continues
@@ -154,19 +151,12 @@ class PgStepStore:
         self._slots = asyncio.Semaphore(connections or max(1, db.max_size - RESERVED_CONNECTIONS))
 
     @asynccontextmanager
-    async def _conn(self, *, release_later: bool = False) -> AsyncIterator[asyncpg.Connection]:
+    async def _conn(self) -> AsyncIterator[asyncpg.Connection]:
         """A pooled connection for one step operation. At most ``connections`` step operations
         hold one at a time (default: the pool less :data:`RESERVED_CONNECTIONS`, left to the
         keep-alive, the outbox and aborts); the others wait their turn without a deadline: a
-        step waiting for a connection is delayed, never failed nor re-executed.
-        ``release_later``: the connection goes back to the pool after the caller went on (its
-        slot stays taken until then; :meth:`Database.connection`'s ``released``)."""
-        if not release_later:
-            async with self._slots, self._db.connection(patient=True) as conn:
-                yield conn
-            return
-        await self._slots.acquire()
-        async with self._db.connection(patient=True, released=self._slots.release) as conn:
+        step waiting for a connection is delayed, never failed nor re-executed."""
+        async with self._slots, self._db.connection(patient=True) as conn:
             yield conn
 
     async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None,
@@ -233,8 +223,7 @@ class PgStepStore:
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
         sent = returned = 0.0
-        async with self._conn(release_later=continues and self.release_later) as conn, \
-                (conn.transaction() if record.finish is not None else nullcontext()):
+        async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
                                        orjson.dumps(record.finish), key=key, headers=chunk_headers())
