@@ -1,7 +1,7 @@
-"""The outbox keeps a key's order across topics (decision 65): a run's ``finish`` chunk (its
+"""The outbox relay keeps a key's order across topics (decision 65): a run's ``finish`` chunk (its
 thread's chunk topic) and its step result (step-results) share the thread's key, and a relay
-pass that carries both sends the result only once the ``finish`` was acknowledged, and not at
-all when the ``finish`` was not. Before, the pass sent each topic's rows side by side: a result
+pass (``_send(..., key_order=True)``) that carries both sends the result only once the ``finish``
+was acknowledged, and not at all when the ``finish`` was not. Before, the pass sent each topic's rows side by side: a result
 could be applied by the orchestrator (the run ended, its lease released) while its ``finish``
 waited for the chunk topic's metadata, or was refused and left for a later pass — the stream
 ended without its ``finish`` at a subscriber reading at that moment.
@@ -67,7 +67,7 @@ def _box(producer: FakeProducer, ack_timeout_s: float = 2.0) -> Outbox:
 async def test_a_result_is_sent_only_after_its_finish_was_acknowledged():
     producer = FakeProducer(chunk_delay_s=0.05)
     rows = [_row(1, CHUNKS, "k", "finish"), _row(2, RESULTS, "k", "result"), _row(3, RESULTS, "other", "r2")]
-    acked, failed = await _box(producer)._send(rows)
+    acked, failed = await _box(producer)._send(rows, key_order=True)
     assert failed == {} and acked == [1, 2, 3]
     assert producer.events.index("send result") > producer.events.index("ack finish")
     assert producer.events.index("send r2") < producer.events.index("ack finish")  # another key does not wait
@@ -76,7 +76,7 @@ async def test_a_result_is_sent_only_after_its_finish_was_acknowledged():
 async def test_a_result_whose_finish_was_refused_is_not_sent_and_both_stay_for_the_relay():
     producer = FakeProducer(chunk_error=RuntimeError("refused"))
     rows = [_row(1, CHUNKS, "k", "finish"), _row(2, RESULTS, "k", "result"), _row(3, RESULTS, "other", "r2")]
-    acked, failed = await _box(producer)._send(rows)
+    acked, failed = await _box(producer)._send(rows, key_order=True)
     assert "send result" not in producer.events
     assert set(failed) == {1, 2} and acked == [3]
 
@@ -86,7 +86,7 @@ async def test_a_result_whose_finish_was_not_acknowledged_in_time_is_not_sent():
     rows = [_row(1, CHUNKS, "k", "finish"), _row(2, RESULTS, "k", "result")]
     loop = asyncio.get_running_loop()
     started = loop.time()
-    acked, failed = await _box(producer, ack_timeout_s=0.2)._send(rows)
+    acked, failed = await _box(producer, ack_timeout_s=0.2)._send(rows, key_order=True)
     assert loop.time() - started < 1.0  # one deadline for all rounds
     assert "send result" not in producer.events and acked == [] and set(failed) == {1, 2}
     assert isinstance(failed[1], TimeoutError)
@@ -99,3 +99,13 @@ def test_key_rounds_split_a_key_at_each_change_of_topic_and_keep_id_order():
     assert [[r.id for r in batch] for batch in ob.key_rounds(rows)] == [[1, 3, 5, 7], [2, 4], [6]]
     assert [[r.id for r in batch] for batch in ob.key_rounds(rows[2:3])] == [[3]]
     assert ob.key_rounds([]) == []
+
+
+async def test_a_handlers_own_flush_sends_every_row_at_once():
+    """Off the relay (``key_order`` off: a handler's flush on its path) nothing waits for another
+    topic's acknowledgement."""
+    producer = FakeProducer(chunk_delay_s=0.05)
+    rows = [_row(1, CHUNKS, "k", "finish"), _row(2, RESULTS, "k", "result")]
+    acked, failed = await _box(producer)._send(rows)
+    assert failed == {} and acked == [1, 2]
+    assert producer.events.index("send result") < producer.events.index("ack finish")

@@ -192,23 +192,26 @@ class Outbox:
             except Exception:  # the relay publishes them again; duplicates are dropped
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
-    async def _send(self, rows: list[_Row]) -> tuple[list[int], dict[int, BaseException]]:
+    async def _send(self, rows: list[_Row], *, key_order: bool = False) -> tuple[list[int], dict[int, BaseException]]:
         """Send ``rows`` in order and wait, at most ``ack_timeout_s`` in all, for their
         acknowledgements. Returns the ids that may be marked published and the failed ones.
 
         One row cannot hold up the others: a topic whose metadata does not come (a missing
         topic, a broker away) fails that topic's rows only, and a row that is refused or not
-        acknowledged in time fails alone. A key keeps its order across topics: a row is sent
-        only once every earlier row of its key on another topic was acknowledged (a run's
+        acknowledged in time fails alone. A key with a failed row keeps all its rows of this
+        batch unmarked, so the relay publishes them again in their order.
+
+        ``key_order`` (the relay's passes): a key also keeps its order across topics — a row is
+        sent only once every earlier row of its key on another topic was acknowledged (a run's
         ``finish`` chunk before its step result, decision 65), so the rows go out in rounds
-        (:func:`key_rounds`; one round in the common case), and a key with a failed row sends
-        none of its later rows and keeps all its rows of this batch unmarked, so the relay
-        publishes them again in their order.
+        (:func:`key_rounds`), and a key with a failed row sends none of its later rows. Without
+        it (a handler's own flush, on its path) every row goes out at once, as each topic's
+        order is all its callers need.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout_s
         failed: dict[int, BaseException] = {}
-        for batch in key_rounds(rows):
+        for batch in key_rounds(rows) if key_order else [rows]:
             bad = {r.key for r in rows if r.id in failed and r.key is not None}
             for r in batch:
                 if r.key is not None and r.key in bad:
@@ -268,7 +271,7 @@ class Outbox:
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
         does not take (see :meth:`_send`) stay for the next pass and are logged; the others are
-        marked."""
+        marked. A key's rows are sent in id order across topics too (``key_order``, decision 65)."""
         failed: dict[int, BaseException] = {}
         async with self._db.transaction() as conn:
             rows = await conn.fetch(
@@ -280,7 +283,7 @@ class Outbox:
             if rows and self._before_relay is not None:
                 await self._before_relay([(r["topic"], r["key"]) for r in rows])
             if rows:
-                acked, failed = await self._send([_Row.of(r) for r in rows])
+                acked, failed = await self._send([_Row.of(r) for r in rows], key_order=True)
                 if acked:
                     await conn.execute(_MARK, acked)
         if acked:
