@@ -67,7 +67,8 @@ async def _setup(cluster):
         yield db, producer, held, store, topics
 
 
-async def _three_steps(store: PgStepStore, held: HeldProducer, run_id: str) -> asyncio.Task[None]:
+async def _three_steps(store: PgStepStore, held: HeldProducer, run_id: str,
+                       finish: dict[str, Any] | None = None) -> asyncio.Task[None]:
     """Steps 0 and 1 end with ``continue`` (each continued by this worker, the next step handed
     out once), step 2 finishes. The saves of steps 0 and 1 return while the acknowledgement of
     step 0's result is held; the save of step 2 (the run's end) waits for it: returned running."""
@@ -86,7 +87,7 @@ async def _three_steps(store: PgStepStore, held: HeldProducer, run_id: str) -> a
         begun = nxt
     last = asyncio.create_task(store.save(StepRecord(
         run=begun.run, attempt=1, outcome=Finish("stop"), entries=[], consumed=[], state={"steps": [0, 1, 2]},
-        next_seq=30, usage={"totalTokens": 1}, text="done")))
+        next_seq=30, usage={"totalTokens": 1}, text="done", finish=finish)))
     await asyncio.sleep(0.3)
     assert not last.done()  # a run's results go out in step order: after step 0's
     return last
@@ -146,4 +147,40 @@ async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_on
                                 r["run_id"])
         assert (row["step"], row["attempt"], row["status"]) == (2, 1, "finished")
         assert await Outbox(db, producer).relay_once(older_than_s=0) >= 3
+        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+
+
+async def test_the_runs_finish_is_published_while_an_earlier_result_waits_for_kafka(own_cluster):
+    """Decision 65: the last step's ``finish`` chunk goes out as soon as the step is stored, not
+    after the acknowledgement of an earlier step's result published in the background (before,
+    a held acknowledgement held the stream's end with it, for up to the ack timeout, and left
+    the ``finish`` with its result to the relay); the result itself still waits its turn."""
+    async with _setup(own_cluster) as (db, _producer, held, store, topics):
+        r = await _run(db)
+        chunk_topic = topics.chunks(r["resource_id"], r["thread_id"])
+        admin = TopicAdmin(own_cluster.bootstrap)
+        await admin.start()
+        try:
+            await admin.ensure([chunk_topic], partitions=1)
+        finally:
+            await admin.stop()
+        finish = {"type": "finish", "runId": r["run_id"], "seq": 29, "step": 2, "attempt": 1, "payload": {}}
+        last = await _three_steps(store, held, r["run_id"], finish=finish)
+        consumer = AIOKafkaConsumer(chunk_topic, bootstrap_servers=own_cluster.bootstrap,
+                                    auto_offset_reset="earliest", group_id=f"t-{uuid.uuid4().hex[:8]}")
+        await consumer.start()
+        try:
+            seen: list[dict[str, Any]] = []
+            async with asyncio.timeout(10):
+                while not seen:
+                    batch = await consumer.getmany(timeout_ms=200)
+                    seen += [orjson.loads(rec.value) for records in batch.values() for rec in records]
+        finally:
+            await consumer.stop()
+        assert [c["type"] for c in seen] == ["finish"]
+        assert held.held is not None and not held.held.done() and not last.done()  # step 0's result still held
+        await held.release(None)
+        async with asyncio.timeout(10):
+            await last
+            await store.settle(r["run_id"])
         assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]

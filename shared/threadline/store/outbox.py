@@ -81,11 +81,39 @@ class OutboxNotAcknowledgedError(ThreadlineError, TimeoutError):
         super().__init__(f"{len(failed)} outbox row(s) not published: {first!r}")
         self.failed = failed
 
+    @staticmethod
+    def behind(key: str) -> RuntimeError:
+        """Why a row was not sent: an earlier row of its key was not published."""
+        return RuntimeError(f"an earlier outbox row of key {key!r} was not published")
+
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     """Done-callback: an acknowledgement nobody waits for any more must not log 'never retrieved'."""
     if not fut.cancelled():
         fut.exception()
+
+
+def key_rounds(rows: list[_Row]) -> list[list[_Row]]:
+    """Split ``rows`` (in id order) into rounds to publish one after the other, so that each
+    key's rows reach Kafka in id order across topics: a key's row goes in the same round as the
+    key's previous row when both are for one topic (one partition keeps their order), else in
+    the next round. Rows without a key go in the first round. Pure; keeps id order in a round.
+
+    Example: key ``k``: finish (chunk topic), result (step-results) → ``[[finish], [result]]``.
+    """
+    level: dict[str, tuple[int, str]] = {}
+    rounds: list[list[_Row]] = []
+    for r in rows:
+        n = 0
+        if r.key is not None:
+            prev = level.get(r.key)
+            if prev is not None:
+                n = prev[0] if prev[1] == r.topic else prev[0] + 1
+            level[r.key] = (n, r.topic)
+        while len(rounds) <= n:
+            rounds.append([])
+        rounds[n].append(r)
+    return rounds
 
 
 class Outbox:
@@ -164,7 +192,7 @@ class Outbox:
             except Exception:  # the relay publishes them again; duplicates are dropped
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
-    async def _send(self, rows: list[_Row]) -> tuple[list[int], dict[int, BaseException]]:
+    async def _send(self, rows: list[_Row], *, key_order: bool = False) -> tuple[list[int], dict[int, BaseException]]:
         """Send ``rows`` in order and wait, at most ``ack_timeout_s`` in all, for their
         acknowledgements. Returns the ids that may be marked published and the failed ones.
 
@@ -172,10 +200,32 @@ class Outbox:
         topic, a broker away) fails that topic's rows only, and a row that is refused or not
         acknowledged in time fails alone. A key with a failed row keeps all its rows of this
         batch unmarked, so the relay publishes them again in their order.
+
+        ``key_order`` (the relay's passes): a key also keeps its order across topics — a row is
+        sent only once every earlier row of its key on another topic was acknowledged (a run's
+        ``finish`` chunk before its step result, decision 65), so the rows go out in rounds
+        (:func:`key_rounds`), and a key with a failed row sends none of its later rows. Without
+        it (a handler's own flush, on its path) every row goes out at once, as each topic's
+        order is all its callers need.
         """
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.ack_timeout_s
         failed: dict[int, BaseException] = {}
+        for batch in key_rounds(rows) if key_order else [rows]:
+            bad = {r.key for r in rows if r.id in failed and r.key is not None}
+            for r in batch:
+                if r.key is not None and r.key in bad:
+                    failed[r.id] = OutboxNotAcknowledgedError.behind(r.key)
+            await self._send_round([r for r in batch if r.key is None or r.key not in bad], deadline, failed)
+        bad_keys = {r.key for r in rows if r.id in failed}
+        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
+
+    async def _send_round(self, rows: list[_Row], deadline: float, failed: dict[int, BaseException]) -> None:
+        """Send ``rows`` (no two rows of one key on different topics) and wait until
+        ``deadline`` (event-loop time) for their acknowledgements; adds what failed to ``failed``."""
+        if not rows:
+            return
+        loop = asyncio.get_running_loop()
         queued: list[tuple[_Row, asyncio.Future[Any]]] = []
         by_topic: dict[str, list[_Row]] = {}
         for r in rows:
@@ -195,11 +245,11 @@ class Outbox:
 
         if len(by_topic) == 1:  # the common case (a step result, a handler's events): no task
             with contextlib.suppress(TimeoutError):  # what was not queued in time fails below
-                async with asyncio.timeout(self.ack_timeout_s):
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await queue(rows)
         else:
             tasks = [asyncio.create_task(queue(topic_rows)) for topic_rows in by_topic.values()]
-            _, late = await asyncio.wait(tasks, timeout=self.ack_timeout_s)
+            _, late = await asyncio.wait(tasks, timeout=max(0.0, deadline - loop.time()))
             for task in late:  # its topic's metadata did not come in time
                 task.cancel()
             if late:
@@ -217,13 +267,11 @@ class Outbox:
         for r in rows:  # queued nowhere: its topic's metadata did not come in time
             if r.id not in sent and r.id not in failed:
                 failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {self.ack_timeout_s} s")
-        bad_keys = {r.key for r in rows if r.id in failed}
-        return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
         does not take (see :meth:`_send`) stay for the next pass and are logged; the others are
-        marked."""
+        marked. A key's rows are sent in id order across topics too (``key_order``, decision 65)."""
         failed: dict[int, BaseException] = {}
         async with self._db.transaction() as conn:
             rows = await conn.fetch(
@@ -235,7 +283,7 @@ class Outbox:
             if rows and self._before_relay is not None:
                 await self._before_relay([(r["topic"], r["key"]) for r in rows])
             if rows:
-                acked, failed = await self._send([_Row.of(r) for r in rows])
+                acked, failed = await self._send([_Row.of(r) for r in rows], key_order=True)
                 if acked:
                     await conn.execute(_MARK, acked)
         if acked:

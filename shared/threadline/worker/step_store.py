@@ -268,8 +268,8 @@ class PgStepStore:
 
     async def _publish(self, run: StepRun, box_id: int, key: str, value: bytes, headers: list[tuple[str, bytes]],
                        finish: Queued | None, earlier: asyncio.Task[None] | None, continued: bool) -> None:
-        """Publish a stored step result (and the run's held ``finish`` before it), after the
-        run's earlier result published in the background (``earlier``): a run's results reach
+        """Publish a stored step result (and the run's held ``finish`` before it, at once), after
+        the run's earlier result published in the background (``earlier``): a run's results reach
         the orchestrator in step order. A result Kafka does not take stays in the outbox, where
         the relay publishes it; the run's later results then follow it through the relay.
 
@@ -277,11 +277,17 @@ class PgStepStore:
         raised that is not transient. In the background nothing is raised: the row is left to
         the relay and logged.
         """
+        unflushed: Exception | None = None
+        if finish is not None:  # before the result (the thread's next run streams after it), not
+            try:  # after the earlier result: the stream ends as soon as the step is durable (decision 65)
+                await self._outbox.flush([finish])
+            except Exception as exc:  # noqa: BLE001 - raised below, after the earlier result settled
+                unflushed = exc
         if earlier is not None:
             await asyncio.shield(earlier)  # never raises; its failure puts the run in _relayed
         try:
-            if finish is not None:  # before the result: the thread's next run streams after it
-                await self._outbox.flush([finish])
+            if unflushed is not None:  # the result follows its finish through the relay
+                raise unflushed
             if run.run_id in self._relayed:  # an earlier result of the run waits for the relay: after it
                 raise OutboxNotAcknowledgedError({box_id: RuntimeError("an earlier step result waits for the relay")})
             await self._outbox.publish_stored(box_id, self._topics.step_results, key, value, headers)
