@@ -12,8 +12,10 @@ from threadline.store.db import connect
 from threadline.topics import Topics
 
 
-async def test_a_job_is_queued_once_reclaimed_after_a_crash_and_stored_once(cluster):
-    conn = await connect(cluster.dsn)
+async def test_a_job_is_queued_once_reclaimed_after_a_crash_and_stored_once(own_cluster):
+    # a database of its own: the session's notification-scheduler claims any pending scorer job of
+    # the session's database, and took "b" once its claim expired (CI)
+    conn = await connect(own_cluster.dsn)
     topics = Topics(f"scores-{uuid.uuid4().hex[:6]}")
     run = {"run_id": f"run-{uuid.uuid4().hex}", "agent_id": "scored", "resource_id": "res-s", "thread_id": "th-s"}
     try:
