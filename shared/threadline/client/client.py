@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import KafkaError
 
+from threadline.client.inbox_marks import InboxMarks
 from threadline.client.replies import ReplyListener
 from threadline.client.run_output import CreatedSignal, RunOutput
 from threadline.client.subscription import ThreadSubscription
@@ -85,7 +86,7 @@ class SendResult:
     """When the request was published (ms since the epoch, the client's clock)."""
 
 
-class ThreadlineClient:
+class ThreadlineClient(InboxMarks):
     """Publishes requests to the ingress topic and reads replies and chunk topics."""
 
     def __init__(self, settings: Settings | None = None, *, default_agent: str | None = None) -> None:
@@ -381,15 +382,6 @@ class ThreadlineClient:
 
         return await self._inbox(access.mark, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
                                  status=status)
-
-    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
-
-    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
-
-    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
 
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,

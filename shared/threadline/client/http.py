@@ -26,6 +26,7 @@ import httpx
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.http_subscription import HttpThreadSubscription, resolved
+from threadline.client.inbox_marks import InboxMarks
 from threadline.client.run_output import CreatedSignal, RunOutput
 from threadline.errors import ThreadlineError
 from threadline.events import RunResult
@@ -50,7 +51,7 @@ def _seg(value: str) -> str:
     return quote(value, safe="")
 
 
-class HttpThreadlineClient:
+class HttpThreadlineClient(InboxMarks):
     """:class:`~threadline.client.ThreadlineClient`'s public API over the gateway's HTTP API.
 
     Args:
@@ -295,15 +296,6 @@ class HttpThreadlineClient:
             "POST", f"{self._thread(resource_id, thread_id)}/inbox/{_seg(record_id)}", {"status": status},
             missing_ok=True)
         return found
-
-    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
-
-    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
-
-    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
 
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
