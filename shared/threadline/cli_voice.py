@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from threadline.cli_common import _fail, _print, _run
 from threadline.config import get_settings
 
 AgentOpt = Annotated[str, typer.Option("--agent", "-a", envvar="THREADLINE_AGENT", help="agent id")]
@@ -26,7 +27,6 @@ def speak(text: Annotated[str, typer.Argument(help="what to say ('-': stdin)")],
           audio_format: Annotated[str | None, typer.Option("--format", help="mp3, wav, opus, …")] = None) -> None:
     """Text to speech with the agent's voice; prints {"agent", "bytes", "out"}."""
 
-    from threadline.cli import _fail, _print, _run
 
     said = sys.stdin.read() if text == "-" else text
     spoken: list[bytes] = []
@@ -55,7 +55,6 @@ def listen(audio: Annotated[str, typer.Argument(help="audio file to transcribe (
            language: Annotated[str | None, typer.Option(help="ISO-639-1 language of the audio")] = None) -> None:
     """Speech to text with the agent's voice; prints {"agent", "text"}."""
 
-    from threadline.cli import _fail, _print, _run
 
     data = sys.stdin.buffer.read() if audio == "-" else Path(audio).read_bytes()
     name = "audio.wav" if audio == "-" else Path(audio).name
