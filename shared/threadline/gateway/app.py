@@ -9,7 +9,6 @@ message}}``; a thread that is missing and a thread of another resource get the s
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from importlib import resources
@@ -20,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
@@ -28,6 +27,7 @@ from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
+from threadline.ops.server import readiness
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -422,15 +422,7 @@ async def healthz(_: Request) -> Response:
 
 
 async def readyz(request: Request) -> Response:
-    checks = request.app.state.checks
-    results: dict[str, bool] = {}
-    for name, check in checks.items():
-        try:
-            results[name] = bool(await asyncio.wait_for(check(), 2.0))
-        except Exception:  # noqa: BLE001 - any failure of a check means "not ready"
-            results[name] = False
-    ready = all(results.values())
-    return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+    return await readiness(request.app.state.checks)
 
 
 HANDLERS: dict[str, Handler] = {h.__name__: h for h in (

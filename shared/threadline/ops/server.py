@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -30,6 +30,19 @@ Check = Callable[[], Awaitable[bool]]
 """``async () -> bool``: one readiness condition."""
 
 
+async def readiness(checks: Mapping[str, Check]) -> Response:
+    """The ``/readyz`` answer: JSON ``{"ready": bool, "checks": {name: bool}}``, 200 when every
+    check holds, 503 otherwise; a check that raises or takes over 2 s counts as not ready."""
+    results: dict[str, bool] = {}
+    for name, check in checks.items():
+        try:
+            results[name] = bool(await asyncio.wait_for(check(), 2.0))
+        except Exception:  # noqa: BLE001 - any failure of a check means "not ready"
+            results[name] = False
+    ready = all(results.values())
+    return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+
+
 def make_app(checks: dict[str, Check]) -> Starlette:
     """The ASGI app: ``checks`` (name → condition) decide ``/readyz``; a check that raises or
     takes over 2 s counts as not ready."""
@@ -41,14 +54,7 @@ def make_app(checks: dict[str, Check]) -> Starlette:
         return PlainTextResponse("ok")
 
     async def readyz(_: Request) -> Response:
-        results: dict[str, bool] = {}
-        for name, check in checks.items():
-            try:
-                results[name] = bool(await asyncio.wait_for(check(), 2.0))
-            except Exception:  # noqa: BLE001 - any failure of a check means "not ready"
-                results[name] = False
-        ready = all(results.values())
-        return JSONResponse({"ready": ready, "checks": results}, status_code=200 if ready else 503)
+        return await readiness(checks)
 
     return Starlette(routes=[Route("/metrics", metrics), Route("/healthz", healthz), Route("/readyz", readyz)])
 
