@@ -149,12 +149,11 @@ class Settings(BaseSettings):
     straight to step-tasks; the orchestrator is told with a ``StartRun`` marked ``scheduled`` and
     only announces the start (it stays the owner of the run and its recovery; docs/decisions.md,
     34-36). Off: every run start crosses the orchestrator."""
-    step_result_async: bool = False
+    step_result_async: bool = True
     """A worker that continues the run publishes the finished step's result in the background
     while the next step runs, instead of waiting for Kafka's acknowledgement first; a result Kafka
     does not take is left to the outbox relay and the run's results stay in step order
-    (docs/decisions.md, 37). Off (the default until an unexplained chaos failure with it on,
-    seed 777 under heavy load, is understood): the next step begins after the acknowledgement."""
+    (docs/decisions.md, 37 and 65). Off: the next step begins after the acknowledgement."""
     save_claim_lean: bool = True
     """A worker that continues the run stores the step and claims the next one with migration
     0017's one-pass ``threadline_save_step_claim`` (docs/decisions.md, 49); off: 0013's
