@@ -53,8 +53,6 @@ import argparse
 import asyncio
 import json
 import logging
-import re
-import secrets
 import threading
 import time
 from collections import deque
@@ -70,249 +68,24 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from threadline.testing import pairing
+from threadline.testing.fake_replies import (
+    _BATCH,
+    _DONE,
+    _REDACTED,
+    InjectedDisconnect,
+    ScriptStore,
+    _completion,
+    _error_body,
+    _error_event,
+    _pause,
+    _plan,
+    _QuietInjected,
+    _sse_events,
+    json_object,
+    rate_limited,
+)
 
 log = logging.getLogger(__name__)
-
-FAILS = frozenset({"error_event", "disconnect", "truncate", "malformed", "stall"})
-_NUM = (int, float)
-_FIELDS: dict[str, tuple[type, ...]] = {
-    "status": (int,), "error": (dict,), "headers": (dict,), "raw": (str,), "content_type": (str,),
-    "delay": _NUM, "ttft": _NUM, "chunk_delay": _NUM, "text": (str,), "chunks": (list,),
-    "tool_calls": (list,), "finish_reason": (str,), "usage": (dict, type(None)),
-    "usage_on_finish": (bool,), "fail": (str,), "fail_after": (int,), "error_event": (dict,),
-    "stall_seconds": _NUM, "times": (int,), "model": (str,), "reasoning": (str,),
-}
-_TOOL_FIELDS = {"id", "name", "arguments", "pieces"}
-_REDACTED = {"authorization", "api-key", "x-api-key", "cookie"}
-_DEFAULT_ERRORS = {
-    400: ("Bad request.", "invalid_request_error", None),
-    401: ("Incorrect API key provided.", "invalid_request_error", "invalid_api_key"),
-    404: ("The model does not exist.", "invalid_request_error", "model_not_found"),
-    429: ("Rate limit reached. Please try again later.", "requests", "rate_limit_exceeded"),
-}
-_SERVER_ERROR = {"message": "The server had an error while processing your request.",
-                 "type": "server_error", "param": None, "code": None}
-_BATCH = 256  # SSE events per write when no delay separates them
-_WORDS = re.compile(r"\s*\S+")
-_DONE = "data: [DONE]\n\n"
-
-
-def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"))
-
-
-class InjectedDisconnect(Exception):  # noqa: N818 - a control signal for uvicorn, not an error
-    """Raised inside a response body to make uvicorn drop the connection (`fail: disconnect`)."""
-
-
-class _QuietInjected(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-            exc = exc.exceptions[0]
-        return not isinstance(exc, InjectedDisconnect)
-
-
-def validate_script(script: Any) -> dict[str, Any]:
-    """Check one script's field names and types; return it, or raise ValueError saying why."""
-    if not isinstance(script, dict):
-        raise ValueError("each script must be a JSON object")
-    if unknown := sorted(set(script) - set(_FIELDS)):
-        raise ValueError(f"unknown script fields: {unknown}")
-    for key, value in script.items():
-        if not isinstance(value, _FIELDS[key]) or (isinstance(value, bool) and bool not in _FIELDS[key]):
-            raise ValueError(f"script field {key!r} has the wrong type")
-    if "fail" in script and script["fail"] not in FAILS:
-        raise ValueError(f"fail must be one of {sorted(FAILS)}")
-    if "text" in script and "chunks" in script:
-        raise ValueError("give text or chunks, not both")
-    if not all(isinstance(c, str) for c in script.get("chunks", [])):
-        raise ValueError("chunks must be strings")
-    for call in script.get("tool_calls", []):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or set(call) - _TOOL_FIELDS \
-                or not isinstance(call.get("pieces", 1), int) or call.get("pieces", 1) < 1:
-            raise ValueError(f"each tool call needs a name, pieces >= 1, and only the fields {sorted(_TOOL_FIELDS)}")
-    if script.get("times", 1) < 1 or script.get("fail_after", 0) < 0:
-        raise ValueError("times must be >= 1 and fail_after >= 0")
-    return script
-
-
-class ScriptStore:
-    """FIFO queues of scripts (key None = global, else a model name) plus the request journal."""
-
-    def __init__(self, journal_size: int = 10_000) -> None:
-        self.queues: dict[str | None, deque[list[Any]]] = {}
-        self.journal: deque[dict[str, Any]] = deque(maxlen=journal_size)
-        self.limits: dict[str, tuple[float, deque[float]]] = {}
-        """Per model: the requests/s it accepts and the arrival times of the last second."""
-
-    def over_limit(self, model: str | None) -> bool:
-        """Count a request of ``model``; True when it is over the model's requests/s limit."""
-        limit = self.limits.get(model or "")
-        if limit is None:
-            return False
-        rps, recent = limit
-        now = time.monotonic()
-        while recent and recent[0] <= now - 1.0:
-            recent.popleft()
-        if len(recent) >= rps:
-            return True
-        recent.append(now)
-        return False
-
-    def add(self, scripts: list[Any], model: str | None = None) -> int:
-        """Validate all scripts, then append them; a script's own `model` picks its queue."""
-        keyed = []
-        for script in scripts:
-            validate_script(script)
-            key = script.get("model", model)
-            if model is not None and key != model:
-                raise ValueError(f"script model {key!r} differs from the queue model {model!r}")
-            keyed.append((key, script))
-        for key, script in keyed:
-            self.queues.setdefault(key, deque()).append([script, script.get("times", 1)])
-        return len(keyed)
-
-    def take(self, model: str | None) -> dict[str, Any] | None:
-        """Consume one use of the script at the head of `model`'s queue, else the global one."""
-        for key in (model, None):
-            queue = self.queues.get(key)
-            if queue:
-                entry = queue[0]
-                entry[1] -= 1
-                if entry[1] <= 0:
-                    queue.popleft()
-                return entry[0]
-        return None
-
-    def clear(self, model: str | None = None) -> None:
-        """Drop the queued scripts of one model, or of every queue when model is None."""
-        if model is None:
-            self.queues.clear()
-        else:
-            self.queues.pop(model, None)
-
-    def pending(self) -> int:
-        return sum(len(q) for q in self.queues.values())
-
-
-@dataclass
-class _Reply:
-    pieces: list[str]
-    calls: list[dict[str, Any]]
-    finish_reason: str
-    usage: dict[str, Any] | None
-    reasoning: list[str]
-
-
-def _content_text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(p.get("text", "") for p in content if isinstance(p, dict) and p.get("type") == "text")
-    return ""
-
-
-def _plan(script: dict[str, Any], body: dict[str, Any]) -> _Reply:
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    calls = []
-    for call in script.get("tool_calls", []):
-        args = call.get("arguments", "{}")
-        args = args if isinstance(args, str) else json.dumps(args)
-        n = max(1, min(call.get("pieces", 3), len(args)))
-        size = max(1, -(-len(args) // n))
-        calls.append({"id": call.get("id") or f"call_{secrets.token_hex(8)}", "name": call["name"],
-                      "arguments": args, "fragments": [args[i:i + size] for i in range(0, len(args), size)] or [""]})
-    if "chunks" in script:
-        pieces = list(script["chunks"])
-    else:
-        if "text" in script:
-            text = script["text"]
-        elif calls:
-            text = ""
-        else:
-            last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-            text = "You said: " + _content_text(last_user.get("content"))
-        pieces = _WORDS.findall(text) or ([text] if text else [])
-    usage = None
-    if script.get("usage", {}) is not None:
-        prompt_chars = sum(len(_content_text(m.get("content"))) for m in messages)
-        out_chars = sum(map(len, pieces)) + sum(len(c["arguments"]) for c in calls)
-        usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": max(1, out_chars // 4),
-                 **(script.get("usage") or {})}
-        usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
-    finish = script.get("finish_reason", "tool_calls" if calls else "stop")
-    return _Reply(pieces, calls, finish, usage, _WORDS.findall(script.get("reasoning", "")))
-
-
-def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish: bool) -> list[str]:
-    """Render a reply as SSE `data:` lines (without [DONE]); one json.dumps per chunk."""
-    cid, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
-    null_usage = include_usage and reply.usage is not None
-    head = f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},"model":{json.dumps(model)},'
-    tail = ',"finish_reason":null}]' + (',"usage":null' if null_usage else "") + "}\n\n"
-    deltas: list[dict[str, Any]] = [{"reasoning_content": p} for p in reply.reasoning]
-    deltas += [{"content": p} for p in reply.pieces]
-    for index, call in enumerate(reply.calls):
-        for j, frag in enumerate(call["fragments"]):
-            tc = ({"index": index, "id": call["id"], "type": "function",
-                   "function": {"name": call["name"], "arguments": frag}} if j == 0
-                  else {"index": index, "function": {"arguments": frag}})
-            deltas.append({"tool_calls": [tc]})
-    finish_delta: dict[str, Any] = {}
-    if deltas:
-        deltas[0] = {"role": "assistant", **deltas[0]}
-    else:
-        finish_delta = {"role": "assistant"}
-    events = [head + '"choices":[{"index":0,"delta":' + _dumps(d) + tail for d in deltas]
-    finish: dict[str, Any] = {"choices": [{"index": 0, "delta": finish_delta, "finish_reason": reply.finish_reason}]}
-    if reply.usage is not None and usage_on_finish:
-        finish["usage"] = reply.usage
-    elif null_usage:
-        finish["usage"] = None
-    events.append(head + _dumps(finish)[1:] + "\n\n")
-    if null_usage and not usage_on_finish:
-        events.append(head + '"choices":[],"usage":' + _dumps(reply.usage) + "}\n\n")
-    return events
-
-
-def _completion(reply: _Reply, model: str) -> dict[str, Any]:
-    text = "".join(reply.pieces) if reply.pieces or not reply.calls else None
-    message: dict[str, Any] = {"role": "assistant", "content": text}
-    if reply.calls:
-        message["tool_calls"] = [{"id": c["id"], "type": "function",
-                                  "function": {"name": c["name"], "arguments": c["arguments"]}} for c in reply.calls]
-    body = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion", "created": int(time.time()),
-            "model": model, "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason,
-                                         "logprobs": None}]}
-    if reply.usage is not None:
-        body["usage"] = reply.usage
-    return body
-
-
-def _error_body(status: int, error: dict[str, Any] | None) -> dict[str, Any]:
-    if error is not None:
-        return error if isinstance(error.get("error"), dict) else {"error": error}
-    if status >= 500 and status not in _DEFAULT_ERRORS:
-        return {"error": dict(_SERVER_ERROR)}
-    message, kind, code = _DEFAULT_ERRORS.get(status, (f"Error {status}.", "invalid_request_error", None))
-    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
-
-
-def _error_event(script: dict[str, Any]) -> str:
-    body = script.get("error_event") or {"error": script.get("error") or _SERVER_ERROR}
-    return "data: " + json.dumps(body) + "\n\n"
-
-
-async def _pause(app: Starlette, seconds: float, request: Request | None = None) -> bool:
-    """Sleep in 50 ms slices; return False early if the server is stopping or the client left."""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        if app.state.stopping() or (request is not None and await request.is_disconnected()):
-            return False
-        await asyncio.sleep(min(left, 0.05))
-    return True
-
 
 def _flush(buf: list[str]) -> bytes:
     data = "".join(buf).encode()
@@ -385,15 +158,6 @@ async def _faulty_body(data: bytes, script: dict[str, Any], app: Starlette) -> A
         yield data[len(data) // 2:]
 
 
-async def json_object(request: Request) -> dict[str, Any] | None:
-    """The request's body when it is a JSON object, else ``None`` (both dialects answer 400)."""
-    try:
-        body = await request.json()
-    except ValueError:
-        return None
-    return body if isinstance(body, dict) else None
-
-
 async def chat_completions(request: Request) -> Response:
     """Answer one chat completion from the next matching script, or with the default echo."""
     app, store = request.app, request.app.state.store
@@ -438,16 +202,6 @@ async def chat_completions(request: Request) -> Response:
     if script.get("ttft") and not await _pause(app, script["ttft"], request):
         return Response(status_code=499)
     return Response(data, status, out_headers, media_type="application/json")
-
-
-def rate_limited(store: ScriptStore, model: str | None, request: Request, body: dict[str, Any]) -> Response | None:
-    """A 429 (``Retry-After: 1``, journaled with ``limited: true``) when ``model`` is over its
-    requests/s limit (``POST /_fake/limit``), else ``None``."""
-    if not store.over_limit(model):
-        return None
-    store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
-                          "scripted": False, "limited": True, "headers": {}, "body": {}, "time": time.time()})
-    return JSONResponse(_error_body(429, None), 429, {"retry-after": "1"})
 
 
 async def set_limit(request: Request) -> Response:

@@ -21,7 +21,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from threadline.testing import model_server as base
+from threadline.testing import fake_replies as base
 from threadline.testing import pairing
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
@@ -119,7 +119,7 @@ async def _stream(events: list[str], script: dict[str, Any], request: Request) -
 
 
 def _as_openai(body: dict[str, Any]) -> dict[str, Any]:
-    """The fields :func:`model_server._plan` reads (the last user text for the default echo)."""
+    """The fields :func:`fake_replies._plan` reads (the last user text for the default echo)."""
     messages = [{"role": m.get("role"), "content": m.get("content")}
                 for m in body.get("messages") or [] if isinstance(m, dict)]
     return {"messages": messages}
