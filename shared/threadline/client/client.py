@@ -14,17 +14,16 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.errors import KafkaError
 
 from threadline.client.inbox_marks import InboxMarks
 from threadline.client.replies import ReplyListener
+from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.run_output import CreatedSignal, RunOutput
 from threadline.client.subscription import ThreadSubscription
 from threadline.config import Settings, get_settings
-from threadline.errors import ThreadlineError
 from threadline.events import (
     AbortRequest,
     Accepted,
@@ -51,39 +50,6 @@ from threadline.topics import Topics, thread_key
 if TYPE_CHECKING:
     from threadline.client.agent_handle import AgentHandle
     from threadline.client.http import HttpThreadlineClient
-
-
-class BrokerUnavailableError(ThreadlineError):
-    """The Kafka broker could not be reached in time: the client could not start, or a request
-    was not acknowledged within ``reply_timeout_s`` (it may still arrive later; ingress then
-    handles it once, by its event id)."""
-
-
-class RequestFailed(ThreadlineError):  # noqa: N818 - a public name, kept for compatibility
-    """Ingress answered a request with an error reply (``code``, ``message``)."""
-
-    def __init__(self, reply: ErrorReply) -> None:
-        super().__init__(f"{reply.code}: {reply.message}")
-        self.code = reply.code
-        self.reply = reply
-
-
-@dataclass
-class SendResult:
-    """Return of ``send_message`` / ``queue_message`` (Mastra's ``{accepted, signal, persisted?}``).
-
-    ``accepted`` resolves to the :class:`Accepted` reply (raises :class:`RequestFailed` on an
-    error reply); on ``wake`` its ``output`` is a :class:`RunOutput` on the woken run's stream.
-    ``signal`` is the :class:`CreatedSignal` (``id`` known at once; updated with the stored
-    signal when ``accepted`` resolves). ``persisted`` resolves when a ``persist`` message is durable.
-    """
-
-    request_id: str
-    accepted: asyncio.Future[Accepted]
-    persisted: asyncio.Future[Any] | None = None
-    signal: CreatedSignal | None = None
-    sent_at_ms: int = 0
-    """When the request was published (ms since the epoch, the client's clock)."""
 
 
 class ThreadlineClient(InboxMarks):

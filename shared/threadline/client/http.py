@@ -24,9 +24,9 @@ from urllib.parse import quote
 
 import httpx
 
-from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.http_subscription import HttpThreadSubscription, resolved
 from threadline.client.inbox_marks import InboxMarks
+from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.run_output import CreatedSignal, RunOutput
 from threadline.errors import ThreadlineError
 from threadline.events import RunResult
