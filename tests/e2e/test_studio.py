@@ -31,7 +31,9 @@ def _browser() -> str:
 async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, model, tmp_path):
     executable = _browser()
     playwright_api = pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
-    model.queue([{"chunks": [f"tok{i} " for i in range(30)], "chunk_delay": 0.12},
+    # 8 s of tokens: the second message must reach ingress while the run streams, also on a loaded
+    # machine (CI 12-03: 30 tokens in 3.6 s, and the run had ended before it came)
+    model.queue([{"chunks": [f"tok{i} " for i in range(80)], "chunk_delay": 0.1},
                  {"chunks": [f"more{i} " for i in range(6)], "chunk_delay": 0.05}], model="threadline-studio")
     thread = f"studio-{uuid.uuid4().hex[:8]}"
     async with gateway.client(gateway.key_editor) as http:  # the code's instructions, whatever an earlier run saved
@@ -58,10 +60,16 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
             later = await assistant.text_content()
             assert later.startswith(early) and len(later) > len(early)  # tokens arrive one after another
             assert await page.locator("[data-finished]").count() == 0  # while the run still streams
+            # every status the page shows, kept: a chunk arriving next replaces "deliver …" with "streaming …"
+            await page.evaluate("""() => { window.seen = []; new MutationObserver(() => window.seen.push(
+                document.getElementById('status').textContent)).observe(document.getElementById('status'),
+                {childList: true, characterData: true, subtree: true}); }""")
             await page.fill("#text", "second message")
             await page.click("#send")
-            await page.wait_for_function("document.getElementById('status').textContent.startsWith('deliver')",
+            await page.wait_for_function("window.seen.some((t) => /^(deliver|wake|persist|send:)/.test(t))",
                                          timeout=30_000)
+            answers = [t for t in await page.evaluate("window.seen") if not t.startswith(("streaming", "subscribed"))]
+            assert answers[0].startswith("deliver"), answers  # the run was still streaming: delivered to it
             await page.locator(".user", has_text="second message").wait_for(timeout=60_000)
             await page.locator("[data-finished]").first.wait_for(timeout=60_000)
             # the Agents panel: an editor-scoped key edits the agent's instructions; a locked field is read-only
@@ -108,6 +116,6 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
     assert stored == {"instructions": "You are Studio's EDITED agent."}
     assert locked == ("", None)  # instructions locked by editor={"instructions": False}; descriptions editable
     assert users == ["first message", "second message"]
-    assert texts[0] == "".join(f"tok{i} " for i in range(30)) and "more5" in texts[-1]
+    assert texts[0] == "".join(f"tok{i} " for i in range(80)) and "more5" in texts[-1]
     assert finished == "stop" and time.monotonic() - started < 60
     assert shot.stat().st_size > 10_000 and kept.read_bytes() == shot.read_bytes()

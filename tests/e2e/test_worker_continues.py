@@ -219,9 +219,11 @@ async def test_an_abort_at_the_boundary_stops_the_claimed_next_step(services, se
     pause_file = tmp_path / "paused"
     thread = f"th-cont-e-{uuid.uuid4().hex[:6]}"
     await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})), ms.text("never")])
-    # the worker holds for 4 s right after it stored step 0 and claimed step 1 (one commit)
+    # the worker holds for 4 s right after it stored step 0 and claimed step 1 (one commit); only
+    # for this thread: the new worker also takes over steps earlier tests left behind (CI, 12-03)
     with swapped_worker(services, "boundary", THREADLINE_PAUSE_POINTS="after_step_result_stored",
-                        THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_SECONDS="4"):
+                        THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_SECONDS="4",
+                        THREADLINE_PAUSE_MATCH=thread):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",

@@ -3,7 +3,9 @@
 ``THREADLINE_PAUSE_POINTS=name1,name2`` makes a process stop at those points: it appends the
 point's name to ``THREADLINE_PAUSE_FILE`` and sleeps, so a test can ``kill -9`` it exactly there.
 With ``THREADLINE_PAUSE_RELEASE=<path>`` the hold also ends once that file exists (a test
-releases a held — possibly frozen and resumed — process at a moment of its choosing).
+releases a held — possibly frozen and resumed — process at a moment of its choosing). With
+``THREADLINE_PAUSE_MATCH=<text>`` only the points reached with a key containing it hold (a test
+holds its own run's step, not a step of a run an earlier test left behind).
 Without the variable a pause point costs one dict lookup.
 """
 
@@ -17,6 +19,7 @@ _FILE = os.environ.get("THREADLINE_PAUSE_FILE")
 _SECONDS = float(os.environ.get("THREADLINE_PAUSE_SECONDS", "3600"))
 _DEAF = os.environ.get("THREADLINE_PAUSE_DEAF") == "1"  # a stalled owner: aborts do not reach it
 _RELEASE = os.environ.get("THREADLINE_PAUSE_RELEASE")
+_MATCH = os.environ.get("THREADLINE_PAUSE_MATCH", "")
 
 
 def deaf() -> bool:
@@ -30,10 +33,11 @@ def armed(name: str) -> bool:
     return name in _POINTS
 
 
-async def pause_point(name: str) -> None:
-    """Hold here (``THREADLINE_PAUSE_SECONDS``, default an hour) if ``name`` is armed; with
+async def pause_point(name: str, key: str = "") -> None:
+    """Hold here (``THREADLINE_PAUSE_SECONDS``, default an hour) if ``name`` is armed and ``key``
+    (e.g. the thread id) contains ``THREADLINE_PAUSE_MATCH`` (any key when unset); with
     ``THREADLINE_PAUSE_DEAF=1`` the hold ignores cancellation (a stalled owner writes late)."""
-    if name not in _POINTS:
+    if name not in _POINTS or _MATCH not in key:
         return
     if _FILE:
         with open(_FILE, "a") as fh:  # noqa: ASYNC230 - fault injection in tests only; one short line

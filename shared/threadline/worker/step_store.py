@@ -249,7 +249,7 @@ class PgStepStore:
             log.warning("next step not claimed after the store", run_id=run.run_id, step=run.step + 1,
                         outcome=type(nxt).__name__)
         saved = time.perf_counter()
-        await pause_point("after_step_result_stored")
+        await pause_point("after_step_result_stored", run.thread_id)
         continued = isinstance(nxt, Claimed)
         earlier = self._publishing.get(run.run_id)
         if continued and self.publish_async:  # the next step runs meanwhile (decision 37)
