@@ -15,11 +15,12 @@ from threadline.events.signals import signal_to_message
 from threadline.recovery.decide import RunSnapshot
 from threadline.store import leases, outbox
 from threadline.store.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
+from threadline.store.sub_agents import abort_children, child_ended
 from threadline.topics import Topics, thread_key
 
 _CANDIDATES = """
 SELECT run_id FROM runs
-WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
+WHERE status = 'running' AND NOT waiting_children AND updated_at < now() - make_interval(secs => $1)
   AND (step_heartbeat IS NULL OR step_heartbeat < now() - make_interval(secs => $1))
 UNION
 SELECT r.run_id FROM thread_leases l JOIN runs r ON r.run_id = l.run_id AND r.epoch = l.epoch
@@ -195,4 +196,7 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
     await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
                        "updated_at = now() WHERE thread_id = $1 AND run_id = $2", run["thread_id"], run["run_id"])
     ids.append(await hand_over(conn, run, topics, lease_ttl_s))
+    ids += await abort_children(conn, run["run_id"], topics)
+    if run["parent_run_id"] is not None and run["status"] == "running":
+        ids += await child_ended(conn, run, "failed", None, error, topics, lease_ttl_s)
     return ids

@@ -34,6 +34,7 @@ from threadline.runtime.ports import (
     StepInputs,
     StepRecord,
     StepRun,
+    Suspend,
     Trip,
 )
 from threadline.store.db import Database
@@ -50,6 +51,7 @@ from threadline.store.steps import (
     save_tool_result,
     tool_results,
 )
+from threadline.store.sub_agents import record_child_requests
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
 
@@ -213,7 +215,7 @@ class PgStepStore:
                             finish_reason=outcome.finish_reason, text=record.text,
                             usage=record.usage if record.usage is not None else {}, error=error, tripwire=tripwire)
         final_fields: dict[str, Any] | None = None
-        if not isinstance(outcome, Continue):
+        if not isinstance(outcome, Continue | Suspend):
             final_fields = {"status": _STATUS[outcome.wire], "finish_reason": outcome.finish_reason,
                             "error": error}
             if record.usage is not None:  # a step that ran (not one failed before it could)
@@ -223,7 +225,10 @@ class PgStepStore:
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
         sent = returned = 0.0
-        async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
+        atomic = record.finish is not None or bool(record.children)
+        async with self._conn() as conn, (conn.transaction() if atomic else nullcontext()):
+            if record.children:  # the sub-agent calls the step waits for: stored with it, or not at all
+                await record_child_requests(conn, run.run_id, run.step, record.children)
             if record.finish is not None:  # the run's finish: published only once the step is durable
                 finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
                                        orjson.dumps(record.finish), key=key, headers=chunk_headers())
