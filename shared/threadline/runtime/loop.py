@@ -460,7 +460,7 @@ class StepLoop:
                 final = replaced if found else output
             # what ran is recorded (the processed view only)
             await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
-            await pause_point("after_tool_result_stored")
+            await pause_point("after_tool_result_stored", run.thread_id)
             results.append(await self._tool_outcome(step, call, final, error))
         return results
 

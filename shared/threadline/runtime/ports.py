@@ -53,7 +53,8 @@ class RunState:
         return cls(message_list=data.get("message_list"), response_message_id=data.get("response_message_id"),
                    retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
                    steps=data.get("steps") or [], usage=data.get("usage") or {},
-                   system_snapshot=data.get("system_snapshot"), editor=data.get("editor"))
+                   system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
+                   sub_agent_calls=data.get("sub_agent_calls"))
 
     def dump(self) -> dict[str, Any]:
         """The JSON stored in ``runs.state``."""

@@ -88,7 +88,7 @@ def child_ids(parent_run_id: str, parent_thread_id: str, tool_name: str, tool_ca
     """``(child run id, child thread id)``: the same for every re-execution of the parent step (the
     recorded model output keeps the tool call id), so the child exists once."""
     digest = hashlib.sha256(f"{parent_run_id}\x00{tool_call_id}".encode()).hexdigest()[:26]
-    return f"run_{digest}", f"{parent_thread_id}/{tool_name}/{tool_call_id}"
+    return f"run_{digest}", f"{parent_thread_id}.{tool_name}.{tool_call_id}"
 
 
 def prompt_of(args: Any) -> str:
