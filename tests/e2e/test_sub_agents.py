@@ -15,7 +15,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from tests.e2e.checker import TERMINAL_LIFECYCLE, check_runs
+from tests.e2e.checker import TERMINAL_LIFECYCLE, Figures, check_runs, clean
 from tests.e2e.faults import read_all
 from tests.e2e.helpers import collect_run, execute, rows, run_row
 from threadline.client import ThreadlineClient
@@ -110,6 +110,15 @@ def _assert_pair(out: dict[str, Any], model: Any) -> None:
     assert result["payload"]["result"]["subAgentRunId"] == out["child_id"]
     assert [c["type"] for c in out["child_chunks"]].count("finish") == 1
     assert out["parent"]["text"] == "The helper reports: counted one."
+    # nested chunks: the parent's subscribers got the child's whole stream as tool-output chunks,
+    # the same chunks (runId, seq, content) as the child thread's subscribers
+    nested = [c for c in out["chunks"] if c["type"] == "tool-output"]
+    assert nested and {(c["payload"]["toolCallId"], c["payload"]["toolName"], c["payload"]["parentRunId"])
+                       for c in nested} == {(out["call"], "agent-helper", out["run_id"])}
+    via_parent = clean([c["payload"]["output"] for c in nested], Figures())[out["child_id"]]
+    own = clean(out["child_chunks"], Figures())[out["child_id"]]
+    assert via_parent == own and via_parent[-1]["type"] == "finish"
+    assert any(c["type"] == "text-delta" for c in via_parent)
     # the lead's resumed step sent the child's answer to the model as the tool result
     asked = model.requests(model=f"threadline-subl-{out['thread']}-s1")
     assert asked and "counted one" in str(asked[-1])

@@ -19,7 +19,7 @@ import asyncpg
 from threadline.events import AbortRun, LifecycleEvent, StartRun, StepTask
 from threadline.events.signals import signal_from_message
 from threadline.logging import get_logger
-from threadline.runtime.sub_agents import ChildRequest, child_outcome
+from threadline.runtime.sub_agents import PARENT_OPTION, ChildRequest, child_outcome
 from threadline.store import leases, outbox
 from threadline.store.runs import create_run, insert_signal
 from threadline.topics import Topics, thread_key
@@ -60,7 +60,10 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
         if lease.active:  # cannot happen for a thread made for this call; logged, the call fails below
             log.error("sub-agent thread busy", thread_id=thread, holder=lease.run_id)
         epoch = await leases.take(conn, lease, row["child_run_id"], lease_ttl_s)
-        options = {"request_context": request_context} if request_context else {}
+        options: dict[str, Any] = {"request_context": request_context} if request_context else {}
+        options[PARENT_OPTION] = {"run_id": parent["run_id"], "resource_id": parent["resource_id"],
+                                  "thread_id": parent["thread_id"], "tool_call_id": row["tool_call_id"],
+                                  "tool_name": row["tool_name"]}
         await create_run(conn, run_id=row["child_run_id"], agent_id=row["agent_id"], resource_id=resource,
                          thread_id=thread, epoch=epoch, options=options, kind="stream", request_id=None,
                          reply_to=None, start_announced=False)
