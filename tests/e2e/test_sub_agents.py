@@ -17,7 +17,7 @@ from typing import Any
 
 from tests.e2e.checker import TERMINAL_LIFECYCLE, Figures, check_runs, clean
 from tests.e2e.faults import read_all
-from tests.e2e.helpers import collect_run, execute, rows, run_row
+from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.testing.harness import wait_file
@@ -184,3 +184,93 @@ async def test_orchestrator_killed_between_child_end_and_parent_resume(services,
         if "run_orchestrator-1" not in services.procs:
             services.start("run_orchestrator", "run_orchestrator-1")
     _assert_pair(out, model)
+
+
+async def _waiting(dsn: str, run_id: str) -> None:
+    """Until the parent's step is suspended (its children started)."""
+    for _ in range(240):
+        row = await rows(dsn, "SELECT waiting_children FROM runs WHERE run_id = $1", run_id)
+        if row and row[0]["waiting_children"]:
+            return
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"run {run_id} never waited for its children")
+
+
+async def test_a_message_to_the_waiting_parent_is_delivered_into_it(services, settings, model, cluster):
+    tag = uuid.uuid4().hex[:6]
+    thread, call = f"th-sub-{tag}", f"callsub{tag}"
+    child_thread = f"{thread}.agent-helper.{call}"
+    model.queue([ms.tool_calls(ms.tool_call("agent-helper", {"prompt": "think"}, id=call))],
+                model=f"threadline-subl-{thread}-s0")
+    model.queue([ms.text("Both noted.")], model=f"threadline-subl-{thread}-s1")
+    model.queue([ms.text("thought it over", delay=4)], model=f"threadline-subh-{child_thread}-s0")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("ask the helper", agent_id="sub-lead", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _waiting(cluster.dsn, run_id)
+        extra = await tl.send_message("one more thing meanwhile", agent_id="sub-lead", resource_id=RES,
+                                      thread_id=thread)
+        accepted = await extra.accepted
+        chunks = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    assert accepted.action == "deliver" and accepted.run_id == run_id  # not a second run on the thread
+    assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
+    assert len(await rows(cluster.dsn, "SELECT 1 FROM runs WHERE thread_id = $1", thread)) == 1
+    prompt = str(model.requests(model=f"threadline-subl-{thread}-s1")[-1])
+    assert "thought it over" in prompt and "one more thing meanwhile" in prompt
+    result = next(c for c in chunks if c["type"] == "tool-result")
+    assert result["payload"]["result"]["text"] == "thought it over"
+
+
+async def test_a_failed_child_is_a_tool_error_of_its_parent(services, settings, model, cluster):
+    tag = uuid.uuid4().hex[:6]
+    thread, call = f"th-sub-{tag}", f"callsub{tag}"
+    child_thread = f"{thread}.agent-helper.{call}"
+    model.queue([ms.tool_calls(ms.tool_call("agent-helper", {"prompt": "fail"}, id=call))],
+                model=f"threadline-subl-{thread}-s0")
+    model.queue([ms.text("The helper could not do it.")], model=f"threadline-subl-{thread}-s1")
+    model.queue([ms.error(400, "no such thing")], model=f"threadline-subh-{child_thread}-s0")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("ask the helper", agent_id="sub-lead", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        chunks = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    child = (await rows(cluster.dsn, "SELECT * FROM runs WHERE parent_run_id = $1", run_id))[0]
+    assert child["status"] == "failed"
+    errors = [c for c in chunks if c["type"] == "tool-error" and c["runId"] == run_id]
+    assert len(errors) == 1 and errors[0]["payload"]["toolCallId"] == call
+    assert "sub-agent run failed" in str(errors[0]["payload"]["error"])
+    assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
+    assert "sub-agent run failed" in str(model.requests(model=f"threadline-subl-{thread}-s1")[-1])
+
+
+async def test_aborting_the_waiting_parent_aborts_its_child(services, settings, model, cluster):
+    tag = uuid.uuid4().hex[:6]
+    thread, call = f"th-sub-{tag}", f"callsub{tag}"
+    child_thread = f"{thread}.agent-helper.{call}"
+    model.queue([ms.tool_calls(ms.tool_call("agent-helper", {"prompt": "take long"}, id=call))],
+                model=f"threadline-subl-{thread}-s0")
+    model.queue([ms.text("never sent", delay=60)], model=f"threadline-subh-{child_thread}-s0")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("ask the helper", agent_id="sub-lead", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _waiting(cluster.dsn, run_id)
+        assert await tl.abort(resource_id=RES, thread_id=thread, agent_id="sub-lead")
+        chunks = await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    assert [c["type"] for c in chunks if c["runId"] == run_id][-2:] == ["abort", "finish"]
+    child_id = (await rows(cluster.dsn, "SELECT run_id FROM runs WHERE parent_run_id = $1", run_id))[0]["run_id"]
+    for _ in range(120):  # the child's abort goes through the outbox after the parent's
+        child = await run_row(cluster.dsn, child_id)
+        if child["status"] != "running":
+            break
+        await asyncio.sleep(0.25)
+    assert child["status"] == "aborted"
+    assert (await run_row(cluster.dsn, run_id))["status"] == "aborted"
+    stored = await rows(cluster.dsn, "SELECT error FROM tool_calls WHERE run_id = $1", run_id)
+    assert [r["error"] for r in stored] == ["sub-agent run aborted"]
+    assert await wait_idle(cluster.dsn, thread) and await wait_idle(cluster.dsn, child_thread)
+    assert not model.requests(model=f"threadline-subl-{thread}-s1")  # the parent never resumed
