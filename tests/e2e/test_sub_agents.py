@@ -102,7 +102,8 @@ def _assert_pair(out: dict[str, Any], model: Any) -> None:
     assert len(out["results"]) == 1  # the child's result, once
     assert out["results"][0]["result"]["text"] == "counted one" and out["results"][0]["error"] is None
     assert [(e["run_id"], e["tool_call_id"]) for e in out["effects"]] == [(out["child_id"], f"eff-{out['call']}")]
-    kinds = [(c["type"], c["runId"]) for c in out["chunks"] if c["type"] in ("tool-call", "tool-result", "finish")]
+    kept = clean(out["chunks"], Figures())[out["run_id"]]  # a dead attempt's chunks dropped
+    kinds = [(c["type"], c["runId"]) for c in kept if c["type"] in ("tool-call", "tool-result", "finish")]
     assert kinds == [("tool-call", out["run_id"]), ("tool-result", out["run_id"]), ("finish", out["run_id"])]
     result = next(c for c in out["chunks"] if c["type"] == "tool-result")
     assert result["payload"]["toolName"] == "agent-helper"
@@ -159,6 +160,33 @@ async def test_worker_killed_mid_child_step(services, settings, model, cluster, 
     _assert_pair(out, model)
     # the child's step was re-executed by another worker: its attempt was declared dead
     assert any(c["type"] == "attempt-discarded" for c in out["child_chunks"])
+
+
+async def test_worker_killed_before_the_suspended_parent_step_is_stored(services, settings, model, cluster, tmp_path):
+    pause_file = tmp_path / "paused"
+    killed: set[int] = set()
+    tag = uuid.uuid4().hex[:6]
+
+    def kill_mid_parent(thread: str, call: str) -> None:
+        wait_file(pause_file, "before_step_result_write", 60)  # the parent's step 0 ran, not stored
+        services.start("processor_worker", "processor_worker-1")
+        killed.add(services.pid("processor_worker-armed"))
+        services.kill("processor_worker-armed")
+
+    services.stop("processor_worker-1")
+    services.start("processor_worker", "processor_worker-armed", THREADLINE_PAUSE_POINTS="before_step_result_write",
+                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=f"th-sub-{tag}")
+    try:
+        out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_mid_parent, killed=killed)
+    finally:
+        if "processor_worker-armed" in services.procs:
+            services.kill("processor_worker-armed")
+        if "processor_worker-1" not in services.procs:
+            services.start("processor_worker", "processor_worker-1")
+    _assert_pair(out, model)  # one child run, one result
+    # the re-executed step replayed the recorded model output: same tool call id, the model asked once
+    assert len(model.requests(model=f"threadline-subl-{out['thread']}-s0")) == 1
+    assert any(c["type"] == "attempt-discarded" and c["runId"] == out["run_id"] for c in out["chunks"])
 
 
 async def test_orchestrator_killed_between_child_end_and_parent_resume(services, settings, model, cluster,
@@ -274,3 +302,25 @@ async def test_aborting_the_waiting_parent_aborts_its_child(services, settings, 
     assert [r["error"] for r in stored] == ["sub-agent run aborted"]
     assert await wait_idle(cluster.dsn, thread) and await wait_idle(cluster.dsn, child_thread)
     assert not model.requests(model=f"threadline-subl-{thread}-s1")  # the parent never resumed
+
+
+async def test_orchestrator_killed_after_it_created_the_child(services, settings, model, cluster, tmp_path):
+    pause_file = tmp_path / "paused"
+    tag = uuid.uuid4().hex[:6]
+
+    def kill_after_suspend(thread: str, call: str) -> None:
+        wait_file(pause_file, "after_step_result_applied", 60)  # child run committed, its step 0 task not sent
+        services.start("run_orchestrator", "run_orchestrator-1")
+        services.kill("run_orchestrator-armed")
+
+    services.stop("run_orchestrator-1")
+    services.start("run_orchestrator", "run_orchestrator-armed", THREADLINE_PAUSE_POINTS="after_step_result_applied",
+                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=f"th-sub-{tag} suspended")
+    try:
+        out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_after_suspend)
+    finally:
+        if "run_orchestrator-armed" in services.procs:
+            services.kill("run_orchestrator-armed")
+        if "run_orchestrator-1" not in services.procs:
+            services.start("run_orchestrator", "run_orchestrator-1")
+    _assert_pair(out, model)

@@ -195,7 +195,7 @@ class StepLoop:
         state.response_message_id = step.response_id
         final = not isinstance(outcome, Continue | Suspend)
         state.sub_agent_calls = step.children.calls if isinstance(outcome, Suspend) else None
-        await pause_point("before_step_result_write")
+        await pause_point("before_step_result_write", run.thread_id)
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
         entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml._entries if memory.stores else []
