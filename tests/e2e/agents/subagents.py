@@ -18,8 +18,4 @@ helper = Agent(id="sub-helper", description="Does one counted piece of work and 
 lead = Agent(id="sub-lead", model="openai/threadline-sub-lead", agents={"helper": helper},
              input_processors=[PerStepModel("subl")])
 
-dynamic_lead = Agent(id="sub-lead-dynamic", model="openai/threadline-sub-lead",
-                     agents=lambda ctx: {"helper": helper} if ctx.get("helpers") else {},
-                     input_processors=[PerStepModel("subl")])
-
-agents = [lead, dynamic_lead, helper]
+agents = [lead, helper]
