@@ -324,3 +324,30 @@ async def test_orchestrator_killed_after_it_created_the_child(services, settings
         if "run_orchestrator-1" not in services.procs:
             services.start("run_orchestrator", "run_orchestrator-1")
     _assert_pair(out, model)
+
+
+async def test_two_sub_agent_calls_in_one_step_resume_the_parent_once_both_ended(services, settings, model, cluster):
+    tag = uuid.uuid4().hex[:6]
+    thread, calls = f"th-sub-{tag}", [f"callsuba{tag}", f"callsubb{tag}"]
+    model.queue([ms.tool_calls(*(ms.tool_call("agent-helper", {"prompt": f"part {i}"}, id=c)
+                                 for i, c in enumerate(calls)))], model=f"threadline-subl-{thread}-s0")
+    model.queue([ms.text("Both parts are in.")], model=f"threadline-subl-{thread}-s1")
+    # the first child is slow: the parent must wait for both, whatever order they end in
+    model.queue([ms.text("part zero done", delay=3)], model=f"threadline-subh-{thread}.agent-helper.{calls[0]}-s0")
+    model.queue([ms.text("part one done")], model=f"threadline-subh-{thread}.agent-helper.{calls[1]}-s0")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("split it", agent_id="sub-lead", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        chunks = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    children = await rows(cluster.dsn, "SELECT * FROM runs WHERE parent_run_id = $1 ORDER BY parent_tool_call_id",
+                          run_id)
+    assert [(c["parent_tool_call_id"], c["status"]) for c in children] == [(calls[0], "finished"),
+                                                                         (calls[1], "finished")]
+    kept = clean(chunks, Figures())[run_id]
+    results = {c["payload"]["toolCallId"]: c["payload"]["result"]["text"] for c in kept if c["type"] == "tool-result"}
+    assert results == {calls[0]: "part zero done", calls[1]: "part one done"}
+    assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
+    asked = model.requests(model=f"threadline-subl-{thread}-s1")
+    assert len(asked) == 1 and "part zero done" in str(asked[0]) and "part one done" in str(asked[0])
