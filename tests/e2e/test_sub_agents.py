@@ -351,3 +351,35 @@ async def test_two_sub_agent_calls_in_one_step_resume_the_parent_once_both_ended
     assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
     asked = model.requests(model=f"threadline-subl-{thread}-s1")
     assert len(asked) == 1 and "part zero done" in str(asked[0]) and "part one done" in str(asked[0])
+
+
+async def test_the_sweeper_redelivers_a_lost_suspended_result_and_leaves_the_waiting_parent_alone(
+        services, settings, model, cluster):
+    from tests.e2e.test_recovery import swapped  # the sweeper at 3 s, as its own tests run it
+
+    tag = uuid.uuid4().hex[:6]
+    thread, call = f"th-sub-{tag}", f"callsub{tag}"
+    child_thread = f"{thread}.agent-helper.{call}"
+    model.queue([ms.tool_calls(ms.tool_call("agent-helper", {"prompt": "slowly"}, id=call))],
+                model=f"threadline-subl-{thread}-s0")
+    model.queue([ms.text("Done at last.")], model=f"threadline-subl-{thread}-s1")
+    # the child takes longer than the sweeper's stuck_after_s (3 s): the waiting parent is not stuck
+    model.queue([ms.text("slow answer", delay=8)], model=f"threadline-subh-{child_thread}-s0")
+    # the first result of the thread (the suspended step 0) is lost on its way
+    with swapped(services, "sub", orchestrator_env={"THREADLINE_FAIL_POINTS": "drop_step_result",
+                                                    "THREADLINE_FAIL_MATCH": thread}):
+        async with ThreadlineClient(settings) as tl:
+            sub = await tl.subscribe_to_thread(RES, thread)
+            sent = await tl.stream("ask the helper", agent_id="sub-lead", resource_id=RES, thread_id=thread)
+            run_id = (await sent.accepted).run_id
+            chunks = await collect_run(sub, timeout_s=120)
+            await sub.unsubscribe()
+        assert await wait_idle(cluster.dsn, thread)
+    assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
+    children = await rows(cluster.dsn, "SELECT run_id, status FROM runs WHERE parent_run_id = $1", run_id)
+    assert [c["status"] for c in children] == ["finished"]
+    recovered = await rows(cluster.dsn, "SELECT run_id, step, action FROM run_recoveries WHERE run_id = ANY($1::text[])",
+                           [run_id, children[0]["run_id"]])
+    assert [(r["run_id"], r["step"], r["action"]) for r in recovered] == [(run_id, 0, "redeliver_result")]
+    kept = clean(chunks, Figures())[run_id]
+    assert [c["payload"]["result"]["text"] for c in kept if c["type"] == "tool-result"] == ["slow answer"]

@@ -89,11 +89,17 @@ async def reschedule(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topi
     return [await outbox.add(conn, topics.step_tasks, task, key=key)]
 
 
+def _running_outcome(run: asyncpg.Record) -> str:
+    """The stored outcome of a running run's last step: ``suspended`` when its state holds the
+    sub-agent calls the step waits for (decision 77), else ``continue``."""
+    return "suspended" if (run["state"] or {}).get("sub_agent_calls") else "continue"
+
+
 def _stored_result(run: asyncpg.Record) -> StepResult:
     status = run["status"]
     return StepResult(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
                       step=run["step"], attempt=run["attempt"], epoch=run["epoch"],
-                      outcome="continue" if status == "running" else status,
+                      outcome=_running_outcome(run) if status == "running" else status,
                       finish_reason=run["finish_reason"], text=run["text"], usage=run["usage"] or {},
                       error=run["error"], tripwire=run["tripwire"])
 
