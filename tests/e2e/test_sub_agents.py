@@ -51,11 +51,13 @@ async def _run_lead(services: Any, settings: Any, model: Any, cluster: Any, *, t
         sub = await tl.subscribe_to_thread(RES, thread)
         child_sub = await tl.subscribe_to_thread(RES, child_thread)
         sent = await tl.stream("ask the helper", agent_id="sub-lead", resource_id=RES, thread_id=thread)
-        run_id = (await sent.accepted).run_id
+        accepted = await sent.accepted
+        run_id = accepted.run_id
         if during is not None:
             await asyncio.to_thread(during, thread, call)
         chunks = await collect_run(sub, timeout_s=120)
         child_chunks = await collect_run(child_sub, timeout_s=60)
+        output = await accepted.output.consume_stream(timeout_s=60)  # the run's own view (RunOutput)
         await sub.unsubscribe()
         await child_sub.unsubscribe()
     parent = await run_row(cluster.dsn, run_id)
@@ -89,7 +91,7 @@ async def _run_lead(services: Any, settings: Any, model: Any, cluster: Any, *, t
     results = await rows(cluster.dsn, "SELECT * FROM tool_calls WHERE run_id = $1", run_id)
     return {"run_id": run_id, "child_id": child_id, "parent": parent, "child": child, "calls": calls,
             "chunks": chunks, "child_chunks": child_chunks, "fig": fig, "effects": effects, "results": results,
-            "call": call, "thread": thread, "child_thread": child_thread}
+            "call": call, "thread": thread, "child_thread": child_thread, "output": output}
 
 
 def _assert_pair(out: dict[str, Any], model: Any) -> None:
@@ -120,6 +122,10 @@ def _assert_pair(out: dict[str, Any], model: Any) -> None:
     own = clean(out["child_chunks"], Figures())[out["child_id"]]
     assert via_parent == own and via_parent[-1]["type"] == "finish"
     assert any(c["type"] == "text-delta" for c in via_parent)
+    # the parent's RunOutput (stream()'s result) carries them too, its own finish last
+    in_output = [c["payload"]["output"] for c in out["output"] if c["type"] == "tool-output"]
+    assert [c["seq"] for c in in_output] == [c["seq"] for c in own]
+    assert out["output"][-1]["type"] == "finish" and out["output"][-1]["runId"] == out["run_id"]
     # the lead's resumed step sent the child's answer to the model as the tool result
     asked = model.requests(model=f"threadline-subl-{out['thread']}-s1")
     assert asked and "counted one" in str(asked[-1])
