@@ -213,6 +213,13 @@ class Workflow:
         return f"Workflow(id={self.id!r}, nodes={[(n.kind, [s.id for s in n.steps]) for n in self.nodes]})"
 
 
+def create_workflow(*, id: str, input_schema: Schema = None, output_schema: Schema = None,
+                    description: str = "") -> Workflow:
+    """Mastra's ``createWorkflow``: a new :class:`Workflow` (chain ``.then/.parallel/.branch``, then
+    ``.commit()``)."""
+    return Workflow(id=id, input_schema=input_schema, output_schema=output_schema, description=description)
+
+
 def step_path(index: int, step_id: str) -> str:
     """The journal key of a step: its element's index and its id (``"1/charge"``); a branch's
     choice is recorded under ``"<index>/:branch"``."""

@@ -16,7 +16,7 @@ from pydantic import BaseModel
 from threadline._internal.faults import pause_point
 from threadline.config import get_settings
 from threadline.runtime import Agent
-from threadline.runtime.workflows import Step, Workflow, create_step
+from threadline.runtime.workflows import Step, create_step, create_workflow
 
 from .crashes import PerStepModel, RetryUnreachableModel
 
@@ -79,8 +79,8 @@ async def summary(inp: dict[str, Any], context: Any) -> Shipped:
                    total=context.get_step_result("charge")["total"], label=context.get_step_result("label")["label"])
 
 
-ship = (Workflow(id="ship-order", input_schema=Order, output_schema=Shipped,
-                 description="Ship an order: reserve, charge and label, then courier (express) or post.")
+ship = (create_workflow(id="ship-order", input_schema=Order, output_schema=Shipped,
+                        description="Ship an order: reserve, charge and label, then courier (express) or post.")
         .then(create_step(id="reserve", execute=reserve, input_schema=Order))
         .parallel([Step(id="charge", execute=charge), Step(id="label", execute=label)])
         .branch([(lambda v: v["charge"]["total"] > 20, Step(id="courier", execute=courier)),
