@@ -10,6 +10,8 @@ lifecycle topic."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -203,3 +205,41 @@ async def test_kill_9_of_the_orchestrator_mid_workflow_leaves_every_step_run_onc
     assert (await run_row(cluster.dsn, run_id))["status"] == "finished"
     await _check(settings, cluster, thread, run_id, killed)
     assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_a_stalled_worker_that_lost_its_step_records_no_workflow_step(services, settings, model, cluster,
+                                                                            tmp_path: Path):
+    """The worker running ``charge`` is frozen (SIGSTOP) and its step taken over; woken up, it
+    finishes ``charge`` and tries to record it: the write is fenced, it runs no later step, and
+    the journal keeps what the new owner recorded."""
+    thread = f"th-wf-{uuid.uuid4().hex[:6]}"
+    pause_file = tmp_path / "paused"
+    await _setup(cluster, model, thread, {"order_id": "o-4", "express": True})
+    services.stop("processor_worker-1")
+    services.start("processor_worker", "processor_worker-stale", THREADLINE_PAUSE_POINTS="wf_charge_after_effect",
+                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=thread, THREADLINE_PAUSE_SECONDS="3")
+    stale = services.procs["processor_worker-stale"]
+    try:
+        async with ThreadlineClient(settings) as tl:
+            sub, run_id = await _start(tl, thread)
+            await asyncio.to_thread(wait_file, pause_file, "wf_charge_after_effect", 60)
+            os.kill(stale.pid, signal.SIGSTOP)  # its heartbeat stops: the step is taken over
+            services.start("processor_worker", "processor_worker-1")
+            chunks = await collect_run(sub, timeout_s=180)
+            await sub.unsubscribe()
+            journal_before = {p: dict(r) for p, r in (await _journal(cluster, run_id)).items()}
+            os.kill(stale.pid, signal.SIGCONT)  # wakes inside `charge`, then tries to record its end
+            await asyncio.to_thread(services.wait_log, "processor_worker-stale", "workflow step write fenced", 60)
+    finally:
+        if "processor_worker-stale" in services.procs:
+            os.kill(stale.pid, signal.SIGCONT)
+            services.kill("processor_worker-stale")
+        if "processor_worker-1" not in services.procs:
+            services.start("processor_worker", "processor_worker-1")
+    assert content(kept_chunks(chunks))[-1] == ("finish", "stop")
+    assert {p: dict(r) for p, r in (await _journal(cluster, run_id)).items()} == journal_before
+    effects = await _effects(cluster, run_id)
+    per_step = Counter(r["step"] for r in effects)
+    assert per_step["charge"] == 2 and per_step["reserve"] == 1 and per_step["courier"] == 1 and per_step["summary"] == 1
+    assert not [r for r in effects if r["pid"] == stale.pid and r["step"] in ("courier", "post", "summary")]
+    await _check(settings, cluster, thread, run_id, {stale.pid})
