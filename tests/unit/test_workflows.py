@@ -4,6 +4,7 @@ one does), failures named, schemas checked, the ``workflow-<key>`` tool of an ag
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from threadline.runtime.tool_runner import run_tool_call
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.runtime.workflows import (
     Entry,
+    JournalUnavailableError,
     MemoryJournal,
     Step,
     Workflow,
@@ -24,6 +26,7 @@ from threadline.runtime.workflows import (
     create_step,
     run_workflow,
 )
+from threadline.transient import is_transient
 
 pytestmark = pytest.mark.unit
 
@@ -203,3 +206,32 @@ async def test_workflows_are_tools_named_workflow_key_static_or_per_request_cont
     assert list(cfg.tools) == ["workflow-ship"]
     both = Agent(id="b", tools=lambda rc: [], workflows={"order": order_workflow(ran)})
     assert list((await resolve_config(both, {}, "openai/x")).tools) == ["workflow-order"]
+
+
+class UnreachableJournal(MemoryJournal):
+    async def end(self, path: str, status: str, output: Any, error: str | None) -> None:
+        raise JournalUnavailableError("postgres away")
+
+
+async def test_an_unreachable_journal_hands_the_step_back_as_a_transient_fault():
+    agent = Agent(id="x", workflows={"order": order_workflow([])})
+    call = {"toolCallId": "call-1", "toolName": "workflow-order", "args": {"order_id": "o-5"}}
+    with pytest.raises(JournalUnavailableError) as caught:
+        await run_tool_call(call=call, tools=agent.tools, hooks=ToolHooks(),
+                            context=ctx(journal=lambda _: UnreachableJournal()), agent_meta={})
+    assert is_transient(caught.value)  # the step loop re-raises it: the step is re-executed, not failed
+
+
+async def test_a_failing_parallel_step_lets_its_sibling_finish_and_record_first():
+    async def slow(inp: Any) -> Any:
+        await asyncio.sleep(0.05)
+        return {"ok": True}
+
+    def boom(inp: Any) -> Any:
+        raise ValueError("nope")
+
+    wf = Workflow(id="p").parallel([Step(id="boom", execute=boom), Step(id="slow", execute=slow)]).commit()
+    journal = MemoryJournal()
+    with pytest.raises(WorkflowStepError, match="step boom failed: ValueError: nope"):
+        await run_workflow(wf, {}, ctx(), journal)
+    assert journal.entries == {"0/boom": Entry("failed", None, "ValueError: nope"), "0/slow": Entry("success", {"ok": True})}
