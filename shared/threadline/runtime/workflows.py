@@ -88,13 +88,6 @@ def validate(schema: Schema, value: Any, what: str) -> Any:
         raise ValueError(f"{what}: {exc.errors()[:3]}") from exc
 
 
-def json_schema(schema: Schema) -> dict[str, Any]:
-    """The JSON Schema of ``schema`` (an open object for ``None``)."""
-    if schema is None:
-        return {"type": "object", "properties": {}}
-    return schema if isinstance(schema, dict) else schema.model_json_schema()
-
-
 @dataclass
 class Step:
     """A typed step (Mastra's ``createStep``).
@@ -435,9 +428,8 @@ def workflow_tool(key: str, workflow: Workflow) -> Tool:
         journal = factory(context.tool_call_id) if factory is not None else MemoryJournal()
         return await run_workflow(workflow, input, context, journal)
 
-    tool = Tool(id=f"workflow-{key}", description=workflow.description or f"Run the workflow {workflow.id}.",
+    return Tool(id=f"workflow-{key}", description=workflow.description or f"Run the workflow {workflow.id}.",
                 execute=execute, input_schema=workflow.input_schema)
-    return tool
 
 
 def workflow_tools(workflows: Mapping[str, Workflow] | None, where: str) -> dict[str, Tool]:
