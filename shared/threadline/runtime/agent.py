@@ -113,6 +113,9 @@ class Agent:
             (:mod:`threadline.runtime.voice`); clients call it, no run is involved.
         transform: the tool payload transform policy ``{"transform_tool_payload": f, "targets":
             ["display", "transcript"]}`` (:mod:`threadline.runtime.transform`).
+        workflows: ``{key: Workflow}`` (:mod:`threadline.runtime.workflows`), or a function
+            ``(request_context) -> that mapping``: each is the tool ``workflow-<key>``, durable
+            (a crash resumes after its last finished step; docs/workflows.md).
         editor: which fields stored editor overrides may change (seed ``004``, "Editor"):
             omitted — instructions and tool descriptions; ``False`` — nothing;
             ``{"instructions": False}`` / ``{"tools": {"description": False}}`` lock that field
@@ -142,7 +145,8 @@ class Agent:
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
                  request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
-                 transform: Any = None, voice: Any = None, editor: Any = None, agents: Any = None) -> None:
+                 transform: Any = None, voice: Any = None, editor: Any = None, workflows: Any = None,
+                 agents: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         from threadline.runtime.editor import editor_policy
@@ -178,6 +182,15 @@ class Agent:
             self._system = normalize_instructions(instructions)
         self.model = model
         self.tools: dict[str, Tool] = {} if callable(tools) else tool_dict(tools, id)
+        from threadline.runtime.workflows import workflow_tools
+
+        if callable(workflows):
+            self.dynamic["workflows"] = workflows
+        self.workflow_tools = {} if callable(workflows) else workflow_tools(workflows, f"agent {id}")
+        """The tools of the static ``workflows`` (``workflow-<key>``), also in ``tools``."""
+        for name in self.workflow_tools.keys() & self.tools.keys():
+            raise ConfigurationError(f"agent {id}: a tool is named {name!r} like a workflow's tool")
+        self.tools.update(self.workflow_tools)
         from threadline.runtime.sub_agents import static_sub_agents
 
         self.agents: dict[str, Agent] = static_sub_agents(agents, id)

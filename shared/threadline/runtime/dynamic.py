@@ -1,5 +1,5 @@
 """Dynamic configuration (seed ``004``: options given as a function of the request context):
-an agent's ``model``, ``tools``, ``default_options``, ``memory``, ``metadata`` and processor
+an agent's ``model``, ``tools``, ``workflows``, ``default_options``, ``memory``, ``metadata`` and processor
 lists resolved for one run. Each function may be plain (run off the event loop) or ``async``.
 
 The worker resolves them once per run: at the run's first step on a worker, then kept for the
@@ -26,6 +26,7 @@ from threadline.runtime.model_calls import ModelChoice, fallback_list
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, check_processor_list, resolve_list
 from threadline.runtime.sub_agents import sub_agent_tools
 from threadline.runtime.tools import Tool
+from threadline.runtime.workflows import workflow_tools
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +71,9 @@ async def resolve_config(agent: Agent, request_context: Mapping[str, Any], defau
     """
     dyn = agent.dynamic
     tools = tool_dict(await _value(dyn["tools"], request_context), agent.id) if "tools" in dyn else agent.tools
+    if "tools" in dyn or "workflows" in dyn:  # the workflows' tools (decision 80)
+        found_wf = await _value(dyn["workflows"], request_context) if "workflows" in dyn else None
+        tools = {**tools, **agent.workflow_tools, **workflow_tools(found_wf, f"agent {agent.id}")}
     subs = await _value(dyn["agents"], request_context) if "agents" in dyn else agent.agents
     if subs:  # each sub-agent is the tool agent-<key> (decision 76)
         tools = {**tools, **sub_agent_tools(subs, agent.id)}

@@ -66,6 +66,7 @@ from threadline.runtime.sub_agents import Pending, SubAgentTool, request_for
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.runtime.transform import transcript_entries
+from threadline.runtime.workflows import journal_factory
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
@@ -439,7 +440,8 @@ class StepLoop:
                               resource_id=run.resource_id, agent_id=step.agent.id, step=run.step,
                               idempotency_key=f"{run.run_id}:{call['toolCallId']}",
                               writer=StepWriter(step, through_processors=True),
-                              request_context=step.runner.request_context)
+                              request_context=step.runner.request_context,
+                              journal=journal_factory(store, run, step.writer.attempt))
             try:
                 with tracing.span(f"execute_tool {call['toolName']}", **{
                         "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],

@@ -45,7 +45,9 @@ async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks
     else:
         try:
             output = await tool.run(args, context)
-        except Exception as exc:  # noqa: BLE001 - a failing tool is reported to the model
+        except Exception as exc:
+            if getattr(exc, "interrupts_step", False):  # a workflow lost its step or journal (decision 81)
+                raise
             error = f"{type(exc).__name__}: {exc}"
             log.info("tool raised", tool=name, error=error)
     await _after(hooks, hook_ctx, output, error)

@@ -45,6 +45,8 @@ class ToolContext:
         abort_signal: an :class:`AbortSignal` (a ``threading.Event``) set when the run is aborted
             while the tool runs: a plain ``def`` tool keeps running in its thread after an abort
             (its result is dropped), unless it polls ``context.abort_signal.aborted`` and returns.
+        journal: ``tool_call_id -> Journal`` where a workflow tool records its steps
+            (:mod:`threadline.runtime.workflows`); ``None`` where nothing is recorded.
     """
 
     tool_call_id: str
@@ -57,6 +59,7 @@ class ToolContext:
     writer: Any
     request_context: dict[str, Any] = field(default_factory=dict)
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
+    journal: Any = None
 
 
 @dataclass

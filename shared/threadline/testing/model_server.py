@@ -2,7 +2,7 @@
 
 Threadline reaches models only through litellm (`model="openai/<name>"`, `api_base=<url>/v1`);
 this server stands in for the provider. Tests queue *scripts* that say what the next responses
-are, including every failure shape litellm treats differently (docs: shared/notes/model-server.md).
+are, including every failure shape litellm treats differently (docs/model-server.md).
 
 Run:        python -m threadline.testing.model_server --port 18080 [--host 127.0.0.1]
 In-process: `srv = start_in_thread(); ...; srv.stop()` (port 0 picks a free port).

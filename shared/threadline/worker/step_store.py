@@ -53,6 +53,7 @@ from threadline.store.steps import (
     tool_results,
 )
 from threadline.store.sub_agents import record_child_requests
+from threadline.store.workflows import PgJournal
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
 
@@ -355,6 +356,12 @@ class PgStepStore:
         """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""
         async with self._conn() as conn:
             return await heartbeat(conn, run.run_id, self._owner, attempt)
+
+    def workflow_journal(self, run: StepRun, attempt: int, tool_call_id: str) -> PgJournal:
+        """Where a workflow tool call of ``run``'s step records its steps under ``attempt``
+        (:mod:`threadline.store.workflows`, decision 81)."""
+        return PgJournal(self._conn, run_id=run.run_id, epoch=run.epoch, tool_call_id=tool_call_id,
+                         owner=self._owner, attempt=attempt)
 
     async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
         """See :meth:`threadline.runtime.ports.StepStore.more_pending`."""
