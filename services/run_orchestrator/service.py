@@ -51,5 +51,5 @@ class RunOrchestrator(Service):
                 log.warning("event not handled by the orchestrator", type=event.type)
                 return
         if ids and isinstance(event, StepResult):
-            await pause_point("after_step_result_applied")
+            await pause_point("after_step_result_applied", f"{event.thread_id} {event.outcome}")
         await self.outbox.flush(ids)

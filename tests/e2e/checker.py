@@ -58,12 +58,23 @@ class Figures:
         return not self.problems
 
 
+def nested(chunk: dict[str, Any]) -> dict[str, Any]:
+    """A sub-agent's chunk delivered to its parent's thread (a ``tool-output`` carrying the child's
+    stamped chunk, decision 78) is checked as that chunk: the child's stream rules hold on every
+    copy, and a copy that differs from the child's own is a conflicting duplicate."""
+    inner = chunk.get("payload", {}).get("output") if chunk.get("type") == "tool-output" else None
+    if isinstance(inner, dict) and inner.get("runId") == chunk.get("runId") and "seq" in inner:
+        return inner
+    return chunk
+
+
 def clean(chunks: list[dict[str, Any]], fig: Figures) -> dict[str, list[dict[str, Any]]]:
     """Drop duplicates by (run_id, seq) and dead attempts; return the kept chunks per run (topic order)."""
     seen: dict[tuple[str, int], dict[str, Any]] = {}
     unique = []
     for c in chunks:
         fig.chunks_observed += 1
+        c = nested(c)
         key = (c.get("runId"), c.get("seq"))
         if key in seen:
             fig.duplicates_dropped += 1

@@ -83,7 +83,9 @@ class RunFailed(ThreadlineError):  # noqa: N818 - Mastra's wording: the run fail
 
 class RunOutput:
     """The stream of one run (``accepted.output`` on a ``wake``): the thread's chunks of that run
-    only, from its first through its ``finish``, without duplicates or dead attempts.
+    only, from its first through its ``finish``, without duplicates or dead attempts — with its
+    sub-agents' chunks, as the nested ``tool-output`` chunks the parent's thread carries (their
+    own ``runId`` / ``seq``, decision 78).
 
     The subscription is opened lazily, at the first read, from the chunk topic's first record
     written after the request was sent (less ``margin_ms`` of clock skew); chunks of other runs
@@ -133,11 +135,13 @@ class RunOutput:
                 yield chunk
             if self._done:
                 return
-            seen = {self.run_id: self._chunks[-1]["seq"]} if self._chunks else {}
+            seen: dict[str, int] = {}  # the run's own chunks and its sub-agents' nested ones, by runId
+            for c in self._chunks:
+                seen[c["runId"]] = c["seq"]
             sub = await self._open(self._from_ms, seen)
             try:
                 async for chunk in sub.stream:
-                    if chunk.get("runId") != self.run_id:
+                    if chunk.get("runId") != self.run_id and not _nested_in(chunk, self.run_id):
                         continue
                     self._chunks.append(chunk)
                     yield chunk
@@ -168,12 +172,14 @@ class RunOutput:
     def _kept(self) -> list[dict[str, Any]]:
         """The chunks read, without those of attempts an ``attempt-discarded`` declared dead."""
         dead: dict[Any, int] = {}
-        for c in self._chunks:
-            if c.get("type") == "attempt-discarded":
-                p = c.get("payload") or {}
-                dead[p.get("step")] = max(dead.get(p.get("step"), -1), int(p.get("attempt", -1)))
-        return [c for c in self._chunks if c.get("type") == "attempt-discarded"
-                or not isinstance(c.get("attempt"), int) or c["attempt"] > dead.get(c.get("step"), -1)]
+        for c in self._chunks:  # a nested chunk's attempts are its sub-agent run's (decision 78)
+            inner = _inner(c)
+            if inner.get("type") == "attempt-discarded":
+                p = inner.get("payload") or {}
+                key = (inner.get("runId"), p.get("step"))
+                dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
+        return [c for c in self._chunks if _inner(c).get("type") == "attempt-discarded"
+                or not isinstance(c.get("attempt"), int) or c["attempt"] > dead.get((c.get("runId"), c.get("step")), -1)]
 
     async def text(self, *, timeout_s: float | None = None) -> str:
         """The run's text (its ``text-delta`` chunks), once it has finished.
@@ -196,3 +202,17 @@ class RunOutput:
             chunks = self._kept()
         finish = next((c for c in reversed(chunks) if c.get("type") == "finish"), None)
         return ((finish or {}).get("payload") or {}).get("stepResult", {}).get("reason")
+
+
+def _inner(chunk: dict[str, Any]) -> dict[str, Any]:
+    """The sub-agent chunk a nested ``tool-output`` carries (decision 78), else the chunk itself."""
+    if chunk.get("type") == "tool-output":
+        inner = (chunk.get("payload") or {}).get("output")
+        if isinstance(inner, dict) and inner.get("runId") == chunk.get("runId"):
+            return inner
+    return chunk
+
+
+def _nested_in(chunk: dict[str, Any], run_id: str) -> bool:
+    """A sub-agent's chunk delivered to ``run_id``'s thread (Mastra: part of the parent's stream)."""
+    return chunk.get("type") == "tool-output" and (chunk.get("payload") or {}).get("parentRunId") == run_id

@@ -54,14 +54,15 @@ class StepResult(_RunEvent):
     """Worker → orchestrator: the step ended. ``outcome`` says what the orchestrator does next.
 
     ``continue``: schedule step + 1. ``finished`` / ``failed`` / ``tripwire`` / ``aborted``: the
-    run is over (the worker already emitted ``finish``).
+    run is over (the worker already emitted ``finish``). ``suspended``: the step called
+    sub-agents; start their child runs, schedule step + 1 once they all ended (decision 77).
     """
 
     type: Literal["step_result"] = "step_result"
     step: int
     attempt: int
     epoch: int
-    outcome: Literal["continue", "finished", "failed", "tripwire", "aborted"]
+    outcome: Literal["continue", "finished", "failed", "tripwire", "aborted", "suspended"]
     finish_reason: str | None = None
     text: str | None = None
     usage: dict[str, Any] = Field(default_factory=dict)

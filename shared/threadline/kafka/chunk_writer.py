@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from threadline.events.chunks import chunk_headers, envelope
 from threadline.kafka.producer import Producer
+from threadline.runtime.sub_agents import nested_chunk
 
 _PRUNE_EVERY = 1024
 
@@ -28,8 +30,8 @@ class ChunkWriter:
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt",
-                 "finished", "first_sent", "flush_started", "flushed_at", "held", "hold_finish", "key", "run_id", "seq",
-                 "step")
+                 "finished", "first_sent", "flush_started", "flushed_at", "held", "hold_finish", "key", "mirror",
+                 "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -59,6 +61,9 @@ class ChunkWriter:
         """``time.perf_counter()`` when the last :meth:`flush` began."""
         self.flushed_at: float | None = None
         """``time.perf_counter()`` when the last :meth:`flush` returned."""
+        self.mirror: tuple[str, bytes, Mapping[str, Any]] | None = None
+        """A child run's parent ``(topic, key, target)``: each chunk is also published there as a
+        nested ``tool-output`` chunk (decision 78; a held ``finish`` by the step store)."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
@@ -74,6 +79,10 @@ class ChunkWriter:
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
                                             headers=self._headers, partition=0)
         self._futures.append(fut)
+        if self.mirror is not None:
+            topic, key, target = self.mirror
+            self._futures.append(await self._producer.send_raw(topic, orjson.dumps(nested_chunk(chunk, target)),
+                                                               key=key, headers=self._headers, partition=0))
         if len(self._futures) >= self._prune_at:
             self._prune()
         return chunk

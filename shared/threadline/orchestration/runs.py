@@ -17,6 +17,8 @@ store reads the rows, calls these, and writes what they answer in one transactio
   :class:`Defer` (left unapplied; the sweeper publishes the missing result, then this one, again).
 - ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` at the run's epoch:
   :class:`EndRun` (``step_finished``, the terminal event, the ``generate`` result).
+- ``step_result`` ``suspended`` (the step called sub-agents) at the run's epoch:
+  :class:`SuspendRun` (the child runs start; the next step is scheduled when they all ended).
 - ``step_result`` of a missing run, of another epoch, or of an aborted run: :class:`Ignore`.
 - ``abort_run`` of the thread's active run (or the one it names), running: :class:`AbortActive`;
   otherwise :class:`NothingToAbort`.
@@ -155,6 +157,15 @@ class AnnounceStart:
 
 
 @dataclass(frozen=True, slots=True)
+class SuspendRun:
+    """The step called sub-agents: start their child runs and wait (decision 77); the run keeps
+    its thread, and its next step is scheduled once no child of the step is outstanding."""
+
+    step: int
+    """The suspended step."""
+
+
+@dataclass(frozen=True, slots=True)
 class Defer:
     """An earlier step's result was never applied: leave this one unapplied (not even recorded as
     processed); the sweeper publishes the missing result and this one again, in order."""
@@ -200,7 +211,8 @@ def unannounced_start(run: RunRow) -> tuple[LifecycleKind, ...]:
     return () if run.start_announced else _start_lifecycle(False)
 
 
-def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | Announce | EndRun | Defer | Ignore:
+def on_step_result(run: RunRow | None,
+                   res: StepResult) -> ScheduleStep | Announce | EndRun | SuspendRun | Defer | Ignore:
     """Schedule the next step (``continue``), or end the run.
 
     ``ScheduleStep.step`` is ``res.step + 1``; the store applies it only while the run is still
@@ -217,6 +229,8 @@ def on_step_result(run: RunRow | None, res: StepResult) -> ScheduleStep | Announ
             return Ignore("step result already applied")
         if res.step > run.results_applied:
             return Defer(f"the result of step {run.results_applied} was never applied")
+    if res.outcome == "suspended":
+        return SuspendRun(step=res.step)
     if res.outcome == "continue":
         if run.continued_from is not None and run.continued_from <= res.step < run.step:
             return Announce(finished_step=res.step)

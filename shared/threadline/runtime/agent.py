@@ -120,6 +120,9 @@ class Agent:
             omitted — instructions and tool descriptions; ``False`` — nothing;
             ``{"instructions": False}`` / ``{"tools": {"description": False}}`` lock that field
             (:mod:`threadline.runtime.editor`). ``id``, ``name`` and ``model`` always come from code.
+        agents: sub-agents ``{key: Agent}`` or a function ``(request_context) -> that dict``; each is
+            the tool ``agent-<key>`` (``{"prompt": str}``) whose call runs as a durable child run
+            (:mod:`threadline.runtime.sub_agents`, docs/agents.md).
 
     Every option given as a function of the request context (``instructions``, ``model``,
     ``tools``, ``default_options``, ``memory``, ``metadata``, processor lists) may be a plain or
@@ -142,7 +145,8 @@ class Agent:
                  metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
                  memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
                  request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
-                 transform: Any = None, voice: Any = None, editor: Any = None, workflows: Any = None) -> None:
+                 transform: Any = None, voice: Any = None, editor: Any = None, workflows: Any = None,
+                 agents: Any = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         from threadline.runtime.editor import editor_policy
@@ -155,7 +159,7 @@ class Agent:
         self.metadata: dict[str, Any] | Callable[..., Any] = metadata if callable(metadata) else (metadata or {})
         self.dynamic: dict[str, Callable[..., Any]] = {
             k: v for k, v in (("tools", tools), ("default_options", default_options), ("memory", memory),
-                              ("metadata", metadata)) if callable(v)}
+                              ("metadata", metadata), ("agents", agents)) if callable(v)}
         """The options given as functions of the request context (resolved per run)."""
         self.memory = Memory() if callable(memory) else memory_config(memory, where=f"agent {id}: memory")
         self.request_context_schema = _schema_checked(request_context_schema, id)
@@ -187,6 +191,10 @@ class Agent:
         for name in self.workflow_tools.keys() & self.tools.keys():
             raise ConfigurationError(f"agent {id}: a tool is named {name!r} like a workflow's tool")
         self.tools.update(self.workflow_tools)
+        from threadline.runtime.sub_agents import static_sub_agents
+
+        self.agents: dict[str, Agent] = static_sub_agents(agents, id)
+        """Sub-agents by key (a function: ``{}`` here, resolved per run); each is the tool ``agent-<key>``."""
         self.hooks = ToolHooks.of(hooks)
         self.input_processors = check_processor_list(input_processors, "input", agent_id=id)
         self.output_processors = check_processor_list(output_processors, "output", agent_id=id)

@@ -24,6 +24,7 @@ from threadline.runtime.editor import strip
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model_calls import ModelChoice, fallback_list
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, check_processor_list, resolve_list
+from threadline.runtime.sub_agents import sub_agent_tools
 from threadline.runtime.tools import Tool
 from threadline.runtime.workflows import workflow_tools
 
@@ -73,6 +74,9 @@ async def resolve_config(agent: Agent, request_context: Mapping[str, Any], defau
     if "tools" in dyn or "workflows" in dyn:  # the workflows' tools (decision 80)
         found_wf = await _value(dyn["workflows"], request_context) if "workflows" in dyn else None
         tools = {**tools, **agent.workflow_tools, **workflow_tools(found_wf, f"agent {agent.id}")}
+    subs = await _value(dyn["agents"], request_context) if "agents" in dyn else agent.agents
+    if subs:  # each sub-agent is the tool agent-<key> (decision 76)
+        tools = {**tools, **sub_agent_tools(subs, agent.id)}
     defaults = agent.default_options
     if "default_options" in dyn:
         found = await _value(dyn["default_options"], request_context)

@@ -54,12 +54,15 @@ from threadline.runtime.ports import (
     StepRecord,
     StepRun,
     StepStore,
+    Suspend,
     Trip,
 )
 from threadline.runtime.processor import ProcessorRunner, TripWire
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
+from threadline.runtime.sub_agent_steps import resume_children
+from threadline.runtime.sub_agents import Pending, SubAgentTool, request_for
 from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.runtime.transform import transcript_entries
@@ -145,8 +148,6 @@ class StepLoop:
             ml = MessageList.from_state(state.message_list or {}, thread_id=run.thread_id,
                                         resource_id=run.resource_id)
             response_id = state.response_message_id or new_id("msg")
-            if signals:  # a drained signal starts a new assistant message after it
-                response_id = new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
                          models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
@@ -154,6 +155,10 @@ class StepLoop:
         runner.writer = StepWriter(step, through_processors=False)
         if step_no == 0:
             await sink.emit(chunks.start_chunk(agent.id, response_id))
+        elif state.sub_agent_calls:  # the children of the suspended step ended: their results first
+            await resume_children(step, store, self._tool_outcome)
+        if step_no > 0 and signals:  # a drained signal starts a new assistant message after it
+            step.response_id = new_id("msg")
         consumed = []
         for sig in signals:
             ml.add(signal_to_message(sig.payload, thread_id=run.thread_id, resource_id=run.resource_id), "input")
@@ -162,7 +167,8 @@ class StepLoop:
         outcome: StepOutcome
         try:
             done = await self._step(step, options, consumed, store)
-            outcome = Continue(done.finish_reason) if done.continued else Finish(done.finish_reason)
+            outcome = (Suspend(done.finish_reason) if step.children.requests  # waits for child runs
+                       else Continue(done.finish_reason) if done.continued else Finish(done.finish_reason))
         except TripWire as tw:
             outcome = Trip(tw.payload())
             log.info("tripwire", run_id=run.run_id, processor_id=tw.processor_id, reason=tw.reason)
@@ -188,8 +194,9 @@ class StepLoop:
         state.message_list = step.ml.to_state()
         state.retry_count = runner.retry_count
         state.response_message_id = step.response_id
-        final = not isinstance(outcome, Continue)
-        await pause_point("before_step_result_write")
+        final = not isinstance(outcome, Continue | Suspend)
+        state.sub_agent_calls = step.children.calls if isinstance(outcome, Suspend) else None
+        await pause_point("before_step_result_write", run.thread_id)
         held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
         entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml._entries if memory.stores else []
@@ -199,7 +206,7 @@ class StepLoop:
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,
-                                    finish=held))
+                                    finish=held, children=step.children.requests if isinstance(outcome, Suspend) else []))
         if final:
             self._configs.drop(run.run_id)
         if held is not None:
@@ -297,6 +304,7 @@ class StepLoop:
         """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
         step_no = run.step
+        step.children = Pending()
         ml.replace_all_system_messages(step.state.system_snapshot or [])
         if step.models is None:
             step.models = (agent.resolve_models(self._default_model, runner.request_context)
@@ -399,7 +407,7 @@ class StepLoop:
                            **({"object": obj} if spec is not None and obj is not None else {})})
         more = await store.more_pending(run, consumed)
         max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
-        continued = (bool(results) or more) and step_no + 1 < max_steps
+        continued = bool(step.children.requests) or ((bool(results) or more) and step_no + 1 < max_steps)
         await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
                                                  is_continued=continued, text=text, usage=usage,
                                                  model=caller.choices[caller.index].model))
@@ -415,6 +423,11 @@ class StepLoop:
         results = []
         done = await store.tool_results(run, [c["toolCallId"] for c in calls])
         for call in calls:
+            sub = tools.get(call["toolName"])
+            if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
+                step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
+                step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
+                continue
             # still this step's owner? (else another worker runs it)
             if call["toolCallId"] not in done and not await store.still_owner(run, step.writer.attempt):
                 raise StaleWriterError(run.run_id, run.epoch)
@@ -449,7 +462,7 @@ class StepLoop:
                 final = replaced if found else output
             # what ran is recorded (the processed view only)
             await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
-            await pause_point("after_tool_result_stored")
+            await pause_point("after_tool_result_stored", run.thread_id)
             results.append(await self._tool_outcome(step, call, final, error))
         return results
 

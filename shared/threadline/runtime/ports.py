@@ -40,6 +40,9 @@ class RunState:
     editor: dict[str, Any] | None = None
     """The editor overrides the run started with (read at step 0, locked fields stripped); its
     later steps, on any worker, use these and not newer ones (decision 69)."""
+    sub_agent_calls: list[dict[str, Any]] | None = None
+    """``{toolCallId, toolName, args}`` of the sub-agent calls the last (suspended) step waits
+    for; the next step begins by putting their stored results into the invocations."""
 
     @classmethod
     def of(cls, stored: Mapping[str, Any] | None) -> RunState:
@@ -50,7 +53,8 @@ class RunState:
         return cls(message_list=data.get("message_list"), response_message_id=data.get("response_message_id"),
                    retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
                    steps=data.get("steps") or [], usage=data.get("usage") or {},
-                   system_snapshot=data.get("system_snapshot"), editor=data.get("editor"))
+                   system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
+                   sub_agent_calls=data.get("sub_agent_calls"))
 
     def dump(self) -> dict[str, Any]:
         """The JSON stored in ``runs.state``."""
@@ -61,6 +65,8 @@ class RunState:
             out["system_snapshot"] = self.system_snapshot
         if self.editor:
             out["editor"] = self.editor
+        if self.sub_agent_calls:
+            out["sub_agent_calls"] = self.sub_agent_calls
         return out
 
 
@@ -194,7 +200,17 @@ class Trip:
     wire: Literal["tripwire"] = "tripwire"
 
 
-StepOutcome = Continue | Finish | Fail | Trip
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """The step called sub-agents: it waits for their child runs (decision 77); the orchestrator
+    starts them and schedules the next step once they all ended."""
+
+    finish_reason: str | None
+    """The model's finish reason of this step (``tool-calls``)."""
+    wire: Literal["suspended"] = "suspended"
+
+
+StepOutcome = Continue | Finish | Fail | Trip | Suspend
 """How a step ended; ``wire`` is the ``StepResult.outcome`` it reports."""
 
 
@@ -223,6 +239,9 @@ class StepRecord:
     finish: dict[str, Any] | None = None
     """The run's stamped ``finish`` chunk, held back by the sink: stored with the result (in the
     outbox, same transaction) and published only then (decision 19)."""
+    children: list[Any] = field(default_factory=list)
+    """The sub-agent calls the step waits for (:class:`~threadline.runtime.sub_agents.ChildRequest`),
+    recorded in the same transaction as the step (a ``suspended`` outcome)."""
 
 
 class ChunkSink(Protocol):

@@ -38,6 +38,12 @@ def load_agents(module_name: str) -> dict[str, Agent]:
         if agent.id in out and out[agent.id] is not agent:
             raise ConfigurationError(f"two agents share the id {agent.id!r}")
         out[agent.id] = agent
+    subs = [sub for agent in out.values() for sub in agent.agents.values()]
+    while subs:  # a static sub-agent is served too, listed or not (its child runs need it)
+        sub = subs.pop()
+        if sub.id not in out:
+            out[sub.id] = sub
+            subs.extend(sub.agents.values())
     if not out:
         raise ConfigurationError(f"agents module {module_name!r} defines no Agent")
     return out

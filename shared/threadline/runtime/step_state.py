@@ -16,6 +16,7 @@ from threadline.runtime.model_calls import ModelChoice
 from threadline.runtime.model_outcome import ModelOutcome
 from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
+from threadline.runtime.sub_agents import Pending
 from threadline.runtime.transform import SUPPRESS, display_chunk
 
 log = get_logger(__name__)
@@ -67,6 +68,8 @@ class StepState:
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
     agent_metadata: dict[str, Any] = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
+    children: Pending = field(default_factory=Pending)
+    """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     _transforms: bool | None = None
 
     def next_model(self) -> bool:

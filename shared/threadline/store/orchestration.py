@@ -24,6 +24,7 @@ from threadline.orchestration.runs import (
     EndRun,
     Ignore,
     RunRow,
+    SuspendRun,
     WaitingInput,
     abort_target,
     next_run,
@@ -34,6 +35,7 @@ from threadline.orchestration.runs import (
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event
 from threadline.store.runs import create_run, insert_signal_message
+from threadline.store.sub_agents import abort_children, child_ended, start_children
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -105,6 +107,10 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
             ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=move.finished_step),
                                         key=key))
             return ids
+        if isinstance(move, SuspendRun):  # sub-agent calls: the child runs start, the run waits (decision 77)
+            if run["step"] == res.step and run["steps_done"] == res.step + 1 and run["status"] == "running":
+                ids += await start_children(conn, run, res.step, topics, lease_ttl_s)
+            return ids
         if not isinstance(move, EndRun):
             updated = await conn.fetchval(
                 "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, continued_from = NULL, "
@@ -134,7 +140,14 @@ async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topi
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
         await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
         ids.append(await hand_over(conn, run, topics, lease_ttl_s))
+        if run["parent_run_id"] is not None:  # a child run: its outcome is its parent's tool result
+            ids += await child_ended(conn, run, TERMINAL_STATUS[move.terminal], res.text, res.error, topics,
+                                     lease_ttl_s)
     return ids
+
+
+TERMINAL_STATUS = {event: status for status, event in TERMINAL.items()}
+"""Terminal lifecycle event → the run status it announces."""
 
 
 async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Topics,
@@ -249,4 +262,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
             ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,
                                                                    run_id=run["run_id"]), key=cmd.request_id))
         ids.append(await hand_over(conn, run, topics, lease_ttl_s))
+        ids += await abort_children(conn, run["run_id"], topics)
+        if run["parent_run_id"] is not None:
+            ids += await child_ended(conn, run, "aborted", None, None, topics, lease_ttl_s)
     return ids

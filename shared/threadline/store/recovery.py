@@ -15,11 +15,12 @@ from threadline.events.signals import signal_to_message
 from threadline.recovery.decide import RunSnapshot
 from threadline.store import leases, outbox
 from threadline.store.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
+from threadline.store.sub_agents import abort_children, child_ended
 from threadline.topics import Topics, thread_key
 
 _CANDIDATES = """
 SELECT run_id FROM runs
-WHERE status = 'running' AND updated_at < now() - make_interval(secs => $1)
+WHERE status = 'running' AND NOT waiting_children AND updated_at < now() - make_interval(secs => $1)
   AND (step_heartbeat IS NULL OR step_heartbeat < now() - make_interval(secs => $1))
 UNION
 SELECT r.run_id FROM thread_leases l JOIN runs r ON r.run_id = l.run_id AND r.epoch = l.epoch
@@ -88,11 +89,17 @@ async def reschedule(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topi
     return [await outbox.add(conn, topics.step_tasks, task, key=key)]
 
 
+def _running_outcome(run: asyncpg.Record) -> str:
+    """The stored outcome of a running run's last step: ``suspended`` when its state holds the
+    sub-agent calls the step waits for (decision 77), else ``continue``."""
+    return "suspended" if (run["state"] or {}).get("sub_agent_calls") else "continue"
+
+
 def _stored_result(run: asyncpg.Record) -> StepResult:
     status = run["status"]
     return StepResult(run_id=run["run_id"], resource_id=run["resource_id"], thread_id=run["thread_id"],
                       step=run["step"], attempt=run["attempt"], epoch=run["epoch"],
-                      outcome="continue" if status == "running" else status,
+                      outcome=_running_outcome(run) if status == "running" else status,
                       finish_reason=run["finish_reason"], text=run["text"], usage=run["usage"] or {},
                       error=run["error"], tripwire=run["tripwire"])
 
@@ -195,4 +202,7 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
     await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
                        "updated_at = now() WHERE thread_id = $1 AND run_id = $2", run["thread_id"], run["run_id"])
     ids.append(await hand_over(conn, run, topics, lease_ttl_s))
+    ids += await abort_children(conn, run["run_id"], topics)
+    if run["parent_run_id"] is not None and run["status"] == "running":
+        ids += await child_ended(conn, run, "failed", None, error, topics, lease_ttl_s)
     return ids

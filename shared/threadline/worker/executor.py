@@ -42,6 +42,7 @@ from threadline.runtime.ports import (
     StepRun,
 )
 from threadline.runtime.registry import Catalogue
+from threadline.runtime.sub_agents import nested_target
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
 from threadline.store.orchestration import claim_terminal
@@ -194,6 +195,9 @@ class StepExecutor:
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
                              key=thread_key(run.resource_id, run.thread_id),
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
+        if (parent := nested_target(run.options)) is not None:  # a child run: nested chunks (decision 78)
+            writer.mirror = (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
+                             thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
         if run.run_id in self._aborted:  # aborted at the boundary, before this (continued) step began
             await self._end_aborted(run, writer)
             return None, None

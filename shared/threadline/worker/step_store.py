@@ -34,8 +34,10 @@ from threadline.runtime.ports import (
     StepInputs,
     StepRecord,
     StepRun,
+    Suspend,
     Trip,
 )
+from threadline.runtime.sub_agents import nested_chunk, nested_target
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw
 from threadline.store.steps import (
@@ -50,6 +52,7 @@ from threadline.store.steps import (
     save_tool_result,
     tool_results,
 )
+from threadline.store.sub_agents import record_child_requests
 from threadline.store.workflows import PgJournal
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
@@ -214,20 +217,28 @@ class PgStepStore:
                             finish_reason=outcome.finish_reason, text=record.text,
                             usage=record.usage if record.usage is not None else {}, error=error, tripwire=tripwire)
         final_fields: dict[str, Any] | None = None
-        if not isinstance(outcome, Continue):
+        if not isinstance(outcome, Continue | Suspend):
             final_fields = {"status": _STATUS[outcome.wire], "finish_reason": outcome.finish_reason,
                             "error": error}
             if record.usage is not None:  # a step that ran (not one failed before it could)
                 final_fields.update(text=record.text, usage=record.usage, tripwire=tripwire)
         key = thread_key(run.resource_id, run.thread_id)
-        finish: Queued | None = None
+        finish: list[Queued] = []
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
         sent = returned = 0.0
-        async with self._conn() as conn, (conn.transaction() if record.finish is not None else nullcontext()):
+        atomic = record.finish is not None or bool(record.children)
+        async with self._conn() as conn, (conn.transaction() if atomic else nullcontext()):
+            if record.children:  # the sub-agent calls the step waits for: stored with it, or not at all
+                await record_child_requests(conn, run.run_id, run.step, record.children)
             if record.finish is not None:  # the run's finish: published only once the step is durable
-                finish = await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
-                                       orjson.dumps(record.finish), key=key, headers=chunk_headers())
+                finish.append(await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
+                                            orjson.dumps(record.finish), key=key, headers=chunk_headers()))
+                if (parent := nested_target(run.options)) is not None:  # and its nested copy (decision 78)
+                    finish.append(await add_raw(
+                        conn, self._topics.chunks(parent["resource_id"], parent["thread_id"]),
+                        orjson.dumps(nested_chunk(record.finish, parent)),
+                        key=thread_key(parent["resource_id"], parent["thread_id"]), headers=chunk_headers()))
             # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
             if continues:  # the next step claimed for this worker in the same statement (decision 31)
                 sent = time.perf_counter()
@@ -268,7 +279,7 @@ class PgStepStore:
             del self._publishing[run_id]
 
     async def _publish(self, run: StepRun, box_id: int, key: str, value: bytes, headers: list[tuple[str, bytes]],
-                       finish: Queued | None, earlier: asyncio.Task[None] | None, continued: bool) -> None:
+                       finish: list[Queued], earlier: asyncio.Task[None] | None, continued: bool) -> None:
         """Publish a stored step result (and the run's held ``finish`` before it, at once), after
         the run's earlier result published in the background (``earlier``): a run's results reach
         the orchestrator in step order. A result Kafka does not take stays in the outbox, where
@@ -279,9 +290,9 @@ class PgStepStore:
         the relay and logged.
         """
         unflushed: Exception | None = None
-        if finish is not None:  # before the result (the thread's next run streams after it), not
+        if finish:  # before the result (the thread's next run streams after it), not
             try:  # after the earlier result: the stream ends as soon as the step is durable (decision 65)
-                await self._outbox.flush([finish])
+                await self._outbox.flush(list(finish))
             except Exception as exc:  # noqa: BLE001 - raised below, after the earlier result settled
                 unflushed = exc
         if earlier is not None:

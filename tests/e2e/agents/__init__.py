@@ -16,6 +16,7 @@
 * :mod:`.options` — issue 18: agent handles, send results, memory options, dynamic configuration.
 * :mod:`.evals` — issue 18: scorers, tool payload transforms, call-level objects in-process.
 * :mod:`.workflows` — issue 18: durable workflows (a counted side effect per workflow step).
+* :mod:`.subagents` — issue 18: sub-agents as durable child runs.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored
@@ -40,6 +41,7 @@ from . import (
     providers,
     retries,
     streams,
+    subagents,
     tools,
     workflows,
 )
@@ -47,7 +49,7 @@ from . import (
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
                        *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents,
                        *streams.agents, *history.agents, *outages.agents, *gateway.agents, *options.agents,
-                       *evals.agents, *workflows.agents]
+                       *evals.agents, *workflows.agents, *subagents.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named

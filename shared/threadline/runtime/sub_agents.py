@@ -1,0 +1,161 @@
+"""Sub-agents as tools (Mastra's Agent option ``agents``, seed ``004``; decisions 76-79).
+
+Each sub-agent under key ``k`` is exposed to the model as the tool ``agent-k`` (Mastra's naming)
+taking ``{"prompt": str}``. A call never runs inline: the worker records it with the step
+(:class:`ChildRequest`), the step ends ``suspended``, the orchestrator starts the child run (its
+own thread, linked by ``parent_run_id``) and, once every child of the step ended, schedules the
+parent's next step, which begins by putting the children's results into the invocations.
+
+Pure helpers here; the writes are in :mod:`threadline.store.sub_agents`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from threadline.errors import ConfigurationError
+from threadline.runtime.tools import Tool
+
+if TYPE_CHECKING:
+    from threadline.runtime.agent import Agent
+
+TOOL_PREFIX = "agent-"
+"""Mastra names the tool of sub-agent key ``k`` ``agent-k``."""
+
+INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"prompt": {"type": "string", "description": "The prompt to send to the agent"}},
+    "required": ["prompt"],
+}
+"""The arguments of a sub-agent tool (Mastra's ``prompt``)."""
+
+
+def _not_inline(*_: Any) -> Any:
+    raise RuntimeError("a sub-agent call runs as a child run, never inline")
+
+
+@dataclass
+class SubAgentTool(Tool):
+    """The tool standing for one sub-agent; the step loop recognises it and suspends the step.
+
+    Attributes:
+        agent_id: the sub-agent's id (the child run's agent; it must be served by the agents module).
+        key: the key under ``agents`` (the tool is ``agent-<key>``).
+    """
+
+    agent_id: str = ""
+    key: str = ""
+
+
+def sub_agent_tools(agents: Any, parent_id: str) -> dict[str, Tool]:
+    """``{"agent-<key>": SubAgentTool}`` for an ``agents`` mapping (``None``: none).
+
+    Raises:
+        ConfigurationError: not a mapping of keys to :class:`~threadline.runtime.agent.Agent`, or a
+            key that is not ``[a-zA-Z0-9_-]+``.
+    """
+    from threadline.runtime.agent import Agent
+
+    if agents is None:
+        return {}
+    if not isinstance(agents, Mapping):
+        raise ConfigurationError(f"agent {parent_id}: agents must be a dict of Agent, got {type(agents).__name__}")
+    out: dict[str, Tool] = {}
+    for key, sub in agents.items():
+        if not isinstance(sub, Agent):
+            raise ConfigurationError(f"agent {parent_id}: agents[{key!r}] is a {type(sub).__name__}, not an Agent")
+        name = f"{TOOL_PREFIX}{key}"
+        out[name] = SubAgentTool(id=name, description=sub.description or f"Ask the agent {sub.name}.",
+                                 execute=_not_inline, input_schema=INPUT_SCHEMA, agent_id=sub.id, key=str(key))
+    return out
+
+
+def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Agent]:
+    """The ``agents`` option as given (a function: ``{}``, resolved per run). Raises as
+    :func:`sub_agent_tools`."""
+    if callable(agents) or agents is None:
+        return {}
+    sub_agent_tools(agents, parent_id)  # checked now
+    return dict(agents)
+
+
+def child_ids(parent_run_id: str, parent_thread_id: str, tool_name: str, tool_call_id: str) -> tuple[str, str]:
+    """``(child run id, child thread id)``: the same for every re-execution of the parent step (the
+    recorded model output keeps the tool call id), so the child exists once."""
+    digest = hashlib.sha256(f"{parent_run_id}\x00{tool_call_id}".encode()).hexdigest()[:26]
+    return f"run_{digest}", f"{parent_thread_id}.{tool_name}.{tool_call_id}"
+
+
+def prompt_of(args: Any) -> str:
+    """The child's input: the call's ``prompt`` (``message`` accepted), else the arguments as JSON."""
+    if isinstance(args, Mapping):
+        for k in ("prompt", "message"):
+            if isinstance(args.get(k), str):
+                return str(args[k])
+    return orjson.dumps(args).decode() if args is not None else ""
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRequest:
+    """A sub-agent call recorded with its (suspended) step: the orchestrator starts the child run."""
+
+    tool_call_id: str
+    tool_name: str
+    agent_id: str
+    child_run_id: str
+    child_thread_id: str
+    prompt: str
+
+
+@dataclass(slots=True)
+class Pending:
+    """The sub-agent calls of the step being executed that wait for their child run."""
+
+    requests: list[ChildRequest] = field(default_factory=list)
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """``{toolCallId, toolName, args}`` of each, kept in the run state for the resumed step."""
+
+
+def request_for(run_id: str, thread_id: str, tool: SubAgentTool, call: Mapping[str, Any]) -> ChildRequest:
+    """The :class:`ChildRequest` of a model's call of ``tool``."""
+    child_run, child_thread = child_ids(run_id, thread_id, tool.id, call["toolCallId"])
+    return ChildRequest(tool_call_id=call["toolCallId"], tool_name=tool.id, agent_id=tool.agent_id,
+                        child_run_id=child_run, child_thread_id=child_thread, prompt=prompt_of(call.get("args")))
+
+
+PARENT_OPTION = "sub_agent_of"
+"""The child run's option naming its parent ``{run_id, resource_id, thread_id, tool_call_id,
+tool_name}`` (set by the orchestrator): where its chunks are mirrored as nested chunks."""
+
+
+def nested_target(options: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The parent a child run's chunks are mirrored to (``None``: not a child run)."""
+    target = options.get(PARENT_OPTION)
+    return target if isinstance(target, Mapping) and target.get("thread_id") else None
+
+
+def nested_chunk(chunk: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+    """A child's stamped chunk as the parent thread's subscribers get it (decision 78): Mastra's
+    ``tool-output`` ``{output: <the child's chunk>, toolCallId, toolName}``, with the child's own
+    ``runId`` / ``step`` / ``attempt`` / ``seq`` on the envelope, so a subscriber drops a duplicate
+    by ``(runId, seq)`` as it does for any chunk and the child's stream rules hold on this copy too."""
+    return {"type": "tool-output", "runId": chunk.get("runId"), "step": chunk.get("step"),
+            "attempt": chunk.get("attempt"), "seq": chunk.get("seq"), "from": "AGENT",
+            "payload": {"output": dict(chunk), "toolCallId": target.get("tool_call_id"),
+                        "toolName": target.get("tool_name"), "parentRunId": target.get("run_id")}}
+
+
+def child_outcome(status: str, text: str | None, error: Any) -> tuple[Any, str | None]:
+    """``(result, error)`` stored as the parent's tool result when a child run ends: its final
+    text when it finished; a tool error naming the status (and the child's error) otherwise."""
+    if status == "finished":
+        return {"text": text or ""}, None
+    detail = ""
+    if isinstance(error, Mapping) and error.get("message"):
+        detail = f": {error['message']}"
+    return None, f"sub-agent run {status}{detail}"
