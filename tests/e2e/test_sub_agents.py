@@ -15,6 +15,8 @@ import asyncio
 import uuid
 from typing import Any
 
+import pytest
+
 from tests.e2e.checker import TERMINAL_LIFECYCLE, Figures, check_runs, clean
 from tests.e2e.faults import read_all
 from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
@@ -195,23 +197,27 @@ async def test_worker_killed_before_the_suspended_parent_step_is_stored(services
     assert any(c["type"] == "attempt-discarded" and c["runId"] == out["run_id"] for c in out["chunks"])
 
 
-async def test_orchestrator_killed_between_child_end_and_parent_resume(services, settings, model, cluster,
-                                                                       tmp_path):
+@pytest.mark.parametrize("held", [
+    # right after it applied the parent's suspended result: the child run committed, its step 0 task not sent
+    pytest.param(lambda tag: f"th-sub-{tag} suspended", id="after-it-created-the-child"),
+    # right after it applied the child's end: the parent's next step task committed, not sent
+    pytest.param(lambda tag: f"th-sub-{tag}.agent-helper.callsub{tag} finished", id="between-child-end-and-parent-resume"),
+])
+async def test_orchestrator_killed_mid_child(services, settings, model, cluster, tmp_path, held):
     pause_file = tmp_path / "paused"
+    tag = uuid.uuid4().hex[:6]
 
-    def kill_after_child_end(thread: str, call: str) -> None:
-        wait_file(pause_file, "after_step_result_applied", 60)  # child ended, parent's step task committed
+    def kill_when_held(thread: str, call: str) -> None:
+        wait_file(pause_file, "after_step_result_applied", 60)
         services.start("run_orchestrator", "run_orchestrator-1")
         services.kill("run_orchestrator-armed")
 
-    tag = uuid.uuid4().hex[:6]
-    child_thread = f"th-sub-{tag}.agent-helper.callsub{tag}"
     services.stop("run_orchestrator-1")
-    # held only once the child's final result is applied: the key is "<thread> <outcome>"
+    # the pause point's key is "<thread> <outcome>": held only at the application named by `held`
     services.start("run_orchestrator", "run_orchestrator-armed", THREADLINE_PAUSE_POINTS="after_step_result_applied",
-                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=f"{child_thread} finished")
+                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=held(tag))
     try:
-        out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_after_child_end)
+        out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_when_held)
     finally:
         if "run_orchestrator-armed" in services.procs:
             services.kill("run_orchestrator-armed")
@@ -308,28 +314,6 @@ async def test_aborting_the_waiting_parent_aborts_its_child(services, settings, 
     assert [r["error"] for r in stored] == ["sub-agent run aborted"]
     assert await wait_idle(cluster.dsn, thread) and await wait_idle(cluster.dsn, child_thread)
     assert not model.requests(model=f"threadline-subl-{thread}-s1")  # the parent never resumed
-
-
-async def test_orchestrator_killed_after_it_created_the_child(services, settings, model, cluster, tmp_path):
-    pause_file = tmp_path / "paused"
-    tag = uuid.uuid4().hex[:6]
-
-    def kill_after_suspend(thread: str, call: str) -> None:
-        wait_file(pause_file, "after_step_result_applied", 60)  # child run committed, its step 0 task not sent
-        services.start("run_orchestrator", "run_orchestrator-1")
-        services.kill("run_orchestrator-armed")
-
-    services.stop("run_orchestrator-1")
-    services.start("run_orchestrator", "run_orchestrator-armed", THREADLINE_PAUSE_POINTS="after_step_result_applied",
-                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=f"th-sub-{tag} suspended")
-    try:
-        out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_after_suspend)
-    finally:
-        if "run_orchestrator-armed" in services.procs:
-            services.kill("run_orchestrator-armed")
-        if "run_orchestrator-1" not in services.procs:
-            services.start("run_orchestrator", "run_orchestrator-1")
-    _assert_pair(out, model)
 
 
 async def test_two_sub_agent_calls_in_one_step_resume_the_parent_once_both_ended(services, settings, model, cluster):
