@@ -14,15 +14,22 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
 from threadline.errors import ConfigurationError
 from threadline.runtime.tools import Tool
 
-if TYPE_CHECKING:
-    from threadline.runtime.agent import Agent
+
+@runtime_checkable
+class SubAgent(Protocol):
+    """What a sub-agent tool reads of an agent (a :class:`~threadline.runtime.agent.Agent`; this
+    module does not import the class, which imports it)."""
+
+    id: str
+    name: str
+    description: str
 
 TOOL_PREFIX = "agent-"
 """Mastra names the tool of sub-agent key ``k`` ``agent-k``."""
@@ -59,15 +66,13 @@ def sub_agent_tools(agents: Any, parent_id: str) -> dict[str, Tool]:
         ConfigurationError: not a mapping of keys to :class:`~threadline.runtime.agent.Agent`, or a
             key that is not ``[a-zA-Z0-9_-]+``.
     """
-    from threadline.runtime.agent import Agent
-
     if agents is None:
         return {}
     if not isinstance(agents, Mapping):
         raise ConfigurationError(f"agent {parent_id}: agents must be a dict of Agent, got {type(agents).__name__}")
     out: dict[str, Tool] = {}
     for key, sub in agents.items():
-        if not isinstance(sub, Agent):
+        if not isinstance(sub, SubAgent):
             raise ConfigurationError(f"agent {parent_id}: agents[{key!r}] is a {type(sub).__name__}, not an Agent")
         name = f"{TOOL_PREFIX}{key}"
         out[name] = SubAgentTool(id=name, description=sub.description or f"Ask the agent {sub.name}.",
@@ -75,7 +80,7 @@ def sub_agent_tools(agents: Any, parent_id: str) -> dict[str, Tool]:
     return out
 
 
-def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Agent]:
+def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Any]:
     """The ``agents`` option as given (a function: ``{}``, resolved per run). Raises as
     :func:`sub_agent_tools`."""
     if callable(agents) or agents is None:
