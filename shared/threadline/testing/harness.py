@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import signal
@@ -105,15 +106,38 @@ async def create_database(admin_dsn: str, name: str) -> str:
     return admin_dsn.rsplit("/", 1)[0] + "/" + name
 
 
-async def drop_database(admin_dsn: str, name: str) -> None:
-    """Drop database ``name`` (closing its connections)."""
+async def drop_database(admin_dsn: str, name: str, *, attempts: int = 20, pause_s: float = 0.25) -> bool:
+    """Drop database ``name``, closing its connections; ``True`` once it is gone.
+
+    ``DROP DATABASE … WITH (FORCE)`` ends every backend on the database, and PostgreSQL refuses
+    it (``InsufficientPrivilegeError``) when one belongs to another role and the caller is no
+    superuser: the role ``threadline`` that ``make infra-up`` creates only has ``CREATEDB``, and
+    an autovacuum worker busy on the database at that moment counts as another role's. Then
+    this ends the backends of its own role and drops without ``FORCE`` (which makes autovacuum
+    workers exit and waits for them), ``attempts`` times ``pause_s`` seconds apart. A database
+    it still cannot drop is left behind with a warning on stderr, never an error: a session's
+    teardown must not fail a test that passed."""
     import asyncpg
 
     conn = await asyncpg.connect(admin_dsn)
     try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        for _ in range(attempts):
+            try:
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+                return True
+            except asyncpg.exceptions.InsufficientPrivilegeError:
+                pass
+            try:
+                await conn.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                   "WHERE datname = $1 AND usename = current_user AND pid <> pg_backend_pid()", name)
+                await conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+                return True
+            except asyncpg.exceptions.ObjectInUseError:
+                await asyncio.sleep(pause_s)
     finally:
         await conn.close()
+    print(f"drop_database: {name} is still in use after {attempts} attempts; left behind", file=sys.stderr)
+    return False
 
 
 class ModelServerProcess:
