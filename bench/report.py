@@ -22,6 +22,11 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} "
                     f"({t['conditions'].get('kafka_hops', 4) - 1} relays)",
                     f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "p50 ≤ 15, p99 ≤ 50, ≤ 1.5x"))
+        if w := t.get("worker_step_start_ms"):  # the worker's share, split (issue 13's budget)
+            out.append(("  in the worker p50 (ms): claim, setup, model open, first text = total",
+                        ", ".join(_ms(w.get(k), "p50") for k in ("claim_ms", "setup_ms", "model_open_ms",
+                                                                  "first_text_ms")) + f" = {_ms(w.get('total_ms'), 'p50')}",
+                        "-", "-", "-"))
     if t := results.get("sse"):
         a, b = t["sse_ms"], t["kafka_ms"]
         out.append(("1b first token over the gateway's SSE p50 / p95 / p99 (ms)",

@@ -22,17 +22,14 @@ chunks to the subscriber.
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 from typing import Any
 
 from bench.env import BenchEnv
-from bench.stats import ratio, summary_ms
+from bench.stats import log_segments, ratio, summary_ms
 from bench.subscriber import is_type
 from threadline.worker.step_gap import SAVE_SEGMENTS, SEGMENTS
-
-_FIELD = re.compile(r"\b(\w+_ms)=([0-9.]+)")
 
 AGENT = "bench-signals"
 MODEL = "threadline-bench-signals"
@@ -96,20 +93,4 @@ async def run(env: BenchEnv, *, samples: int = 150, threads: int = 30, chunks: i
 def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
     """Per segment of :data:`~threadline.worker.step_gap.SEGMENTS`, the summary (ms) over the
     ``step gap`` lines of the worker's log from byte ``start`` on; ``{}`` without a log."""
-    if not log_path.exists():
-        return {}
-    with log_path.open("rb") as f:
-        f.seek(start)
-        text = f.read().decode(errors="replace")
-    values: dict[str, list[float]] = {name: [] for name in (*SEGMENTS, *SAVE_SEGMENTS)}
-    for line in text.splitlines():
-        if "step gap" not in line:
-            continue
-        fields = dict(_FIELD.findall(line))
-        if all(name in fields for name in SEGMENTS):
-            for name in SEGMENTS:
-                values[name].append(float(fields[name]) / 1000)
-            if all(name in fields for name in SAVE_SEGMENTS):  # save_claim_ms split (a worker that logs it)
-                for name in SAVE_SEGMENTS:
-                    values[name].append(float(fields[name]) / 1000)
-    return {name: summary_ms(v) for name, v in values.items() if v or name in SEGMENTS}
+    return log_segments(log_path, start, "step gap", SEGMENTS, SAVE_SEGMENTS)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import statistics
+from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
@@ -81,3 +84,31 @@ async def all_records(bootstrap: str, topic: str) -> list[ConsumerRecord]:
         return out
     finally:
         await consumer.stop()
+
+
+_FIELD = re.compile(r"\b(\w+_ms)=([0-9.]+)")
+
+
+def log_segments(log_path: Path, start: int, marker: str, names: tuple[str, ...],
+                 extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Per segment name, the summary (:func:`summary_ms`, ms) over the log lines containing
+    ``marker`` from byte ``start`` of ``log_path`` on (a service's console log: ``name=value``
+    fields in ms). A line counts when it has every one of ``names``; ``extra`` segments are read
+    from the lines that have them all. ``{}`` without a log."""
+    if not log_path.exists():
+        return {}
+    with log_path.open("rb") as f:
+        f.seek(start)
+        text = f.read().decode(errors="replace")
+    values: dict[str, list[float]] = {name: [] for name in (*names, *extra)}
+    for line in text.splitlines():
+        if marker not in line:
+            continue
+        fields = dict(_FIELD.findall(line))
+        if all(name in fields for name in names):
+            for name in names:
+                values[name].append(float(fields[name]) / 1000)
+            if extra and all(name in fields for name in extra):
+                for name in extra:
+                    values[name].append(float(fields[name]) / 1000)
+    return {name: summary_ms(v) for name, v in values.items() if v or name in names}

@@ -7,6 +7,11 @@ has spoken before), so every measured thread is idle and has a short history. Ba
 same run: bare aiokafka relays over the same Kafka hops (three hops with ingress starting the run,
 ``THREADLINE_INGRESS_STARTS``; four through the orchestrator), with records of the sizes
 Threadline sent on each hop (``bench.rawkafka``), and over the old path's four hops.
+
+Where the time goes: ``spans_ms``, per run from the records' Kafka timestamps (the hops and each
+service's share), and ``worker_step_start_ms``, the worker's own ``step start`` lines of the
+measured runs (:data:`threadline.worker.step_gap.START_SEGMENTS`: claim, setup, the model call's
+open, its first text).
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ import orjson
 from bench.env import BenchEnv
 from bench.procstat import PySpy, top_costs
 from bench.rawkafka import relay_latencies
-from bench.stats import all_records, ratio, recent_record_sizes, summary_ms
+from bench.stats import all_records, log_segments, ratio, recent_record_sizes, summary_ms
 from bench.subscriber import is_type
 from threadline.config import Settings
+from threadline.worker.step_gap import START_SEGMENTS
 
 AGENT = "bench-ttfc"
 
@@ -107,7 +113,10 @@ async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs
     pairs = [("bench-user", f"ttfc-{i}") for i in range(threads)]
     topics = await env.chunk_topics(pairs)
     await _runs(env, pairs, topics, threads, 0)  # warm-up: each thread speaks once
+    log_path = env.log_dir / f"{env.workers[0]}.log"
+    log_from = log_path.stat().st_size if log_path.exists() else 0
     times, actions, delta_sizes, woken = await _runs(env, pairs, topics, runs, threads)
+    in_worker = log_segments(log_path, log_from, "step start", START_SEGMENTS)
     spans = await _spans(env, woken)
     # the path's hops: ingress → step-tasks → chunks when ingress starts the run (decision 34),
     # else ingress → run-commands → step-tasks → chunks; the baseline relays over the same hops,
@@ -136,7 +145,7 @@ async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs
                        "baseline": f"{len(hop_sizes) - 1} aiokafka relay processes (consumer group → producer, "
                                    f"linger 2 ms) over the path's {len(hop_sizes)} topics"},
         "threadline_ms": ours, "baseline_ms": theirs, "baseline_4_hops_ms": summary_ms(base4),
-        "accepted_actions": actions, "spans_ms": spans,
+        "accepted_actions": actions, "spans_ms": spans, "worker_step_start_ms": in_worker,
         "ratio": {"p50": ratio(ours["p50"], theirs["p50"]), "p99": ratio(ours["p99"], theirs["p99"])},
         "target": {"p50_ms": 15, "p99_ms": 50, "ratio_max": 1.5},
     }

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,6 +25,7 @@ from typing import Any
 
 from tests.e2e.checker import Figures, check_stream, clean
 from tests.e2e.helpers import (
+    WORKERS,
     collect_run,
     execute,
     rows,
@@ -240,3 +242,47 @@ async def test_an_abort_at_the_boundary_stops_the_claimed_next_step(services, se
     assert [c["type"] for c in kept].count("finish") == 1
     assert (await run_row(cluster.dsn, run_id))["status"] == "aborted"
     assert model.requests(model=f"threadline-chaos-{thread}-s1") == []  # the claimed step never ran
+
+
+def _budget_lines(services: Any, run_id: str, marker: str) -> list[dict[str, str]]:
+    """The fields of the workers' ``marker`` log lines of ``run_id``."""
+    out = []
+    for name in WORKERS:
+        path = services.log_dir / f"{name}.log"
+        for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+            if f"] {marker} " in line and f"run_id={run_id}" in line:  # not "step started"
+                out.append(dict(re.findall(r"\b(\w+)=(\S+)", line)))
+    return out
+
+
+async def test_the_worker_logs_where_a_step_start_and_a_step_gap_went(services, settings, model, cluster):
+    """The latency budget's log lines (decisions 38 and 84): a step begun from its step task has
+    one ``step start`` line (claim, setup, the model call's open, its first text; the segments
+    up to the last point reached when the step streams no text); each step the worker continues
+    has a ``step gap`` line instead."""
+    await _effects_table(cluster.dsn)
+    thread = f"th-cont-f-{uuid.uuid4().hex[:6]}"
+    await _script(model, thread, [ms.text("a short answer")])
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        text_run = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",
+                                           thread_id=thread)).accepted).run_id
+        await collect_run(sub, timeout_s=60)
+        await sub.unsubscribe()
+    assert await wait_idle(cluster.dsn, thread)
+    tool_run, _ = await _three_steps(settings, model, cluster, f"th-cont-g-{uuid.uuid4().hex[:6]}")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (_budget_lines(services, text_run, "step start")
+                                               and len(_budget_lines(services, tool_run, "step gap")) == 2):
+        await asyncio.sleep(0.2)
+
+    [start] = _budget_lines(services, text_run, "step start")
+    parts = [float(start[k]) for k in ("claim_ms", "setup_ms", "model_open_ms", "first_text_ms")]
+    assert start["step"] == "0" and all(p >= 0 for p in parts)
+    assert abs(sum(parts) - float(start["total_ms"])) < 0.01
+    assert _budget_lines(services, text_run, "step gap") == []
+
+    [tool_start] = _budget_lines(services, tool_run, "step start")  # step 0: tool calls, no text
+    assert tool_start["step"] == "0" and {"claim_ms", "setup_ms", "model_open_ms"} <= set(tool_start)
+    assert "first_text_ms" not in tool_start and "total_ms" not in tool_start
+    assert sorted(g["step"] for g in _budget_lines(services, tool_run, "step gap")) == ["1", "2"]

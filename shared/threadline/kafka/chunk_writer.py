@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from threadline._internal import step_clock
 from threadline.events.chunks import chunk_headers, envelope
 from threadline.kafka.producer import Producer
 from threadline.runtime.sub_agents import nested_chunk
@@ -69,6 +70,8 @@ class ChunkWriter:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
         if self.first_sent is None:
             self.first_sent = time.perf_counter()
+        if chunk.get("type") == "text-delta":
+            step_clock.mark("first_text")
         envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
         if chunk.get("type") == "finish":

@@ -26,6 +26,7 @@ from litellm import exceptions as lx
 litellm.suppress_debug_info = True
 litellm.drop_params = True
 
+from threadline._internal import step_clock  # noqa: E402 - after litellm is configured above
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
 from threadline.runtime import llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
@@ -199,7 +200,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     watch: dict[str, Any] = {}
     try:
         with llm_stream.no_open_cost_estimate():
+            step_clock.mark("model_called")
             response = await litellm.acompletion(**kwargs)
+            step_clock.mark("model_opened")
         path = llm_stream.reader(response)
         if path == "wrapper":
             watch = llm_stream.watch_raw(response)

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from threadline._internal import step_clock
 from threadline._internal.faults import deaf, pause_point
 from threadline._internal.recent import RecentIds
 from threadline.config import Settings
@@ -150,6 +151,7 @@ class StepExecutor:
         task over while that worker lives), wait; take the step over only once the heartbeat has
         stood still for ``3 × step_heartbeat_s`` as seen from here, or was handed back.
         """
+        received = time.perf_counter()
         await pause_point("before_step_claim")  # fault injection: the task received, the step not claimed
         watched, since = None, 0.0
         loop = asyncio.get_running_loop()
@@ -175,19 +177,24 @@ class StepExecutor:
             return
         claimed: Claimed | None = begun
         gap: dict[str, float | None] | None = None
+        start: dict[str, float] | None = {"received": received, "claimed": time.perf_counter()}
         try:  # the steps this worker continues itself run within the task (decision 31)
             while claimed is not None:
-                claimed, gap = await self._run_claimed(claimed, task, gap)
+                claimed, gap = await self._run_claimed(claimed, task, gap, start)
+                start = None
         finally:
             self._aborted.discard(task.run_id)
             # the task is done once its results were acknowledged or left to the relay (decision 37)
             await self._store.settle(task.run_id)
 
-    async def _run_claimed(self, claimed: Claimed, task: StepTask, gap: dict[str, float | None] | None
+    async def _run_claimed(self, claimed: Claimed, task: StepTask, gap: dict[str, float | None] | None,
+                           start: dict[str, float] | None = None
                            ) -> tuple[Claimed | None, dict[str, float | None] | None]:
         """Run the claimed step; returns the run's next step when this worker claimed it with the
         step's store (the worker continues the run), else ``None``, and the points of the step
-        gap passed so far (``gap``: the previous step's, :mod:`threadline.worker.step_gap`)."""
+        gap passed so far (``gap``: the previous step's, :mod:`threadline.worker.step_gap`).
+        ``start``: the step start's points so far, for a step begun from its task (``step start``
+        line, decision 84)."""
         run, inputs = claimed.run, claimed.inputs
         if gap is not None:
             gap["next_begun"] = time.perf_counter()
@@ -217,7 +224,9 @@ class StepExecutor:
                                                         "threadline.step": run.step,
                                                         "threadline.attempt": inputs.attempt}):
                 log.info("step started", continued=run.step != task.step)
+                timed = step_clock.POINTS.set(start)  # the step's task copies it (decision 84)
                 child = asyncio.create_task(self._step(run, inputs, writer))
+                step_clock.POINTS.reset(timed)
                 self._running[run.run_id] = child
                 try:
                     outcome = await child
@@ -247,6 +256,8 @@ class StepExecutor:
                 if gap is not None:  # the overhead before this step's first chunk, where it went
                     gap["first_sent"] = writer.first_sent
                     log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}), **step_gap.save_split(gap))
+                if start is not None and (begun_in := step_gap.start_segments(start)) is not None:
+                    log.info("step start", **begun_in)
                 log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
