@@ -165,6 +165,27 @@ def own_instances(services: Any, service: str, default: str, *, kill: bool = Fal
             services.start(service, default)
 
 
+@contextlib.contextmanager
+def swapped_service(services: Any, name: str, tag: str, *, kill: bool = False, **env: str) -> Iterator[str]:
+    """The session's ``<name>-1`` replaced by ``<name>-<tag>`` started with ``env`` (a pause or
+    fault point, another setting); yields the instance's name.
+
+    The test may kill the instance or start ``<name>-1`` again itself; on exit the instance is
+    stopped if it still runs (``kill=True``: ``kill -9``, for one that may be held at a pause
+    point), and ``<name>-1`` is started again unless the test already did.
+    """
+    services.stop(f"{name}-1")
+    instance = f"{name}-{tag}"
+    services.start(name, instance, **env)
+    try:
+        yield instance
+    finally:
+        if instance in services.procs:
+            services.kill(instance) if kill else services.stop(instance)
+        if f"{name}-1" not in services.procs:
+            services.start(name, f"{name}-1")
+
+
 WORKERS = ("processor_worker-1", "processor_worker-2")
 """The session's worker and the second one :func:`second_worker` starts beside it."""
 

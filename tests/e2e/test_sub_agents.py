@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.checker import TERMINAL_LIFECYCLE, Figures, check_runs, clean
 from tests.e2e.faults import read_all
-from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
+from tests.e2e.helpers import collect_run, execute, rows, run_row, swapped_service, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.testing.harness import wait_file
@@ -154,16 +154,11 @@ async def test_worker_killed_mid_child_step(services, settings, model, cluster, 
         killed.add(services.pid("processor_worker-armed"))
         services.kill("processor_worker-armed")
 
-    services.stop("processor_worker-1")  # the armed worker takes every partition
-    services.start("processor_worker", "processor_worker-armed", THREADLINE_PAUSE_POINTS="after_tool_result_stored",
-                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=".agent-helper.")
-    try:
+    # the armed worker takes every partition
+    with swapped_service(services, "processor_worker", "armed", kill=True,
+                         THREADLINE_PAUSE_POINTS="after_tool_result_stored", THREADLINE_PAUSE_FILE=str(pause_file),
+                         THREADLINE_PAUSE_MATCH=".agent-helper."):
         out = await _run_lead(services, settings, model, cluster, during=kill_mid_child, killed=killed)
-    finally:
-        if "processor_worker-armed" in services.procs:
-            services.kill("processor_worker-armed")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     assert killed
     _assert_pair(out, model)
     # the child's step was re-executed by another worker: its attempt was declared dead
@@ -181,16 +176,10 @@ async def test_worker_killed_before_the_suspended_parent_step_is_stored(services
         killed.add(services.pid("processor_worker-armed"))
         services.kill("processor_worker-armed")
 
-    services.stop("processor_worker-1")
-    services.start("processor_worker", "processor_worker-armed", THREADLINE_PAUSE_POINTS="before_step_result_write",
-                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=f"th-sub-{tag}")
-    try:
+    with swapped_service(services, "processor_worker", "armed", kill=True,
+                         THREADLINE_PAUSE_POINTS="before_step_result_write", THREADLINE_PAUSE_FILE=str(pause_file),
+                         THREADLINE_PAUSE_MATCH=f"th-sub-{tag}"):
         out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_mid_parent, killed=killed)
-    finally:
-        if "processor_worker-armed" in services.procs:
-            services.kill("processor_worker-armed")
-        if "processor_worker-1" not in services.procs:
-            services.start("processor_worker", "processor_worker-1")
     _assert_pair(out, model)  # one child run, one result
     # the re-executed step replayed the recorded model output: same tool call id, the model asked once
     assert len(model.requests(model=f"threadline-subl-{out['thread']}-s0")) == 1
@@ -212,17 +201,11 @@ async def test_orchestrator_killed_mid_child(services, settings, model, cluster,
         services.start("run_orchestrator", "run_orchestrator-1")
         services.kill("run_orchestrator-armed")
 
-    services.stop("run_orchestrator-1")
     # the pause point's key is "<thread> <outcome>": held only at the application named by `held`
-    services.start("run_orchestrator", "run_orchestrator-armed", THREADLINE_PAUSE_POINTS="after_step_result_applied",
-                   THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_MATCH=held(tag))
-    try:
+    with swapped_service(services, "run_orchestrator", "armed", kill=True,
+                         THREADLINE_PAUSE_POINTS="after_step_result_applied", THREADLINE_PAUSE_FILE=str(pause_file),
+                         THREADLINE_PAUSE_MATCH=held(tag)):
         out = await _run_lead(services, settings, model, cluster, tag=tag, during=kill_when_held)
-    finally:
-        if "run_orchestrator-armed" in services.procs:
-            services.kill("run_orchestrator-armed")
-        if "run_orchestrator-1" not in services.procs:
-            services.start("run_orchestrator", "run_orchestrator-1")
     _assert_pair(out, model)
 
 

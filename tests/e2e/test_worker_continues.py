@@ -16,11 +16,9 @@ announces the step and stays the owner of recovery.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from tests.e2e.checker import Figures, check_stream, clean
@@ -32,6 +30,7 @@ from tests.e2e.helpers import (
     run_row,
     second_worker,
     start_and_read_until,
+    swapped_service,
     wait_idle,
     worker_of,
 )
@@ -42,18 +41,6 @@ from threadline.testing.harness import wait_file
 from threadline.topics import Topics
 
 WORDS = " ".join(f"w{i}" for i in range(10))
-
-
-@contextlib.contextmanager
-def swapped_worker(services: Any, tag: str, **env: str) -> Iterator[None]:
-    """The session's worker replaced by one with these settings."""
-    services.stop("processor_worker-1")
-    services.start("processor_worker", f"processor_worker-{tag}", **env)
-    try:
-        yield
-    finally:
-        services.stop(f"processor_worker-{tag}")
-        services.start("processor_worker", "processor_worker-1")
 
 
 async def _effects_table(dsn: str) -> None:
@@ -124,7 +111,7 @@ async def test_a_continued_run_crosses_the_orchestrator_for_its_first_step_only(
 
     # the same run through the orchestrator (the worker does not continue): the same stream and events
     base_thread = f"th-cont-a0-{uuid.uuid4().hex[:6]}"
-    with swapped_worker(services, "nocont", THREADLINE_WORKER_CONTINUES="0"):
+    with swapped_service(services, "processor_worker", "nocont", THREADLINE_WORKER_CONTINUES="0"):
         base_id, base_chunks = await _three_steps(settings, model, cluster, base_thread)
     base_kept, _ = _kept(base_id, base_chunks)
     assert await _step_tasks(cluster, base_id) == [0, 1, 2]
@@ -223,9 +210,9 @@ async def test_an_abort_at_the_boundary_stops_the_claimed_next_step(services, se
     await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})), ms.text("never")])
     # the worker holds for 4 s right after it stored step 0 and claimed step 1 (one commit); only
     # for this thread: the new worker also takes over steps earlier tests left behind (CI, 12-03)
-    with swapped_worker(services, "boundary", THREADLINE_PAUSE_POINTS="after_step_result_stored",
-                        THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_SECONDS="4",
-                        THREADLINE_PAUSE_MATCH=thread):
+    with swapped_service(services, "processor_worker", "boundary", THREADLINE_PAUSE_POINTS="after_step_result_stored",
+                         THREADLINE_PAUSE_FILE=str(pause_file), THREADLINE_PAUSE_SECONDS="4",
+                         THREADLINE_PAUSE_MATCH=thread):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1",

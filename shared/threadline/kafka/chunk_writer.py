@@ -30,9 +30,9 @@ class ChunkWriter:
     """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
     increasing within the run) and publishes."""
 
-    __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_topic", "ack_timeout_s", "attempt",
-                 "finished", "first_sent", "flush_started", "flushed_at", "held", "hold_finish", "key", "mirror",
-                 "run_id", "seq", "step")
+    __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_text_unmarked", "_topic",
+                 "ack_timeout_s", "attempt", "finished", "first_sent", "flush_started", "flushed_at", "held",
+                 "hold_finish", "key", "mirror", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
                  seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
@@ -65,16 +65,21 @@ class ChunkWriter:
         self.mirror: tuple[str, bytes, Mapping[str, Any]] | None = None
         """A child run's parent ``(topic, key, target)``: each chunk is also published there as a
         nested ``tool-output`` chunk (decision 78; a held ``finish`` by the step store)."""
+        self._text_unmarked = True
+        """No ``text-delta`` emitted yet: the first one marks the step clock's ``first_text`` (the
+        step's task, decision 84; a later one would not change it), so the others skip the clock."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
         """Stamp and publish ``chunk``; returns it (with the stamp)."""
         if self.first_sent is None:
             self.first_sent = time.perf_counter()
-        if chunk.get("type") == "text-delta":
+        kind = chunk.get("type")
+        if kind == "text-delta" and self._text_unmarked:
+            self._text_unmarked = False
             step_clock.mark("first_text")
         envelope(chunk, run_id=self.run_id, step=self.step, attempt=self.attempt, seq=self.seq)
         self.seq += 1
-        if chunk.get("type") == "finish":
+        if kind == "finish":
             if self.hold_finish:
                 self.held = chunk
                 return chunk

@@ -5,9 +5,9 @@ that lost the step records nothing."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 import asyncpg
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
@@ -18,6 +18,8 @@ from threadline.store.steps import _FENCE  # the one definition of a fenced step
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 JOURNAL_RETRY_S = 60.0
 """How long a journal write is retried through a transient PostgreSQL fault before the step is
@@ -76,24 +78,27 @@ class PgJournal:
         self._run_id, self._epoch, self._call = run_id, epoch, tool_call_id
         self._owner, self._attempt = owner, attempt
 
-    async def _retrying(self) -> AsyncIterator[Any]:
-        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
-                                           stop=stop_after_delay(JOURNAL_RETRY_S),
-                                           wait=wait_exponential(multiplier=0.1, max=2.0)):
-            yield attempt
-
-    async def _write(self, what: str, fn: Callable[..., Any], path: str, **kw: Any) -> None:
-        written = False
+    async def _with_retry(self, op: Callable[[asyncpg.Connection], Awaitable[T]], where: str = "") -> T:
+        """``op`` on a pooled connection, retried through transient PostgreSQL faults for
+        :data:`JOURNAL_RETRY_S`; a transient fault that outlasts them is raised as
+        :class:`~threadline.runtime.workflows.JournalUnavailableError` (``where`` names the write)."""
         try:
-            async for attempt in self._retrying():
+            async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
+                                               stop=stop_after_delay(JOURNAL_RETRY_S),
+                                               wait=wait_exponential(multiplier=0.1, max=2.0)):
                 with attempt:
                     async with self._conn() as conn:
-                        written = await fn(conn, self._run_id, self._call, path, owner=self._owner,
-                                           attempt=self._attempt, **kw)
+                        return await op(conn)
         except Exception as exc:
             if is_transient(exc):
-                raise JournalUnavailableError(f"workflow journal unreachable ({what} {path}): {exc!r}") from exc
+                raise JournalUnavailableError(f"workflow journal unreachable{where}: {exc!r}") from exc
             raise
+        raise AssertionError("unreachable")  # pragma: no cover - AsyncRetrying returns or raises
+
+    async def _write(self, what: str, fn: Callable[..., Any], path: str, **kw: Any) -> None:
+        written = await self._with_retry(
+            lambda conn: fn(conn, self._run_id, self._call, path, owner=self._owner, attempt=self._attempt, **kw),
+            f" ({what} {path})")
         if not written:
             # a later attempt of ours may have ended the path: still fenced, we are not its owner
             log.warning("workflow step write fenced", run_id=self._run_id, tool_call_id=self._call, path=path,
@@ -101,16 +106,7 @@ class PgJournal:
             raise WorkflowFencedError(self._run_id, self._epoch)
 
     async def load(self) -> dict[str, Entry]:
-        try:
-            async for attempt in self._retrying():
-                with attempt:
-                    async with self._conn() as conn:
-                        return await load_steps(conn, self._run_id, self._call)
-        except Exception as exc:
-            if is_transient(exc):
-                raise JournalUnavailableError(f"workflow journal unreachable: {exc!r}") from exc
-            raise
-        raise AssertionError("unreachable")  # pragma: no cover - AsyncRetrying returns or raises
+        return await self._with_retry(lambda conn: load_steps(conn, self._run_id, self._call))
 
     async def start(self, path: str) -> None:
         await self._write("start", start_step, path)
