@@ -32,6 +32,38 @@ from threadline.topics import Topics
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKER = "processor_worker"
+SETTLE_LIMIT_S = 90.0
+"""Longest wait for the broker to finish deleting an earlier bench's topics (:func:`broker_settled`)."""
+
+
+def pending_deletions(data_dir: Path) -> int:
+    """Partition directories the native broker has marked for deletion (``<topic>-<n>.<id>-delete``
+    in its log directory); 0 when the directory is not there (another broker)."""
+    try:
+        return sum(1 for p in data_dir.iterdir() if p.name.endswith("-delete"))
+    except OSError:
+        return 0
+
+
+async def broker_settled(data_dir: Path | None = None, *, limit_s: float = SETTLE_LIMIT_S) -> float:
+    """Wait until the native broker has removed the partitions of deleted topics, at most
+    ``limit_s``; returns the seconds waited.
+
+    Kafka removes a deleted topic's files ``file.delete.delay.ms`` (60 s) after the deletion.
+    A bench started within that minute of another (A/B runs back to back) would otherwise share
+    the broker with the removal of the earlier run's hundreds of partitions: the burst figure's
+    broker CPU per run measured 26-28 ms after a pause and 58-71 ms right after another run
+    (docs/benchmarks.md, "Latest run")."""
+    data_dir = data_dir or Path(os.environ.get("THREADLINE_RUN_DIR", ROOT / ".run")) / "kafka" / "data"
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    pending = pending_deletions(data_dir)
+    if pending:
+        print(f"waiting for the broker to remove {pending} deleted partitions (at most {limit_s:.0f} s)", flush=True)
+    while pending and loop.time() - t0 < limit_s:
+        await asyncio.sleep(1.0)
+        pending = pending_deletions(data_dir)
+    return loop.time() - t0
 
 
 class BenchEnv:
@@ -55,10 +87,13 @@ class BenchEnv:
         self._admin_dsn = ""
         self.bootstrap = ""
         self.workers: list[str] = []
+        self.settle_s = 0.0
+        """Seconds the start waited for the broker to remove an earlier bench's deleted topics."""
 
     async def start(self) -> None:
         cluster = await asyncio.to_thread(ensure_native_cluster, ROOT)
         self.bootstrap, self._admin_dsn = cluster.bootstrap, cluster.admin_dsn
+        self.settle_s = round(await broker_settled(), 1)
         dsn = await create_database(cluster.admin_dsn, self.dbname)
         await asyncio.to_thread(migrate, dsn)
         await asyncio.to_thread(self.model.start)
