@@ -17,14 +17,12 @@ announces the start.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 from tests.e2e.checker import Figures, check_stream, clean
-from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.helpers import collect_run, rows, run_row, swapped_service, wait_idle
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
@@ -32,22 +30,6 @@ from threadline.testing.harness import wait_file
 from threadline.topics import Topics
 
 START = ["thread_active", "run_started"]
-
-
-@contextlib.contextmanager
-def swapped(services: Any, name: str, tag: str, **env: str) -> Iterator[str]:
-    """The session's ``<name>-1`` replaced by an instance with these settings (killed -9 at the
-    end if still there: it may be held at a pause point)."""
-    services.stop(f"{name}-1")
-    instance = f"{name}-{tag}"
-    services.start(name, instance, **env)
-    try:
-        yield instance
-    finally:
-        if instance in services.procs:
-            services.kill(instance)
-        if f"{name}-1" not in services.procs:
-            services.start(name, f"{name}-1")
 
 
 async def _script(model: Any, thread: str, *steps: Any) -> None:
@@ -126,7 +108,7 @@ async def test_a_fresh_runs_step_zero_is_scheduled_by_ingress(services, settings
 
     # the same run started through the orchestrator: the same stream and the same events
     base_thread = f"th-istart-a0-{uuid.uuid4().hex[:6]}"
-    with swapped(services, "ingress", "nostart", THREADLINE_INGRESS_STARTS="0"):
+    with swapped_service(services, "ingress", "nostart", kill=True, THREADLINE_INGRESS_STARTS="0"):
         base_id, base_chunks = await _one_run(settings, model, base_thread)
     assert [s["scheduled"] for s in await _start_runs(cluster, base_id)] == [False]
     assert await _step_tasks(cluster, base_id) == [(0, 1)]
@@ -139,8 +121,8 @@ async def test_b_ingress_killed_after_its_commit_the_relay_starts_the_run(servic
     thread = f"th-istart-b-{uuid.uuid4().hex[:6]}"
     pause_file = tmp_path / "paused"
     await _script(model, thread, ms.text("started by the relay"))
-    with swapped(services, "ingress", "armed", THREADLINE_PAUSE_POINTS="ingress_after_commit",
-                 THREADLINE_PAUSE_FILE=str(pause_file)):
+    with swapped_service(services, "ingress", "armed", kill=True, THREADLINE_PAUSE_POINTS="ingress_after_commit",
+                         THREADLINE_PAUSE_FILE=str(pause_file)):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             sent = await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)
@@ -169,8 +151,8 @@ async def test_c_worker_killed_before_it_claims_step_zero_the_task_is_redelivere
     thread = f"th-istart-c-{uuid.uuid4().hex[:6]}"
     pause_file = tmp_path / "paused"
     await _script(model, thread, ms.text("claimed after the crash"))
-    with swapped(services, "processor_worker", "armed", THREADLINE_PAUSE_POINTS="before_step_claim",
-                 THREADLINE_PAUSE_FILE=str(pause_file)):
+    with swapped_service(services, "processor_worker", "armed", kill=True,
+                         THREADLINE_PAUSE_POINTS="before_step_claim", THREADLINE_PAUSE_FILE=str(pause_file)):
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             sent = await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)
