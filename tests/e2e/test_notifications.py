@@ -497,7 +497,11 @@ async def test_the_inbox_as_an_agent_tool(services, settings, model, cluster):
         sub = await tl.subscribe_to_thread("res-1", thread)
         await (await tl.send_message("check my inbox", agent_id="inbox-agent", resource_id="res-1",
                                      thread_id=thread)).accepted
-        chunks = await collect_run(sub, timeout_s=60)
+        # the low notification's idle summary may reach the thread as a run of its own
+        # (start, data-signal, finish) before the message's run: read runs until the tools ran
+        chunks: list[dict] = []
+        while not any(c["type"] == "tool-result" for c in chunks):
+            chunks += await collect_run(sub, timeout_s=60)
         await sub.unsubscribe()
     results = [c["payload"]["result"] for c in chunks if c["type"] == "tool-result"]
     assert [r["id"] for r in results[0]["records"]] == [rid]
