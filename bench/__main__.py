@@ -87,7 +87,7 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
                          lambda: signals.run(env, samples=args.samples))
         if "burst" in only:
             await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
-                         lambda: concurrency.burst(env, runs=args.burst_runs))
+                         lambda: concurrency.burst(env, runs=args.burst_runs, profile_dir=profile_dir, stamp=stamp))
         if "topics" in only:
             from bench import topics
 

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from pathlib import Path
 from typing import Any
 
 from bench.env import BenchEnv
-from bench.procstat import RssPeak, cpu_seconds, rss_bytes
+from bench.procstat import PySpy, RssPeak, cpu_seconds, rss_bytes, top_costs
 from bench.stats import pct, ratio
 from bench.subscriber import is_type
 
@@ -149,13 +150,25 @@ def _pool_timeouts(env: BenchEnv) -> int:
                for f in env.log_dir.glob("processor_worker*"))
 
 
-async def burst(env: BenchEnv, *, runs: int = 500, tokens: int = 200, rate: float = 50) -> dict[str, Any]:
+async def burst(env: BenchEnv, *, runs: int = 500, tokens: int = 200, rate: float = 50,
+                profile_dir: Path | None = None, stamp: str = "") -> dict[str, Any]:
     """The burst figure: ``runs`` runs started at once on one worker; failed runs, re-executed
-    steps (from the runs table) and pool timeouts (from the worker's log) counted."""
+    steps (from the runs table) and pool timeouts (from the worker's log) counted. With
+    ``profile_dir``, a second burst on the same threads runs under py-spy (the figures come from
+    the first, unprofiled one) and its collapsed stacks are written there."""
     names = [f"burst-{i}" for i in range(runs)]
     topics = await env.chunk_topics([("bench-user", t) for t in [*names, "warm-burst"]])
     await _fresh_workers(env, 1, topics[-1], "burst")
     out = await _batch(env, names, topics[:-1], tokens, rate)
+    if profile_dir is not None:
+        spy = PySpy(env.worker_pids()[0], profile_dir / f"{stamp}-burst-processor_worker.collapsed.txt")
+        if spy.start():
+            try:
+                again = await _batch(env, names, topics[:-1], tokens, rate)
+            finally:
+                path = spy.stop()
+            out["profile"] = {"wall_s": again["wall_s"], "file": path.name if path else None,
+                              **(top_costs(path, 12) if path else {})}
     out["wall_ratio_to_ideal"] = ratio(out["wall_s"], out["ideal_wall_s"])
     out["broker_settle_s"] = env.settle_s  # waited at the start for an earlier bench's topic removal
     out["target"] = {"failed_runs": 0, "re_executed_steps": 0, "first_token_p99_ms": 1000, "wall_ratio_max": 1.25,

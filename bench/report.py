@@ -109,6 +109,8 @@ def top_costs_text(results: dict[str, Any], n: int = 5) -> str:
                 profiles.append((f"TTFC, {svc}", t["profile"][svc]))
     if (t := results.get("throughput")) and isinstance(t.get("profile"), dict):
         profiles.append(("throughput, processor_worker", t["profile"]))
+    if (t := results.get("burst")) and isinstance(t.get("profile"), dict):
+        profiles.append(("burst, processor_worker", t["profile"]))
     for name, prof in profiles:
         if not prof.get("samples"):
             continue

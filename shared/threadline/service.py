@@ -109,7 +109,7 @@ class Service:
         self.admin = TopicAdmin(self.settings.kafka_bootstrap, security=self.kafka_security,
                                 replication_factor=self.settings.replication_factor,
                                 registry=ChunkTopicRegistry(self.db) if self.settings.chunk_topic_idle_s > 0 else None,
-                                trust_s=chunk_topic_trust_s(self.settings))
+                                trust_s=chunk_topic_trust_s(self.settings), on_taken=self.producer.learn_topics)
         self.outbox = Outbox(self.db, self.producer, ack_timeout_s=self.settings.kafka_ack_timeout_s,
                              before_relay=self._ensure_relayed_chunk_topics)
         self.relay = OutboxRelay(self.outbox)
@@ -122,10 +122,10 @@ class Service:
         """The outbox relay is about to publish ``(topic, key)`` rows: take their chunk topics
         (created again when the idle-topic sweep deleted them)."""
         head = f"{self.topics.prefix}.chunks."
-        for topic, key in dict.fromkeys(rows):
-            if topic.startswith(head) and key:
-                await self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms,
-                                                    thread=split_thread_key(key))
+        # together: the admin takes concurrent calls' topics in one batch
+        await asyncio.gather(*(self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms,
+                                                             thread=split_thread_key(key))
+                               for topic, key in dict.fromkeys(rows) if topic.startswith(head) and key))
 
     def topics_in(self) -> list[str]:
         raise NotImplementedError

@@ -80,3 +80,21 @@ def test_trust_stays_below_a_quarter_of_the_idle_time() -> None:
     assert chunk_topic_trust_s(Settings(chunk_topic_idle_s=40)) == 10.0
     assert chunk_topic_trust_s(Settings(chunk_topic_idle_s=40, chunk_topic_trust_s=0.5)) == 0.5
     assert chunk_topic_trust_s(Settings(chunk_topic_idle_s=2, chunk_topic_trust_s=60)) == 0.5
+
+
+async def test_use_many_takes_live_and_new_rows_in_one_statement_and_leaves_out_deleting_ones(cluster) -> None:
+    (old, res, old_thread), (new, _, new_thread), (dying, _, dying_thread) = _names(), _names(), _names()
+    async with Database(cluster.dsn, max_size=2) as db:
+        reg = ChunkTopicRegistry(db)
+        await reg.use(old, res, old_thread)
+        await reg.use(dying, res, dying_thread)
+        await db.execute("UPDATE chunk_topics SET used_at = now() - interval '1 hour' WHERE topic = $1", old)
+        await db.execute("UPDATE chunk_topics SET state = 'deleting' WHERE topic = $1", dying)
+        got = await reg.use_many([(old, res, old_thread), (new, res, new_thread), (dying, res, dying_thread)])
+        assert sorted(got) == sorted([old, new])
+        rows = {r["topic"]: r for r in await db.fetch(
+            "SELECT topic, state, used_at > now() - interval '1 minute' AS fresh FROM chunk_topics "
+            "WHERE topic = ANY($1::text[])", [old, new, dying])}
+        assert rows[old]["fresh"] and rows[new]["state"] == "live"  # touched, inserted
+        assert rows[dying]["state"] == "deleting"  # untouched: its producer waits in use()
+        assert await reg.use_many([]) == []

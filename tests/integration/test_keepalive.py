@@ -8,6 +8,8 @@ import contextlib
 import uuid
 from types import SimpleNamespace
 
+import structlog
+
 from threadline.store.db import Database
 from threadline.worker.keepalive import KeepAlive
 
@@ -86,3 +88,30 @@ async def test_a_step_taken_over_or_fenced_out_is_no_longer_kept_alive(cluster):
         assert lease["untouched"]
         ka.discard(live["run_id"])
         assert live["run_id"] not in ka._steps
+
+
+async def test_a_step_ended_under_a_beat_is_not_reported_lost_but_a_taken_step_is_at_the_next_beat(cluster):
+    """The 300-run burst logged "step taken over" for steps that simply finished: a beat waiting
+    for the run's row while the step's end committed found the run no longer running, and the
+    store hands the run back to the keep-alive only after its connection is released. A lost
+    step is now told at the next beat, if it is still kept alive then."""
+    async with Database(cluster.dsn, max_size=2) as db:
+        ended, taken = await _steps(db, 2)
+        ka = KeepAlive(db, OWNER, beat_s=3600, renew_every_s=3600, lease_ttl_s=120)
+        for r in (ended, taken):
+            ka.add(r, SimpleNamespace(attempt=2))
+        await db.execute("UPDATE runs SET status = 'finished' WHERE run_id = $1", ended["run_id"])
+        await db.execute("DELETE FROM thread_leases WHERE run_id = $1", ended["run_id"])
+        await db.execute("UPDATE runs SET step_owner = 'worker-b:2:y' WHERE run_id = $1", taken["run_id"])
+        try:
+            with structlog.testing.capture_logs() as first:
+                await ka.beat(renew=True)
+            ka.discard(ended["run_id"])  # the store hands the ended step back
+            with structlog.testing.capture_logs() as second:
+                await ka.beat(renew=True)
+        finally:
+            await ka.close()
+        assert not [e for e in first if e["log_level"] == "warning"], first
+        told = [(e["event"], e["run_id"]) for e in second if e["log_level"] == "warning"]
+        assert told == [("step taken over by another worker, or the run lost the thread", taken["run_id"])]
+        assert not ka._steps[taken["run_id"]].owned  # no longer beaten from the first miss on

@@ -4,6 +4,7 @@ chunk topics alike, and the service and the client build their admin from the se
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 from typing import Any
 
@@ -86,3 +87,70 @@ def test_setting_reaches_service_and_client(monkeypatch: pytest.MonkeyPatch) -> 
     assert Settings(replication_factor=1).replication_factor == 1
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         Settings(replication_factor=0)
+
+
+class _FakeRegistry:
+    """Stands in for ``ChunkTopicRegistry``: ``deleting`` topics are missing from ``use_many``'s
+    answer and taken by ``use``; ``use`` fails for ``broken`` topics."""
+
+    def __init__(self, deleting: frozenset[str] = frozenset(), broken: frozenset[str] = frozenset()) -> None:
+        self.deleting, self.broken = set(deleting), set(broken)
+        self.many: list[list[tuple[str, str, str]]] = []
+        self.single: list[str] = []
+
+    async def use_many(self, rows: list[tuple[str, str, str]]) -> list[str]:
+        self.many.append(rows)
+        return [r[0] for r in rows if r[0] not in self.deleting]
+
+    async def use(self, topic: str, resource_id: str, thread_id: str) -> str:
+        self.single.append(topic)
+        if topic in self.broken:
+            raise TimeoutError(f"{topic} still being deleted")
+        return "inserted"
+
+
+async def test_concurrent_chunk_topic_takes_are_one_registry_statement_and_one_broker_request(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    describes: list[list[str]] = []
+    original = _FakeAdminClient.describe_topics
+
+    async def counted(self: _FakeAdminClient, topics: list[str]) -> list[dict[str, Any]]:
+        describes.append(list(topics))
+        return await original(self, topics)
+
+    monkeypatch.setattr(_FakeAdminClient, "describe_topics", counted)
+    registry = _FakeRegistry(deleting=frozenset({"p.chunks.t7", "p.chunks.t9"}), broken=frozenset({"p.chunks.t9"}))
+    learned: list[list[str]] = []
+    admin = TopicAdmin("broker:9092", registry=registry, on_taken=learned.append)  # type: ignore[arg-type] # the fake registry
+    await admin.start()
+    topics = [f"p.chunks.t{i}" for i in range(40)]
+    got = await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1000, thread=("r", t)) for t in topics),
+                               return_exceptions=True)
+    assert [i for i, g in enumerate(got) if g is not None] == [9] and isinstance(got[9], TimeoutError)
+    assert len(registry.many) == 1 and len(registry.many[0]) == 40
+    assert registry.single == ["p.chunks.t7", "p.chunks.t9"]  # the deleting ones, taken on their own
+    ok = [t for t in topics if t != "p.chunks.t9"]
+    assert sorted(t.name for t in fake_client.created) == sorted(ok)  # one CreateTopics request for the batch
+    assert len(describes) == 1 and sorted(describes[0]) == sorted(ok)
+    assert [sorted(b) for b in learned] == [sorted(ok)]
+    # taken: trusted without asking again
+    await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1000, thread=("r", t)) for t in ok))
+    assert len(registry.many) == 1
+    await admin.stop()
+
+
+async def test_a_topic_without_a_leader_is_asked_about_again_alone(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[list[str]] = []
+
+    async def lagging(self: _FakeAdminClient, topics: list[str]) -> list[dict[str, Any]]:
+        asked.append(list(topics))
+        late = len(asked) == 1
+        return [{"topic": t, "error_code": 0,
+                 "partitions": [{"partition": 0, "leader": -1 if late and t == "p.b" else 1}]} for t in topics]
+
+    monkeypatch.setattr(_FakeAdminClient, "describe_topics", lagging)
+    admin = TopicAdmin("broker:9092", registry=_FakeRegistry())  # type: ignore[arg-type] # the fake registry
+    await admin.start()
+    await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1, thread=("r", t)) for t in ("p.a", "p.b")))
+    assert asked == [["p.a", "p.b"], ["p.b"]]

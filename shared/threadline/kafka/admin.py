@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
 
+from threadline._internal.coalesce import Coalescer
 from threadline.logging import get_logger
 
 if TYPE_CHECKING:
     from threadline.store.chunk_topics import ChunkTopicRegistry
 
 log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class _Take:
+    """One :meth:`TopicAdmin.ensure_chunk_topic` call waiting for its batch."""
+
+    topic: str
+    resource_id: str
+    thread_id: str
+    retention_ms: int
 
 
 class TopicAdmin:
@@ -38,10 +50,13 @@ class TopicAdmin:
         recheck: without a registry, ask the broker about a chunk topic on every
             :meth:`ensure_chunk_topic` instead of caching it (the client: the topic may have been
             deleted since); ``False`` caches it for the process's life (idle-topic sweep off).
+        on_taken: called with the chunk topics of each batch taken through the registry, once
+            they have leaders (the service's producer starts fetching their metadata).
     """
 
     def __init__(self, bootstrap: str, *, replication_factor: int = 1, security: Mapping[str, Any] | None = None,
-                 registry: ChunkTopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False) -> None:
+                 registry: ChunkTopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False,
+                 on_taken: Callable[[list[str]], None] | None = None) -> None:
         if replication_factor < 1:
             raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")
         self._bootstrap = bootstrap
@@ -52,9 +67,11 @@ class TopicAdmin:
         self.registry = registry
         self.trust_s = trust_s
         self.recheck = recheck
+        self.on_taken = on_taken
         self._taken: dict[str, float] = {}  # chunk topic -> loop time its registry row was last taken
         self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Task[None]] = {}
+        self._takes: Coalescer[_Take] = Coalescer(self._take_batch)
 
     async def start(self) -> None:
         if self._client is None:
@@ -132,13 +149,38 @@ class TopicAdmin:
         now = asyncio.get_running_loop().time()
         if topic in self._known and now - self._taken.get(topic, float("-inf")) < self.trust_s:
             return
-        await self.registry.use(topic, *thread)
+        await self._takes.submit(_Take(topic, thread[0], thread[1], retention_ms))
+
+    async def _take_batch(self, takes: list[_Take]) -> dict[_Take, BaseException]:
+        """Take a batch of chunk topics (concurrent :meth:`ensure_chunk_topic` calls, coalesced):
+        one registry statement for all, one ``CreateTopics`` request per retention, and one
+        metadata request per round until every topic has a leader. A topic whose row is being
+        deleted is taken on its own (:meth:`ChunkTopicRegistry.use` waits for the deletion)."""
+        assert self.registry is not None
+        by_topic = {t.topic: t for t in takes}
+        live = set(await self.registry.use_many([(t.topic, t.resource_id, t.thread_id) for t in by_topic.values()]))
+        errors: dict[_Take, BaseException] = {}
+        waiting = [t for t in by_topic.values() if t.topic not in live]
+        for take, outcome in zip(waiting, await asyncio.gather(
+                *(self.registry.use(t.topic, t.resource_id, t.thread_id) for t in waiting), return_exceptions=True),
+                strict=True):
+            if isinstance(outcome, BaseException):
+                errors[take] = outcome
+        ready = [t for t in by_topic.values() if t not in errors]
         # ask the broker once per take: the topic may have been deleted and re-created since, or
         # its row inserted by a process that died before creating it (a cached "exists" would
         # then make every step wait on metadata that never comes)
-        self._known.discard(topic)
-        await self.ensure_one(topic, config=config)
-        self._taken[topic] = now
+        self._known.difference_update(t.topic for t in ready)
+        for retention in sorted({t.retention_ms for t in ready}):
+            await self.ensure([t.topic for t in ready if t.retention_ms == retention], partitions=1,
+                              config={"retention.ms": str(retention)})
+        await self._wait_leaders([t.topic for t in ready])
+        now = asyncio.get_running_loop().time()
+        for t in ready:
+            self._taken[t.topic] = now
+        if self.on_taken is not None and ready:
+            self.on_taken([t.topic for t in ready])
+        return {t: errors[by_topic[t.topic]] for t in takes if by_topic[t.topic] in errors}
 
     def forget(self, topics: list[str]) -> None:
         """Drop ``topics`` from the caches (they were deleted)."""
@@ -175,12 +217,23 @@ class TopicAdmin:
         return found
 
     async def _wait_leader(self, topic: str) -> None:
+        await self._wait_leaders([topic])
+
+    async def _wait_leaders(self, topics: list[str]) -> None:
+        """Wait (at most ~2.5 s) until every one of ``topics`` has a leader for each partition,
+        one metadata request per round for those still without."""
         assert self._client is not None
+        left = list(dict.fromkeys(topics))
         for _ in range(50):
+            if not left:
+                return
             try:
-                meta = await self._client.describe_topics([topic])
-                parts = meta[0].get("partitions") if meta else None
-                if parts and all(p.get("leader", -1) >= 0 for p in parts):
+                meta = await self._client.describe_topics(left)
+                led = {m.get("topic") for m in meta or []
+                       if m.get("error_code", 0) == 0 and m.get("partitions")
+                       and all(p.get("leader", -1) >= 0 for p in m["partitions"])}
+                left = [t for t in left if t not in led]
+                if not left:
                     return
             except Exception:  # noqa: BLE001 - metadata may lag right after creation
                 pass

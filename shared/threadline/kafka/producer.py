@@ -83,6 +83,17 @@ class Producer:
             raise NotConnectedError("producer not started")
         return self._producer
 
+    def learn_topics(self, topics: list[str]) -> None:
+        """Start fetching the metadata of ``topics`` now, all in one metadata request, so that
+        the first record sent to each does not wait for it (aiokafka otherwise asks per topic at
+        its first send, retrying every 100 ms while another request is in flight). Returns at
+        once; a failed fetch is left to the send, which asks again."""
+        producer = self._producer
+        if producer is None:
+            return
+        for topic in topics:
+            producer.client.add_topic(topic).add_done_callback(_consume)
+
     async def send_raw(self, topic: str, value: bytes, *, key: str | bytes | None = None,
                        headers: Headers | None = None, partition: int | None = None) -> asyncio.Future[Any]:
         """Queue one record; returns its delivery future. A body over ``max_record_bytes`` is
@@ -119,3 +130,9 @@ class Producer:
     async def flush(self) -> None:
         """Wait until every queued record is acknowledged."""
         await self._p.flush()
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Retrieve a background metadata fetch's outcome (a failure is retried by the send)."""
+    if not future.cancelled():
+        future.exception()

@@ -31,6 +31,14 @@ ON CONFLICT (topic) DO UPDATE SET used_at = now() WHERE chunk_topics.state = 'li
 RETURNING (xmax = 0) AS inserted
 """
 
+_USE_MANY = """
+INSERT INTO chunk_topics (topic, resource_id, thread_id)
+SELECT u.topic, u.resource_id, u.thread_id FROM unnest($1::text[], $2::text[], $3::text[])
+    AS u(topic, resource_id, thread_id) ORDER BY u.topic
+ON CONFLICT (topic) DO UPDATE SET used_at = now() WHERE chunk_topics.state = 'live'
+RETURNING topic
+"""
+
 _IDLE = """
 {c}.state = 'live' AND {c}.used_at < now() - make_interval(secs => $1)
 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.thread_id = {c}.thread_id
@@ -99,6 +107,17 @@ class ChunkTopicRegistry:
             if loop.time() >= deadline:
                 raise TopicBeingDeletedError(f"chunk topic {topic!r} still being deleted after {self.wait_s} s")
             await asyncio.sleep(self.poll_s)
+
+    async def use_many(self, rows: list[tuple[str, str, str]]) -> list[str]:
+        """Take many topics in one statement, ``rows`` as ``(topic, resource_id, thread_id)``
+        (distinct topics; the rows are locked in topic order, as every caller does): returns the
+        topics whose row was live or is new; a topic missing from the answer is being deleted
+        (take it with :meth:`use`, which waits)."""
+        if not rows:
+            return []
+        rows = sorted(rows)
+        got = await self._db.fetch(_USE_MANY, [r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
+        return [r["topic"] for r in got]
 
 
 async def claim_idle(db: Database, *, idle_s: float, limit: int = 200,

@@ -30,6 +30,7 @@ class _Step:
     writer: Any  # ChunkWriter: its ``attempt`` is the one this process executes
     lease_held: bool = True
     owned: bool = True
+    lost: list[str] = field(default_factory=list)  # what the last beat found, told at the next one
 
 
 @dataclass
@@ -94,10 +95,17 @@ class KeepAlive:
         """One heartbeat for every step in flight, and (``renew``) one lease renewal for all.
 
         Steps whose heartbeat did not move were taken over or lost their thread; steps whose
-        lease did not renew lost it (aborted or superseded): both are logged, and a lost lease
-        is not renewed again (every later write of that step is fenced out anyway).
+        lease did not renew lost it (aborted or superseded): neither is beaten or renewed again
+        (every later write of that step is fenced out anyway), and both are logged at the next
+        beat if the step is still kept alive then. A step whose end was just committed looks
+        the same to a beat that waited for its row, until the store hands it back
+        (``discard``), a moment later: that step is never logged.
         """
         steps = list(self._steps.values())
+        for s in steps:
+            for message in s.lost:
+                log.warning(message, run_id=s.run_id)
+            s.lost.clear()
         if not steps:
             return
         async with self.db.connection() as conn:
@@ -108,7 +116,7 @@ class KeepAlive:
                 for s in beating:
                     if s.run_id not in alive and s.run_id in self._steps:
                         s.owned = False
-                        log.warning("step taken over by another worker, or the run lost the thread", run_id=s.run_id)
+                        s.lost.append("step taken over by another worker, or the run lost the thread")
             held = [s for s in steps if s.lease_held]
             if renew and held:
                 renewed = await renew_all(conn, [s.thread_id for s in held], [s.run_id for s in held],
@@ -116,4 +124,4 @@ class KeepAlive:
                 for s in held:
                     if s.run_id not in renewed and s.run_id in self._steps:
                         s.lease_held = False
-                        log.warning("lease lost while the step runs", run_id=s.run_id)
+                        s.lost.append("lease lost while the step runs")
