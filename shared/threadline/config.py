@@ -149,6 +149,11 @@ class Settings(BaseSettings):
     straight to step-tasks; the orchestrator is told with a ``StartRun`` marked ``scheduled`` and
     only announces the start (it stays the owner of the run and its recovery; docs/decisions.md,
     34-36). Off: every run start crosses the orchestrator."""
+    model_direct: bool = True
+    """A model call litellm would send with the openai client (its ``openai`` provider, the
+    arguments the project maps, no litellm callback) is built by litellm and sent by
+    ``threadline.runtime.llm_direct`` over litellm's own HTTP client, without litellm's per-call
+    set-up (docs/decisions.md, 87). Off: every call is ``litellm.acompletion``."""
     step_result_async: bool = True
     """A worker that continues the run publishes the finished step's result in the background
     while the next step runs, instead of waiting for Kafka's acknowledgement first; a result Kafka

@@ -15,7 +15,7 @@ import litellm
 import pytest
 
 from threadline.errors import ModelCallError
-from threadline.runtime import llm, llm_stream
+from threadline.runtime import llm, llm_direct, llm_stream
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 
@@ -44,7 +44,7 @@ def _choice(delta: dict, finish: str | None = None) -> dict:
 
 USAGE = {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}
 
-SCRIPTS: dict[str, ms.Script] = {
+SCRIPTS: dict[str, ms.Script | list[ms.Script]] = {
     "text": ms.text("Hello there friend"),
     "tool": ms.tool_calls(ms.tool_call("lookup", {"id": "C-1"}, id="c1")),
     "parallel-tools": ms.tool_calls(ms.tool_call("lookup", {"id": "C-1", "deep": True}, id="c1", pieces=5),
@@ -73,6 +73,14 @@ SCRIPTS: dict[str, ms.Script] = {
     "stall": ms.mid_stream("stall", 2, chunks=["a", "b", "c"], stall_seconds=3),
     "http-429": ms.rate_limit(retry_after=2),
     "http-context": ms.context_overflow(),
+    "http-400": ms.error(400, "Invalid value for 'messages'."),
+    "http-401": ms.error(401, "Incorrect API key provided.", type="invalid_request_error", code="invalid_api_key"),
+    "http-403": ms.error(403, "Project does not have access."),
+    "http-404": ms.error(404, "The model does not exist.", code="model_not_found"),
+    "http-500": ms.error(500, "The server had an error."),
+    "http-503": ms.error(503, "The engine is currently overloaded.", retry_after=1),
+    "http-529-no-body": {"status": 529},
+    "http-unprocessable": [ms.error(422, "Unrecognized request argument supplied: seed"), ms.text("asked again")],
     # Shapes the fake's scripts do not produce, sent as raw SSE bodies.
     "no-finish-reason": _raw(_sse(_choice({"role": "assistant", "content": "a"}), _choice({"content": "b"}))),
     "no-finish-no-done": _raw(_sse(_choice({"content": "a"}), done=False)),
@@ -171,6 +179,13 @@ def server():
 async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
     original = llm_stream.reader
     taken: list[str] = []
+    sent: list[bool] = []
+    prepare = llm_direct.prepare
+
+    def direct_or_not(kwargs):
+        request = prepare(kwargs) if path == "direct" else None
+        sent.append(request is not None)
+        return request
 
     def forced(response):
         natural = original(response)
@@ -178,6 +193,7 @@ async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
         return "wrapper" if path == "wrapper" else ("sdk" if natural == "raw" and path == "sdk" else natural)
 
     monkeypatch.setattr(llm_stream, "reader", forced)
+    monkeypatch.setattr(llm_direct, "prepare", direct_or_not)
     model = f"threadline-direct-{name}-{path}"
     await ms.ModelScript(server.url).aqueue(SCRIPTS[name], model=model)
     outcome, chunks, error = llm.ModelOutcome(), [], None
@@ -187,10 +203,15 @@ async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
                                             api_base=server.api_base, timeout_s=1.0, outcome=outcome):
             chunks.append(chunk)
     except ModelCallError as exc:
-        error = (exc.kind, exc.status_code, exc.retryable)
+        error = (exc.kind, exc.status_code, exc.retryable, exc.retry_after_s)
     finally:
         monkeypatch.setattr(llm_stream, "reader", original)
-    assert taken in ([], ["raw"]), taken  # every stream of the fake is raw-readable (none when the call failed)
+        monkeypatch.setattr(llm_direct, "prepare", prepare)
+    assert sent == [path == "direct"], sent  # sent by Threadline itself exactly on the direct path
+    if path == "direct":
+        assert taken == [] or name == "http-unprocessable", taken  # litellm never opened it
+    else:
+        assert taken in ([], ["raw"]), taken  # every stream of the fake is raw-readable (none when the call failed)
     return chunks, (outcome.text, outcome.tool_calls, outcome.finish_reason, outcome.usage,
                     outcome.raw_finish_reason), error
 
@@ -198,8 +219,9 @@ async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
 @pytest.mark.parametrize("name", sorted(SCRIPTS))
 async def test_every_path_gives_the_same_chunks_and_outcome(server, name: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    raw, sdk, wrapper = [await _run(server, name, path, monkeypatch) for path in PATHS]
+    raw, sdk, wrapper, direct = [await _run(server, name, path, monkeypatch) for path in (*PATHS, "direct")]
     assert raw == sdk
+    assert direct == raw
     # the wrapper reports its own normalised raw finish reason (e.g. tool_calls for stop)
     chunks, (text, calls, finish, usage, _), error = raw
     w_chunks, (w_text, w_calls, w_finish, w_usage, _), w_error = wrapper
@@ -222,7 +244,7 @@ async def test_the_shapes_are_read_as_expected(server, monkeypatch: pytest.Monke
     _, (_, calls, _, _, _), _ = await _run(server, "tool-bad-json-args", "raw", monkeypatch)
     assert calls[0]["args"] == {"__raw": '{"id": "C-'}
     assert (await _run(server, "content-filter", "raw", monkeypatch))[1][2] == "content-filter"
-    assert (await _run(server, "in-band-429", "raw", monkeypatch))[2] == ("rate_limit", 429, True)
+    assert (await _run(server, "in-band-429", "raw", monkeypatch))[2] == ("rate_limit", 429, True, None)
     _, (text, _, finish, _, raw_finish), error = await _run(server, "no-finish-reason", "raw", monkeypatch)
     assert (text, finish, raw_finish, error) == ("ab", "stop", None, None)  # accepted, reason inferred (§20)
     _, (_, calls, finish, _, _), _ = await _run(server, "tools-without-index", "raw", monkeypatch)
@@ -256,9 +278,9 @@ async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pyte
     assert (await run("usage-details-choices-empty"))[1][3] == {"inputTokens": 5, "outputTokens": 3,
                                                                 "totalTokens": 8, "reasoningTokens": 1}
     for name in ("empty-body", "done-only", "non-sse-json", "non-sse-html"):
-        assert (await run(name))[2] == ("bad_response", 200, True), name
+        assert (await run(name))[2] == ("bad_response", 200, True, None), name
     chunks, _, error = await run("disconnect")
-    assert error == ("stream_interrupted", None, True)
+    assert error == ("stream_interrupted", None, True, None)
     assert [c["payload"]["text"] for c in chunks if c["type"] == "text-delta"] == ["a", "b", "c"]
 
 
@@ -303,3 +325,24 @@ async def test_the_anthropic_dialect_follows_the_same_rules(server) -> None:
     assert error is None and outcome.finish_reason == "tool-calls"
     assert [(c["toolCallId"], c["args"]) for c in outcome.tool_calls] == [("c1", {}), ("c2", {"a": 1})]
     assert outcome.usage is not None and all(type(v) is int for v in outcome.usage.values())
+
+
+async def test_an_unreachable_provider_is_the_same_error_on_both_paths(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing listens at the base URL: a connection error, the same on the direct path as through litellm."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # free once closed: nothing listens there
+    prepare = llm_direct.prepare
+    got = {}
+    for direct in (False, True):
+        monkeypatch.setattr(llm_direct, "prepare", prepare if direct else (lambda kwargs: None))
+        with pytest.raises(ModelCallError) as caught:
+            async for _ in llm.stream_model(model="openai/threadline-nowhere", messages=[{"role": "user", "content": "hi"}],
+                                            tools=None, tool_choice=None, model_settings=None, provider_options=None,
+                                            api_base=f"http://127.0.0.1:{port}/v1", timeout_s=2.0,
+                                            outcome=llm.ModelOutcome()):
+                pass
+        got[direct] = (caught.value.kind, caught.value.status_code, caught.value.retryable)
+    assert got[True] == got[False] and got[True][2], got  # as litellm maps it (today: server_error, 500), retryable

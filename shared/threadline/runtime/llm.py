@@ -28,7 +28,7 @@ litellm.drop_params = True
 
 from threadline._internal import step_clock  # noqa: E402 - after litellm is configured above
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
-from threadline.runtime import llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
+from threadline.runtime import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 
@@ -196,20 +196,30 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         if key not in _CORE:  # provider options never reroute the call or replace the prompt
             kwargs[key] = value
     norm: llm_normalise.StreamNormaliser | None = None
-    direct: Any = None
+    stream: Any = None
     watch: dict[str, Any] = {}
     try:
-        with llm_stream.no_open_cost_estimate():
-            step_clock.mark("model_called")
-            response = await litellm.acompletion(**kwargs)
-            step_clock.mark("model_opened")
-        path = llm_stream.reader(response)
-        if path == "wrapper":
+        step_clock.mark("model_called")
+        direct = None
+        if (request := llm_direct.prepare(kwargs)) is not None:
+            direct = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
+        if direct is None:
+            with llm_stream.no_open_cost_estimate():
+                response = await litellm.acompletion(**kwargs)
+            path = llm_stream.reader(response)
+        else:
+            path = "raw"
+        step_clock.mark("model_opened")
+        if direct is not None:
+            watch = {"usage": True, "events": 0, "clean_end": False}
+            chunks: Any = llm_stream.provider_chunks(direct, model, raw=True, watch=watch)
+            stream = chunks
+        elif path == "wrapper":
             watch = llm_stream.watch_raw(response)
-            chunks: Any = llm_stream.wrapper_chunks(response)
+            chunks = llm_stream.wrapper_chunks(response)
         else:
             watch = {"usage": True, "events": 0, "clean_end": False}  # straight from the provider: never invented
-            chunks = direct = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw",
+            chunks = stream = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw",
                                                          watch=watch)
         # litellm invents usage the provider never sent (C13): taken only when the provider sent one
         norm = llm_normalise.StreamNormaliser(outcome, take_usage=False)
@@ -238,8 +248,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             err.args = (f"{err.args[0]} ({hint})",)
         raise err from exc
     finally:
-        if direct is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
-            await direct.aclose()
+        if stream is not None:  # closed with us (a tripwire or an abort closes the HTTP stream now)
+            await stream.aclose()
     for event in norm.end():
         yield event
 
