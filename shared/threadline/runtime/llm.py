@@ -21,6 +21,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
+import openai
 from litellm import exceptions as lx
 
 litellm.suppress_debug_info = True
@@ -87,6 +88,8 @@ def classify(exc: BaseException) -> ModelCallError:
         kind, retryable = "rate_limit", True
     elif isinstance(exc, lx.Timeout):
         kind, retryable = "timeout", True
+    elif _never_answered(exc):  # litellm reports a refused or dropped connection as a 500
+        kind, retryable, status = "connection", True, None
     elif isinstance(exc, lx.AuthenticationError | lx.PermissionDeniedError):
         kind, retryable = "authentication", False
     elif isinstance(exc, lx.NotFoundError):
@@ -105,6 +108,15 @@ def classify(exc: BaseException) -> ModelCallError:
                          retryable=retryable)
     err.__cause__ = original
     return err
+
+
+def _never_answered(exc: BaseException) -> bool:
+    """The request never got an HTTP answer: the innermost openai SDK error of the chain (what
+    the SDK raised; litellm's own exceptions, outside it, subclass the SDK's) is its
+    ``APIConnectionError``, not its timeout."""
+    inner = [x for x in _chain(exc) if isinstance(x, openai.APIError)]
+    return bool(inner) and isinstance(inner[-1], openai.APIConnectionError) and \
+        not isinstance(inner[-1], openai.APITimeoutError)
 
 
 def _by_status(status: int, message: str, retry_after: float | None) -> ModelCallError:
