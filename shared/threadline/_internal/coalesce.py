@@ -73,12 +73,11 @@ class Coalescer(Generic[T]):
     def _take(self) -> tuple[list[tuple[T, asyncio.Future[None]]], list[T]]:
         """The next batch: queued entries up to ``max_batch`` distinct items, in arrival order."""
         items: dict[T, None] = {}
-        cut = 0
-        for cut, (item, _) in enumerate(self._queue):  # noqa: B007 - cut is read after the loop
+        cut = len(self._queue)
+        for i, (item, _) in enumerate(self._queue):
             if item not in items and len(items) == self._max_batch:
+                cut = i
                 break
             items[item] = None
-        else:
-            cut = len(self._queue)
         batch, self._queue = self._queue[:cut], self._queue[cut:]
         return batch, list(items)

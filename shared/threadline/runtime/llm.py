@@ -212,27 +212,23 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     watch: dict[str, Any] = {}
     try:
         step_clock.mark("model_called")
-        direct = None
+        provider_stream: Any = None
         if (request := llm_direct.prepare(kwargs)) is not None:
-            direct = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
-        if direct is None:
+            provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
+        if provider_stream is not None:
+            path = "raw"
+        else:
             with llm_stream.no_open_cost_estimate():
                 response = await litellm.acompletion(**kwargs)
             path = llm_stream.reader(response)
-        else:
-            path = "raw"
+            provider_stream = getattr(response, "completion_stream", None)
         step_clock.mark("model_opened")
-        if direct is not None:
-            watch = {"usage": True, "events": 0, "clean_end": False}
-            chunks: Any = llm_stream.provider_chunks(direct, model, raw=True, watch=watch)
-            stream = chunks
-        elif path == "wrapper":
+        if path == "wrapper":
             watch = llm_stream.watch_raw(response)
-            chunks = llm_stream.wrapper_chunks(response)
+            chunks: Any = llm_stream.wrapper_chunks(response)
         else:
             watch = {"usage": True, "events": 0, "clean_end": False}  # straight from the provider: never invented
-            chunks = stream = llm_stream.provider_chunks(response.completion_stream, model, raw=path == "raw",
-                                                         watch=watch)
+            chunks = stream = llm_stream.provider_chunks(provider_stream, model, raw=path == "raw", watch=watch)
         # litellm invents usage the provider never sent (C13): taken only when the provider sent one
         norm = llm_normalise.StreamNormaliser(outcome, take_usage=False)
         try:

@@ -26,6 +26,7 @@ parameters the provider refused and asks again), goes through ``litellm.acomplet
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import ssl
 import weakref
@@ -175,7 +176,6 @@ def _as_litellm_handler_error(exc: openai.APIError) -> OpenAIError:
 
 
 _CLIENTS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()
-_SDK: list[openai.AsyncOpenAI] = []
 
 
 def _client() -> httpx.AsyncClient:
@@ -191,11 +191,10 @@ def _client() -> httpx.AsyncClient:
     return client
 
 
+@functools.cache
 def _sdk() -> openai.AsyncOpenAI:
     """An openai client used only to turn an error response into the SDK's exception. The
     request goes out over ``httpx``, as litellm's own openai client sends it (the SDK types its
     objects as its own transport's, ``httpx2`` under openai 3.x, and reads them alike); litellm
     keeps an error response's headers (``Retry-After``) only from an ``httpx.Response``."""
-    if not _SDK:
-        _SDK.append(openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1", max_retries=0))
-    return _SDK[0]
+    return openai.AsyncOpenAI(api_key="unused", base_url="http://127.0.0.1:9/v1", max_retries=0)
