@@ -330,3 +330,41 @@ async def test_a_tool_result_is_stored_through_a_postgres_restart_not_left_to_a_
         assert flaky.refused == 1
         assert any(e["event"] == "retrying a tool result's store" for e in logs)
         assert await store.tool_results(run, ["call-1"]) == {"call-1": ({"done": 1}, None)}  # type: ignore[arg-type]
+
+
+async def test_recording_a_tool_steps_output_is_one_statement_fenced_by_lease_attempt_and_owner(cluster):
+    # decision 88: the record, the owner's confirmation and the calls that already ran, in one call
+    async with Database(cluster.dsn, max_size=1) as db:
+        r = await _run(db)
+        counting = CountingDb(db)
+        async with _store(cluster, counting) as store:
+            begun = await store.begin(r["run_id"], step=0, epoch=3)
+            assert isinstance(begun, Claimed)
+            run, attempt = begun.run, begun.inputs.attempt
+            await store.save_tool_result(run, "call-old", "noop", {"ok": 1}, None)
+            await db.execute("UPDATE runs SET step_heartbeat = now() - interval '1 hour' WHERE run_id = $1",
+                             r["run_id"])
+            output = {"chunks": [{"type": "tool-call", "payload": {"toolCallId": "call-new"}}], "usage": None,
+                      "finish_reason": "tool-calls"}
+            counting.statements = 0
+            done = await store.record_model_output(run, attempt, output, ["call-old", "call-new"])
+            assert counting.statements == 1
+            assert done == {"call-old": ({"ok": 1}, None)}
+            assert await _val(db, "SELECT output FROM model_outputs WHERE run_id = $1 AND step = 0",
+                              r["run_id"]) == output
+            assert await _val(db, "SELECT step_heartbeat > now() - interval '1 minute' FROM runs WHERE run_id = $1",
+                              r["run_id"])  # confirmed as a heartbeat does
+            stale = {**output, "finish_reason": "stale"}
+            await db.execute("UPDATE runs SET step_owner = 'worker-b:1:y' WHERE run_id = $1", r["run_id"])
+            with pytest.raises(StaleWriterError):  # another worker took the step over
+                await store.record_model_output(run, attempt, stale, [])
+            await db.execute("UPDATE runs SET step_owner = $2, attempt = $3 WHERE run_id = $1", r["run_id"], OWNER,
+                             attempt + 1)
+            with pytest.raises(StaleWriterError):  # a later attempt of the step
+                await store.record_model_output(run, attempt, stale, [])
+            await db.execute("UPDATE runs SET attempt = $2 WHERE run_id = $1", r["run_id"], attempt)
+            await db.execute("UPDATE thread_leases SET epoch = 4 WHERE thread_id = $1", r["thread_id"])
+            with pytest.raises(StaleWriterError):  # the run lost the thread
+                await store.record_model_output(run, attempt, stale, [])
+            assert await _val(db, "SELECT output FROM model_outputs WHERE run_id = $1 AND step = 0",
+                              r["run_id"]) == output  # nothing written by the fenced calls

@@ -3,13 +3,13 @@ model function that are plain Python objects here (the worker plugs in PostgreSQ
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
 
-from threadline.errors import ModelCallError
+from threadline.errors import ModelCallError, StaleWriterError
 from threadline.runtime import Agent, create_tool
 from threadline.runtime.llm import ModelOutcome
 from threadline.runtime.loop import StepLoop
@@ -49,25 +49,34 @@ class MemorySink:
 class MemoryStore:
     """A StepStore that records what the loop saves."""
 
-    def __init__(self, pending: list[str] | None = None) -> None:
+    def __init__(self, pending: list[str] | None = None, *, owner: bool = True) -> None:
         self.saved: list[StepRecord] = []
         self.outputs: list[dict[str, Any]] = []
         self.tools: dict[str, tuple[Any, str | None]] = {}
         self.pending = pending or []
+        self.owner = owner  # False: another worker took the step over
+        self.asked: list[str] = []  # the reads and checks the loop made, in order
 
     async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Any:
         raise AssertionError("the loop never claims")
 
     async def save(self, record: StepRecord) -> None:
+        if not self.owner:  # fenced, as every write of an attempt that lost the step
+            raise StaleWriterError(record.run.run_id, record.run.epoch)
         self.saved.append(record)
 
-    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
+    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any],
+                                  call_ids: Sequence[str] = ()) -> dict[str, tuple[Any, str | None]]:
+        if not self.owner:
+            raise StaleWriterError(run.run_id, run.epoch)
         self.outputs.append(output)
+        return {k: v for k, v in self.tools.items() if k in call_ids}
 
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
         raise AssertionError("no retry expected")
 
     async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+        self.asked.append("tool_results")
         return {k: v for k, v in self.tools.items() if k in call_ids}
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
@@ -75,9 +84,11 @@ class MemoryStore:
         self.tools[call_id] = (result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
-        return True
+        self.asked.append("still_owner")
+        return self.owner
 
     async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
+        self.asked.append("more_pending")
         return any(p not in exclude for p in self.pending)
 
 
@@ -159,6 +170,50 @@ async def test_a_tool_call_records_the_output_runs_the_tool_once_and_continues()
     assert [o["finish_reason"] for o in store.outputs] == ["tool-calls"]  # recorded before the tool ran
     assert [c["type"] for c in sink.chunks][-2:] == ["tool-result", "step-finish"]
     assert store.saved[0].outcome == outcome and store.saved[0].text is None
+
+
+async def test_a_tool_step_confirms_its_owner_in_the_record_and_asks_again_before_each_later_tool() -> None:
+    # decision 88: the record returns the calls that ran and confirms the owner (no separate
+    # reads before the first tool); a step with tool results continues without asking for signals
+    ran: list[str] = []
+
+    async def lookup(input: Lookup, context: Any) -> dict[str, str]:
+        ran.append(input.customer)
+        return {"plan": "paid"}
+
+    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
+    calls = [{"type": "tool-call", "payload": {"toolCallId": f"c{i}", "toolName": "lookup",
+                                                "args": {"customer": f"C-{i}"}}} for i in (1, 2)]
+    store = MemoryStore()
+    outcome = await _loop(scripted(calls)).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False),
+                                               MemorySink("run-1", 0), store)
+    assert outcome == Continue("tool-calls") and ran == ["C-1", "C-2"]
+    assert store.asked == ["still_owner"]  # before the second tool only
+
+
+async def test_a_tool_step_whose_record_is_fenced_out_runs_no_tool() -> None:
+    ran: list[str] = []
+
+    async def lookup(input: Lookup, context: Any) -> dict[str, str]:
+        ran.append(input.customer)
+        return {"plan": "paid"}
+
+    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
+    model = scripted([{"type": "tool-call", "payload": {"toolCallId": "c1", "toolName": "lookup",
+                                                        "args": {"customer": "C-1"}}}])
+    store = MemoryStore(owner=False)
+    with pytest.raises(StaleWriterError):
+        await _loop(model).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False),
+                               MemorySink("run-1", 0), store)
+    assert ran == [] and store.tools == {} and store.saved == []
+
+
+async def test_a_text_step_asks_for_pending_signals_before_it_finishes() -> None:
+    model = scripted([{"type": "text-delta", "payload": {"text": "hi"}}])
+    store = MemoryStore(pending=["sig-9"])
+    outcome = await _loop(model).run(_run(), Agent(id="a"), StepInputs(attempt=1, seq_base=0, restarted=False),
+                                     MemorySink("run-1", 0), store)
+    assert store.asked == ["more_pending"] and outcome == Continue("stop")
 
 
 async def test_a_model_error_fails_the_run_with_error_and_finish() -> None:

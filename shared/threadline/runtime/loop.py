@@ -396,32 +396,42 @@ class StepLoop:
                                          tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
         results = []
         if outcome.finish_reason == "tool-calls":
+            done, owned = None, False  # the calls that ran before a crash; the owner just confirmed
             if recorded is None and not cached:  # before any tool runs: a re-execution replays this
                 output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in raw_chunks],
                           "usage": outcome.usage, "finish_reason": outcome.finish_reason}
-                await store.record_model_output(run, step.writer.attempt, output)
+                done = await store.record_model_output(run, step.writer.attempt, output,
+                                                       [c["toolCallId"] for c in calls])
+                owned = not armed("after_model_output_recorded")  # a held owner asks again
                 await pause_point("after_model_output_recorded")
-            results = await self._run_tools(step, calls, tools, options, store)
+            results = await self._run_tools(step, calls, tools, options, store, done, owned)
         step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
                            "finishReason": outcome.finish_reason, "usage": usage,
                            **({"object": obj} if spec is not None and obj is not None else {})})
-        more = await store.more_pending(run, consumed)
         max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
-        continued = bool(step.children.requests) or ((bool(results) or more) and step_no + 1 < max_steps)
+        # pending signals matter only when nothing else continues the run (decision 88)
+        more = bool(results) or bool(step.children.requests) or await store.more_pending(run, consumed)
+        continued = bool(step.children.requests) or (more and step_no + 1 < max_steps)
         await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
                                                  is_continued=continued, text=text, usage=usage,
                                                  model=caller.choices[caller.index].model))
         return Attempted(outcome.finish_reason, continued)
 
     async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
-                         options: dict[str, Any], store: StepStore) -> list[dict[str, Any]]:
+                         options: dict[str, Any], store: StepStore,
+                         done: dict[str, tuple[Any, str | None]] | None, owned: bool) -> list[dict[str, Any]]:
+        """Run the step's tool calls in order, each at most once per run. ``done``: what
+        :meth:`StepStore.record_model_output` returned (the calls that already ran), or None to
+        read it here; ``owned``: that call confirmed this attempt's ownership just now, so the
+        first tool needs no second check (decision 88)."""
         run, ml = step.run, step.ml
         call_hooks = options.get("hooks")
         if isinstance(call_hooks, str):  # named in a JSON request: looked up in the catalogue
             call_hooks = self._catalogue.hooks.get(call_hooks)
         hooks = step.agent.hooks.merged(ToolHooks.of(call_hooks))
         results = []
-        done = await store.tool_results(run, [c["toolCallId"] for c in calls])
+        if done is None:
+            done = await store.tool_results(run, [c["toolCallId"] for c in calls])
         for call in calls:
             sub = tools.get(call["toolName"])
             if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
@@ -429,8 +439,9 @@ class StepLoop:
                 step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
                 continue
             # still this step's owner? (else another worker runs it)
-            if call["toolCallId"] not in done and not await store.still_owner(run, step.writer.attempt):
+            if call["toolCallId"] not in done and not owned and not await store.still_owner(run, step.writer.attempt):
                 raise StaleWriterError(run.run_id, run.epoch)
+            owned = False  # a tool ran (or was reused) since: the next one asks again
             if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
                 prior_result, prior_error = done[call["toolCallId"]]
                 log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])

@@ -279,9 +279,17 @@ class StepStore(Protocol):
         report the result to the orchestrator."""
         ...
 
-    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
+    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any],
+                                  call_ids: Sequence[str] = ()) -> dict[str, tuple[Any, str | None]]:
         """Keep the model's completed output of ``attempt`` (before its tools run) so a
-        re-execution replays it instead of asking again."""
+        re-execution replays it instead of asking again; this worker still executes ``attempt``
+        (its heartbeat refreshed, as :meth:`still_owner`). Returns the results ``(result,
+        error)`` of the tool calls among ``call_ids`` that already ran, by call id (as
+        :meth:`tool_results`).
+
+        Raises:
+            StaleWriterError: the run no longer holds the thread, or another attempt or worker
+                owns the step (nothing is recorded then)."""
         ...
 
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:

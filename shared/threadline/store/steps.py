@@ -185,24 +185,33 @@ async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: M
     return row["box"], value, headers, row
 
 
-async def record_model_output(conn: asyncpg.Connection, run: asyncpg.Record, attempt: int,
-                              output: dict[str, Any], lease_ttl_s: float) -> None:
+_RECORD = ("SELECT * FROM threadline_record_output($1::text, $2::bigint, $3::int, $4::int, $5::text, "
+           "$6::float8, $7::jsonb, $8::text[])")
+
+
+async def record_model_output(conn: asyncpg.Connection, run: Mapping[str, Any], attempt: int, owner: str,
+                              output: dict[str, Any], call_ids: Sequence[str],
+                              lease_ttl_s: float) -> dict[str, tuple[Any, str | None]]:
     """Record the model's completed output of ``attempt`` of the run's current step (before its
-    tools run), fenced by the lease epoch and the attempt number.
+    tools run), confirm that ``owner`` still executes that attempt (its heartbeat refreshed) and
+    read which of ``call_ids`` already ran: one statement (migration 0025's
+    ``threadline_record_output``, decision 88), renewing the lease by ``lease_ttl_s`` seconds.
 
     ``output``: ``{"chunks": [{type, payload}, ...], "usage": {...} | None, "finish_reason": str}``.
+    Returns ``{tool_call_id: (result, error)}`` of the calls among ``call_ids`` that ran.
 
     Raises:
-        StaleWriterError: the run no longer holds the thread, or a later attempt took over.
+        StaleWriterError: the run no longer holds the thread, or another attempt or worker owns
+            the step (nothing is written then).
     """
-    await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
-    current = await conn.fetchval("SELECT attempt FROM runs WHERE run_id = $1 FOR UPDATE", run["run_id"])
-    if current != attempt:
-        raise StaleWriterError(run["run_id"], run["epoch"])
-    await conn.execute(
-        "INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, $2, $3, $4) "
-        "ON CONFLICT (run_id, step) DO UPDATE SET attempt = EXCLUDED.attempt, output = EXCLUDED.output, "
-        "created_at = now()", run["run_id"], run["step"], attempt, output)
+    try:
+        rows = await conn.fetch(_RECORD, run["run_id"], run["epoch"], run["step"], attempt, owner, lease_ttl_s,
+                                output, list(call_ids))
+    except asyncpg.PostgresError as exc:
+        if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
+            raise StaleWriterError(run["run_id"], run["epoch"]) from exc
+        raise
+    return {r["call_id"]: (r["call_result"], r["call_error"]) for r in rows}
 
 
 async def forget_model_output(conn: asyncpg.Connection, run_id: str, step: int) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import Any
 
@@ -319,10 +319,11 @@ class PgStepStore:
             if not continued:
                 self._relayed.discard(run.run_id)
 
-    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any]) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.record_model_output`."""
-        async with self._conn() as conn, conn.transaction():
-            await record_model_output(conn, _fence(run), attempt, output, self._ttl)
+    async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any],
+                                  call_ids: Sequence[str] = ()) -> dict[str, tuple[Any, str | None]]:
+        """See :meth:`threadline.runtime.ports.StepStore.record_model_output` (one statement)."""
+        async with self._conn() as conn:
+            return await record_model_output(conn, _fence(run), attempt, self._owner, output, call_ids, self._ttl)
 
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.restart_attempt`."""
