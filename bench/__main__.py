@@ -9,7 +9,8 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
 
 Figures: ttfc, sse (first token over the gateway's SSE beside the Kafka-native client's), throughput,
 concurrency (also gives scaling), burst (500 runs at once on one worker, failed
-runs and re-executed steps counted), scaling, signals, pipeline, limits; and, only when named in --only,
+runs and re-executed steps counted), scaling, signals, toolsteps (the overhead of a tool step, as the
+peer comparison measures it), pipeline, limits; and, only when named in --only,
 topics (10,000 thread topics on the broker: creation rate, broker memory, start-up; ``--topics N``).
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
@@ -34,7 +35,8 @@ from bench import pipeline
 from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
-FIGURES = ("ttfc", "sse", "throughput", "concurrency", "burst", "scaling", "signals", "pipeline", "limits")
+FIGURES = ("ttfc", "sse", "throughput", "concurrency", "burst", "scaling", "signals", "toolsteps", "pipeline",
+           "limits")
 EXTRA = ("topics",)
 """Figures only run when named in ``--only`` (``topics`` creates 10,000 topics on the broker)."""
 
@@ -50,7 +52,7 @@ def machine() -> dict[str, Any]:
 
 
 async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) -> dict[str, Any]:
-    from bench import concurrency, signals, throughput, ttfc
+    from bench import concurrency, signals, throughput, toolsteps, ttfc
     from bench.env import BenchEnv
 
     env = BenchEnv(partitions=args.partitions)
@@ -85,6 +87,9 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         if "signals" in only:
             await figure("signals", f"signal latency: {args.samples} samples",
                          lambda: signals.run(env, samples=args.samples))
+        if "toolsteps" in only:
+            await figure("toolsteps", f"tool-step overhead: {args.tool_runs} runs of three steps",
+                         lambda: toolsteps.run(env, runs=args.tool_runs))
         if "burst" in only:
             await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
                          lambda: concurrency.burst(env, runs=args.burst_runs, profile_dir=profile_dir, stamp=stamp))
@@ -120,6 +125,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--burst-runs", type=int, default=500, help="runs of the burst figure (default 500)")
     p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
     p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
+    p.add_argument("--tool-runs", type=int, default=100, help="runs of the tool-step figure (default 100)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
     p.add_argument("--limit-runs", type=int, default=200, help="runs of the provider-limits figure (default 200)")
     p.add_argument("--limit-rps", type=float, default=20, help="requests/s the limits figure's provider takes")
@@ -130,7 +136,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     args.sizes = [int(x) for x in args.sizes.split(",") if x]
     if args.quick:
         args.runs, args.profile_runs, args.tokens, args.samples = min(args.runs, 60), 30, 3000, 20
-        args.sse_runs = min(args.sse_runs, 40)
+        args.sse_runs, args.tool_runs = min(args.sse_runs, 40), min(args.tool_runs, 20)
         args.sizes, args.scaling_size, args.burst_runs = [20, 50], 50, min(args.burst_runs, 50)
     return args
 

@@ -6,7 +6,9 @@ never answers another's requests.
 
 from __future__ import annotations
 
-from threadline.runtime import Agent, Processor
+from typing import Any
+
+from threadline.runtime import Agent, Processor, create_tool
 
 
 class PassThrough(Processor):
@@ -19,10 +21,20 @@ class PassThrough(Processor):
         return part
 
 
+async def _noop(input: Any, context: Any) -> dict[str, Any]:
+    return {"ok": True}
+
+
+noop = create_tool(id="noop", description="Does nothing and returns ok.", execute=_noop)
+"""The tool-step figure's tool (the peer comparison's, /work/shared/peer-bench/tl_agents/pb_agents.py)."""
+
+
 ttfc = Agent(id="bench-ttfc", instructions="Answer briefly.", model="openai/threadline-bench-ttfc")
 throughput = Agent(id="bench-throughput", instructions="Answer briefly.", model="openai/threadline-bench-throughput",
                    output_processors=[PassThrough(i) for i in range(3)])
 concurrency = Agent(id="bench-concurrency", instructions="Answer briefly.",
                     model="openai/threadline-bench-concurrency")
 signals = Agent(id="bench-signals", instructions="Answer briefly.", model="openai/threadline-bench-signals")
+toolsteps = Agent(id="bench-toolsteps", instructions="Answer briefly.", model="openai/threadline-bench-toolsteps",
+                  tools=[noop], default_options={"maxSteps": 5})
 limits = Agent(id="bench-limits", model="openai/threadline-bench-limits")

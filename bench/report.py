@@ -12,6 +12,14 @@ def _ms(d: dict[str, Any] | None, key: str) -> str:
     return f"{d[key]:.1f}"
 
 
+def _gap_row(gap: dict[str, Any], indent: str) -> tuple[str, str, str, str, str]:
+    """The worker's ``step gap`` split (:func:`bench.stats.worker_step_gap`), p50 of each segment."""
+    return (f"{indent}in the worker p50 (ms): flush, save+claim, result, hand-over, setup = total",
+            ", ".join(_ms(gap.get(k), "p50") for k in ("chunk_flush_ms", "save_claim_ms", "result_publish_ms",
+                                                       "handover_ms", "next_setup_ms"))
+            + f" = {_ms(gap.get('total_ms'), 'p50')}", "-", "-", "-")
+
+
 def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     """``(figure, threadline, baseline, ratio, target)`` rows for the figures present."""
     out: list[tuple[str, str, str, str, str]] = []
@@ -33,6 +41,16 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(a, 'p50')} / {_ms(a, 'p95')} / {_ms(a, 'p99')}",
                     f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} (Kafka-native client)",
                     f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "-"))
+    if t := results.get("toolsteps"):
+        a = t["ms_per_step"]
+        out.append(("1c tool-step overhead (3-step run: tool, tool, text; instant model) p50 / p95 / p99 (ms)",
+                    f"{_ms(a, 'p50')} / {_ms(a, 'p95')} / {_ms(a, 'p99')}", "-",
+                    f"{t['ratio_to_target']['p50']}x / {t['ratio_to_target']['p99']}x target",
+                    "p50 ≤ 5, p99 ≤ 15 (Restate's figure in the peer comparison)"))
+        out.append(("  whole run (send → finish) p50 (ms); runs measured, bad",
+                    f"{_ms(t['run_ms'], 'p50')}; {a.get('n', 0)}, {t['bad_runs']}", "-", "-", "-"))
+        if gap := t.get("worker_step_gap_ms"):  # its two step boundaries in the worker, split
+            out.append(_gap_row(gap, "  "))
     if t := results.get("throughput"):
         out.append(("2 chunks/s, one run, 3 processors", f"{t['threadline']['chunks_per_s']:.0f}",
                     f"{t['baseline']['chunks_per_s']:.0f} (raw produce→consume)", f"{t['ratio']}x",
@@ -71,11 +89,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(s['step_boundary_to_echo_ms'], 'p50')} / {_ms(s['step_boundary_to_echo_ms'], 'p99')}",
                     "-", f"{s['ratio_to_target']['boundary_p50']}x target", "p50 ≤ 10"))
         if gap := s.get("worker_step_gap_ms"):  # the same gap in the worker, split (issue 13's budget)
-            out.append(("    in the worker p50 (ms): flush, save+claim, result, hand-over, setup = total",
-                        ", ".join(_ms(gap.get(k), "p50") for k in ("chunk_flush_ms", "save_claim_ms",
-                                                                   "result_publish_ms", "handover_ms",
-                                                                   "next_setup_ms")) + f" = {_ms(gap.get('total_ms'), 'p50')}",
-                        "-", "-", "-"))
+            out.append(_gap_row(gap, "    "))
     if s := results.get("scaling"):
         out.append((f"5 {s['conditions']['runs']} runs, 1 → 2 workers: chunks/s",
                     f"{s['one_worker']['chunks_per_s']:.0f} → {s['two_workers']['chunks_per_s']:.0f}",

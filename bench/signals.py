@@ -23,13 +23,11 @@ chunks to the subscriber.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Any
 
 from bench.env import BenchEnv
-from bench.stats import log_segments, ratio, summary_ms
+from bench.stats import ratio, summary_ms, worker_step_gap
 from bench.subscriber import is_type
-from threadline.worker.step_gap import SAVE_SEGMENTS, SEGMENTS
 
 AGENT = "bench-signals"
 MODEL = "threadline-bench-signals"
@@ -89,8 +87,3 @@ async def run(env: BenchEnv, *, samples: int = 150, threads: int = 30, chunks: i
         "target": {"accepted_p99_ms": 20, "step_overhead_p50_ms": 10},
     }
 
-
-def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
-    """Per segment of :data:`~threadline.worker.step_gap.SEGMENTS`, the summary (ms) over the
-    ``step gap`` lines of the worker's log from byte ``start`` on; ``{}`` without a log."""
-    return log_segments(log_path, start, "step gap", SEGMENTS, SAVE_SEGMENTS)

@@ -10,6 +10,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.structs import ConsumerRecord
 
+from threadline.worker.step_gap import SAVE_SEGMENTS, SEGMENTS
+
 
 def pct(values: list[float], q: float) -> float:
     """The ``q``-th percentile (0–100) of ``values``, linear interpolation; NaN when empty."""
@@ -112,3 +114,11 @@ def log_segments(log_path: Path, start: int, marker: str, names: tuple[str, ...]
                 for name in extra:
                     values[name].append(float(fields[name]) / 1000)
     return {name: summary_ms(v) for name, v in values.items() if v or name in names}
+
+
+def worker_step_gap(log_path: Path, start: int = 0) -> dict[str, Any]:
+    """Per segment of :data:`~threadline.worker.step_gap.SEGMENTS` (and ``SAVE_SEGMENTS``), the
+    summary (ms) over the ``step gap`` lines of a worker's log from byte ``start`` on: where the
+    time between a step's ``step-finish`` and the next step's first chunk went in the worker;
+    ``{}`` without a log."""
+    return log_segments(log_path, start, "step gap", SEGMENTS, SAVE_SEGMENTS)
