@@ -31,7 +31,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.env import ROOT, BenchEnv, delete_topics
-from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.admin import TopicAdmin, chunk_topic_config
 
 BATCH = 200
 """Names per ``CreateTopics`` request in the batched phase (``BenchEnv.chunk_topics`` uses 200)."""
@@ -122,7 +122,7 @@ async def _batched(env: BenchEnv, names: list[str]) -> tuple[float, float]:
     assert env.admin is not None
     t0 = time.perf_counter()
     for i in range(0, len(names), BATCH):
-        await env.admin.ensure(names[i:i + BATCH], partitions=1, config={"retention.ms": str(RETENTION_MS)})
+        await env.admin.ensure(names[i:i + BATCH], partitions=1, config=chunk_topic_config(RETENTION_MS))
     accepted = time.perf_counter() - t0
     meta = AIOKafkaAdminClient(bootstrap_servers=env.bootstrap)
     await meta.start()

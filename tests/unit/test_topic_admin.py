@@ -58,6 +58,15 @@ async def test_every_created_topic_gets_the_replication_factor(fake_client: type
     assert got == {"p.ingress": (12, 3), "p.step-tasks": (12, 3), "p.chunks.r.t.abc": (1, 3)}
 
 
+async def test_a_chunk_topic_is_indexed_every_mebibyte_not_every_4_kib(fake_client: type[_FakeAdminClient]) -> None:
+    # decision 89: the first index entry of a fresh segment held a thread's produce for up to 170 ms
+    admin = TopicAdmin("broker:9092")
+    await admin.start()
+    await admin.ensure_chunk_topic("p.chunks.r.t.abc", retention_ms=1000)
+    [topic] = fake_client.created
+    assert topic.topic_configs == {"retention.ms": "1000", "index.interval.bytes": str(1024 * 1024)}
+
+
 async def test_default_is_one(fake_client: type[_FakeAdminClient]) -> None:
     admin = TopicAdmin("broker:9092")
     await admin.start()
