@@ -153,16 +153,23 @@ class Lookup(BaseModel):
     customer: str
 
 
-async def test_a_tool_call_records_the_output_runs_the_tool_once_and_continues() -> None:
-    ran: list[str] = []
-
+def _lookup_agent(ran: list[str]) -> Agent:
+    """An agent whose one tool, ``lookup``, appends the customer it was called for to ``ran``."""
     async def lookup(input: Lookup, context: Any) -> dict[str, str]:
         ran.append(input.customer)
         return {"plan": "paid"}
 
-    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
-    model = scripted([{"type": "tool-call", "payload": {"toolCallId": "c1", "toolName": "lookup",
-                                                        "args": {"customer": "C-1"}}}])
+    return Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
+
+
+def _lookup_call(i: int) -> dict[str, Any]:
+    return {"type": "tool-call", "payload": {"toolCallId": f"c{i}", "toolName": "lookup", "args": {"customer": f"C-{i}"}}}
+
+
+async def test_a_tool_call_records_the_output_runs_the_tool_once_and_continues() -> None:
+    ran: list[str] = []
+    agent = _lookup_agent(ran)
+    model = scripted([_lookup_call(1)])
     sink, store = MemorySink("run-1", 0), MemoryStore()
     outcome = await _loop(model).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False), sink, store)
     assert outcome == Continue("tool-calls")
@@ -176,14 +183,8 @@ async def test_a_tool_step_confirms_its_owner_in_the_record_and_asks_again_befor
     # decision 88: the record returns the calls that ran and confirms the owner (no separate
     # reads before the first tool); a step with tool results continues without asking for signals
     ran: list[str] = []
-
-    async def lookup(input: Lookup, context: Any) -> dict[str, str]:
-        ran.append(input.customer)
-        return {"plan": "paid"}
-
-    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
-    calls = [{"type": "tool-call", "payload": {"toolCallId": f"c{i}", "toolName": "lookup",
-                                                "args": {"customer": f"C-{i}"}}} for i in (1, 2)]
+    agent = _lookup_agent(ran)
+    calls = [_lookup_call(i) for i in (1, 2)]
     store = MemoryStore()
     outcome = await _loop(scripted(calls)).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False),
                                                MemorySink("run-1", 0), store)
@@ -193,14 +194,8 @@ async def test_a_tool_step_confirms_its_owner_in_the_record_and_asks_again_befor
 
 async def test_a_tool_step_whose_record_is_fenced_out_runs_no_tool() -> None:
     ran: list[str] = []
-
-    async def lookup(input: Lookup, context: Any) -> dict[str, str]:
-        ran.append(input.customer)
-        return {"plan": "paid"}
-
-    agent = Agent(id="a", tools=[create_tool(id="lookup", description="find", input_schema=Lookup, execute=lookup)])
-    model = scripted([{"type": "tool-call", "payload": {"toolCallId": "c1", "toolName": "lookup",
-                                                        "args": {"customer": "C-1"}}}])
+    agent = _lookup_agent(ran)
+    model = scripted([_lookup_call(1)])
     store = MemoryStore(owner=False)
     with pytest.raises(StaleWriterError):
         await _loop(model).run(_run(), agent, StepInputs(attempt=1, seq_base=0, restarted=False),
