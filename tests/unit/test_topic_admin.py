@@ -163,3 +163,27 @@ async def test_a_topic_without_a_leader_is_asked_about_again_alone(
     await admin.start()
     await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1, thread=("r", t)) for t in ("p.a", "p.b")))
     assert asked == [["p.a", "p.b"], ["p.b"]]
+
+
+async def test_a_new_topics_leader_is_asked_for_soon_then_less_often(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    # decision 90: a fixed 50 ms between metadata requests made every new thread's topic take >= 50 ms
+    asked: list[list[str]] = []
+
+    async def late(self: _FakeAdminClient, topics: list[str]) -> list[dict[str, Any]]:
+        asked.append(list(topics))
+        leader = 1 if len(asked) > 7 else -1
+        return [{"topic": t, "error_code": 0, "partitions": [{"partition": 0, "leader": leader}]} for t in topics]
+
+    slept: list[float] = []
+
+    async def sleep(delay: float) -> None:
+        slept.append(delay)
+
+    monkeypatch.setattr(_FakeAdminClient, "describe_topics", late)
+    monkeypatch.setattr(admin_mod.asyncio, "sleep", sleep)
+    admin = TopicAdmin("broker:9092")
+    await admin.start()
+    await admin.ensure_one("p.chunks.r.t.new")
+    assert slept == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05]
+    assert sum(admin_mod.LEADER_POLL_S) > 2.4  # as long a wait in all as before
