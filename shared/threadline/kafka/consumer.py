@@ -85,6 +85,12 @@ class _Rebalance(ConsumerRebalanceListener):
         self._owner._on_assigned(assigned)
 
 
+LANE_CLEANUP_S = 0.5
+"""How long :meth:`KeyedConsumer.stop` waits for the handlers it cancelled after the grace to
+finish their clean-up (a processor-worker hands its step back to PostgreSQL) before it commits
+and the service goes on to close its connections."""
+
+
 class KeyedConsumer:
     """Consume ``topics`` in consumer group ``group_id``; call ``handler`` per record.
 
@@ -144,8 +150,11 @@ class KeyedConsumer:
                 await task
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), grace_s)
-        for task in list(self._lane_tasks):
+        lanes = list(self._lane_tasks)
+        for task in lanes:
             task.cancel()
+        if lanes:  # their clean-up (a worker hands its step back) before the service closes its pool
+            await asyncio.wait(lanes, timeout=LANE_CLEANUP_S)
         await self._commit()
         await self._consumer.stop()
 
