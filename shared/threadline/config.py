@@ -204,6 +204,11 @@ class Settings(BaseSettings):
     """Local development only: no credentials asked, every resource allowed (``make up`` sets it
     when no API key is configured); ignored when API keys or a JWT secret are set. Never in a
     deployment."""
+    gc_young_threshold: int = Field(default=10_000, ge=0)
+    """Container allocations between two collections of Python's young generation in a service
+    process (``gc.set_threshold``'s first value; Python's own is 700); 0 keeps Python's. With 700
+    a worker streaming 500 runs promoted so much short-lived data that full collections of
+    ~300 ms each took 45 % of its CPU (docs/decisions.md, decision 91)."""
     log_level: str = Field(default="INFO")
     log_json: bool = False
     """Render logs as JSON lines (default: console key=value)."""

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from threadline._internal import usercode
+from threadline._internal import gc_tuning, usercode
 from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
 from threadline.kafka.admin import TopicAdmin
@@ -250,6 +250,7 @@ async def serve(service: Service, *, watchdog: bool = True) -> None:
     try:
         if starting.done():
             starting.result()  # a start that failed raises here (after the stop below)
+            gc_tuning.freeze_start_up()
             await signalled
         else:
             starting.cancel()
@@ -267,6 +268,7 @@ def run(service_cls: type[Service]) -> None:
     """Entry point of ``python -m threadline.services.<name>``."""
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=service_cls.name)
+    gc_tuning.set_young_threshold(settings.gc_young_threshold)
     asyncio.run(_main(service_cls(settings)))
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import uvicorn
 
+from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
 from threadline.config import Settings, get_settings
 from threadline.gateway.app import Gateway, make_app
@@ -67,6 +68,7 @@ async def serve(settings: Settings) -> None:
     while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn sets a flag, it has no event
         await asyncio.sleep(0.05)
     if server.started:
+        gc_tuning.freeze_start_up()
         log.info("service started", service=NAME, port=settings.gateway_port, auth=_auth_mode(gateway))
     await task
     if ops is not None:
@@ -84,4 +86,5 @@ def main() -> None:
     """The ``threadline-gateway`` entry point."""
     settings = get_settings()
     configure(level=settings.log_level, json=settings.log_json, service=NAME)
+    gc_tuning.set_young_threshold(settings.gc_young_threshold)
     asyncio.run(serve(settings))
