@@ -39,6 +39,10 @@ class ProcessorWorker(Service):
         await self.executor.close()
         await self.aborts.stop()
 
+    def pool_max(self) -> int:
+        """``worker_pg_pool_max``: a worker's steps queue for its connections (decision 92)."""
+        return self.settings.worker_pg_pool_max
+
     def topics_in(self) -> list[str]:
         return [self.topics.step_tasks]
 

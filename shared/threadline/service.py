@@ -97,7 +97,7 @@ class Service:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.db = Database(self.settings.pg_dsn, statement_cache=self.settings.pg_statement_cache,
-                           transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.settings.pg_pool_max,
+                           transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.pool_max(),
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
         self.payloads = PayloadStore(db=self.db)
         self.kafka_security = client_kwargs(self.settings)  # TLS / SASL, the same for every Kafka client
@@ -126,6 +126,10 @@ class Service:
         await asyncio.gather(*(self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms,
                                                              thread=split_thread_key(key))
                                for topic, key in dict.fromkeys(rows) if topic.startswith(head) and key))
+
+    def pool_max(self) -> int:
+        """Connections of this service's PostgreSQL pool (``pg_pool_max``)."""
+        return self.settings.pg_pool_max
 
     def topics_in(self) -> list[str]:
         raise NotImplementedError
