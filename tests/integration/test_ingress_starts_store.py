@@ -98,3 +98,45 @@ async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
         assert late == []
         # step 0 still outstanding: the worker that gets its task ends the stream (not the orchestrator)
         assert await _val(db, "SELECT terminal_emitted FROM runs WHERE run_id = $1", run_id) is False
+
+
+async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked(cluster):
+    """Decision 93: event claim, thread, lease lock, then one statement takes the lease, creates the
+    run, stores the signal, queues the three records and remembers the reply."""
+    topics = Topics(cluster.prefix)
+    statements: list[str] = []
+    async with Database(cluster.dsn, max_size=1) as db:
+        await _wake(db, topics, starts=True)  # the connection learns the statement's types (asyncpg asks once)
+        thread = f"th-is-{uuid.uuid4().hex[:8]}"
+        await db.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-is')", thread)
+        await db.execute("INSERT INTO thread_leases (thread_id, resource_id, epoch) VALUES ($1, 'res-is', 6)", thread)
+        req = Inbound(event_id=f"req-{uuid.uuid4().hex}", kind="stream", agent_id="agent", resource_id="res-is",
+                      thread_id=thread, body="hello", run_options={"max_steps": 3})
+        async with db.connection() as conn:
+            conn.add_query_logger(lambda q: statements.append(q.query))
+            routed = await route(conn, req, topics=topics, lease_ttl_s=60, agent_known=True, starts=True)
+        run_id = routed.reply.run_id  # type: ignore[union-attr]  # a wake answers Accepted
+        # BEGIN, event claim, thread, lease row (insert if missing, lock), the wake, COMMIT
+        assert len(statements) == 7, statements
+        lease = await db.fetchrow("SELECT run_id, epoch, expires_at > now() AS live FROM thread_leases "
+                                  "WHERE thread_id = $1", thread)
+        assert (lease["run_id"], lease["epoch"], lease["live"]) == (run_id, 7, True)
+        run = await db.fetchrow("SELECT epoch, status, kind, request_id, reply_to, options, start_announced "
+                                "FROM runs WHERE run_id = $1", run_id)
+        assert (run["epoch"], run["status"], run["kind"], run["request_id"], run["reply_to"]) == \
+            (7, "running", "stream", req.event_id, topics.replies)
+        assert run["options"] == {"max_steps": 3} and run["start_announced"] is False
+        sig = await db.fetchrow("SELECT id, mode, status, run_id, request_id, options FROM signals "
+                                "WHERE thread_id = $1", thread)
+        assert (sig["mode"], sig["status"], sig["run_id"], sig["request_id"]) == ("wake", "pending", run_id,
+                                                                                   req.event_id)
+        assert sig["options"] == {"reply_to": None, "kind": "stream"}
+        answered = await _val(db, "SELECT result FROM processed_events WHERE consumer = 'ingress' "
+                                  "AND event_id = $1", req.event_id)
+        assert answered["run_id"] == run_id and answered["action"] == "wake"
+        queued = await db.fetch("SELECT id, topic, value FROM outbox WHERE id = ANY($1::bigint[]) ORDER BY id",
+                                [int(i) for i in routed.outbox_ids])
+        assert [int(i) for i in routed.outbox_ids] == [r["id"] for r in queued]  # ids in the records' order
+        assert [r["topic"] for r in queued] == [topics.replies, topics.step_tasks, topics.run_commands]
+        assert [orjson.loads(r["value"])["epoch"] for r in queued[1:]] == [7, 7]
+        assert [i.row.value for i in routed.outbox_ids] == [r["value"] for r in queued]  # flushed from memory

@@ -40,6 +40,11 @@ async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: st
     box_id = await conn.fetchval(
         "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
         topic, key, [[k, v.decode()] for k, v in headers], value)
+    return queued(box_id, topic, key, headers, value)
+
+
+def queued(box_id: int, topic: str, key: str | None, headers: list[tuple[str, bytes]], value: bytes) -> Queued:
+    """The :class:`Queued` id of an outbox row inserted with this record."""
     return Queued(box_id, _Row(box_id, topic, key, headers, value))
 
 

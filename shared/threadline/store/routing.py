@@ -39,7 +39,8 @@ from threadline.orchestration.runs import RunRow, ingress_starts
 from threadline.runtime.memory import Memory, for_run
 from threadline.store import leases, outbox
 from threadline.store.processed import claim_event, remember, remembered
-from threadline.store.runs import create_run, insert_signal, insert_signal_message
+from threadline.store.runs import insert_signal, insert_signal_message
+from threadline.store.wake import NewRun, store_wake
 from threadline.topics import Topics, thread_key
 
 RunCheck = Callable[[Inbound], None]
@@ -191,9 +192,9 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
         await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
                                      signal_id=signal["id"], signal=_created(signal)))
-    # wake
+    # wake: the lease row is locked, so the take below gives the run epoch lease.epoch + 1
     run_id = new_id("run")
-    epoch = await leases.take(conn, lease, run_id, lease_ttl_s)
+    epoch = lease.epoch + 1
     kind = "generate" if req.kind == "generate" else "stream"
     start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, epoch=epoch)
     # the run as it is created (running at its epoch, step 0 not started), asked the orchestrator's rule
@@ -201,21 +202,20 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
                                   agent_id=req.agent_id, status="running", epoch=epoch, step=0, steps_done=0,
                                   attempt=1, kind=kind, request_id=req.event_id, reply_to=reply_topic,
                                   start_announced=False), start) if starts else None
-    await create_run(conn, run_id=run_id, agent_id=req.agent_id, resource_id=req.resource_id,
-                     thread_id=req.thread_id, epoch=epoch, options=req.run_options, kind=kind,
-                     request_id=req.event_id, reply_to=reply_topic, start_announced=step0 is None)
-    await store("wake", "pending", run_id)
     reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"],
                      signal=_created(signal))
     key = thread_key(req.resource_id, req.thread_id)
-    routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
+    records: list[tuple[str, Event, str | None]] = [(reply_topic, reply, req.event_id)]
     if step0 is not None:
-        task = StepTask(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, step=step0.step,
-                        attempt=step0.attempt, epoch=epoch)
-        routed.outbox_ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
+        records.append((topics.step_tasks, StepTask(run_id=run_id, resource_id=req.resource_id,
+                                                    thread_id=req.thread_id, step=step0.step,
+                                                    attempt=step0.attempt, epoch=epoch), key))
         start = start.model_copy(update={"scheduled": True})
-    routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, start, key=key))
-    await remember(conn, "ingress", req.event_id, reply)
+    records.append((topics.run_commands, start, key))
+    new_run = NewRun(run_id=run_id, agent_id=req.agent_id, kind=kind, request_id=req.event_id, reply_to=reply_topic,
+                     options=req.run_options, start_announced=step0 is None)
+    routed.outbox_ids += await store_wake(conn, lease, new_run, lease_ttl_s=lease_ttl_s, signal=signal,
+                                          signal_options=signal_options, reply=reply, records=records)
     routed.reply = reply
     return routed
 
