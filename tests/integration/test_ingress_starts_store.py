@@ -101,7 +101,7 @@ async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
 
 
 async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked(cluster):
-    """Decision 93: event claim, thread, lease lock, then one statement takes the lease, creates the
+    """Decisions 93 and 94: event claim, thread, lease lock (one statement), then one statement takes the lease, creates the
     run, stores the signal, queues the three records and remembers the reply."""
     topics = Topics(cluster.prefix)
     statements: list[str] = []
@@ -116,8 +116,8 @@ async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked
             conn.add_query_logger(lambda q: statements.append(q.query))
             routed = await route(conn, req, topics=topics, lease_ttl_s=60, agent_known=True, starts=True)
         run_id = routed.reply.run_id  # type: ignore[union-attr]  # a wake answers Accepted
-        # BEGIN, event claim, thread, lease row (insert if missing, lock), the wake, COMMIT
-        assert len(statements) == 7, statements
+        # BEGIN, event claim, thread, lease row (inserted if missing and locked: decision 94), the wake, COMMIT
+        assert len(statements) == 6, statements
         lease = await db.fetchrow("SELECT run_id, epoch, expires_at > now() AS live FROM thread_leases "
                                   "WHERE thread_id = $1", thread)
         assert (lease["run_id"], lease["epoch"], lease["live"]) == (run_id, 7, True)
