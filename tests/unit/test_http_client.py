@@ -89,3 +89,18 @@ def test_the_subscription_skips_what_after_names_and_tracks_the_active_run():
     assert sub.cursor() == {"run-1": 5}
     assert sub._hidden({"type": "data-signal", "data": {"type": "system-reminder"}})
     assert not sub._hidden({"type": "data-signal", "data": {"type": "other"}})
+
+
+async def test_a_run_whose_finish_was_delivered_is_not_reported_active_while_its_lease_lags():
+    holder: list[str | None] = ["run-1"]
+
+    async def lease() -> str | None:
+        return holder[0]
+
+    sub = HttpThreadSubscription(httpx.AsyncClient(), "/p", on_active=lease)
+    assert sub._accept({"runId": "run-1", "seq": 0, "type": "text-delta"})
+    assert await sub.active_run_id() == "run-1"
+    assert sub._accept({"runId": "run-1", "seq": 1, "type": "finish"})
+    assert await sub.active_run_id() is None  # the orchestrator has not released the lease yet
+    holder[0] = "run-2"  # the next run took the thread
+    assert await sub.active_run_id() == "run-2"

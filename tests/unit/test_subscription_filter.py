@@ -27,3 +27,20 @@ def test_a_marker_of_one_step_leaves_other_steps_alone():
     assert sub.accept(_c(10, 1, step=1))
     assert sub.accept(_c(1_000_010, 2, "attempt-discarded", step=2, dead=1))
     assert sub.accept(_c(1_000_011, 1, step=3))
+
+
+async def test_a_run_whose_finish_was_delivered_is_not_reported_active_while_its_lease_lags():
+    holder: list[str | None] = ["r"]
+
+    async def lease() -> str | None:
+        return holder[0]
+
+    sub = ThreadSubscription("unused:1", "t", on_active=lease)
+    assert sub.accept(_c(0, 1))
+    assert await sub.active_run_id() == "r"
+    assert sub.accept(_c(1, 1, "finish"))
+    assert await sub.active_run_id() is None  # the orchestrator has not released the lease yet
+    holder[0] = "r2"  # the next run took the thread
+    assert await sub.active_run_id() == "r2"
+    holder[0] = None
+    assert await sub.active_run_id() is None

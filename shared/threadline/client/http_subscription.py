@@ -19,6 +19,7 @@ import httpx
 import orjson
 from httpx_sse import EventSource
 
+from threadline.client.active import not_finished
 from threadline.errors import ThreadlineError
 from threadline.logging import get_logger
 
@@ -72,6 +73,7 @@ class HttpThreadSubscription:
         self._on_abort = on_abort
         self._on_active = on_active
         self._active: str | None = None
+        self._finished: str | None = None  # the run whose finish was delivered last
         self._response: httpx.Response | None = None
         self._events: AsyncIterator[Any] | None = None
         self._last_id: str | None = None
@@ -131,10 +133,12 @@ class HttpThreadSubscription:
         return self._active
 
     async def active_run_id(self) -> str | None:
-        """The thread's active run, asked of the gateway (the thread's lease)."""
+        """The thread's active run, asked of the gateway (the thread's lease); ``None`` too when
+        that run's ``finish`` was already delivered by this subscription (as
+        :meth:`ThreadSubscription.active_run_id`)."""
         if self._on_active is None:
             raise RuntimeError("this subscription was not made by a client")
-        return await self._on_active()
+        return not_finished(await self._on_active(), self._finished)
 
     async def abort(self) -> bool:
         """Abort the thread's active run; True if one was running."""
@@ -209,6 +213,7 @@ class HttpThreadSubscription:
             return False
         self._seen[run_id] = seq
         if chunk.get("type") == "finish":
+            self._finished = run_id
             if self._active == run_id:
                 self._active = None
         else:

@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from threadline.client.active import not_finished
 from threadline.errors import InvalidEventError
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
@@ -17,6 +18,7 @@ from threadline.logging import get_logger
 log = get_logger(__name__)
 
 TERMINAL = ("finish",)  # every run ends with one finish (after abort / error / tripwire)
+
 
 
 class ThreadSubscription:
@@ -49,6 +51,7 @@ class ThreadSubscription:
         self._seen: dict[str, int] = dict(after or {})  # run id → highest seq delivered
         self._dead: dict[tuple[str, int], int] = {}  # (run, step) → highest dead attempt
         self._active: str | None = None
+        self._finished: str | None = None  # the run whose finish was delivered last
         self.last_offset: int | None = None
         self.start_offset: int | None = None
         """The topic offset the subscription started at, fixed before ``start`` returns: every
@@ -91,15 +94,16 @@ class ThreadSubscription:
 
     async def active_run_id(self) -> str | None:
         """The thread's active run, asked of the thread's lease in the store (Mastra's
-        ``activeRunId()``): the run holding an unexpired lease, else ``None``, whatever this
-        subscriber has read so far.
+        ``activeRunId()``): the run holding an unexpired lease, else ``None`` — and ``None`` too
+        when that run's ``finish`` was already delivered by this subscription (its lease is
+        released just after its finish is published: a run never goes on after its finish).
 
         Raises:
             RuntimeError: the subscription was not made by a ``ThreadlineClient``.
         """
         if self._on_active is None:
             raise RuntimeError("this subscription was not made by a ThreadlineClient")
-        return await self._on_active()
+        return not_finished(await self._on_active(), self._finished)
 
     async def abort(self) -> bool:
         """Abort the thread's active run (it ends with ``abort`` then ``finish``); True if one
@@ -135,6 +139,7 @@ class ThreadSubscription:
             return False
         self._seen[run_id] = seq
         if chunk.get("type") in TERMINAL:
+            self._finished = run_id
             if self._active == run_id:
                 self._active = None
         else:
