@@ -57,7 +57,7 @@ class CountingDb:
         return await self.db.execute(*args)
 
 
-async def _run(db: Database, *, step: int = 0, signals: tuple[str, ...] = ()) -> dict[str, str]:
+async def _run(db: Database, *, step: int = 0, signals: tuple[str, ...] = (), agent: str = "agent") -> dict[str, str]:
     tag = uuid.uuid4().hex[:10]
     r = {"run_id": f"run-ss-{tag}", "thread_id": f"th-ss-{tag}", "resource_id": "res-ss"}
     async with db.connection() as conn:
@@ -67,8 +67,8 @@ async def _run(db: Database, *, step: int = 0, signals: tuple[str, ...] = ()) ->
                            "VALUES ($1, $2, $3, 3, now() + interval '1 minute')",
                            r["thread_id"], r["resource_id"], r["run_id"])
         await conn.execute("INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done) "
-                           "VALUES ($1, $2, $3, 'agent', 3, $4, $4)", r["run_id"], r["thread_id"], r["resource_id"],
-                           step)
+                           "VALUES ($1, $2, $3, $5, 3, $4, $4)", r["run_id"], r["thread_id"], r["resource_id"],
+                           step, agent)
         for i, mode in enumerate(signals):
             await conn.execute(
                 "INSERT INTO signals (id, thread_id, resource_id, type, mode, status, run_id, payload) "
@@ -130,6 +130,26 @@ async def test_begin_is_one_statement_and_loads_what_the_step_reads(cluster):
         assert isinstance(again, Claimed) and again.inputs.restarted and again.inputs.attempt == 2
         assert isinstance(await store.begin(r["run_id"], step=1, epoch=3), Skipped)
         assert isinstance(await store.begin(r["run_id"], step=0, epoch=2), Skipped)
+        assert begun.inputs.overrides == {}  # none stored for its agent
+
+
+async def test_step_0s_claim_reads_the_agents_editor_overrides_in_the_same_statement(cluster):
+    """Decision 95: the stored editor overrides come with step 0's claim, no statement of their own."""
+    agent = f"agent-ov-{uuid.uuid4().hex[:8]}"
+    stored = {"instructions": "Answer in French.", "tools": {"add": {"description": "sum two numbers"}}}
+    async with Database(cluster.dsn, max_size=1) as db:
+        await db.execute("INSERT INTO agent_overrides (agent_id, overrides) VALUES ($1, $2)", agent, stored)
+        first, later = await _run(db, agent=agent), await _run(db, step=1, agent=agent)
+        counting = CountingDb(db)
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+                            lease_ttl_s=60)
+        await store.begin((await _run(db))["run_id"], step=0, epoch=3)  # asyncpg learns the result's types
+        counting.statements = 0
+        begun = await store.begin(first["run_id"], step=0, epoch=3)
+        assert counting.statements == 1
+        assert isinstance(begun, Claimed) and begun.inputs.overrides == stored
+        step1 = await store.begin(later["run_id"], step=1, epoch=3)
+        assert isinstance(step1, Claimed) and step1.inputs.overrides is None  # read once, at step 0
 
 
 async def test_begin_waits_for_a_live_owner_and_takes_over_a_still_heartbeat(cluster):

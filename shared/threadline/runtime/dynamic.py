@@ -11,7 +11,7 @@ system messages are stored with the run's state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -146,14 +146,13 @@ def processor_runner(options: Mapping[str, Any], config: RunConfig, request_cont
                            retry_count=retry_count)
 
 
-async def editor_overrides(agent: Agent, tools: Mapping[str, Tool],
-                           read: Callable[[str], Awaitable[dict[str, Any] | None]] | None) -> dict[str, Any]:
-    """The agent's stored editor overrides (``read(agent_id)``), what its ``editor`` option locks
-    and tools it does not define stripped (:func:`threadline.runtime.editor.strip`); ``{}`` when
-    there are none, the agent is locked, or ``read`` is ``None``."""
-    if read is None or agent.editor.locked:
+def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: dict[str, Any] | None) -> dict[str, Any]:
+    """The agent's stored editor overrides (``stored``, read by the claim of the run's step 0,
+    decision 95), what its ``editor`` option locks and tools it does not define stripped
+    (:func:`threadline.runtime.editor.strip`); ``{}`` when there are none or the agent is locked."""
+    if agent.editor.locked or not stored:
         return {}
-    kept, stripped = strip(agent.editor, await read(agent.id), None if "tools" in agent.dynamic else tools)
+    kept, stripped = strip(agent.editor, stored, None if "tools" in agent.dynamic else tools)
     if stripped:
         get_logger(__name__).info("editor overrides stripped", agent_id=agent.id, fields=stripped[:10])
     return kept

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,16 +96,12 @@ class StepLoop:
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.
         limiter: cluster-wide provider limits (``None``: none).
-        overrides: ``agent_id -> stored editor overrides or None``, read at a run's step 0
-            (``None``: no editor overrides are applied).
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
                  retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
-                 limiter: ModelLimiter | None = None,
-                 overrides: Callable[[str], Awaitable[dict[str, Any] | None]] | None = None) -> None:
-        self._overrides = overrides
+                 limiter: ModelLimiter | None = None) -> None:
         self._limiter = limiter
         self._retry_policy = retry_policy or RetryPolicy()
         self._max_retries = max_retries
@@ -140,7 +136,7 @@ class StepLoop:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
             ml.add(recent(inputs.history, memory), "memory")
             # the editor's overrides as stored now, locked fields stripped; kept with the run (decision 69)
-            state.editor = await editor_overrides(agent, cfg.tools, self._overrides)
+            state.editor = editor_overrides(agent, cfg.tools, inputs.overrides)
             for sm in await run_system_messages(agent, request_context, state.editor):
                 ml.add_system(sm)  # instructions given as a plain function ran off the event loop
             response_id = new_id("msg")

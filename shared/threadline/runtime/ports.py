@@ -122,6 +122,9 @@ class StepInputs:
     """Signals drained by this step, in arrival order (step 0: not the deliveries)."""
     recorded: dict[str, Any] | None = None
     """The model output a crashed attempt recorded: ``{chunks, usage, finish_reason}``."""
+    overrides: dict[str, Any] | None = None
+    """Step 0: the agent's stored editor overrides, read by the claim (decision 95; ``{}`` or
+    ``None``: none)."""
 
 
 @dataclass(frozen=True, slots=True)

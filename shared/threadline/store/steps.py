@@ -27,8 +27,10 @@ SEQ_BLOCK = 1_000_000
 attempt's, so ``seq`` never repeats or goes back within a run."""
 
 
-_BEGIN = ("SELECT * FROM threadline_begin_step($1::text, $2::int, $3::bigint, $4::text, $5::float8, "
-          "$6::timestamptz, $7::bigint, $8::int)")
+_BEGIN = ("SELECT b.*, CASE WHEN b.outcome = 'claimed' AND b.step = 0 THEN coalesce("
+          "(SELECT o.overrides FROM agent_overrides o WHERE o.agent_id = b.agent_id), '{}'::jsonb) END AS overrides "
+          "FROM threadline_begin_step($1::text, $2::int, $3::bigint, $4::text, $5::float8, "
+          "$6::timestamptz, $7::bigint, $8::int) b")
 
 
 async def begin_step(conn: asyncpg.Connection, run_id: str, *, step: int, epoch: int, owner: str, lease_ttl_s: float,
@@ -46,7 +48,8 @@ async def begin_step(conn: asyncpg.Connection, run_id: str, *, step: int, epoch:
     the step started and never finished), ``history`` + ``history_at`` (step 0: the thread's
     stored messages, oldest first, at most ``history_limit``, not this run's), ``signals``
     (``[{id, payload}]`` now drained by this step; step 0: not the deliveries) and ``recorded``
-    (the model output a crashed attempt recorded).
+    (the model output a crashed attempt recorded), and ``overrides`` (step 0 claimed: the agent's
+    stored editor overrides, ``{}`` when none are stored, decision 95; else ``None``).
 
     An earlier attempt owned by another worker is taken over only when its heartbeat is unset
     (handed back) or still equals ``takeover_from`` (the caller watched it stand still).

@@ -98,7 +98,7 @@ class StepExecutor:
                                                        max_wait_s=settings.model_retry_max_wait_s),
                               limiter=PgModelLimiter(db, parse_limits(settings.model_limits),
                                                      burst_s=settings.model_limit_burst_s)
-                              if settings.model_limits else None, overrides=self._editor_overrides)
+                              if settings.model_limits else None)
         self._running: dict[str, asyncio.Task[str]] = {}
         # aborts heard of (every run's, by NOTIFY); one matters for moments after it arrives
         self._aborted = RecentIds(keep_s=ABORT_MEMORY_S)
@@ -118,13 +118,6 @@ class StepExecutor:
     async def close(self) -> None:
         """Stop the keep-alive loop (service shutdown, after the steps were drained or handed back)."""
         await self._keepalive.close()
-
-    async def _editor_overrides(self, agent_id: str) -> dict[str, Any] | None:
-        """The agent's stored editor overrides, read at a run's step 0 (decision 69)."""
-        from threadline.store.agents import read_overrides
-
-        async with self._db.connection() as conn:
-            return await read_overrides(conn, agent_id)
 
     def on_abort(self, run_id: str) -> None:
         """The run was aborted (NOTIFY): stop its step now; the model call is closed."""

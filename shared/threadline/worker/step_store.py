@@ -89,7 +89,7 @@ def _begun(row: asyncpg.Record, run_id: str) -> Begun:
     inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
                         history=history_of(row) if row["step"] == 0 else [],
                         signals=[Signal(sig["id"], sig["payload"]) for sig in row["signals"] or []],
-                        recorded=row["recorded"])
+                        recorded=row["recorded"], overrides=row.get("overrides"))
     return Claimed(run, inputs)
 
 
