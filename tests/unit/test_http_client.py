@@ -83,9 +83,9 @@ def test_the_subscription_asks_for_its_start(kw, params, headers):
 
 def test_the_subscription_skips_what_after_names_and_tracks_the_active_run():
     sub = HttpThreadSubscription(httpx.AsyncClient(), "/p", after={"run-1": 3}, hide_signals=["system-reminder"])
-    assert not sub._accept({"runId": "run-1", "seq": 3, "type": "text-delta"})
-    assert sub._accept({"runId": "run-1", "seq": 4, "type": "text-delta"}) and sub.seen_run_id() == "run-1"
-    assert sub._accept({"runId": "run-1", "seq": 5, "type": "finish"}) and sub.seen_run_id() is None
+    assert not sub.accept({"runId": "run-1", "seq": 3, "type": "text-delta"})
+    assert sub.accept({"runId": "run-1", "seq": 4, "type": "text-delta"}) and sub.seen_run_id() == "run-1"
+    assert sub.accept({"runId": "run-1", "seq": 5, "type": "finish"}) and sub.seen_run_id() is None
     assert sub.cursor() == {"run-1": 5}
     assert sub._hidden({"type": "data-signal", "data": {"type": "system-reminder"}})
     assert not sub._hidden({"type": "data-signal", "data": {"type": "other"}})
@@ -98,9 +98,9 @@ async def test_a_run_whose_finish_was_delivered_is_not_reported_active_while_its
         return holder[0]
 
     sub = HttpThreadSubscription(httpx.AsyncClient(), "/p", on_active=lease)
-    assert sub._accept({"runId": "run-1", "seq": 0, "type": "text-delta"})
+    assert sub.accept({"runId": "run-1", "seq": 0, "type": "text-delta"})
     assert await sub.active_run_id() == "run-1"
-    assert sub._accept({"runId": "run-1", "seq": 1, "type": "finish"})
+    assert sub.accept({"runId": "run-1", "seq": 1, "type": "finish"})
     assert await sub.active_run_id() is None  # the orchestrator has not released the lease yet
     holder[0] = "run-2"  # the next run took the thread
     assert await sub.active_run_id() == "run-2"

@@ -1,11 +1,45 @@
-"""What a subscription reports as the thread's active run (Mastra's ``activeRunId()``)."""
+"""What a subscription tracks of the runs it delivered: the highest ``seq`` per run (duplicates
+are dropped by ``(runId, seq)``), the run seen streaming, and what it reports as the thread's
+active run (Mastra's ``activeRunId()``). Shared by the Kafka and the HTTP subscription."""
 
 from __future__ import annotations
 
+from typing import Any
 
-def not_finished(holder: str | None, finished: str | None) -> str | None:
-    """The lease holder ``holder`` as the active run, unless it is the run whose ``finish`` the
-    subscriber delivered last (``finished``): a run never goes on after its finish, and its lease
-    is released just after the finish is published (by the orchestrator, once it applied the
-    run's last step)."""
-    return None if holder is not None and holder == finished else holder
+
+class Delivered:
+    """The runs a subscription delivered chunks of.
+
+    Attributes:
+        seen: run id -> the highest ``seq`` delivered (starts from the subscriber's ``after``).
+        streaming: the run whose last delivered chunk was not its ``finish`` (``None``: none).
+        finished: the run whose ``finish`` was delivered last.
+    """
+
+    __slots__ = ("finished", "seen", "streaming")
+
+    def __init__(self, after: dict[str, int] | None = None) -> None:
+        self.seen: dict[str, int] = dict(after or {})
+        self.streaming: str | None = None
+        self.finished: str | None = None
+
+    def take(self, chunk: dict[str, Any]) -> bool:
+        """Record ``chunk`` as delivered; ``False`` (nothing recorded) when it has no ``runId``
+        string or ``seq`` integer, or its ``seq`` was delivered already."""
+        run_id, seq = chunk.get("runId"), chunk.get("seq")
+        if not isinstance(run_id, str) or not isinstance(seq, int) or seq <= self.seen.get(run_id, -1):
+            return False
+        self.seen[run_id] = seq
+        if chunk.get("type") == "finish":  # every run ends with one finish (after abort / error / tripwire)
+            self.finished = run_id
+            if self.streaming == run_id:
+                self.streaming = None
+        else:
+            self.streaming = run_id
+        return True
+
+    def active(self, holder: str | None) -> str | None:
+        """The lease holder ``holder`` as the active run, unless it is the run whose ``finish``
+        was delivered last: a run never goes on after its finish, and its lease is released just
+        after the finish is published (by the orchestrator, once it applied the run's last step)."""
+        return None if holder is not None and holder == self.finished else holder

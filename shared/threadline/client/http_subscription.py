@@ -19,7 +19,7 @@ import httpx
 import orjson
 from httpx_sse import EventSource
 
-from threadline.client.active import not_finished
+from threadline.client.active import Delivered
 from threadline.errors import ThreadlineError
 from threadline.logging import get_logger
 
@@ -68,12 +68,10 @@ class HttpThreadSubscription:
         self._from_beginning = from_beginning
         self._from_offset = from_offset
         self._from_time_ms = from_time_ms
-        self._seen: dict[str, int] = dict(after or {})
+        self._delivered = Delivered(after)
         self._hide = hide_signals
         self._on_abort = on_abort
         self._on_active = on_active
-        self._active: str | None = None
-        self._finished: str | None = None  # the run whose finish was delivered last
         self._response: httpx.Response | None = None
         self._events: AsyncIterator[Any] | None = None
         self._last_id: str | None = None
@@ -126,11 +124,11 @@ class HttpThreadSubscription:
 
     def cursor(self) -> dict[str, int]:
         """Highest ``seq`` delivered per run (pass back as ``after=``)."""
-        return dict(self._seen)
+        return dict(self._delivered.seen)
 
     def seen_run_id(self) -> str | None:
         """The run streaming as far as this subscriber has seen (its last chunk was not ``finish``)."""
-        return self._active
+        return self._delivered.streaming
 
     async def active_run_id(self) -> str | None:
         """The thread's active run, asked of the gateway (the thread's lease); ``None`` too when
@@ -138,7 +136,7 @@ class HttpThreadSubscription:
         :meth:`ThreadSubscription.active_run_id`)."""
         if self._on_active is None:
             raise RuntimeError("this subscription was not made by a client")
-        return not_finished(await self._on_active(), self._finished)
+        return self._delivered.active(await self._on_active())
 
     async def abort(self) -> bool:
         """Abort the thread's active run; True if one was running."""
@@ -198,7 +196,7 @@ class HttpThreadSubscription:
                         with contextlib.suppress(ValueError):
                             self.last_offset = int(ev.id.partition(":")[0])
                     chunk = orjson.loads(ev.data)
-                    if isinstance(chunk, dict) and self._accept(chunk) and not self._hidden(chunk):
+                    if isinstance(chunk, dict) and self.accept(chunk) and not self._hidden(chunk):
                         yield chunk
             except (httpx.TransportError, httpx.StreamError) as exc:
                 if self._closed:
@@ -206,19 +204,10 @@ class HttpThreadSubscription:
                 log.info("stream connection dropped; resuming", path=self._path, error=type(exc).__name__)
             await self._close()
 
-    def _accept(self, chunk: dict[str, Any]) -> bool:
-        """Leave out what ``after`` (or this stream) already delivered; track the active run."""
-        run_id, seq = chunk.get("runId"), chunk.get("seq")
-        if not isinstance(run_id, str) or not isinstance(seq, int) or seq <= self._seen.get(run_id, -1):
-            return False
-        self._seen[run_id] = seq
-        if chunk.get("type") == "finish":
-            self._finished = run_id
-            if self._active == run_id:
-                self._active = None
-        else:
-            self._active = run_id
-        return True
+    def accept(self, chunk: dict[str, Any]) -> bool:
+        """Duplicate filter for one chunk (as :meth:`ThreadSubscription.accept`; the gateway's
+        stream already left out dead attempts); True if it should be shown."""
+        return self._delivered.take(chunk)
 
     def _hidden(self, chunk: dict[str, Any]) -> bool:
         if not self._hide or chunk.get("type") not in ("data-user-message", "data-signal"):

@@ -10,15 +10,12 @@ from typing import Any
 import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from threadline.client.active import not_finished
+from threadline.client.active import Delivered
 from threadline.errors import InvalidEventError
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
 
 log = get_logger(__name__)
-
-TERMINAL = ("finish",)  # every run ends with one finish (after abort / error / tripwire)
-
 
 
 class ThreadSubscription:
@@ -48,10 +45,8 @@ class ThreadSubscription:
         self._from_beginning = from_beginning
         self._from_offset = from_offset
         self._consumer: AIOKafkaConsumer | None = None
-        self._seen: dict[str, int] = dict(after or {})  # run id → highest seq delivered
+        self._delivered = Delivered(after)
         self._dead: dict[tuple[str, int], int] = {}  # (run, step) → highest dead attempt
-        self._active: str | None = None
-        self._finished: str | None = None  # the run whose finish was delivered last
         self.last_offset: int | None = None
         self.start_offset: int | None = None
         """The topic offset the subscription started at, fixed before ``start`` returns: every
@@ -85,12 +80,12 @@ class ThreadSubscription:
     def cursor(self) -> dict[str, int]:
         """Highest ``seq`` delivered per run: pass it back as ``after=`` to resume without
         duplicates or gaps (together with ``from_offset=last_offset + 1``)."""
-        return dict(self._seen)
+        return dict(self._delivered.seen)
 
     def seen_run_id(self) -> str | None:
         """The run streaming on the thread as far as this subscriber has seen (its last chunk
         was not a ``finish``); no I/O."""
-        return self._active
+        return self._delivered.streaming
 
     async def active_run_id(self) -> str | None:
         """The thread's active run, asked of the thread's lease in the store (Mastra's
@@ -103,7 +98,7 @@ class ThreadSubscription:
         """
         if self._on_active is None:
             raise RuntimeError("this subscription was not made by a ThreadlineClient")
-        return not_finished(await self._on_active(), self._finished)
+        return self._delivered.active(await self._on_active())
 
     async def abort(self) -> bool:
         """Abort the thread's active run (it ends with ``abort`` then ``finish``); True if one
@@ -134,17 +129,7 @@ class ThreadSubscription:
         elif isinstance(chunk.get("attempt"), int) and \
                 chunk["attempt"] <= self._dead.get((run_id, chunk.get("step")), -1):  # type: ignore[arg-type]  # a foreign step value just misses
             return False
-        seq = chunk.get("seq")
-        if not isinstance(seq, int) or seq <= self._seen.get(run_id, -1):
-            return False
-        self._seen[run_id] = seq
-        if chunk.get("type") in TERMINAL:
-            self._finished = run_id
-            if self._active == run_id:
-                self._active = None
-        else:
-            self._active = run_id
-        return True
+        return self._delivered.take(chunk)
 
     async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
         assert self._consumer is not None, "call start() first"
