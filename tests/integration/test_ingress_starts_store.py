@@ -101,8 +101,8 @@ async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
 
 
 async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked(cluster):
-    """Decisions 93 and 94: event claim, thread, lease lock (one statement), then one statement takes the lease, creates the
-    run, stores the signal, queues the three records and remembers the reply."""
+    """Decisions 93, 94 and 96: event claim, thread and lease lock in one statement, then one statement takes the lease,
+    creates the run, stores the signal, queues the three records and remembers the reply."""
     topics = Topics(cluster.prefix)
     statements: list[str] = []
     async with Database(cluster.dsn, max_size=1) as db:
@@ -116,8 +116,8 @@ async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked
             conn.add_query_logger(lambda q: statements.append(q.query))
             routed = await route(conn, req, topics=topics, lease_ttl_s=60, agent_known=True, starts=True)
         run_id = routed.reply.run_id  # type: ignore[union-attr]  # a wake answers Accepted
-        # BEGIN, event claim, thread, lease row (inserted if missing and locked: decision 94), the wake, COMMIT
-        assert len(statements) == 6, statements
+        # BEGIN, the arrival (event claim, thread, lease row inserted if missing and locked: decision 96), the wake, COMMIT
+        assert len(statements) == 4, statements
         lease = await db.fetchrow("SELECT run_id, epoch, expires_at > now() AS live FROM thread_leases "
                                   "WHERE thread_id = $1", thread)
         assert (lease["run_id"], lease["epoch"], lease["live"]) == (run_id, 7, True)

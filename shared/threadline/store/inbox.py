@@ -26,8 +26,8 @@ from threadline.logging import get_logger
 from threadline.orchestration.options import normalize_options
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases, outbox
-from threadline.store.processed import claim_event
-from threadline.store.routing import RequestRejected, Routed, ensure_thread, queue_signal, route
+from threadline.store.arrival import arrive
+from threadline.store.routing import RequestRejected, Routed, other_resource, queue_signal, route
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -118,12 +118,14 @@ async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any],
     ids: list[int] = []
     reply_topic = req.reply_to or topics.replies
     async with conn.transaction():
-        if not await claim_event(conn, "ingress", req.event_id):
+        arrival = await arrive(conn, req.event_id, req.resource_id, req.thread_id, open_thread=agent_known)
+        if not arrival.claimed:
             return ids, Notified(request_id=req.event_id, results=[])
         if not agent_known:
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-        await ensure_thread(conn, req.resource_id, req.thread_id)
-        lease = await leases.lock_thread(conn, req.resource_id, req.thread_id)
+        if arrival.lease is None:
+            raise other_resource(req.thread_id)
+        lease = arrival.lease
         now = datetime.now(UTC)
         results = []
         for i, n in enumerate(req.notifications):

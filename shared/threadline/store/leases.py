@@ -22,6 +22,11 @@ class Lease:
     epoch: int
     active: bool
 
+    @property
+    def next_epoch(self) -> int:
+        """The epoch the thread's next run takes (:func:`take`, a wake's one statement)."""
+        return self.epoch + 1
+
 
 async def lock_thread(conn: asyncpg.Connection, resource_id: str, thread_id: str) -> Lease:
     """Create the thread's lease row if missing and lock it (``FOR UPDATE``) for this
@@ -44,7 +49,7 @@ async def lock_row(conn: asyncpg.Connection, thread_id: str, *, skip_locked: boo
 
 
 async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:
-    """Give the (locked) lease to ``run_id``; return the new epoch (previous + 1)."""
+    """Give the (locked) lease to ``run_id``; return the new epoch (:attr:`Lease.next_epoch`)."""
     epoch = await conn.fetchval(
         "UPDATE thread_leases SET run_id = $2, epoch = epoch + 1, "
         "expires_at = now() + make_interval(secs => $3), updated_at = now() "

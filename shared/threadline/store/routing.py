@@ -37,7 +37,8 @@ from threadline.orchestration.routing import (
 )
 from threadline.orchestration.runs import RunRow, ingress_starts
 from threadline.runtime.memory import Memory, for_run
-from threadline.store import leases, outbox
+from threadline.store import outbox
+from threadline.store.arrival import Arrival, arrive
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import insert_signal, insert_signal_message
 from threadline.store.wake import NewRun, store_wake
@@ -67,23 +68,24 @@ class RequestRejected(Exception):  # noqa: N818 - control flow, not a failure of
         self.message = message
 
 
-async def ensure_thread(conn: asyncpg.Connection, resource_id: str, thread_id: str,
-                        thread: dict[str, Any] | None = None) -> None:
-    """Create the thread row if missing; reject a thread owned by another resource."""
-    title = (thread or {}).get("title")
-    metadata = (thread or {}).get("metadata")
-    owner = await conn.fetchval(
-        "INSERT INTO threads (thread_id, resource_id, title, metadata) "
-        "VALUES ($1, $2, $3, coalesce($4::jsonb, '{}'::jsonb)) "
-        "ON CONFLICT (thread_id) DO UPDATE SET "
-        "  title = coalesce(EXCLUDED.title, threads.title), "
-        "  metadata = CASE WHEN $4::jsonb IS NULL THEN threads.metadata "
-        "                  ELSE threads.metadata || $4::jsonb END, "
-        "  updated_at = CASE WHEN $3 IS NULL AND $4::jsonb IS NULL THEN threads.updated_at ELSE now() END "
-        "RETURNING resource_id", thread_id, resource_id, title, metadata)
-    if owner != resource_id:
-        raise RequestRejected("thread_owned_by_other_resource",
-                              f"thread {thread_id!r} belongs to another resource")
+def other_resource(thread_id: str) -> RequestRejected:
+    """The refusal of a request for a thread that belongs to another resource."""
+    return RequestRejected("thread_owned_by_other_resource", f"thread {thread_id!r} belongs to another resource")
+
+
+def _precheck(req: Inbound, agent_known: bool) -> tuple[dict[str, Any], None] | tuple[None, RequestRejected |
+                                                                                       InvalidEventError]:
+    """What is refused without the store: an unknown agent, a bad signal, bad memory options.
+    Returns ``(signal, None)`` or ``(None, refusal)``."""
+    try:
+        if not agent_known:
+            raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
+        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name, signal_id=req.signal_id)
+        if req.run_options.get("memory_options") is not None:
+            _check_memory_options(req.run_options["memory_options"])
+    except (RequestRejected, InvalidEventError) as exc:
+        return None, exc
+    return signal, None
 
 
 async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, topics: Topics, lease_ttl_s: float,
@@ -98,8 +100,11 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
     """
     inbound = req if isinstance(req, Inbound) else Inbound.of(req)
     reply_topic = inbound.reply_to or topics.replies
+    signal, refusal = _precheck(inbound, agent_known)
     async with conn.transaction():
-        if not await claim_event(conn, "ingress", inbound.event_id):
+        arrival = await arrive(conn, inbound.event_id, inbound.resource_id, inbound.thread_id,
+                               thread=dict(inbound.thread) if inbound.thread else None, open_thread=refusal is None)
+        if not arrival.claimed:
             # a redelivery or a resent request: answer as before, do nothing else
             routed = Routed(duplicate=True)
             previous = await remembered(conn, "ingress", inbound.event_id)
@@ -108,16 +113,19 @@ async def route(conn: asyncpg.Connection, req: RoutableRequest | Inbound, *, top
                 routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=inbound.event_id))
                 routed.reply = reply
             return routed
-        routed = await route_claimed(conn, inbound, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=agent_known,
+        routed = await route_claimed(conn, inbound, arrival, signal, refusal, topics=topics, lease_ttl_s=lease_ttl_s,
                                      starts=starts, check=check)
         await pause_point("ingress_route_before_commit")  # fault injection: the transaction open, lease row locked
         return routed
 
 
-async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topics, lease_ttl_s: float,
-                        agent_known: bool, starts: bool = False, check: RunCheck | None = None) -> Routed:
-    """Route ``req`` whose event id the caller claimed, in the caller's transaction: refusals
-    (unknown agent, thread of another resource, bad signal) are answered with an error reply.
+async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival, signal: dict[str, Any] | None,
+                        refusal: RequestRejected | InvalidEventError | None, *, topics: Topics, lease_ttl_s: float,
+                        starts: bool = False, check: RunCheck | None = None) -> Routed:
+    """Route ``req`` whose arrival the caller made (:func:`~threadline.store.arrival.arrive`:
+    event id claimed, thread row, lease row locked) in the caller's transaction, ``signal`` its
+    signal or ``refusal`` what :func:`_precheck` refused: refusals (unknown agent, thread of
+    another resource, bad signal, a taken signal id) are answered with an error reply.
 
     A wake creates the run and queues ``accepted`` and a ``StartRun`` for the orchestrator; with
     ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.ingress_starts`)
@@ -136,20 +144,19 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
         return routed
 
     try:
-        if not agent_known:
-            raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
-        signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name, signal_id=req.signal_id)
-        if req.run_options.get("memory_options") is not None:
-            _check_memory_options(req.run_options["memory_options"])
+        if refusal is not None:
+            raise refusal
         if req.signal_id is not None and await conn.fetchval("SELECT 1 FROM signals WHERE id = $1", req.signal_id):
             raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
-        await ensure_thread(conn, req.resource_id, req.thread_id, dict(req.thread) if req.thread else None)
+        if arrival.lease is None:
+            raise other_resource(req.thread_id)
+        assert signal is not None  # no refusal: _precheck made it
         if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
             return await answer(Skipped(request_id=req.event_id))
     except (RequestRejected, InvalidEventError) as exc:
         message = exc.message if isinstance(exc, RequestRejected) else str(exc)
         return await answer(ErrorReply(request_id=req.event_id, code=exc.code, message=message))
-    lease = await leases.lock_thread(conn, req.resource_id, req.thread_id)
+    lease = arrival.lease
     active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id) \
         if lease.active else None
     route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id, run_agent_id=active_agent))
@@ -192,9 +199,9 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, *, topics: Topic
         await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
                                      signal_id=signal["id"], signal=_created(signal)))
-    # wake: the lease row is locked, so the take below gives the run epoch lease.epoch + 1
+    # wake: the lease row is locked, so store_wake below gives the run its next epoch
     run_id = new_id("run")
-    epoch = lease.epoch + 1
+    epoch = lease.next_epoch
     kind = "generate" if req.kind == "generate" else "stream"
     start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, epoch=epoch)
     # the run as it is created (running at its epoch, step 0 not started), asked the orchestrator's rule

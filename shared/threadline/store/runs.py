@@ -9,6 +9,14 @@ import asyncpg
 
 from threadline.events.signals import signal_to_message
 
+RUN_COLUMNS = "run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, options, start_announced"
+"""The columns a new run is inserted with, in the order :func:`create_run` and a wake's one statement
+(:mod:`threadline.store.wake`) give their values."""
+
+SIGNAL_COLUMNS = "id, thread_id, resource_id, agent_id, type, mode, status, run_id, request_id, payload, options"
+"""The columns a new signal is inserted with, in the order :func:`insert_signal` and a wake's one
+statement give their values."""
+
 
 async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, resource_id: str,
                      thread_id: str, epoch: int, options: Mapping[str, Any], kind: str,
@@ -16,8 +24,7 @@ async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, re
     """Insert a ``running`` run row holding lease ``epoch``; ``start_announced=False`` for a run
     whose step 0 the caller schedules itself (the orchestrator announces its start later)."""
     await conn.execute(
-        "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, "
-        "options, start_announced) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        f"INSERT INTO runs ({RUN_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, dict(options),
         start_announced)
 
@@ -29,8 +36,7 @@ async def insert_signal(conn: asyncpg.Connection, signal: dict[str, Any], *, thr
     ``deliver``, ``queue``, ``persist``, ``discard``), ``status`` ``pending`` / ``persisted`` /
     ``discarded``, ``options`` the run options plus ``reply_to`` and ``kind`` of its request."""
     await conn.execute(
-        "INSERT INTO signals (id, thread_id, resource_id, agent_id, type, mode, status, run_id, "
-        "request_id, payload, options) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        f"INSERT INTO signals ({SIGNAL_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         signal["id"], thread_id, resource_id, agent_id, signal["type"], mode, status, run_id,
         request_id, signal, dict(options))
 

@@ -15,21 +15,20 @@ from threadline.events.base import Event
 from threadline.events.codec import encode
 from threadline.store.leases import Lease
 from threadline.store.outbox import Queued, queued
+from threadline.store.runs import RUN_COLUMNS, SIGNAL_COLUMNS
 
-_WAKE = """
+_WAKE = f"""
 WITH lease AS (
     UPDATE thread_leases SET run_id = $2, epoch = $3, expires_at = now() + make_interval(secs => $4),
            updated_at = now()
     WHERE thread_id = $1 AND epoch = $3 - 1
     RETURNING epoch
 ), run AS (
-    INSERT INTO runs (run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, options,
-                      start_announced)
+    INSERT INTO runs ({RUN_COLUMNS})
     SELECT $2, $1, $5, $6, $7, $8, $9, lease.epoch, $10, $11 FROM lease
     RETURNING 1
 ), sig AS (
-    INSERT INTO signals (id, thread_id, resource_id, agent_id, type, mode, status, run_id, request_id, payload,
-                         options)
+    INSERT INTO signals ({SIGNAL_COLUMNS})
     SELECT $12, $1, $5, $6, $13, 'wake', 'pending', $2, $8, $14, $15 FROM lease
     RETURNING 1
 ), answered AS (
@@ -68,7 +67,7 @@ async def store_wake(conn: asyncpg.Connection, lease: Lease, run: NewRun, *, lea
                      signal: dict[str, Any], signal_options: Mapping[str, Any], reply: Event,
                      records: Sequence[tuple[str, Event, str | None]]) -> list[Queued]:
     """In the caller's transaction, with ``lease`` locked by it (:func:`threadline.store.leases.lock_thread`):
-    give the lease to ``run`` at epoch ``lease.epoch + 1``, insert the run (``running`` at that
+    give the lease to ``run`` at :attr:`~threadline.store.leases.Lease.next_epoch`, insert the run (``running`` at that
     epoch) and ``signal`` (mode ``wake``, ``pending``, for the run), store ``reply`` as the answer
     to the request's event id (claimed by the caller) and queue ``records`` (``(topic, event,
     key)``, published in this order) in the outbox. One round trip. ``lease`` is updated to the
@@ -80,7 +79,7 @@ async def store_wake(conn: asyncpg.Connection, lease: Lease, run: NewRun, *, lea
     Raises:
         RuntimeError: the lease row was not at ``lease.epoch`` (the caller did not hold its lock).
     """
-    epoch = lease.epoch + 1
+    epoch = lease.next_epoch
     encoded = [(topic, *encode(event), key) for topic, event, key in records]
     row = await conn.fetchrow(
         _WAKE, lease.thread_id, run.run_id, epoch, lease_ttl_s, lease.resource_id, run.agent_id, run.kind,

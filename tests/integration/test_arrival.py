@@ -1,0 +1,115 @@
+"""``threadline.store.arrival.arrive`` (decision 96): a request's event claim, its thread row and
+its thread's lease lock in one statement, with the outcomes of the three statements it replaced."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from threadline.events import ErrorReply
+from threadline.orchestration.routing import Inbound
+from threadline.store import leases
+from threadline.store.arrival import arrive
+from threadline.store.db import Database
+from threadline.store.routing import route
+from threadline.topics import Topics
+
+
+def _ids() -> tuple[str, str]:
+    return f"req-ar-{uuid.uuid4().hex}", f"th-ar-{uuid.uuid4().hex[:8]}"
+
+
+async def test_a_new_thread_is_claimed_created_and_locked_in_one_statement(cluster):
+    event, thread = _ids()
+    statements: list[str] = []
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        def log(query: Any) -> None:
+            statements.append(query.query)
+
+        async with conn.transaction():
+            conn.add_query_logger(log)
+            arrival = await arrive(conn, event, "res-ar", thread, thread={"title": "T", "metadata": {"k": 1}})
+            conn.remove_query_logger(log)
+        assert len(statements) == 1
+        assert arrival.claimed and arrival.owned and arrival.lease is not None
+        assert (arrival.lease.run_id, arrival.lease.epoch, arrival.lease.active) == (None, 0, False)
+        row = await conn.fetchrow("SELECT resource_id, title, metadata FROM threads WHERE thread_id = $1", thread)
+        assert (row["resource_id"], row["title"], row["metadata"]) == ("res-ar", "T", {"k": 1})
+        assert await conn.fetchval("SELECT resource_id FROM thread_leases WHERE thread_id = $1", thread) == "res-ar"
+        assert await conn.fetchval("SELECT count(*) FROM processed_events WHERE consumer = 'ingress' "
+                                   "AND event_id = $1", event) == 1
+
+
+async def test_a_claimed_event_does_nothing_else(cluster):
+    event, thread = _ids()
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        await conn.execute("INSERT INTO processed_events (consumer, event_id) VALUES ('ingress', $1)", event)
+        async with conn.transaction():
+            arrival = await arrive(conn, event, "res-ar", thread)
+        assert (arrival.claimed, arrival.owned, arrival.lease) == (False, False, None)
+        assert await conn.fetchval("SELECT count(*) FROM threads WHERE thread_id = $1", thread) == 0
+        assert await conn.fetchval("SELECT count(*) FROM thread_leases WHERE thread_id = $1", thread) == 0
+
+
+async def test_a_refused_request_claims_its_event_and_creates_no_thread(cluster):
+    event, thread = _ids()
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        async with conn.transaction():
+            arrival = await arrive(conn, event, "res-ar", thread, open_thread=False)
+        assert (arrival.claimed, arrival.owned, arrival.lease) == (True, False, None)
+        assert await conn.fetchval("SELECT count(*) FROM threads WHERE thread_id = $1", thread) == 0
+        assert await conn.fetchval("SELECT count(*) FROM thread_leases WHERE thread_id = $1", thread) == 0
+
+
+async def test_another_resources_thread_is_neither_changed_nor_locked(cluster):
+    """A request naming another resource's thread (with a title) leaves that thread as it was."""
+    event, thread = _ids()
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        await conn.execute("INSERT INTO threads (thread_id, resource_id, title) VALUES ($1, 'res-other', 'mine')",
+                           thread)
+        async with conn.transaction():
+            arrival = await arrive(conn, event, "res-ar", thread, thread={"title": "theirs"})
+        assert (arrival.claimed, arrival.owned, arrival.lease) == (True, False, None)
+        assert await conn.fetchval("SELECT count(*) FROM thread_leases WHERE thread_id = $1", thread) == 0
+        # ingress answers the refusal and commits: the other resource's title must not be overwritten
+        # (the three statements before decision 96 overwrote it)
+        row = await conn.fetchrow("SELECT resource_id, title FROM threads WHERE thread_id = $1", thread)
+        assert (row["resource_id"], row["title"]) == ("res-other", "mine")
+
+
+async def test_a_second_arrival_waits_for_the_lock_then_sees_the_first_ones_run(cluster):
+    _, thread = _ids()
+    async with Database(cluster.dsn, max_size=2) as db, db.connection() as first, db.connection() as second:
+        tx = first.transaction()
+        await tx.start()
+        arrival = await arrive(first, f"req-ar-{uuid.uuid4().hex}", "res-ar", thread)
+        assert arrival.lease is not None
+        await leases.take(first, arrival.lease, "run-ar-1", 60)
+
+        async def other() -> Any:
+            async with second.transaction():
+                return await arrive(second, f"req-ar-{uuid.uuid4().hex}", "res-ar", thread)
+
+        waiting = asyncio.create_task(other())
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the lease row (and the new thread's row) is locked by the first transaction
+        await tx.commit()
+        seen = await asyncio.wait_for(waiting, 5)
+        assert seen.claimed and seen.owned and seen.lease is not None
+        assert (seen.lease.run_id, seen.lease.epoch, seen.lease.active) == ("run-ar-1", 1, True)
+
+
+async def test_routing_a_request_for_another_resources_thread_answers_an_error_and_keeps_its_title(cluster):
+    """The refusal is answered (and committed) without writing the other resource's thread."""
+    event, thread = _ids()
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        await conn.execute("INSERT INTO threads (thread_id, resource_id, title) VALUES ($1, 'res-other', 'mine')",
+                           thread)
+        req = Inbound(event_id=event, kind="stream", agent_id="agent", resource_id="res-ar", thread_id=thread,
+                      body="hello", thread={"title": "theirs", "metadata": {"x": 1}})
+        routed = await route(conn, req, topics=Topics(cluster.prefix), lease_ttl_s=60, agent_known=True)
+        assert isinstance(routed.reply, ErrorReply) and routed.reply.code == "thread_owned_by_other_resource"
+        row = await conn.fetchrow("SELECT title, metadata FROM threads WHERE thread_id = $1", thread)
+        assert (row["title"], row["metadata"]) == ("mine", {})
+        assert await conn.fetchval("SELECT count(*) FROM runs WHERE thread_id = $1", thread) == 0
