@@ -7,7 +7,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from threadline.events import ErrorReply
+from threadline.events import ErrorReply, SendMessage
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases
 from threadline.store.arrival import arrive
@@ -113,3 +113,24 @@ async def test_routing_a_request_for_another_resources_thread_answers_an_error_a
         row = await conn.fetchrow("SELECT title, metadata FROM threads WHERE thread_id = $1", thread)
         assert (row["title"], row["metadata"]) == ("mine", {})
         assert await conn.fetchval("SELECT count(*) FROM runs WHERE thread_id = $1", thread) == 0
+
+
+async def test_a_message_after_a_runs_finish_names_the_run_that_answers_it(cluster):
+    """The run's last step is stored (status finished, its finish may be on the stream) but the
+    orchestrator has not released the lease yet: the message is queued as the next run's turn and
+    the reply names that run, not the run that ended (CI of c567380: the demo got the ended run)."""
+    event, thread = _ids()
+    ended = f"run-ar-{uuid.uuid4().hex[:8]}"
+    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+        await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-ar')", thread)
+        await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
+                           "VALUES ($1, 'res-ar', $2, 2, now() + interval '1 minute')", thread, ended)
+        await conn.execute("INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, status, steps_done) "
+                           "VALUES ($1, $2, 'res-ar', 'agent', 2, 'finished', 1)", ended, thread)
+        req = SendMessage(event_id=event, message="one more thing", agent_id="agent", resource_id="res-ar",
+                          thread_id=thread)  # if_active: deliver, the default
+        routed = await route(conn, req, topics=Topics(cluster.prefix), lease_ttl_s=60, agent_known=True)
+        reply = routed.reply
+        assert reply is not None and reply.run_id not in (None, ended)  # type: ignore[union-attr]
+        sig = await conn.fetchrow("SELECT mode, run_id, options FROM signals WHERE thread_id = $1", thread)
+        assert (sig["mode"], sig["run_id"], sig["options"]["run_id"]) == ("queue", None, reply.run_id)  # type: ignore[union-attr]

@@ -58,6 +58,17 @@ def test_active_default_delivers_into_the_run(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", SIGNALLING)
+def test_a_delivery_to_a_run_that_ended_before_its_lease_was_released_is_the_next_runs_turn(kind: str) -> None:
+    """The run's last step is stored (a subscriber may have its finish) and the orchestrator has not
+    released the thread yet: nothing would read a delivery; the request names the run that answers it."""
+    ended = ThreadState(active=True, run_id="run-1", run_agent_id="agent-a", run_ended=True)
+    assert decide_route(_send(kind), ended) == Queue({})
+    assert decide_route(_send(kind, if_active={"behavior": "deliver", "attributes": {"a": 1}}), ended) == \
+        Queue({"a": 1})
+    assert decide_route(_send(kind, if_active={"behavior": "persist"}), ended) == Persist(idle=False, attributes={})
+
+
+@pytest.mark.parametrize("kind", SIGNALLING)
 def test_active_persist_stores_without_a_run(kind: str) -> None:
     route = decide_route(_send(kind, if_active={"behavior": "persist"}), ACTIVE)
     assert route == Persist(idle=False, attributes={})

@@ -158,6 +158,9 @@ class ThreadState:
     """The run holding the lease (when ``active``)."""
     run_agent_id: str | None = None
     """That run's agent (when ``active``)."""
+    run_ended: bool = False
+    """That run has ended (its last step is stored, its ``finish`` may be on the stream) and the
+    orchestrator has not released the lease yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +232,8 @@ def decide_route(req: Inbound, thread: ThreadState) -> Route:
     if behavior == "persist":
         return Persist(idle=not thread.active, attributes=attributes)
     if behavior == "deliver" and thread.run_id is not None:
+        if thread.run_ended:  # nothing would read a delivery: the message is the next run's turn
+            return Queue(attributes)
         return Deliver(thread.run_id, attributes)
     if behavior == "queue":
         return Queue(attributes)

@@ -157,9 +157,11 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
         message = exc.message if isinstance(exc, RequestRejected) else str(exc)
         return await answer(ErrorReply(request_id=req.event_id, code=exc.code, message=message))
     lease = arrival.lease
-    active_agent = await conn.fetchval("SELECT agent_id FROM runs WHERE run_id = $1", lease.run_id) \
+    holder = await conn.fetchrow("SELECT agent_id, status FROM runs WHERE run_id = $1", lease.run_id) \
         if lease.active else None
-    route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id, run_agent_id=active_agent))
+    route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id,
+                                           run_agent_id=holder["agent_id"] if holder else None,
+                                           run_ended=holder is not None and holder["status"] != "running"))
     if check is not None and isinstance(route_, Wake | Queue):  # a run starts with this request's context
         try:
             check(req)
