@@ -72,3 +72,19 @@ async def end_offset(bootstrap: str, tp: TopicPartition) -> int:
         return (await consumer.end_offsets([tp]))[tp]
     finally:
         await consumer.stop()
+
+
+async def read_lifecycle(bootstrap: str, topic: str, *, thread_id: str | None = None,
+                         timeout_s: float = 60) -> list[dict[str, Any]]:
+    """The lifecycle events of ``topic`` (of one thread with ``thread_id``), each once: the outbox
+    publishes at least once (its relay may send again a row whose publisher has not marked it
+    yet), so a consumer drops an ``event_id`` it has seen, as this does."""
+    seen: set[str] = set()
+    out = []
+    for event in await read_all(bootstrap, [topic], partitions=None, timeout_s=timeout_s):
+        if thread_id is not None and event.get("thread_id") != thread_id:
+            continue
+        if event.get("event_id") not in seen:
+            seen.add(event.get("event_id"))
+            out.append(event)
+    return out

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from tests.e2e.records import read_all
+from tests.e2e.records import read_lifecycle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -46,7 +46,7 @@ async def test_scorers_store_once_and_announce(services, settings, model, cluste
                 if question in r["body"]["messages"][-1]["content"]]
     assert asked["body"]["messages"][0] == {"role": "system", "content": "Rate the answer."}
     assert "hello world" in asked["body"]["messages"][-1]["content"]
-    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
+    events = await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle")
     mine = [e for e in events if e.get("thread_id") == thread and e["type"] == "score"]
     assert sorted((e["run_id"], e["score"]["scorer"], e["score"]["score"]) for e in mine) == [
         (result.run_id, "judge", 0.25), (result.run_id, "length", 1.0)]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.helpers import rows, run_row, wait_idle
-from tests.e2e.records import read_all
+from tests.e2e.records import read_lifecycle
 from tests.e2e.stream_paths import only_worker
 from threadline.client import ThreadlineClient
 
@@ -47,8 +47,7 @@ async def _follow(settings, agent: str, thread: str, *, on_chunk=None, timeout_s
 
 
 async def _lifecycle(cluster, thread: str) -> list[str]:
-    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
-    return [e["type"] for e in events if e.get("thread_id") == thread]
+    return [e["type"] for e in await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle", thread_id=thread)]
 
 
 async def _closed_by_client(model, name: str, timeout_s: float = 10) -> dict[str, Any]:

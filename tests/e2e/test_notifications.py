@@ -16,7 +16,7 @@ import asyncpg
 import pytest
 
 from tests.e2e.helpers import collect_run, rows, wait_idle
-from tests.e2e.records import read_all
+from tests.e2e.records import read_lifecycle
 from threadline.client import ThreadlineClient
 from threadline.inbox.policy import retry_delay_s
 from threadline.store.clock import set_offset
@@ -475,8 +475,8 @@ async def test_lifecycle_announces_deliveries(services, settings, model, cluster
         res = await _notify(tl, thread, priority="urgent")
         await collect_run(sub)
         await sub.unsubscribe()
-    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
-    found = [e for e in events if e.get("thread_id") == thread and e["type"] == "notification_delivered"]
+    events = await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle", thread_id=thread)
+    found = [e for e in events if e["type"] == "notification_delivered"]
     assert len(found) == 1 and found[0]["notification_ids"] == [res["record"]["id"]]
 
 

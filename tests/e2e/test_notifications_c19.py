@@ -9,7 +9,7 @@ import uuid
 import asyncpg
 
 from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
-from tests.e2e.records import read_all
+from tests.e2e.records import read_lifecycle
 from threadline.client import ThreadlineClient
 
 
@@ -18,8 +18,7 @@ def _users(request) -> list[str]:
 
 
 async def _lifecycle(cluster, thread: str) -> list[dict]:
-    events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
-    return [e for e in events if e.get("thread_id") == thread]
+    return await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle", thread_id=thread)
 
 
 def _restart_all(services) -> None:

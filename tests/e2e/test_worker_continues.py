@@ -34,7 +34,7 @@ from tests.e2e.helpers import (
     wait_idle,
     worker_of,
 )
-from tests.e2e.records import read_all
+from tests.e2e.records import read_all, read_lifecycle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 from threadline.testing.harness import wait_file
@@ -64,7 +64,7 @@ async def _lifecycle(cluster: Any, run_id: str, *, until: str, timeout_s: float 
     """``(type, step)`` of the run's lifecycle events, once ``until`` is among them."""
     deadline = time.monotonic() + timeout_s
     while True:
-        events = await read_all(cluster.bootstrap, [f"{cluster.prefix}.lifecycle"], partitions=None)
+        events = await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle")
         mine = [(e["type"], e.get("step")) for e in events if e.get("run_id") == run_id]
         if any(t == until for t, _ in mine) or time.monotonic() > deadline:
             return mine
