@@ -13,6 +13,7 @@ import orjson
 from threadline.events import Aborted, AbortRun, LifecycleEvent, RunResult, StartRun, StepResult, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import abort_chunks, chunk_headers, envelope
+from threadline.events.codec import encode
 from threadline.logging import get_logger
 from threadline.orchestration import runs as transitions
 from threadline.orchestration.runs import (
@@ -85,9 +86,58 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
     return ids
 
 
+_ANNOUNCE = (
+    "WITH applied AS (UPDATE runs SET results_applied = $3 + 1 WHERE run_id = $1 AND epoch = $2 "
+    "AND status <> 'aborted' AND (results_applied IS NULL OR results_applied = $3) AND continued_from <= $3 "
+    "AND $3 < step AND start_announced RETURNING run_id), "
+    "claimed AS (INSERT INTO processed_events (consumer, event_id) SELECT 'orchestrator', $4 FROM applied "
+    "ON CONFLICT DO NOTHING RETURNING event_id) "
+    "INSERT INTO outbox (topic, key, headers, value) SELECT $5, $6, $7, $8 FROM claimed RETURNING id")
+"""A continued step's announcement in one statement (decision 98): the run's ``results_applied``
+moved on only while :func:`~threadline.orchestration.runs.on_step_result` still answers
+``Announce`` on the row (the same conditions, checked on the row the statement locks), the event
+claimed, the ``step_finished`` lifecycle event queued; no row returned when any of it did not hold."""
+
+
+async def announced(conn: asyncpg.Connection, res: StepResult, topics: Topics) -> list[int] | None:
+    """A ``continue`` whose next step the worker claimed itself, announced outside a transaction:
+    the run read unlocked, the move decided on it, then written by one statement (:data:`_ANNOUNCE`)
+    that holds the run's row lock only while it runs — the worker's next step writes the same row
+    (and the orchestrator's transaction would hold it, with the lease row, over seven round trips).
+    Returns the outbox ids, or ``None`` when the move is another one or the row changed meanwhile
+    (the caller then applies the result in its transaction, which decides again under the locks)."""
+    row = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1", res.run_id)
+    return None if row is None else await announce_on(conn, res, row, topics)
+
+
+async def announce_on(conn: asyncpg.Connection, res: StepResult, row: asyncpg.Record,
+                      topics: Topics) -> list[int] | None:
+    """:func:`announced` given the run's ``row`` as read without a lock (perhaps changed since)."""
+    run = RunRow.of(row)
+    move = transitions.on_step_result(run, res)
+    if not isinstance(move, Announce) or unannounced_start(run):
+        return None
+    event = _life("step_finished", row, step=move.finished_step)
+    value, headers = encode(event)
+    key = thread_key(row["resource_id"], row["thread_id"])
+    box_id = await conn.fetchval(_ANNOUNCE, res.run_id, res.epoch, res.step, res.event_id, topics.lifecycle, key,
+                                 [[k, v.decode()] for k, v in headers], value)
+    if box_id is None:
+        return None
+    return [outbox.queued(box_id, topics.lifecycle, key, headers, value)]
+
+
 async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topics,
                          lease_ttl_s: float) -> list[int]:
     """Schedule the next step, or end the run and hand the thread to what is queued."""
+    if res.outcome == "continue" and (done := await announced(conn, res, topics)) is not None:
+        return done
+    return await apply_step_result(conn, res, topics, lease_ttl_s)
+
+
+async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topics,
+                            lease_ttl_s: float) -> list[int]:
+    """:func:`on_step_result` in one transaction holding the thread's lease row and the run's row."""
     ids: list[int] = []
     async with conn.transaction():
         await leases.lock_row(conn, res.thread_id)  # the lease row before the run's (leases.py)
