@@ -9,8 +9,8 @@ runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once
 
 Figures: ttfc, sse (first token over the gateway's SSE beside the Kafka-native client's), throughput,
 concurrency (also gives scaling), burst (500 runs at once on one worker, failed
-runs and re-executed steps counted), scaling, signals, toolsteps (the overhead of a tool step, as the
-peer comparison measures it), pipeline, limits; and, only when named in --only,
+runs and re-executed steps counted), burst2 (the same with 1,000 runs on two workers), scaling, signals,
+toolsteps (the overhead of a tool step, as the peer comparison measures it), pipeline, limits; and, only when named in --only,
 topics (10,000 thread topics on the broker: creation rate, broker memory, start-up; ``--topics N``).
 Cluster figures start their own services on the local cluster (``make infra-up`` if needed).
 """
@@ -36,8 +36,8 @@ from bench import pipeline
 from bench.report import table, top_costs_text
 
 RESULTS = Path(__file__).parent / "results"
-FIGURES = ("ttfc", "sse", "throughput", "concurrency", "burst", "scaling", "signals", "toolsteps", "pipeline",
-           "limits")
+FIGURES = ("ttfc", "sse", "throughput", "concurrency", "burst", "burst2", "scaling", "signals", "toolsteps",
+           "pipeline", "limits")
 EXTRA = ("topics",)
 """Figures only run when named in ``--only`` (``topics`` creates 10,000 topics on the broker)."""
 
@@ -98,6 +98,9 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         if "burst" in only:
             await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
                          lambda: concurrency.burst(env, runs=args.burst_runs, profile_dir=profile_dir, stamp=stamp))
+        if "burst2" in only:
+            await figure("burst2", f"burst: {args.burst2_runs} runs at once on two workers",
+                         lambda: concurrency.burst(env, runs=args.burst2_runs, workers=2))
         if "topics" in only:
             from bench import topics
 
@@ -128,6 +131,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tokens", type=int, default=20_000, help="throughput tokens (default 20000)")
     p.add_argument("--sizes", default="100,300,500", help="concurrency sizes (default 100,300,500)")
     p.add_argument("--burst-runs", type=int, default=500, help="runs of the burst figure (default 500)")
+    p.add_argument("--burst2-runs", type=int, default=1000,
+                   help="runs of the two-worker burst figure (default 1000)")
     p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
     p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
     p.add_argument("--tool-runs", type=int, default=100, help="runs of the tool-step figure (default 100)")
@@ -143,6 +148,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.runs, args.profile_runs, args.tokens, args.samples = min(args.runs, 60), 30, 3000, 20
         args.sse_runs, args.tool_runs = min(args.sse_runs, 40), min(args.tool_runs, 20)
         args.sizes, args.scaling_size, args.burst_runs = [20, 50], 50, min(args.burst_runs, 50)
+        args.burst2_runs = min(args.burst2_runs, 100)
     return args
 
 

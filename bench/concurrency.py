@@ -88,6 +88,7 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
         "cpu_ms_per_chunk": {k: round(1000 * v / max(1, counts), 3) for k, v in service_cpu.items()},
         "worker_rss_idle_mb": round(sum(idle.values()) / MB, 1),
         "worker_rss_peak_mb": round(sum(rss.peak.values()) / MB, 1),
+        "worker_rss_peak_each_mb": round(max(rss.peak.values()) / MB, 1),
         "rss_per_run_kb": round(sum(rss.peak[p] - idle[p] for p in pids) / n / 1024, 1),
         "subscriber": {"cpu_share": round((time.process_time() - sub_cpu0) / wall, 2),
                        "record_lag_ms": {"p50": round(pct(lag, 50), 1), "p99": round(pct(lag, 99), 1)}},
@@ -150,16 +151,22 @@ def _pool_timeouts(env: BenchEnv) -> int:
                for f in env.log_dir.glob("processor_worker*"))
 
 
-async def burst(env: BenchEnv, *, runs: int = 500, tokens: int = 200, rate: float = 50,
+async def burst(env: BenchEnv, *, runs: int = 500, workers: int = 1, tokens: int = 200, rate: float = 50,
                 profile_dir: Path | None = None, stamp: str = "") -> dict[str, Any]:
-    """The burst figure: ``runs`` runs started at once on one worker; failed runs, re-executed
-    steps (from the runs table) and pool timeouts (from the worker's log) counted. With
-    ``profile_dir``, a second burst on the same threads runs under py-spy (the figures come from
-    the first, unprofiled one) and its collapsed stacks are written there."""
-    names = [f"burst-{i}" for i in range(runs)]
-    topics = await env.chunk_topics([("bench-user", t) for t in [*names, "warm-burst"]])
-    await _fresh_workers(env, 1, topics[-1], "burst")
+    """The burst figure: ``runs`` runs started at once on ``workers`` fresh workers (threads of
+    their own, ``burst-<i>`` for one worker, ``burst<workers>w-<i>`` else); failed runs,
+    re-executed steps (from the runs table) and pool timeouts (from the workers' logs) counted;
+    worker CPU and RSS are the sums over the workers. With ``profile_dir`` (one worker only), a
+    second burst on the same threads runs under py-spy (the figures come from the first,
+    unprofiled one) and its collapsed stacks are written there."""
+    prefix = "burst" if workers == 1 else f"burst{workers}w"
+    names = [f"{prefix}-{i}" for i in range(runs)]
+    topics = await env.chunk_topics([("bench-user", t) for t in [*names, f"warm-{prefix}"]])
+    await _fresh_workers(env, workers, topics[-1], prefix)
     out = await _batch(env, names, topics[:-1], tokens, rate)
+    out["workers"] = workers
+    if workers != 1:
+        profile_dir = None
     if profile_dir is not None:
         spy = PySpy(env.worker_pids()[0], profile_dir / f"{stamp}-burst-processor_worker.collapsed.txt")
         if spy.start():
