@@ -184,7 +184,7 @@ chaos-sweep: install ## the chaos test over SEEDS consecutive seeds from SEED_FR
 	  $(PY) -m pytest -q -s -p no:logging tests/e2e/test_chaos.py $(PYTEST_ARGS) || rc=$$?; \
 	  echo; $(PY) -m tests.e2e.chaos_table $(ROOT)/.run/chaos-sweep --seeds $(SEED_FROM)-$$last || rc=1; exit $$rc
 
-bench: install ## benchmarks beside same-run baselines (~17 min; BENCH_ARGS="--only ttfc --runs 100"; docs/benchmarks.md)
+bench: install ## benchmarks beside same-run baselines (~9 min; BENCH_ARGS="--only ttfc --runs 100"; docs/benchmarks.md)
 	cd $(ROOT) && $(PY) -m bench $(BENCH_ARGS)
 
 clean: ## down, delete all data (Kafka, PostgreSQL) and .run/

@@ -3,7 +3,7 @@ measured in the same run; prints a table and writes ``bench/results/<date>.json`
 ``--only``, writes ``<date>-<figures>.json``; ``--quick`` adds ``-quick``) plus py-spy profiles of the TTFC and throughput
 runs (``<date>-*.collapsed.txt.gz``, collapsed stacks that speedscope opens once unpacked).
 
-    python -m bench                              # everything (about 12 minutes)
+    python -m bench                              # everything (about 9 minutes)
     python -m bench --only ttfc --runs 100       # one figure, smaller
     python -m bench --only concurrency --sizes 50,100 --quick
 
