@@ -88,7 +88,7 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
 
 _ANNOUNCE = (
     "WITH applied AS (UPDATE runs SET results_applied = $3 + 1 WHERE run_id = $1 AND epoch = $2 "
-    "AND status <> 'aborted' AND (results_applied IS NULL OR results_applied = $3) AND continued_from <= $3 "
+    "AND status <> 'aborted' AND results_applied = $3 AND continued_from <= $3 "
     "AND $3 < step AND start_announced RETURNING run_id), "
     "claimed AS (INSERT INTO processed_events (consumer, event_id) SELECT 'orchestrator', $4 FROM applied "
     "ON CONFLICT DO NOTHING RETURNING event_id) "
@@ -121,7 +121,7 @@ async def announce_on(conn: asyncpg.Connection, res: StepResult, row: asyncpg.Re
     value, headers = encode(event)
     key = thread_key(row["resource_id"], row["thread_id"])
     box_id = await conn.fetchval(_ANNOUNCE, res.run_id, res.epoch, res.step, res.event_id, topics.lifecycle, key,
-                                 [[k, v.decode()] for k, v in headers], value)
+                                 outbox.stored_headers(headers), value)
     if box_id is None:
         return None
     return [outbox.queued(box_id, topics.lifecycle, key, headers, value)]

@@ -39,8 +39,13 @@ async def add_raw(conn: asyncpg.Connection, topic: str, value: bytes, *, key: st
     (a :class:`Queued`, which also holds the record)."""
     box_id = await conn.fetchval(
         "INSERT INTO outbox (topic, key, headers, value) VALUES ($1, $2, $3, $4) RETURNING id",
-        topic, key, [[k, v.decode()] for k, v in headers], value)
+        topic, key, stored_headers(headers), value)
     return queued(box_id, topic, key, headers, value)
+
+
+def stored_headers(headers: list[tuple[str, bytes]]) -> list[list[str]]:
+    """Kafka headers as the ``outbox.headers`` column holds them: ``[[name, value as text], …]``."""
+    return [[k, v.decode()] for k, v in headers]
 
 
 def queued(box_id: int, topic: str, key: str | None, headers: list[tuple[str, bytes]], value: bytes) -> Queued:

@@ -10,7 +10,7 @@ import asyncpg
 from threadline.errors import StaleWriterError
 from threadline.events import StepResult
 from threadline.events.codec import encode
-from threadline.store import leases
+from threadline.store import leases, outbox
 from threadline.topics import Topics, thread_key
 
 _STORABLE = ("input", "response")
@@ -127,7 +127,7 @@ async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[st
         box_id = await conn.fetchval(
             _SAVE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries), consumed,
             state, next_seq, final_fields, topics.step_results, thread_key(run["resource_id"], thread_id),
-            [[k, v.decode()] for k, v in headers], value)
+            outbox.stored_headers(headers), value)
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
             raise StaleWriterError(run_id, run["epoch"]) from exc
@@ -179,7 +179,7 @@ async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: M
             _SAVE_CLAIM if lean else _SAVE_CONTINUE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s,
             _message_rows(entries),
             consumed, state, next_seq, topics.step_results, thread_key(run["resource_id"], thread_id),
-            [[k, v.decode()] for k, v in headers], value, owner, SEQ_BLOCK)
+            outbox.stored_headers(headers), value, owner, SEQ_BLOCK)
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
             raise StaleWriterError(run_id, run["epoch"]) from exc

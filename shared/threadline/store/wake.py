@@ -14,7 +14,7 @@ import orjson
 from threadline.events.base import Event
 from threadline.events.codec import encode
 from threadline.store.leases import Lease
-from threadline.store.outbox import Queued, queued
+from threadline.store.outbox import Queued, queued, stored_headers
 from threadline.store.runs import RUN_COLUMNS, SIGNAL_COLUMNS
 
 _WAKE = f"""
@@ -85,7 +85,7 @@ async def store_wake(conn: asyncpg.Connection, lease: Lease, run: NewRun, *, lea
         _WAKE, lease.thread_id, run.run_id, epoch, lease_ttl_s, lease.resource_id, run.agent_id, run.kind,
         run.request_id, run.reply_to, dict(run.options), run.start_announced, signal["id"], signal["type"], signal,
         dict(signal_options), reply.dump(), [t for t, _, _, _ in encoded], [k for _, _, _, k in encoded],
-        [orjson.dumps([[name, value.decode()] for name, value in headers]).decode() for _, _, headers, _ in encoded],
+        [orjson.dumps(stored_headers(headers)).decode() for _, _, headers, _ in encoded],
         [value for _, value, _, _ in encoded])
     if row is None or row["written"] != 4 or len(row["ids"]) != len(records):
         raise RuntimeError(f"the lease of thread {lease.thread_id!r} moved while it was locked")
