@@ -4,14 +4,22 @@ agent's code lets the editor change, and strips from stored overrides what the c
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 import asyncpg
+import orjson
 
 from threadline.runtime import Agent, create_tool
-from threadline.store.agents import publish_agents, read_editable, read_overrides, write_overrides
+from threadline.store.agents import publish_agents, read_editable, write_overrides
 
 ADD = create_tool(id="add", description="add two numbers", execute=lambda i: i)
 EDITS = {"instructions": "edited", "tools": {"add": {"description": "sum"}}}
+
+
+async def read_overrides(conn: asyncpg.Connection, agent_id: str) -> dict[str, Any] | None:
+    """The agent's stored overrides row as is (``None``: no row)."""
+    raw = await conn.fetchval("SELECT overrides::text FROM agent_overrides WHERE agent_id = $1", agent_id)
+    return None if raw is None else dict(orjson.loads(raw))
 
 
 async def test_publishing_a_locked_agent_strips_its_stored_overrides(cluster) -> None:

@@ -4,14 +4,15 @@ trips that hold no lock between them."""
 
 from __future__ import annotations
 
-import asyncio
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
+from tests.integration.pg import leased_run, statements
 from threadline.events import StepResult
 from threadline.store.db import Database
 from threadline.store.orchestration import announce_on, announced, apply_step_result, on_step_result
@@ -23,16 +24,9 @@ _RUN = {"step": 2, "steps_done": 2, "status": "running", "epoch": 3, "continued_
 
 
 async def _setup(conn: asyncpg.Connection, p: str, run: dict[str, Any]) -> None:
-    await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res')", f"{p}-t")
-    await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
-                       "VALUES ($1, 'res', $2, 3, now() + interval '1 minute')", f"{p}-t", f"{p}-r")
-    await conn.execute(
-        "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done, attempt, status, "
-        "step_started, step_owner, step_heartbeat, next_seq, continued_from, results_applied, start_announced, "
-        "options, state) VALUES ($1, $2, 'res', 'agent', $3, $4, $5, 1, $6, true, 'w1', now(), 2000000, $7, $8, $9, "
-        "'{}', '{}')",
-        f"{p}-r", f"{p}-t", run["epoch"], run["step"], run["steps_done"], run["status"], run["continued_from"],
-        run["results_applied"], run["start_announced"])
+    await leased_run(conn, run_id=f"{p}-r", thread_id=f"{p}-t", resource_id="res", attempt=1, step_started=True,
+                     step_owner="w1", step_heartbeat=datetime.now(UTC), next_seq=2000000, options={}, state={},
+                     **run)
 
 
 def _result(p: str, **fields: Any) -> StepResult:
@@ -81,15 +75,8 @@ async def test_an_announcement_is_two_statements_and_a_repeat_changes_nothing(cl
     async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
         p = f"an{uuid.uuid4().hex[:10]}"
         await _setup(conn, p, _RUN)
-        queries: list[str] = []
-
-        def log(query: Any) -> None:
-            queries.append(query.query)
-
-        conn.add_query_logger(log)
-        ids = await announced(conn, _result(p), topics)
-        await asyncio.sleep(0.01)  # the loggers are called soon after each statement
-        conn.remove_query_logger(log)
+        async with statements(conn) as queries:
+            ids = await announced(conn, _result(p), topics)
         assert ids is not None and len(queries) == 2 and not any(q.startswith("BEGIN") for q in queries)
         assert (await _state(conn, p, ids))["events"] == [("step_finished", 1)]
         assert await announced(conn, _result(p), topics) is None  # the redelivered result: applied already

@@ -7,6 +7,7 @@ import asyncio
 import uuid
 from typing import Any
 
+from tests.integration.pg import statements as logged
 from threadline.events import ErrorReply, SendMessage
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases
@@ -22,15 +23,9 @@ def _ids() -> tuple[str, str]:
 
 async def test_a_new_thread_is_claimed_created_and_locked_in_one_statement(cluster):
     event, thread = _ids()
-    statements: list[str] = []
     async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
-        def log(query: Any) -> None:
-            statements.append(query.query)
-
-        async with conn.transaction():
-            conn.add_query_logger(log)
+        async with conn.transaction(), logged(conn) as statements:
             arrival = await arrive(conn, event, "res-ar", thread, thread={"title": "T", "metadata": {"k": 1}})
-            conn.remove_query_logger(log)
         assert len(statements) == 1
         assert arrival.claimed and arrival.owned and arrival.lease is not None
         assert (arrival.lease.run_id, arrival.lease.epoch, arrival.lease.active) == (None, 0, False)

@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from tests.integration.pg import statements as logged
 from threadline.events import AbortRun, StartRun, StepResult
 from threadline.orchestration.routing import Inbound
 from threadline.store.db import Database
@@ -104,7 +105,6 @@ async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked
     """Decisions 93, 94 and 96: event claim, thread and lease lock in one statement, then one statement takes the lease,
     creates the run, stores the signal, queues the three records and remembers the reply."""
     topics = Topics(cluster.prefix)
-    statements: list[str] = []
     async with Database(cluster.dsn, max_size=1) as db:
         await _wake(db, topics, starts=True)  # the connection learns the statement's types (asyncpg asks once)
         thread = f"th-is-{uuid.uuid4().hex[:8]}"
@@ -112,12 +112,11 @@ async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked
         await db.execute("INSERT INTO thread_leases (thread_id, resource_id, epoch) VALUES ($1, 'res-is', 6)", thread)
         req = Inbound(event_id=f"req-{uuid.uuid4().hex}", kind="stream", agent_id="agent", resource_id="res-is",
                       thread_id=thread, body="hello", run_options={"max_steps": 3})
-        async with db.connection() as conn:
-            conn.add_query_logger(lambda q: statements.append(q.query))
+        async with db.connection() as conn, logged(conn) as sent:
             routed = await route(conn, req, topics=topics, lease_ttl_s=60, agent_known=True, starts=True)
         run_id = routed.reply.run_id  # type: ignore[union-attr]  # a wake answers Accepted
         # BEGIN, the arrival (event claim, thread, lease row inserted if missing and locked: decision 96), the wake, COMMIT
-        assert len(statements) == 4, statements
+        assert len(sent) == 4, sent
         lease = await db.fetchrow("SELECT run_id, epoch, expires_at > now() AS live FROM thread_leases "
                                   "WHERE thread_id = $1", thread)
         assert (lease["run_id"], lease["epoch"], lease["live"]) == (run_id, 7, True)

@@ -6,23 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import Any
 
+from tests.integration.pg import statements as logged
 from threadline.store import leases
 from threadline.store.db import Database
 
 
 async def test_a_missing_lease_row_is_created_idle_and_locked_in_one_statement(cluster):
     thread = f"th-ll-{uuid.uuid4().hex[:8]}"
-    statements: list[str] = []
     async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
-        def log(query: Any) -> None:
-            statements.append(query.query)
-
-        async with conn.transaction():
-            conn.add_query_logger(log)
+        async with conn.transaction(), logged(conn) as statements:
             lease = await leases.lock_thread(conn, "res-ll", thread)
-            conn.remove_query_logger(log)
         assert (lease.run_id, lease.epoch, lease.active) == (None, 0, False)
         assert len([q for q in statements if "thread_leases" in q]) == 1
         assert await conn.fetchval("SELECT resource_id FROM thread_leases WHERE thread_id = $1", thread) == "res-ll"

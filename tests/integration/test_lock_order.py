@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import asyncpg
 
+from tests.integration.pg import leased_run
 from threadline.events import StepResult
 from threadline.store import recovery
 from threadline.store.db import Database
@@ -24,14 +26,7 @@ async def _running(conn: asyncpg.Connection) -> dict[str, str]:
     for a minute (a sweeper's candidate)."""
     tag = uuid.uuid4().hex[:10]
     r = {"run_id": f"run-lo-{tag}", "thread_id": f"th-lo-{tag}", "resource_id": "res-lo"}
-    await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, $2)", r["thread_id"],
-                       r["resource_id"])
-    await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
-                       "VALUES ($1, $2, $3, 3, now() + interval '1 minute')",
-                       r["thread_id"], r["resource_id"], r["run_id"])
-    await conn.execute("INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done, "
-                       "updated_at) VALUES ($1, $2, $3, 'agent', 3, 0, 1, now() - interval '1 minute')",
-                       r["run_id"], r["thread_id"], r["resource_id"])
+    await leased_run(conn, **r, step=0, steps_done=1, updated_at=datetime.now(UTC) - timedelta(minutes=1))
     return r
 
 

@@ -7,12 +7,14 @@ but for its ids; one copy goes through each function and everything both touched
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import asyncpg
 import orjson
 import pytest
 
+from tests.integration.pg import leased_run
 from threadline.store.db import connect
 
 _ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
@@ -22,15 +24,10 @@ _VOLATILE = {"created_at", "updated_at", "step_heartbeat", "consumed_at", "expir
 
 
 async def _setup(conn: asyncpg.Connection, p: str, case: dict[str, Any]) -> None:
-    await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res')", f"{p}-t")
-    await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
-                       "VALUES ($1, 'res', $2, 3, now() + interval '1 minute')", f"{p}-t", f"{p}-r")
-    await conn.execute(
-        "INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done, attempt, status, "
-        "step_started, step_owner, step_heartbeat, next_seq, continued_from, options, state) "
-        "VALUES ($1, $2, 'res', 'agent', 3, $3, $4, 2, $5, true, 'w1', now(), 2000000, $6, $7, $8)",
-        f"{p}-r", f"{p}-t", case.get("run_step", 1), case.get("run_step", 1), case.get("status", "running"),
-        case.get("continued_from"), {"maxSteps": 5}, {"old": True})
+    await leased_run(conn, run_id=f"{p}-r", thread_id=f"{p}-t", resource_id="res", step=case.get("run_step", 1),
+                     steps_done=case.get("run_step", 1), attempt=2, status=case.get("status", "running"),
+                     step_started=True, step_owner="w1", step_heartbeat=datetime.now(UTC), next_seq=2000000,
+                     continued_from=case.get("continued_from"), options={"maxSteps": 5}, state={"old": True})
     await conn.execute("INSERT INTO messages (id, thread_id, resource_id, run_id, role, content) VALUES "
                        "($1, $2, 'res', $3, 'user', $4), ($5, $2, 'res', $3, 'assistant', $4)",
                        f"{p}-m0", f"{p}-t", f"{p}-r", {"parts": ["old"]}, f"{p}-gone")

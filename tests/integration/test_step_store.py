@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import structlog.testing
 
+from tests.integration.pg import leased_run
 from threadline.errors import StaleWriterError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
@@ -61,14 +62,7 @@ async def _run(db: Database, *, step: int = 0, signals: tuple[str, ...] = (), ag
     tag = uuid.uuid4().hex[:10]
     r = {"run_id": f"run-ss-{tag}", "thread_id": f"th-ss-{tag}", "resource_id": "res-ss"}
     async with db.connection() as conn:
-        await conn.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, $2)",
-                           r["thread_id"], r["resource_id"])
-        await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
-                           "VALUES ($1, $2, $3, 3, now() + interval '1 minute')",
-                           r["thread_id"], r["resource_id"], r["run_id"])
-        await conn.execute("INSERT INTO runs (run_id, thread_id, resource_id, agent_id, epoch, step, steps_done) "
-                           "VALUES ($1, $2, $3, $5, 3, $4, $4)", r["run_id"], r["thread_id"], r["resource_id"],
-                           step, agent)
+        await leased_run(conn, **r, agent_id=agent, step=step, steps_done=step)
         for i, mode in enumerate(signals):
             await conn.execute(
                 "INSERT INTO signals (id, thread_id, resource_id, type, mode, status, run_id, payload) "

@@ -61,12 +61,6 @@ async def publish_agents(conn: asyncpg.Connection, agents: Iterable[Agent]) -> N
                                    "WHERE agent_id = $1", agent.id, orjson.dumps(kept).decode())
 
 
-async def read_overrides(conn: asyncpg.Connection, agent_id: str) -> dict[str, Any] | None:
-    """The stored editor overrides of an agent (``{"instructions"?, "tools"?}``), or ``None``."""
-    raw = await conn.fetchval("SELECT overrides::text FROM agent_overrides WHERE agent_id = $1", agent_id)
-    return None if raw is None else dict(orjson.loads(raw))
-
-
 async def read_editable(conn: asyncpg.Connection, agent_id: str) -> dict[str, Any] | None:
     """What the editor shows of an agent: ``{id, name, editor: {instructions, tools: {description}},
     code: {instructions, tools}, overrides, updated_at}`` (``code`` fields ``None`` where the code

@@ -41,8 +41,8 @@ from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
 
-__all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_start", "claim_terminal", "on_step_result", "start_next",
-           "start_run"]
+__all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_on", "announce_start", "announced", "apply_step_result",
+           "claim_terminal", "on_step_result", "start_next", "start_run"]
 
 
 async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Record | None:
