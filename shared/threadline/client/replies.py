@@ -10,6 +10,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from threadline.client.subscription import IDLE_FETCH_WAIT_MS
 from threadline.events.codec import decode
 from threadline.events.replies import REPLY_ADAPTER
 from threadline.kafka.payloads import PayloadRefs, resolve
@@ -34,7 +35,7 @@ class ReplyListener:
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    group_id=None, fetch_max_wait_ms=20, **self._security)
+                                    group_id=None, fetch_max_wait_ms=IDLE_FETCH_WAIT_MS, **self._security)
         await consumer.start()
         partitions = None
         for _ in range(100):

@@ -17,6 +17,13 @@ from threadline.logging import get_logger
 
 log = get_logger(__name__)
 
+IDLE_FETCH_WAIT_MS = 500
+"""How long (ms) the broker may hold a client consumer's fetch while its partitions have nothing
+new (aiokafka ``fetch_max_wait_ms``; Kafka's own default): a record that arrives ends the wait at
+once, so it bounds no delivery; it bounds how often an idle subscription asks. Each subscription
+and each client's reply listener is a consumer of its own, so a gateway with many open streams
+holds many: at 10 ms each asked 100 times a second (``python -m bench.idle_subscriptions``)."""
+
 
 class ThreadSubscription:
     """Chunks of one thread.
@@ -57,7 +64,8 @@ class ThreadSubscription:
         # this subscription's position lies past the new topic's end (out of range): it then reads
         # the new topic from its start, i.e. the new run's chunks from the first (decision 41)
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
-                                    group_id=None, fetch_max_wait_ms=10, auto_offset_reset="earliest", **self._security)
+                                    group_id=None, fetch_max_wait_ms=IDLE_FETCH_WAIT_MS, auto_offset_reset="earliest",
+                                    **self._security)
         await consumer.start()
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])
