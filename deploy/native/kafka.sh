@@ -18,6 +18,7 @@
 #
 # Env: THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
 #      THREADLINE_KAFKA_CONTROLLER_PORT (19093), THREADLINE_KAFKA_SASL_PORT (port + 2),
+#      THREADLINE_KAFKA_QUORUM_LINGER_MS (1: controller.quorum.append.linger.ms),
 #      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m),
 #      KAFKA_START_TIMEOUT (90), KAFKA_STOP_TIMEOUT (30)
 set -euo pipefail
@@ -123,6 +124,9 @@ log.segment.bytes=67108864
 # an offset/time index entry per MiB appended, not per 4 KiB: the first entry of a fresh segment
 # held its produce for up to 170 ms (docs/decisions.md, decision 89)
 log.index.interval.bytes=1048576
+# the controller commits a metadata change (a thread's new chunk topic) within 1 ms, not 25: one
+# topic's creation ~10 ms instead of ~35 (docs/decisions.md, decision 100)
+controller.quorum.append.linger.ms=${THREADLINE_KAFKA_QUORUM_LINGER_MS:-1}
 EOF
   cat >"$LOG4J" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>

@@ -42,6 +42,8 @@ def kafka_env(host_port: int) -> dict[str, str]:
         "KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS": "0",
         "KAFKA_AUTO_CREATE_TOPICS_ENABLE": "false",
         "KAFKA_NUM_PARTITIONS": "1",
+        "KAFKA_LOG_INDEX_INTERVAL_BYTES": "1048576",  # as deploy/native/kafka.sh (decision 89)
+        "KAFKA_CONTROLLER_QUORUM_APPEND_LINGER_MS": "1",  # as deploy/native/kafka.sh (decision 100)
     }
 
 
