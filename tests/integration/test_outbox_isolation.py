@@ -31,21 +31,21 @@ async def _published(db: Database, ids: list[int]) -> dict[int, bool]:
 
 
 @pytest.fixture
-async def parts(cluster):
+async def parts(own_cluster):
     tag = uuid.uuid4().hex[:8]
-    good = f"{cluster.prefix}.outbox-probe-{tag}"
-    admin = TopicAdmin(cluster.bootstrap)
+    good = f"{own_cluster.prefix}.outbox-probe-{tag}"
+    admin = TopicAdmin(own_cluster.bootstrap)
     await admin.start()
     try:
         await admin.ensure([good], partitions=1)
     finally:
         await admin.stop()
-    async with Database(cluster.dsn, max_size=2, acquire_timeout_s=10) as db, Producer(cluster.bootstrap) as producer:
+    async with Database(own_cluster.dsn, max_size=2, acquire_timeout_s=10) as db, Producer(own_cluster.bootstrap) as producer:
         await db.execute("UPDATE outbox SET published_at = now() WHERE published_at IS NULL")  # this test's rows only
-        yield db, ob.Outbox(db, producer, ack_timeout_s=3.0), good, f"{cluster.prefix}.no-such-topic-{tag}", tag
+        yield db, ob.Outbox(db, producer, ack_timeout_s=3.0), good, f"{own_cluster.prefix}.no-such-topic-{tag}", tag
 
 
-async def test_relay_publishes_every_other_topic_past_a_row_kafka_will_not_take(parts, cluster):
+async def test_relay_publishes_every_other_topic_past_a_row_kafka_will_not_take(parts, own_cluster):
     db, box, good, missing, tag = parts
     poison = await _add(db, missing, f"k-poison-{tag}")
     same_key_later = await _add(db, good, f"k-poison-{tag}")  # behind the failed row on its key
@@ -60,7 +60,7 @@ async def test_relay_publishes_every_other_topic_past_a_row_kafka_will_not_take(
     assert done[poison] is False and done[same_key_later] is False  # the key keeps its order for the next pass
     # and the later row was not even sent: a relay pass never publishes a key's row past an
     # earlier one of the key that Kafka did not take (decision 65: a run's result after its finish)
-    assert f"k-poison-{tag}" not in await _keys_on(cluster.bootstrap, good, want=3)
+    assert f"k-poison-{tag}" not in await _keys_on(own_cluster.bootstrap, good, want=3)
 
 
 async def _keys_on(bootstrap: str, topic: str, *, want: int) -> list[str]:
@@ -102,7 +102,7 @@ class WedgedProducer:
 async def test_a_relay_pass_wedged_on_kafka_lets_the_rows_go_to_another_relay(parts):
     """Relay passes lock their rows (``FOR UPDATE SKIP LOCKED``) while they publish. A pass whose
     acknowledgements never came kept its locks for ever, so every other instance's relay skipped
-    those rows: the runs behind them were stranded with a healthy cluster around them."""
+    those rows: the runs behind them were stranded with a healthy own_cluster around them."""
     db, box, good, _missing, tag = parts
     ids = [await _add(db, good, f"w-{tag}-{i}") for i in range(3)]
     await asyncio.sleep(0.2)

@@ -79,8 +79,8 @@ def _neutral(value: Any, p: str) -> Any:
     {"epoch": 4},                              # another run holds the thread: stale, nothing written
     {"attempt": 1},                            # a later attempt took over: stale, nothing written
 ], ids=["first", "later", "aborted", "moved", "stale-epoch", "stale-attempt"])
-async def test_the_one_pass_statement_does_what_the_two_pass_one_did(cluster, case):
-    conn = await connect(cluster.dsn)
+async def test_the_one_pass_statement_does_what_the_two_pass_one_did(own_cluster, case):
+    conn = await connect(own_cluster.dsn)
     try:
         seen = {}
         for fn in ("threadline_save_step_continue", "threadline_save_step_claim"):

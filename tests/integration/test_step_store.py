@@ -1,6 +1,10 @@
 """The processor-worker's step store on PostgreSQL: one statement (one round trip) to begin a step
 and one to end it, the same claims and fences as before, and bounded connection use — a step that
-has to wait for a connection waits, it is never failed nor re-executed."""
+has to wait for a connection waits, it is never failed nor re-executed.
+
+On ``own_cluster``: the step results published here would otherwise reach the session's running
+orchestrator, which advances the run (its next step claimed: ``next_seq`` moved on by a block)
+while a test reads it."""
 
 from __future__ import annotations
 
@@ -81,20 +85,20 @@ def _msg(mid: str, role: str, text: str) -> dict[str, Any]:
 
 
 @contextlib.asynccontextmanager
-async def _store(cluster, db: Any, **kw: Any):
-    topics = Topics(cluster.prefix)
-    admin = TopicAdmin(cluster.bootstrap)
+async def _store(own_cluster, db: Any, **kw: Any):
+    topics = Topics(own_cluster.prefix)
+    admin = TopicAdmin(own_cluster.bootstrap)
     await admin.start()
     try:
         await admin.ensure([topics.step_results])
     finally:
         await admin.stop()
-    async with Producer(cluster.bootstrap) as producer:
+    async with Producer(own_cluster.bootstrap) as producer:
         yield PgStepStore(db=db, outbox=Outbox(db, producer), topics=topics, owner=OWNER, lease_ttl_s=60, **kw)
 
 
-async def test_begin_is_one_statement_and_loads_what_the_step_reads(cluster):
-    async with Database(cluster.dsn, max_size=1) as db:
+async def test_begin_is_one_statement_and_loads_what_the_step_reads(own_cluster):
+    async with Database(own_cluster.dsn, max_size=1) as db:
         r = await _run(db, signals=("wake", "deliver"))
         warm = await _run(db)
         old = f"msg-old-{uuid.uuid4().hex[:8]}"
@@ -102,7 +106,7 @@ async def test_begin_is_one_statement_and_loads_what_the_step_reads(cluster):
                          "VALUES ($1, $2, $3, 'earlier-run', 'user', $4)", old, r["thread_id"], r["resource_id"],
                          _msg(old, "user", "hello")["content"])
         counting = CountingDb(db)
-        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60)
         await store.begin(warm["run_id"], step=0, epoch=3)  # asyncpg learns the result's types once per connection
         counting.statements = 0
@@ -127,15 +131,15 @@ async def test_begin_is_one_statement_and_loads_what_the_step_reads(cluster):
         assert begun.inputs.overrides == {}  # none stored for its agent
 
 
-async def test_step_0s_claim_reads_the_agents_editor_overrides_in_the_same_statement(cluster):
+async def test_step_0s_claim_reads_the_agents_editor_overrides_in_the_same_statement(own_cluster):
     """Decision 95: the stored editor overrides come with step 0's claim, no statement of their own."""
     agent = f"agent-ov-{uuid.uuid4().hex[:8]}"
     stored = {"instructions": "Answer in French.", "tools": {"add": {"description": "sum two numbers"}}}
-    async with Database(cluster.dsn, max_size=1) as db:
+    async with Database(own_cluster.dsn, max_size=1) as db:
         await db.execute("INSERT INTO agent_overrides (agent_id, overrides) VALUES ($1, $2)", agent, stored)
         first, later = await _run(db, agent=agent), await _run(db, step=1, agent=agent)
         counting = CountingDb(db)
-        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60)
         await store.begin((await _run(db))["run_id"], step=0, epoch=3)  # asyncpg learns the result's types
         counting.statements = 0
@@ -146,14 +150,14 @@ async def test_step_0s_claim_reads_the_agents_editor_overrides_in_the_same_state
         assert isinstance(step1, Claimed) and step1.inputs.overrides is None  # read once, at step 0
 
 
-async def test_begin_waits_for_a_live_owner_and_takes_over_a_still_heartbeat(cluster):
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_begin_waits_for_a_live_owner_and_takes_over_a_still_heartbeat(own_cluster):
+    async with Database(own_cluster.dsn, max_size=2) as db:
         r = await _run(db)
         beat = await _val(db, "UPDATE runs SET step_started = true, step_owner = 'worker-b:2:y', "
                                  "step_heartbeat = now() WHERE run_id = $1 RETURNING step_heartbeat", r["run_id"])
         await db.execute("INSERT INTO model_outputs (run_id, step, attempt, output) VALUES ($1, 0, 1, $2)",
                          r["run_id"], {"chunks": [], "usage": None, "finish_reason": "stop"})
-        store = PgStepStore(db=db, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=db, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60)
         busy = await store.begin(r["run_id"], step=0, epoch=3)
         assert isinstance(busy, Busy) and busy.heartbeat == beat
@@ -166,11 +170,11 @@ async def test_begin_waits_for_a_live_owner_and_takes_over_a_still_heartbeat(clu
         assert isinstance(await store.begin(r["run_id"], step=0, epoch=3), Skipped)
 
 
-async def test_save_is_one_statement_and_fenced(cluster):
-    async with Database(cluster.dsn, max_size=1) as db:
+async def test_save_is_one_statement_and_fenced(own_cluster):
+    async with Database(own_cluster.dsn, max_size=1) as db:
         r = await _run(db, signals=("wake", "deliver"))
         counting = CountingDb(db)
-        async with _store(cluster, counting) as store:
+        async with _store(own_cluster, counting) as store:
             begun = await store.begin(r["run_id"], step=0, epoch=3)
             assert isinstance(begun, Claimed)
             tag = uuid.uuid4().hex[:8]
@@ -208,16 +212,16 @@ async def test_save_is_one_statement_and_fenced(cluster):
                 await store.save(record)
 
 
-async def test_steps_waiting_for_a_connection_are_delayed_never_failed_nor_re_executed(cluster):
+async def test_steps_waiting_for_a_connection_are_delayed_never_failed_nor_re_executed(own_cluster):
     # a pool of 2 with a 10 ms acquire timeout, and 4 step slots: most acquires time out at first
-    async with Database(cluster.dsn, max_size=2) as db:
+    async with Database(own_cluster.dsn, max_size=2) as db:
         runs = [await _run(db) for _ in range(40)]
         db._acquire_timeout_s = 0.01  # after the pool connected (create_pool uses it as the connect timeout)
         with pytest.raises(PoolTimeoutError):  # what an impatient step operation met
             async with db.connection(), db.connection(), db.connection():
                 pass
         counting = CountingDb(db)
-        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60, connections=4)
         begun = await asyncio.gather(*(store.begin(r["run_id"], step=0, epoch=3) for r in runs))
         assert all(isinstance(b, Claimed) for b in begun)
@@ -226,27 +230,27 @@ async def test_steps_waiting_for_a_connection_are_delayed_never_failed_nor_re_ex
         assert sorted(a["attempt"] for a in attempts) == [1] * 40
 
 
-async def test_a_worker_holds_no_more_connections_than_its_step_slots(cluster):
-    async with Database(cluster.dsn, max_size=10) as db:
+async def test_a_worker_holds_no_more_connections_than_its_step_slots(own_cluster):
+    async with Database(own_cluster.dsn, max_size=10) as db:
         runs = [await _run(db) for _ in range(40)]
         counting = CountingDb(db)
-        store = PgStepStore(db=counting, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=counting, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60)
         begun = await asyncio.gather(*(store.begin(r["run_id"], step=0, epoch=3) for r in runs))
         assert all(isinstance(b, Claimed) for b in begun)
         assert 1 <= counting.most_held <= 10 - 3  # the pool less the connections left to the rest of the worker
 
 
-async def test_a_saved_step_is_no_longer_kept_alive(cluster):
+async def test_a_saved_step_is_no_longer_kept_alive(own_cluster):
     """A keep-alive beat that comes after the step's end is committed (but before the executor
     forgets the step) found the heartbeat fenced out by the ended run and warned "step taken over"
     for a step that simply finished: the store now hands the run back to the keep-alive as soon as
     the save commits."""
-    async with Database(cluster.dsn, max_size=2) as db:
+    async with Database(own_cluster.dsn, max_size=2) as db:
         r = await _run(db)
         ka = KeepAlive(db, OWNER, beat_s=3600, renew_every_s=3600, lease_ttl_s=120)
         try:
-            async with _store(cluster, db, on_saved=ka.discard) as store:
+            async with _store(own_cluster, db, on_saved=ka.discard) as store:
                 begun = await store.begin(r["run_id"], step=0, epoch=3)
                 assert isinstance(begun, Claimed)
                 ka.add(begun.run, SimpleNamespace(attempt=begun.inputs.attempt))
@@ -265,16 +269,16 @@ async def test_a_saved_step_is_no_longer_kept_alive(cluster):
         assert await _val(db, "SELECT status FROM runs WHERE run_id = $1", r["run_id"]) == "finished"
 
 
-async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_the_orchestrator(cluster):
+async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_the_orchestrator(own_cluster):
     """``continues``: the step is stored and the run's next step claimed for this worker in the same
     statement, with the claim's own fences (attempt 1, started, owner, heartbeat, a block of
     sequence numbers) and the deliveries drained; a redelivered task of the stored step claims the
     continued step (decision 32); a fenced-out store claims nothing (decision 31)."""
-    async with Database(cluster.dsn, max_size=1) as db:
+    async with Database(own_cluster.dsn, max_size=1) as db:
         r = await _run(db, signals=("wake", "deliver"))
         warm = await _run(db)
         counting = CountingDb(db)
-        async with _store(cluster, counting, continues=True) as store:
+        async with _store(own_cluster, counting, continues=True) as store:
             for run_id in (warm["run_id"], r["run_id"]):
                 begun = await store.begin(run_id, step=0, epoch=3)
                 assert isinstance(begun, Claimed)
@@ -294,7 +298,7 @@ async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_th
             assert dict(run) == {"step": 1, "steps_done": 1, "attempt": 1, "step_started": True, "step_owner": OWNER,
                                  "next_seq": 7 + 1_000_000, "continued_from": 0}
             # the task of step 0, redelivered to another worker while this one's heartbeat moves: busy
-            other = PgStepStore(db=db, outbox=None, topics=Topics(cluster.prefix), owner="worker-b:2:y",  # type: ignore[arg-type]
+            other = PgStepStore(db=db, outbox=None, topics=Topics(own_cluster.prefix), owner="worker-b:2:y",  # type: ignore[arg-type]
                                 lease_ttl_s=60)
             busy = await other.begin(r["run_id"], step=0, epoch=3)
             assert isinstance(busy, Busy)
@@ -332,11 +336,11 @@ class RefusingOnceDb(CountingDb):
             yield conn
 
 
-async def test_a_tool_result_is_stored_through_a_postgres_restart_not_left_to_a_rerun(cluster):
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_a_tool_result_is_stored_through_a_postgres_restart_not_left_to_a_rerun(own_cluster):
+    async with Database(own_cluster.dsn, max_size=2) as db:
         r = await _run(db)
         flaky = RefusingOnceDb(db)
-        store = PgStepStore(db=flaky, outbox=None, topics=Topics(cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
+        store = PgStepStore(db=flaky, outbox=None, topics=Topics(own_cluster.prefix), owner=OWNER,  # type: ignore[arg-type]
                             lease_ttl_s=60)
         run = SimpleNamespace(run_id=r["run_id"])
         with structlog.testing.capture_logs() as logs:
@@ -346,12 +350,12 @@ async def test_a_tool_result_is_stored_through_a_postgres_restart_not_left_to_a_
         assert await store.tool_results(run, ["call-1"]) == {"call-1": ({"done": 1}, None)}  # type: ignore[arg-type]
 
 
-async def test_recording_a_tool_steps_output_is_one_statement_fenced_by_lease_attempt_and_owner(cluster):
+async def test_recording_a_tool_steps_output_is_one_statement_fenced_by_lease_attempt_and_owner(own_cluster):
     # decision 88: the record, the owner's confirmation and the calls that already ran, in one call
-    async with Database(cluster.dsn, max_size=1) as db:
+    async with Database(own_cluster.dsn, max_size=1) as db:
         r = await _run(db)
         counting = CountingDb(db)
-        async with _store(cluster, counting) as store:
+        async with _store(own_cluster, counting) as store:
             begun = await store.begin(r["run_id"], step=0, epoch=3)
             assert isinstance(begun, Claimed)
             run, attempt = begun.run, begun.inputs.attempt
