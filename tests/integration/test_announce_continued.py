@@ -56,9 +56,9 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
-async def test_the_one_statement_announcement_does_what_the_locked_transaction_does(cluster, case):
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+async def test_the_one_statement_announcement_does_what_the_locked_transaction_does(own_cluster, case):
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=1) as db, db.connection() as conn:
         seen = {}
         for name, apply in (("locked", apply_step_result), ("any", on_step_result)):
             p = f"an{uuid.uuid4().hex[:10]}"
@@ -70,9 +70,9 @@ async def test_the_one_statement_announcement_does_what_the_locked_transaction_d
             assert seen["any"]["events"] == [("step_finished", 1)] and seen["any"]["run"]["results_applied"] == 2
 
 
-async def test_an_announcement_is_two_statements_and_a_repeat_changes_nothing(cluster):
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+async def test_an_announcement_is_two_statements_and_a_repeat_changes_nothing(own_cluster):
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=1) as db, db.connection() as conn:
         p = f"an{uuid.uuid4().hex[:10]}"
         await _setup(conn, p, _RUN)
         async with statements(conn) as queries:
@@ -95,11 +95,11 @@ CHANGES = {
 
 
 @pytest.mark.parametrize("change", CHANGES.values(), ids=CHANGES.keys())
-async def test_a_run_changed_after_the_unlocked_read_is_not_announced(cluster, change):
+async def test_a_run_changed_after_the_unlocked_read_is_not_announced(own_cluster, change):
     """The row read without a lock said "announce"; it changed before the statement ran: the
     statement writes nothing, and the locked transaction decides on the row as it is."""
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=1) as db, db.connection() as conn:
         p = f"an{uuid.uuid4().hex[:10]}"
         await _setup(conn, p, _RUN)
         row = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1", f"{p}-r")

@@ -29,9 +29,9 @@ async def _claimed(db: Database, topic: str) -> bool:
     return topic in [t for t, _, _ in await claim_idle(db, idle_s=0.2, limit=10_000)]
 
 
-async def test_use_inserts_then_touches_and_only_an_idle_unused_topic_is_claimed(cluster) -> None:
+async def test_use_inserts_then_touches_and_only_an_idle_unused_topic_is_claimed(own_cluster) -> None:
     topic, res, thread = _names()
-    async with Database(cluster.dsn, max_size=2) as db:
+    async with Database(own_cluster.dsn, max_size=2) as db:
         reg = ChunkTopicRegistry(db)
         assert await reg.use(topic, res, thread) == "inserted"
         assert await reg.use(topic, res, thread) == "live"
@@ -56,9 +56,9 @@ async def test_use_inserts_then_touches_and_only_an_idle_unused_topic_is_claimed
         assert not await _claimed(db, topic)  # claimed once
 
 
-async def test_a_producer_waits_while_deleting_then_gets_a_new_row(cluster) -> None:
+async def test_a_producer_waits_while_deleting_then_gets_a_new_row(own_cluster) -> None:
     topic, res, thread = _names()
-    async with Database(cluster.dsn, max_size=3) as db:
+    async with Database(own_cluster.dsn, max_size=3) as db:
         reg = ChunkTopicRegistry(db, wait_s=10)
         await reg.use(topic, res, thread)
         await asyncio.sleep(0.4)
@@ -82,9 +82,9 @@ def test_trust_stays_below_a_quarter_of_the_idle_time() -> None:
     assert chunk_topic_trust_s(Settings(chunk_topic_idle_s=2, chunk_topic_trust_s=60)) == 0.5
 
 
-async def test_use_many_takes_live_and_new_rows_in_one_statement_and_leaves_out_deleting_ones(cluster) -> None:
+async def test_use_many_takes_live_and_new_rows_in_one_statement_and_leaves_out_deleting_ones(own_cluster) -> None:
     (old, res, old_thread), (new, _, new_thread), (dying, _, dying_thread) = _names(), _names(), _names()
-    async with Database(cluster.dsn, max_size=2) as db:
+    async with Database(own_cluster.dsn, max_size=2) as db:
         reg = ChunkTopicRegistry(db)
         await reg.use(old, res, old_thread)
         await reg.use(dying, res, dying_thread)

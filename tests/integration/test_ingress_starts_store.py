@@ -49,9 +49,9 @@ def _start_of(queued: list[tuple[str, dict[str, Any]]], topics: Topics) -> Start
     return StartRun.model_validate(body)
 
 
-async def test_the_wake_queues_step_zero_and_a_scheduled_start(cluster):
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_the_wake_queues_step_zero_and_a_scheduled_start(own_cluster):
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=2) as db:
         run_id, _, queued = await _wake(db, topics, starts=True)
         assert [t for t, _ in queued] == [topics.replies, topics.step_tasks, topics.run_commands]
         task = queued[1][1]
@@ -69,9 +69,9 @@ async def test_the_wake_queues_step_zero_and_a_scheduled_start(cluster):
         assert await _val(db, "SELECT start_announced FROM runs WHERE run_id = $1", off_id) is True
 
 
-async def test_a_step_result_that_overtakes_the_start_announces_it_first(cluster):
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_a_step_result_that_overtakes_the_start_announces_it_first(own_cluster):
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=2) as db:
         run_id, thread, queued = await _wake(db, topics, starts=True)
         await db.execute("UPDATE runs SET steps_done = 1, status = 'finished', step_started = true WHERE run_id = $1",
                          run_id)
@@ -87,9 +87,9 @@ async def test_a_step_result_that_overtakes_the_start_announces_it_first(cluster
         assert late == []  # announced once
 
 
-async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_an_abort_that_overtakes_the_start_announces_it_first(own_cluster):
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=2) as db:
         run_id, thread, queued = await _wake(db, topics, starts=True)
         async with db.connection() as conn:
             ids = await abort_run(conn, AbortRun(resource_id="res-is", thread_id=thread, run_id=run_id), topics,
@@ -101,11 +101,11 @@ async def test_an_abort_that_overtakes_the_start_announces_it_first(cluster):
         assert await _val(db, "SELECT terminal_emitted FROM runs WHERE run_id = $1", run_id) is False
 
 
-async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked(cluster):
+async def test_a_wake_writes_its_run_in_one_statement_after_the_thread_is_locked(own_cluster):
     """Decisions 93, 94 and 96: event claim, thread and lease lock in one statement, then one statement takes the lease,
     creates the run, stores the signal, queues the three records and remembers the reply."""
-    topics = Topics(cluster.prefix)
-    async with Database(cluster.dsn, max_size=1) as db:
+    topics = Topics(own_cluster.prefix)
+    async with Database(own_cluster.dsn, max_size=1) as db:
         await _wake(db, topics, starts=True)  # the connection learns the statement's types (asyncpg asks once)
         thread = f"th-is-{uuid.uuid4().hex[:8]}"
         await db.execute("INSERT INTO threads (thread_id, resource_id) VALUES ($1, 'res-is')", thread)

@@ -44,8 +44,8 @@ class CountingDb:
             yield conn
 
 
-async def test_one_connection_per_beat_for_every_step_in_flight(cluster):
-    async with Database(cluster.dsn, max_size=1, acquire_timeout_s=5) as db:
+async def test_one_connection_per_beat_for_every_step_in_flight(own_cluster):
+    async with Database(own_cluster.dsn, max_size=1, acquire_timeout_s=5) as db:
         runs = await _steps(db, 300)
         counting = CountingDb(db)
         ka = KeepAlive(counting, OWNER, beat_s=3600, renew_every_s=3600, lease_ttl_s=120)
@@ -65,8 +65,8 @@ async def test_one_connection_per_beat_for_every_step_in_flight(cluster):
         assert all(s.owned and s.lease_held for s in ka._steps.values())
 
 
-async def test_a_step_taken_over_or_fenced_out_is_no_longer_kept_alive(cluster):
-    async with Database(cluster.dsn, max_size=2) as db:
+async def test_a_step_taken_over_or_fenced_out_is_no_longer_kept_alive(own_cluster):
+    async with Database(own_cluster.dsn, max_size=2) as db:
         live, taken, fenced = await _steps(db, 3)
         await db.execute("UPDATE runs SET step_owner = 'worker-b:2:y' WHERE run_id = $1", taken["run_id"])
         await db.execute("UPDATE thread_leases SET epoch = epoch + 1 WHERE thread_id = $1", fenced["thread_id"])
@@ -90,12 +90,12 @@ async def test_a_step_taken_over_or_fenced_out_is_no_longer_kept_alive(cluster):
         assert live["run_id"] not in ka._steps
 
 
-async def test_a_step_ended_under_a_beat_is_not_reported_lost_but_a_taken_step_is_at_the_next_beat(cluster):
+async def test_a_step_ended_under_a_beat_is_not_reported_lost_but_a_taken_step_is_at_the_next_beat(own_cluster):
     """The 300-run burst logged "step taken over" for steps that simply finished: a beat waiting
     for the run's row while the step's end committed found the run no longer running, and the
     store hands the run back to the keep-alive only after its connection is released. A lost
     step is now told at the next beat, if it is still kept alive then."""
-    async with Database(cluster.dsn, max_size=2) as db:
+    async with Database(own_cluster.dsn, max_size=2) as db:
         ended, taken = await _steps(db, 2)
         ka = KeepAlive(db, OWNER, beat_s=3600, renew_every_s=3600, lease_ttl_s=120)
         for r in (ended, taken):

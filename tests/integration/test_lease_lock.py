@@ -12,9 +12,9 @@ from threadline.store import leases
 from threadline.store.db import Database
 
 
-async def test_a_missing_lease_row_is_created_idle_and_locked_in_one_statement(cluster):
+async def test_a_missing_lease_row_is_created_idle_and_locked_in_one_statement(own_cluster):
     thread = f"th-ll-{uuid.uuid4().hex[:8]}"
-    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+    async with Database(own_cluster.dsn, max_size=1) as db, db.connection() as conn:
         async with conn.transaction(), logged(conn) as statements:
             lease = await leases.lock_thread(conn, "res-ll", thread)
         assert (lease.run_id, lease.epoch, lease.active) == (None, 0, False)
@@ -22,9 +22,9 @@ async def test_a_missing_lease_row_is_created_idle_and_locked_in_one_statement(c
         assert await conn.fetchval("SELECT resource_id FROM thread_leases WHERE thread_id = $1", thread) == "res-ll"
 
 
-async def test_a_second_transaction_waits_for_the_lock_then_sees_the_first_ones_run(cluster):
+async def test_a_second_transaction_waits_for_the_lock_then_sees_the_first_ones_run(own_cluster):
     thread = f"th-ll-{uuid.uuid4().hex[:8]}"
-    async with Database(cluster.dsn, max_size=2) as db, db.connection() as first, db.connection() as second:
+    async with Database(own_cluster.dsn, max_size=2) as db, db.connection() as first, db.connection() as second:
         tx = first.transaction()
         await tx.start()
         lease = await leases.lock_thread(first, "res-ll", thread)
@@ -42,9 +42,9 @@ async def test_a_second_transaction_waits_for_the_lock_then_sees_the_first_ones_
         assert (seen.run_id, seen.epoch, seen.active) == ("run-ll-1", 1, True)
 
 
-async def test_an_active_lease_is_read_as_held(cluster):
+async def test_an_active_lease_is_read_as_held(own_cluster):
     thread = f"th-ll-{uuid.uuid4().hex[:8]}"
-    async with Database(cluster.dsn, max_size=1) as db, db.connection() as conn:
+    async with Database(own_cluster.dsn, max_size=1) as db, db.connection() as conn:
         await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
                            "VALUES ($1, 'res-ll', 'run-ll-2', 4, now() + interval '1 minute')", thread)
         async with conn.transaction():
