@@ -80,7 +80,7 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
         if "ttfc" in only:
             await figure("ttfc", f"time to first chunk: {args.runs} runs", lambda: ttfc.run(
                 env, runs=args.runs, profile_runs=0 if args.no_profile else args.profile_runs,
-                profile_dir=profile_dir, stamp=stamp))
+                profile_dir=profile_dir, stamp=stamp, new_threads=args.new_threads))
         if "sse" in only:
             from bench import sse
 
@@ -126,6 +126,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--only", default=",".join(FIGURES), help="comma-separated figures (default: all)")
     p.add_argument("--runs", type=int, default=500, help="TTFC runs (default 500)")
+    p.add_argument("--new-threads", type=int, default=100,
+                   help="brand-new threads of the TTFC figure (subscribe + send → first text; default 100)")
     p.add_argument("--sse-runs", type=int, default=200, help="runs per path of the SSE figure (default 200)")
     p.add_argument("--profile-runs", type=int, default=150, help="extra TTFC runs under py-spy")
     p.add_argument("--tokens", type=int, default=20_000, help="throughput tokens (default 20000)")

@@ -35,6 +35,17 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                         ", ".join(_ms(w.get(k), "p50") for k in ("claim_ms", "setup_ms", "model_open_ms",
                                                                   "first_text_ms")) + f" = {_ms(w.get('total_ms'), 'p50')}",
                         "-", "-", "-"))
+        if n := t.get("new_thread"):  # a thread that never spoke: its topic made by the subscription
+            a = n["first_text_ms"]
+            out.append(("1a brand-new thread: subscribe + send → first text p50 / p95 / p99 (ms)",
+                        f"{_ms(a, 'p50')} / {_ms(a, 'p95')} / {_ms(a, 'p99')}",
+                        f"subscribe {_ms(n['subscribe_ms'], 'p50')}, send → first text "
+                        f"{_ms(n['send_to_first_text_ms'], 'p50')} (p50)", "-", "p50 ≤ 30"))
+            if w := n.get("worker_step_start_ms"):
+                out.append(("  in the worker p50 (ms): claim, setup, model open, first text = total",
+                            ", ".join(_ms(w.get(k), "p50") for k in ("claim_ms", "setup_ms", "model_open_ms",
+                                                                      "first_text_ms"))
+                            + f" = {_ms(w.get('total_ms'), 'p50')}", "-", "-", "-"))
     if t := results.get("sse"):
         a, b = t["sse_ms"], t["kafka_ms"]
         out.append(("1b first token over the gateway's SSE p50 / p95 / p99 (ms)",

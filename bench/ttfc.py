@@ -8,6 +8,11 @@ same run: bare aiokafka relays over the same Kafka hops (three hops with ingress
 ``THREADLINE_INGRESS_STARTS``; four through the orchestrator), with records of the sizes
 Threadline sent on each hop (``bench.rawkafka``), and over the old path's four hops.
 
+On a brand-new thread (``new_thread``, issue 13 item 2's second figure): ``subscribe_to_thread`` of
+a thread that never spoke (its chunk topic created then), ``send_message``, and the first
+``text-delta`` through that subscription, one thread after another; the subscription's share and
+the worker's ``step start`` lines of those runs beside it.
+
 Where the time goes: ``spans_ms``, per run from the records' Kafka timestamps (the hops and each
 service's share), and ``worker_step_start_ms``, the worker's own ``step start`` lines of the
 measured runs (:data:`threadline.worker.step_gap.START_SEGMENTS`: claim, setup, the model call's
@@ -16,6 +21,7 @@ open, its first text).
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 from dataclasses import dataclass
@@ -82,8 +88,9 @@ async def _produced_at(bootstrap: str, topic: str, kind: str) -> dict[str, float
     out: dict[str, float] = {}
     for r in await all_records(bootstrap, topic):
         body = orjson.loads(r.value) if r.value else None
-        if isinstance(body, dict) and body.get("type") == kind and body.get("run_id"):
-            out.setdefault(body["run_id"], r.timestamp)
+        run_id = body.get("run_id") or body.get("runId") if isinstance(body, dict) else None  # events / chunks
+        if run_id and body.get("type") == kind:
+            out.setdefault(run_id, r.timestamp)
     return out
 
 
@@ -107,8 +114,70 @@ async def _spans(env: BenchEnv, woken: list[_Run]) -> dict[str, Any]:
                 "runs": len(v)} for k, v in spans.items() if len(v) >= 2}
 
 
+async def _new_threads(env: BenchEnv, count: int) -> dict[str, Any]:
+    """``count`` brand-new threads one after another: subscribe (the topic created), send, first
+    text through the subscription; then the run's ``finish`` before the next thread."""
+    assert env.client is not None
+    log_path = env.log_dir / f"{env.workers[0]}.log"
+    log_from = log_path.stat().st_size if log_path.exists() else 0
+    whole, subscribe, run_part = [], [], []
+    seen: list[tuple[str, str, str, float, float]] = []  # (thread, topic, run id, sent, first text seen)
+    for n in range(count):
+        thread = f"ttfc-new-{env.tag}-{n}"
+        t0 = time.perf_counter()
+        sub = await env.client.subscribe_to_thread("bench-user", thread)
+        t1 = time.perf_counter()
+        try:
+            sent_ms = time.time() * 1000
+            sent = await env.client.send_message(f"Hello number {n}, how are you?", agent_id=AGENT,
+                                                 resource_id="bench-user", thread_id=thread)
+            first = None
+            async with asyncio.timeout(30):
+                async for chunk in sub.stream:
+                    if first is None and chunk.get("type") == "text-delta":
+                        first, first_ms = time.perf_counter(), time.time() * 1000
+                    if chunk.get("type") == "finish":
+                        break
+        finally:
+            await sub.unsubscribe()
+        if first is not None:
+            whole.append(first - t0)
+            subscribe.append(t1 - t0)
+            run_part.append(first - t1)
+            seen.append((thread, sub.topic, (await sent.accepted).run_id or "", sent_ms, first_ms))
+    return {"runs": count, "first_text_ms": summary_ms(whole), "subscribe_ms": summary_ms(subscribe),
+            "send_to_first_text_ms": summary_ms(run_part), "spans_ms": await _new_spans(env, seen),
+            "worker_step_start_ms": log_segments(log_path, log_from, "step start", START_SEGMENTS),
+            "target": {"p50_ms": 30}}
+
+
+async def _new_spans(env: BenchEnv, seen: list[tuple[str, str, str, float, float]]) -> dict[str, Any]:
+    """The send → first text of the new threads (``(thread, topic, run id, sent, seen)``, wall
+    ms) split by the records' Kafka timestamps (as :func:`_spans`): sent → the request produced
+    (the client) → step task produced (ingress) → first ``text-delta`` produced (the worker) →
+    seen through the subscription. p50 / p90, ms."""
+    tasks = await _produced_at(env.bootstrap, env.topics.step_tasks, "step_task")
+    requests: dict[str, float] = {}  # thread id → its (one) request's Kafka timestamp
+    for r in await all_records(env.bootstrap, env.topics.ingress):
+        body = orjson.loads(r.value) if r.value else None
+        if isinstance(body, dict) and isinstance(body.get("thread_id"), str):
+            requests.setdefault(body["thread_id"], r.timestamp)
+    spans: dict[str, list[float]] = {"sent_to_request_produced": [], "request_to_step_task_produced": [],
+                                     "step_task_to_first_chunk_produced": [], "first_chunk_produced_to_seen": []}
+    for thread, topic, run_id, sent_ms, seen_ms in seen:
+        chunk_ts = (await _produced_at(env.bootstrap, topic, "text-delta")).get(run_id)
+        if run_id not in tasks or chunk_ts is None or thread not in requests:
+            continue
+        spans["sent_to_request_produced"].append(requests[thread] - sent_ms)
+        spans["request_to_step_task_produced"].append(tasks[run_id] - requests[thread])
+        spans["step_task_to_first_chunk_produced"].append(chunk_ts - tasks[run_id])
+        spans["first_chunk_produced_to_seen"].append(seen_ms - chunk_ts)
+    return {k: {"p50": round(statistics.median(v), 1), "p90": round(statistics.quantiles(v, n=10)[-1], 1),
+                "runs": len(v)} for k, v in spans.items() if len(v) >= 2}
+
+
 async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs: int = 150,
-              profile_dir: Path | None = None, stamp: str = "") -> dict[str, Any]:
+              profile_dir: Path | None = None, stamp: str = "", new_threads: int = 100) -> dict[str, Any]:
     assert env.admin is not None and env.subscriber is not None
     pairs = [("bench-user", f"ttfc-{i}") for i in range(threads)]
     topics = await env.chunk_topics(pairs)
@@ -149,6 +218,8 @@ async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs
         "ratio": {"p50": ratio(ours["p50"], theirs["p50"]), "p99": ratio(ours["p99"], theirs["p99"])},
         "target": {"p50_ms": 15, "p99_ms": 50, "ratio_max": 1.5},
     }
+    if new_threads:
+        out["new_thread"] = await _new_threads(env, new_threads)
     if profile_runs and profile_dir is not None:
         out["profile"] = await _profile(env, pairs, topics, profile_runs, profile_dir, stamp)
     return out

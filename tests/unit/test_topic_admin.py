@@ -135,7 +135,7 @@ async def test_concurrent_chunk_topic_takes_are_one_registry_statement_and_one_b
     topics = [f"p.chunks.t{i}" for i in range(40)]
     got = await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1000, thread=("r", t)) for t in topics),
                                return_exceptions=True)
-    assert [i for i, g in enumerate(got) if g is not None] == [9] and isinstance(got[9], TimeoutError)
+    assert [i for i, g in enumerate(got) if isinstance(g, BaseException)] == [9] and isinstance(got[9], TimeoutError)
     assert len(registry.many) == 1 and len(registry.many[0]) == 40
     assert registry.single == ["p.chunks.t7", "p.chunks.t9"]  # the deleting ones, taken on their own
     ok = [t for t in topics if t != "p.chunks.t9"]
@@ -187,3 +187,44 @@ async def test_a_new_topics_leader_is_asked_for_soon_then_less_often(
     await admin.ensure_one("p.chunks.r.t.new")
     assert slept == [0.002, 0.004, 0.008, 0.016, 0.032, 0.05, 0.05]
     assert sum(admin_mod.LEADER_POLL_S) > 2.4  # as long a wait in all as before
+
+
+class _Metadata:
+    def __init__(self, topics: list[dict[str, Any]]) -> None:
+        self.topics = topics
+
+    def to_object(self) -> dict[str, Any]:
+        return {"topics": self.topics}
+
+
+async def test_a_take_asks_whether_the_topic_is_there_before_creating_it(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    # decision 101: a subscriber usually made the thread's topic; a CreateTopics for it is a wasted request
+    sent: list[Any] = []
+
+    async def metadata(self: _FakeAdminClient, request: Any) -> _Metadata:
+        sent.append(request)
+        return _Metadata([{"topic": t, "error_code": 0, "partitions": [{"partition": 0, "leader": 1}]}
+                          if t == "p.there" else {"topic": t, "error_code": 3, "partitions": []}
+                          for t in request._topics])
+
+    monkeypatch.setattr(_FakeAdminClient, "_send_request", metadata, raising=False)
+    learned: list[list[str]] = []
+    admin = TopicAdmin("broker:9092", registry=_FakeRegistry(), on_taken=learned.append)  # type: ignore[arg-type] # the fake registry
+    await admin.start()
+    await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=1, thread=("r", t)) for t in ("p.there", "p.new")))
+    assert len(sent) == 1 and sent[0]._allow_auto_topic_creation is False  # it never makes a topic with the broker's defaults
+    assert [t.name for t in fake_client.created] == ["p.new"]
+    assert learned == [["p.there"], ["p.new"]]  # the producer learns the one there at once
+
+
+async def test_a_take_whose_question_fails_creates_as_before(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(self: _FakeAdminClient, request: Any) -> Any:
+        raise ConnectionError("node went away")
+
+    monkeypatch.setattr(_FakeAdminClient, "_send_request", broken, raising=False)
+    admin = TopicAdmin("broker:9092", registry=_FakeRegistry())  # type: ignore[arg-type] # the fake registry
+    await admin.start()
+    await admin.ensure_chunk_topic("p.a", retention_ms=1, thread=("r", "p.a"))
+    assert [t.name for t in fake_client.created] == ["p.a"]

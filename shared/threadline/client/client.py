@@ -368,14 +368,24 @@ class ThreadlineClient(InboxMarks):
         The subscription's ``await active_run_id()`` asks the thread's lease in PostgreSQL.
         """
         topic = self.topics.chunks(resource_id, thread_id)
-        await self._admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms)
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
                                  from_offset=from_offset, from_time_ms=from_time_ms,
                                  on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
                                  on_active=lambda: self.active_run_id(resource_id=resource_id, thread_id=thread_id),
                                  after=after, hide_signals=hide_signals, payloads=self._payloads,
                                  security=self._security)
-        await sub.start()
+        # the consumer connects while the topic is made (decision 101)
+        made, connected = await asyncio.gather(
+            self._admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms), sub.connect(),
+            return_exceptions=True)
+        try:
+            for outcome in (made, connected):
+                if isinstance(outcome, BaseException):
+                    raise outcome
+            await sub.start(new_topic=made is True)
+        except BaseException:
+            await sub.unsubscribe()
+            raise
         return sub
 
 

@@ -59,7 +59,11 @@ class ThreadSubscription:
         """The topic offset the subscription started at, fixed before ``start`` returns: every
         chunk at or after it is seen; a ``from_offset`` re-read below it gives what came before."""
 
-    async def start(self) -> None:
+    async def connect(self) -> None:
+        """Start the subscription's consumer (its connection to the cluster) without reading yet:
+        :meth:`start` does it when not done; the client does it while the topic is being made."""
+        if self._consumer is not None:
+            return
         # "earliest": when the idle-topic sweep deleted the topic and a new run created it again,
         # this subscription's position lies past the new topic's end (out of range): it then reads
         # the new topic from its start, i.e. the new run's chunks from the first (decision 41)
@@ -67,6 +71,18 @@ class ThreadSubscription:
                                     group_id=None, fetch_max_wait_ms=IDLE_FETCH_WAIT_MS, auto_offset_reset="earliest",
                                     **self._security)
         await consumer.start()
+        self._consumer = consumer
+
+    async def start(self, *, new_topic: bool = False) -> None:
+        """Fix the position the subscription reads from (before it returns: B16).
+
+        ``new_topic``: the caller created the topic after this subscription was asked for (so
+        everything in it came later): without ``from_offset`` or ``from_time_ms`` it reads from
+        offset 0, without asking the broker for the end (decision 101).
+        """
+        await self.connect()
+        consumer = self._consumer
+        assert consumer is not None
         tp = TopicPartition(self.topic, 0)
         consumer.assign([tp])
         if self._from_offset is not None:
@@ -76,6 +92,8 @@ class ThreadSubscription:
             end = (await consumer.end_offsets([tp]))[tp]
             found = (await consumer.offsets_for_times({tp: self._from_time_ms}))[tp]
             consumer.seek(tp, found.offset if found is not None else end)
+        elif new_topic:
+            consumer.seek(tp, 0)
         elif self._from_beginning:
             await consumer.seek_to_beginning(tp)
         else:
@@ -83,7 +101,6 @@ class ThreadSubscription:
         # the position is fixed here, before "subscribed" is reported (B16): a lazy position would
         # be resolved at the first fetch, after chunks produced meanwhile
         self.start_offset = await consumer.position(tp)
-        self._consumer = consumer
 
     def cursor(self) -> dict[str, int]:
         """Highest ``seq`` delivered per run: pass it back as ``after=`` to resume without

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
+from aiokafka.protocol.metadata import MetadataRequest
 
 from threadline._internal.coalesce import Coalescer
 from threadline.logging import get_logger
@@ -92,7 +93,7 @@ class TopicAdmin:
         self.on_taken = on_taken
         self._taken: dict[str, float] = {}  # chunk topic -> loop time its registry row was last taken
         self._lock = asyncio.Lock()
-        self._pending: dict[str, asyncio.Task[None]] = {}
+        self._pending: dict[str, asyncio.Future[set[str]]] = {}
         self._takes: Coalescer[_Take] = Coalescer(self._take_batch)
 
     async def start(self) -> None:
@@ -112,16 +113,23 @@ class TopicAdmin:
             await client.close()
 
     async def ensure(self, topics: list[str], *, partitions: int = 1,
-                     config: dict[str, str] | None = None) -> None:
+                     config: dict[str, str] | None = None) -> set[str]:
         """Create the topics that do not exist yet (idempotent, safe under races), each with
-        ``partitions`` partitions and the admin's replication factor. Raises ``RuntimeError``
-        when the broker refuses one (e.g. a replication factor above the broker count)."""
+        ``partitions`` partitions and the admin's replication factor.
+
+        Returns:
+            The names this request created (the broker answered "created", not "exists"):
+            each was empty when made, so every record in it came after this call began.
+        Raises:
+            RuntimeError: the broker refused one (e.g. a replication factor above the broker count).
+        """
         missing = [t for t in topics if t not in self._known]
         if not missing:
-            return
+            return set()
         assert self._client is not None, "TopicAdmin not started"
         new = [NewTopic(name=t, num_partitions=partitions, replication_factor=self.replication_factor,
                         topic_configs=config or {}) for t in missing]
+        created: set[str] = set()
         try:
             result = await self._client.create_topics(new)
             for name, code, *_ in getattr(result, "topic_errors", []) or []:
@@ -130,26 +138,33 @@ class TopicAdmin:
                                        "exceeds the brokers available (THREADLINE_REPLICATION_FACTOR)")
                 if code not in (0, 36):  # 36 = TOPIC_ALREADY_EXISTS
                     raise RuntimeError(f"creating topic {name} failed with error code {code}")
+                if code == 0:
+                    created.add(name)
         except TopicAlreadyExistsError:
             pass
         self._known.update(missing)
         log.debug("topics ensured", topics=missing)
+        return created
 
-    async def ensure_one(self, topic: str, *, config: dict[str, str] | None = None) -> None:
-        """Create one single-partition topic, sharing the request among concurrent callers."""
+    async def ensure_one(self, topic: str, *, config: dict[str, str] | None = None) -> bool:
+        """Create one single-partition topic, sharing the request among concurrent callers;
+        returns once it has a leader. Returns whether the request this call waited for created
+        it (then it is new: every record in it came after this call began); ``False`` when it
+        existed or was known."""
         if topic in self._known:
-            return
+            return False
         task = self._pending.get(topic)
         if task is None:
             task = asyncio.ensure_future(self.ensure([topic], partitions=1, config=config))
             self._pending[topic] = task
             task.add_done_callback(lambda _t: self._pending.pop(topic, None))
-        await asyncio.shield(task)
+        created = topic in await asyncio.shield(task)
         # the broker needs a moment before a brand-new topic has a leader
         await self._wait_leader(topic)
+        return created
 
     async def ensure_chunk_topic(self, topic: str, *, retention_ms: int,
-                                 thread: tuple[str, str] | None = None) -> None:
+                                 thread: tuple[str, str] | None = None) -> bool:
         """Create a per-thread chunk topic (one partition, :func:`chunk_topic_config`) unless it
         exists; call it before producing to it.
 
@@ -159,6 +174,10 @@ class TopicAdmin:
         and with ``recheck`` (the client) the broker is asked every time: the topic may have
         been deleted since.
 
+        Returns:
+            Without a registry: whether this call's request created the topic (:meth:`ensure_one`;
+            a subscriber then starts at its offset 0 without asking for its end). With one:
+            ``False``.
         Raises:
             TopicBeingDeletedError: the topic stayed ``deleting`` too long (transient).
         """
@@ -166,12 +185,12 @@ class TopicAdmin:
         if self.registry is None or thread is None:
             if self.recheck:
                 self._known.discard(topic)
-            await self.ensure_one(topic, config=config)
-            return
+            return await self.ensure_one(topic, config=config)
         now = asyncio.get_running_loop().time()
         if topic in self._known and now - self._taken.get(topic, float("-inf")) < self.trust_s:
-            return
+            return False
         await self._takes.submit(_Take(topic, thread[0], thread[1], retention_ms))
+        return False
 
     async def _take_batch(self, takes: list[_Take]) -> dict[_Take, BaseException]:
         """Take a batch of chunk topics (concurrent :meth:`ensure_chunk_topic` calls, coalesced):
@@ -191,18 +210,39 @@ class TopicAdmin:
         ready = [t for t in by_topic.values() if t not in errors]
         # ask the broker once per take: the topic may have been deleted and re-created since, or
         # its row inserted by a process that died before creating it (a cached "exists" would
-        # then make every step wait on metadata that never comes)
+        # then make every step wait on metadata that never comes). First whether it is there with
+        # a leader (a subscriber usually made it): one metadata request, no CreateTopics (decision 101)
         self._known.difference_update(t.topic for t in ready)
-        for retention in sorted({t.retention_ms for t in ready}):
-            await self.ensure([t.topic for t in ready if t.retention_ms == retention], partitions=1,
+        there = await self._led([t.topic for t in ready])
+        if self.on_taken is not None and there:
+            self.on_taken(sorted(there))
+        missing = [t for t in ready if t.topic not in there]
+        for retention in sorted({t.retention_ms for t in missing}):
+            await self.ensure([t.topic for t in missing if t.retention_ms == retention], partitions=1,
                               config=chunk_topic_config(retention))
-        await self._wait_leaders([t.topic for t in ready])
+        await self._wait_leaders([t.topic for t in missing])
+        self._known.update(there)
         now = asyncio.get_running_loop().time()
         for t in ready:
             self._taken[t.topic] = now
-        if self.on_taken is not None and ready:
-            self.on_taken([t.topic for t in ready])
+        if self.on_taken is not None and missing:
+            self.on_taken([t.topic for t in missing])
         return {t: errors[by_topic[t.topic]] for t in takes if by_topic[t.topic] in errors}
+
+    async def _led(self, topics: list[str]) -> set[str]:
+        """Those of ``topics`` the broker has, with a leader for every partition: one metadata
+        request that never creates a topic (``allow_auto_topic_creation`` false: a broker with
+        ``auto.create.topics.enable`` would otherwise make a missing one with its own defaults,
+        not :func:`chunk_topic_config`). Any failure counts as "none there"."""
+        assert self._client is not None, "TopicAdmin not started"
+        if not topics:
+            return set()
+        try:
+            # aiokafka's admin has no public metadata call that leaves auto-creation off
+            response = await self._client._send_request(MetadataRequest(topics, allow_auto_topic_creation=False))
+            return _with_leaders(response.to_object()["topics"])
+        except Exception:  # noqa: BLE001 - CreateTopics and the leader wait decide then
+            return set()
 
     def forget(self, topics: list[str]) -> None:
         """Drop ``topics`` from the caches (they were deleted)."""
@@ -251,13 +291,17 @@ class TopicAdmin:
             if not left:
                 return
             try:
-                meta = await self._client.describe_topics(left)
-                led = {m.get("topic") for m in meta or []
-                       if m.get("error_code", 0) == 0 and m.get("partitions")
-                       and all(p.get("leader", -1) >= 0 for p in m["partitions"])}
+                led = _with_leaders(await self._client.describe_topics(left))
                 left = [t for t in left if t not in led]
                 if not left:
                     return
             except Exception:  # noqa: BLE001 - metadata may lag right after creation
                 pass
             await asyncio.sleep(delay)
+
+
+def _with_leaders(meta: list[dict[str, Any]] | None) -> set[str]:
+    """The topics of a metadata answer (``describe_topics``' form) that exist with a leader for
+    every partition."""
+    return {m["topic"] for m in meta or [] if m.get("error_code", 0) == 0 and m.get("partitions")
+            and all(p.get("leader", -1) >= 0 for p in m["partitions"])}

@@ -33,6 +33,7 @@ from threadline.runtime.memory import DEFAULT_LAST_MESSAGES
 from threadline.runtime.model_calls import RetryPolicy
 from threadline.runtime.ports import (
     AbortedRun,
+    Begun,
     Busy,
     Claimed,
     Fail,
@@ -150,11 +151,8 @@ class StepExecutor:
         loop = asyncio.get_running_loop()
         topic = self._topics.chunks(task.resource_id, task.thread_id)
         while True:
-            await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms,
-                                                 thread=(task.resource_id, task.thread_id))
             still = watched is not None and loop.time() - since >= 3 * self._settings.step_heartbeat_s
-            begun = await self._store.begin(task.run_id, step=task.step, epoch=task.epoch, thread_id=task.thread_id,
-                                            takeover_from=watched if still else None)
+            begun = await self._claim(task, topic, takeover_from=watched if still else None)
             if not isinstance(begun, Busy):
                 break
             if begun.heartbeat != watched:
@@ -179,6 +177,32 @@ class StepExecutor:
             self._aborted.discard(task.run_id)
             # the task is done once its results were acknowledged or left to the relay (decision 37)
             await self._store.settle(task.run_id)
+
+    async def _claim(self, task: StepTask, topic: str, *, takeover_from: Any) -> Begun:
+        """Take the thread's chunk topic (its registry row, then the broker: a brand-new thread's
+        topic costs a statement and two Kafka requests) and claim the step, side by side
+        (decision 101); the step's first chunk waits for both.
+
+        Raises:
+            What either raised, the topic's first. A step claimed while the topic could not be
+            taken is left to the task's retry, as a step whose infrastructure failed mid-step
+            (re-executed under a new attempt).
+        """
+        took, begun = await asyncio.gather(
+            self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms,
+                                           thread=(task.resource_id, task.thread_id)),
+            self._store.begin(task.run_id, step=task.step, epoch=task.epoch, thread_id=task.thread_id,
+                              takeover_from=takeover_from),
+            return_exceptions=True)
+        if isinstance(took, BaseException):
+            if isinstance(begun, Claimed):
+                log.warning("chunk topic not taken after the step was claimed; the step task is retried and the "
+                            "step re-executed under a new attempt", run_id=task.run_id, step=task.step,
+                            error=repr(took))
+            raise took
+        if isinstance(begun, BaseException):
+            raise begun
+        return begun
 
     async def _run_claimed(self, claimed: Claimed, task: StepTask, gap: dict[str, float | None] | None,
                            start: dict[str, float] | None = None
