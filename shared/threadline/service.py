@@ -158,6 +158,11 @@ class Service:
         await _until_connected("admin", self.admin.start)
         await _until_connected("topics", lambda: self.admin.ensure(sorted({*self.topics.internal(), *self.topics_in()}),
                                                                    partitions=self.settings.partitions))
+        # the group's first assignment is made from the metadata its members see then: a topic
+        # just created and not yet in it would be assigned to nobody until the next metadata
+        # refresh, minutes later (an ingress that answered nothing for 70 s in `make bench`)
+        if unled := await self.admin.wait_leaders(self.topics_in()):
+            log.warning("topics without a leader after their creation; consuming anyway", topics=unled)
         await self.setup()
         await self.relay.start()
         self.consumer = KeyedConsumer(

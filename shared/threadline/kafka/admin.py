@@ -220,7 +220,7 @@ class TopicAdmin:
         for retention in sorted({t.retention_ms for t in missing}):
             await self.ensure([t.topic for t in missing if t.retention_ms == retention], partitions=1,
                               config=chunk_topic_config(retention))
-        await self._wait_leaders([t.topic for t in missing])
+        await self.wait_leaders([t.topic for t in missing])
         self._known.update(there)
         now = asyncio.get_running_loop().time()
         for t in ready:
@@ -279,25 +279,26 @@ class TopicAdmin:
         return found
 
     async def _wait_leader(self, topic: str) -> None:
-        await self._wait_leaders([topic])
+        await self.wait_leaders([topic])
 
-    async def _wait_leaders(self, topics: list[str]) -> None:
+    async def wait_leaders(self, topics: list[str]) -> list[str]:
         """Wait (at most ~2.5 s) until every one of ``topics`` has a leader for each partition,
         one metadata request per round for those still without; the rounds are
-        :data:`LEADER_POLL_S` apart."""
+        :data:`LEADER_POLL_S` apart. Returns those still without one (``[]``: all led)."""
         assert self._client is not None
         left = list(dict.fromkeys(topics))
         for delay in LEADER_POLL_S:
             if not left:
-                return
+                return left
             try:
                 led = _with_leaders(await self._client.describe_topics(left))
                 left = [t for t in left if t not in led]
                 if not left:
-                    return
+                    return left
             except Exception:  # noqa: BLE001 - metadata may lag right after creation
                 pass
             await asyncio.sleep(delay)
+        return left
 
 
 def _with_leaders(meta: list[dict[str, Any]] | None) -> set[str]:
