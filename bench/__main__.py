@@ -170,8 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     if "limits" in only:  # its own services per condition (the limits are worker settings)
         from bench import limits
 
-        results["limits"] = asyncio.run(limits.run(runs=args.limit_runs, rps=args.limit_rps,
-                                                   partitions=args.partitions))
+        try:
+            results["limits"] = asyncio.run(limits.run(runs=args.limit_runs, rps=args.limit_rps,
+                                                       partitions=args.partitions))
+        except Exception as exc:  # noqa: BLE001 - the other figures are written all the same
+            traceback.print_exc()
+            results.setdefault("errors", {})["limits"] = f"{type(exc).__name__}: {exc}"
     if "pipeline" in only:
         results["pipeline"] = pipeline.run()
     results["duration_s"] = round(time.monotonic() - started, 1)
