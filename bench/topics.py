@@ -31,6 +31,7 @@ from typing import Any
 from aiokafka.admin import AIOKafkaAdminClient
 
 from bench.env import ROOT, BenchEnv, delete_topics
+from bench.ttfc import subscribed_run
 from threadline.kafka.admin import TopicAdmin, chunk_topic_config
 
 BATCH = 200
@@ -39,7 +40,6 @@ ONE_BY_ONE = 300
 """Topics created one by one (each phase of one-by-one creation), the rest in batches."""
 PROBES = 15
 """New topics timed at each probe point."""
-AGENT = "bench-ttfc"
 RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
@@ -141,23 +141,9 @@ async def _batched(env: BenchEnv, names: list[str]) -> tuple[float, float]:
 
 async def _startup(env: BenchEnv, tag: str, samples: int) -> dict[str, Any]:
     """subscribe_to_thread on a new thread, then a run: subscribe time and subscribe → first live chunk."""
-    assert env.client is not None
-    subscribe, first = [], []
-    for i in range(samples):
-        thread = f"startup-{tag}-{i}"
-        t0 = time.perf_counter()
-        sub = await env.client.subscribe_to_thread("bench-user", thread)
-        t1 = time.perf_counter()
-        try:
-            await env.client.send_message("hello", agent_id=AGENT, resource_id="bench-user", thread_id=thread)
-            async with asyncio.timeout(60):
-                async for _chunk in sub.stream:
-                    break
-            first.append(time.perf_counter() - t0)
-            subscribe.append(t1 - t0)
-        finally:
-            await sub.unsubscribe()
-    return {"subscribe_ms": _ms(subscribe), "subscribe_to_first_live_chunk_ms": _ms(first)}
+    runs = [await subscribed_run(env, f"startup-{tag}-{i}", "hello", timeout_s=60) for i in range(samples)]
+    return {"subscribe_ms": _ms([r.subscribe_s for r in runs]),
+            "subscribe_to_first_live_chunk_ms": _ms([r.first_chunk_s for r in runs])}
 
 
 async def run(env: BenchEnv, *, topics: int = 10_000, startup_samples: int = 10) -> dict[str, Any]:

@@ -114,37 +114,70 @@ async def _spans(env: BenchEnv, woken: list[_Run]) -> dict[str, Any]:
                 "runs": len(v)} for k, v in spans.items() if len(v) >= 2}
 
 
-async def _new_threads(env: BenchEnv, count: int) -> dict[str, Any]:
-    """``count`` brand-new threads one after another: subscribe (the topic created), send, first
-    text through the subscription; then the run's ``finish`` before the next thread."""
+@dataclass(slots=True)
+class NewThreadRun:
+    """One run on a thread that never spoke, through a subscription made just before it."""
+
+    topic: str
+    run_id: str
+    subscribe_s: float
+    """``subscribe_to_thread`` (the thread's topic made then)."""
+    first_chunk_s: float
+    """From the subscribe call to the run's first chunk through the subscription."""
+    first_text_s: float | None
+    """From the subscribe call to its first ``text-delta`` (``None``: none came)."""
+    sent_ms: float
+    """Wall clock (ms) when the request was sent."""
+    first_text_ms: float | None
+    """Wall clock (ms) when the first ``text-delta`` came."""
+
+
+async def subscribed_run(env: BenchEnv, thread: str, text: str, *, timeout_s: float = 30) -> NewThreadRun:
+    """Subscribe to ``thread`` (resource ``bench-user``), send ``text`` to the ``bench-ttfc``
+    agent and read the subscription until the run's ``finish``.
+
+    Raises:
+        TimeoutError: no ``finish`` within ``timeout_s``.
+    """
     assert env.client is not None
+    t0 = time.perf_counter()
+    sub = await env.client.subscribe_to_thread("bench-user", thread)
+    subscribed = time.perf_counter() - t0
+    first_chunk: float | None = None
+    first_text: float | None = None
+    first_text_ms: float | None = None
+    try:
+        sent_ms = time.time() * 1000
+        sent = await env.client.send_message(text, agent_id=AGENT, resource_id="bench-user", thread_id=thread)
+        async with asyncio.timeout(timeout_s):
+            async for chunk in sub.stream:
+                if first_chunk is None:
+                    first_chunk = time.perf_counter() - t0
+                if first_text is None and chunk.get("type") == "text-delta":
+                    first_text, first_text_ms = time.perf_counter() - t0, time.time() * 1000
+                if chunk.get("type") == "finish":
+                    break
+    finally:
+        await sub.unsubscribe()
+    assert first_chunk is not None  # the stream ended at a finish
+    return NewThreadRun(sub.topic, (await sent.accepted).run_id or "", subscribed, first_chunk, first_text,
+                        sent_ms, first_text_ms)
+
+
+async def _new_threads(env: BenchEnv, count: int) -> dict[str, Any]:
+    """``count`` brand-new threads one after another (:func:`subscribed_run`)."""
     log_path = env.log_dir / f"{env.workers[0]}.log"
     log_from = log_path.stat().st_size if log_path.exists() else 0
     whole, subscribe, run_part = [], [], []
     seen: list[tuple[str, str, str, float, float]] = []  # (thread, topic, run id, sent, first text seen)
     for n in range(count):
         thread = f"ttfc-new-{env.tag}-{n}"
-        t0 = time.perf_counter()
-        sub = await env.client.subscribe_to_thread("bench-user", thread)
-        t1 = time.perf_counter()
-        try:
-            sent_ms = time.time() * 1000
-            sent = await env.client.send_message(f"Hello number {n}, how are you?", agent_id=AGENT,
-                                                 resource_id="bench-user", thread_id=thread)
-            first = None
-            async with asyncio.timeout(30):
-                async for chunk in sub.stream:
-                    if first is None and chunk.get("type") == "text-delta":
-                        first, first_ms = time.perf_counter(), time.time() * 1000
-                    if chunk.get("type") == "finish":
-                        break
-        finally:
-            await sub.unsubscribe()
-        if first is not None:
-            whole.append(first - t0)
-            subscribe.append(t1 - t0)
-            run_part.append(first - t1)
-            seen.append((thread, sub.topic, (await sent.accepted).run_id or "", sent_ms, first_ms))
+        one = await subscribed_run(env, thread, f"Hello number {n}, how are you?")
+        if one.first_text_s is not None and one.first_text_ms is not None:
+            whole.append(one.first_text_s)
+            subscribe.append(one.subscribe_s)
+            run_part.append(one.first_text_s - one.subscribe_s)
+            seen.append((thread, one.topic, one.run_id, one.sent_ms, one.first_text_ms))
     return {"runs": count, "first_text_ms": summary_ms(whole), "subscribe_ms": summary_ms(subscribe),
             "send_to_first_text_ms": summary_ms(run_part), "spans_ms": await _new_spans(env, seen),
             "worker_step_start_ms": log_segments(log_path, log_from, "step start", START_SEGMENTS),
