@@ -22,7 +22,7 @@ async def test_learned_topics_have_metadata_before_their_first_send(cluster) -> 
             # cluster) cannot hold them
             await admin.ensure(topics, partitions=1)
             for t in topics:
-                await admin._wait_leader(t)
+                await admin.wait_leaders([t])
             client = producer._p.client
             assert all(client.cluster.partitions_for_topic(t) is None for t in topics)
             producer.learn_topics(topics)

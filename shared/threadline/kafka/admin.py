@@ -92,7 +92,6 @@ class TopicAdmin:
         self.recheck = recheck
         self.on_taken = on_taken
         self._taken: dict[str, float] = {}  # chunk topic -> loop time its registry row was last taken
-        self._lock = asyncio.Lock()
         self._pending: dict[str, asyncio.Future[set[str]]] = {}
         self._takes: Coalescer[_Take] = Coalescer(self._take_batch)
 
@@ -160,7 +159,7 @@ class TopicAdmin:
             task.add_done_callback(lambda _t: self._pending.pop(topic, None))
         created = topic in await asyncio.shield(task)
         # the broker needs a moment before a brand-new topic has a leader
-        await self._wait_leader(topic)
+        await self.wait_leaders([topic])
         return created
 
     async def ensure_chunk_topic(self, topic: str, *, retention_ms: int,
@@ -277,9 +276,6 @@ class TopicAdmin:
         if found:
             self._known.add(topic)
         return found
-
-    async def _wait_leader(self, topic: str) -> None:
-        await self.wait_leaders([topic])
 
     async def wait_leaders(self, topics: list[str]) -> list[str]:
         """Wait (at most ~2.5 s) until every one of ``topics`` has a leader for each partition,
