@@ -7,8 +7,9 @@
   Postgres, processors or a model.
 * ``produce``: a process that produces given records to a topic as fast as aiokafka allows.
 
-Both use the producer settings of Threadline's own producer (acks=all, idempotent, linger 2 ms,
-256 KiB batches), so the comparison is about what Threadline adds, not about tuning.
+Both use the producer settings of Threadline's services (acks=all, idempotent, 256 KiB batches,
+the services' ``THREADLINE_KAFKA_LINGER_MS``, 0 by default), so the comparison is about what
+Threadline adds, not about tuning.
 
     python -m bench.rawkafka relay --bootstrap B --src S --dst D --group G --size N
     python -m bench.rawkafka produce --bootstrap B --topic T --file F
@@ -33,7 +34,15 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.testing.harness import stop_process
 
 
-def _producer(bootstrap: str, linger_ms: int = 2) -> AIOKafkaProducer:
+def relay_linger_ms() -> int:
+    """The linger of the baselines' producers: the services' own (``THREADLINE_KAFKA_LINGER_MS``)."""
+    from threadline.config import get_settings
+
+    return get_settings().kafka_linger_ms
+
+
+def _producer(bootstrap: str, linger_ms: int | None = None) -> AIOKafkaProducer:
+    linger_ms = relay_linger_ms() if linger_ms is None else linger_ms
     return AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True, linger_ms=linger_ms,
                             max_batch_size=256 * 1024, max_request_size=4 * 1024 * 1024)
 

@@ -15,7 +15,7 @@ import orjson
 
 from bench.env import BenchEnv
 from bench.procstat import PySpy, cpu_seconds, top_costs
-from bench.rawkafka import raw_throughput
+from bench.rawkafka import raw_throughput, relay_linger_ms
 from bench.stats import ratio
 from bench.subscriber import is_type
 
@@ -57,7 +57,8 @@ async def run(env: BenchEnv, *, tokens: int = 20_000, profile_dir: Path | None =
         "conditions": {"tokens": tokens, "processors": "3 pass-through process_output_stream",
                        "model_chunk_delay_s": 0, "instances": "1 per service", "chunk_topic_partitions": 1,
                        "record_bytes": ours["delta_record_bytes"],
-                       "baseline": "same records, one aiokafka producer process (linger 2 ms, acks=all) → same subscriber"},
+                       "baseline": f"same records, one aiokafka producer process (linger {relay_linger_ms()} ms as the "
+                                   "services', acks=all) → same subscriber"},
         "threadline": ours, "baseline": {k: round(v, 3) for k, v in base.items()},
         "ratio": ratio(ours["chunks_per_s"], base["chunks_per_s"]),
         "target": {"chunks_per_s": 20_000, "ratio_min": 0.5},

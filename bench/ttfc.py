@@ -32,7 +32,7 @@ import orjson
 
 from bench.env import BenchEnv
 from bench.procstat import PySpy, top_costs
-from bench.rawkafka import relay_latencies
+from bench.rawkafka import relay_latencies, relay_linger_ms
 from bench.stats import all_records, log_segments, ratio, recent_record_sizes, summary_ms
 from bench.subscriber import is_type
 from threadline.config import Settings
@@ -245,7 +245,7 @@ async def run(env: BenchEnv, *, runs: int = 500, threads: int = 50, profile_runs
                        "instances": "1 per service", "partitions_internal_topics": env.partitions,
                        "ingress_starts": starts, "kafka_hops": len(hop_sizes), "record_bytes_per_hop": hop_sizes,
                        "baseline": f"{len(hop_sizes) - 1} aiokafka relay processes (consumer group → producer, "
-                                   f"linger 2 ms) over the path's {len(hop_sizes)} topics"},
+                                   f"linger {relay_linger_ms()} ms, as the services') over the path's {len(hop_sizes)} topics"},
         "threadline_ms": ours, "baseline_ms": theirs, "baseline_4_hops_ms": summary_ms(base4),
         "accepted_actions": actions, "spans_ms": spans, "worker_step_start_ms": in_worker,
         "ratio": {"p50": ratio(ours["p50"], theirs["p50"]), "p99": ratio(ours["p99"], theirs["p99"])},
