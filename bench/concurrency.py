@@ -22,10 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from bench.env import BenchEnv
 from bench.procstat import PySpy, RssPeak, cpu_seconds, rss_bytes, top_costs
-from bench.stats import pct, ratio
+from bench.stats import all_records, log_segments, pct, ratio, summary_ms
 from bench.subscriber import is_type
+from threadline.worker.step_gap import START_SEGMENTS
 
 AGENT = "bench-concurrency"
 MODEL = "threadline-bench-concurrency"
@@ -163,8 +166,15 @@ async def burst(env: BenchEnv, *, runs: int = 500, workers: int = 1, tokens: int
     names = [f"{prefix}-{i}" for i in range(runs)]
     topics = await env.chunk_topics([("bench-user", t) for t in [*names, f"warm-{prefix}"]])
     await _fresh_workers(env, workers, topics[-1], prefix)
+    assert env.subscriber is not None
+    starts = {t: len(env.subscriber.by_topic[t]) for t in topics[:-1]}
+    logs = [env.log_dir / f"{w}.log" for w in env.workers]
+    log_from = [p.stat().st_size if p.exists() else 0 for p in logs]
     out = await _batch(env, names, topics[:-1], tokens, rate)
     out["workers"] = workers
+    out["start_split_ms"] = await _start_split(env, dict(zip(names, topics[:-1], strict=True)), starts)
+    if workers == 1:  # the worker's own ``step start`` lines of the burst's runs
+        out["worker_step_start_ms"] = log_segments(logs[0], log_from[0], "step start", START_SEGMENTS)
     if workers != 1:
         profile_dir = None
     if profile_dir is not None:
@@ -181,6 +191,34 @@ async def burst(env: BenchEnv, *, runs: int = 500, workers: int = 1, tokens: int
     out["target"] = {"failed_runs": 0, "re_executed_steps": 0, "first_token_p99_ms": 1000, "wall_ratio_max": 1.25,
                      "added_gap_p99_ms": 50}
     return out
+
+
+async def _start_split(env: BenchEnv, topic_of: dict[str, str], starts: dict[str, int]) -> dict[str, Any]:
+    """Where a burst's first tokens went, per run from the records' Kafka timestamps (the
+    producers' create times, ms, one machine's clock): the request produced → the step task
+    produced (ingress: its turn, its statement, its outbox), → the first ``text-delta`` produced
+    (the worker: the hop, the claim, the model call), → received by the subscriber. Only the
+    first request and step task of each of the burst's threads count (a profiled second burst
+    reuses them)."""
+    assert env.subscriber is not None
+    firsts: dict[str, dict[str, float]] = {"request": {}, "step_task": {}}
+    for kind, topic in (("request", env.topics.ingress), ("step_task", env.topics.step_tasks)):
+        for r in await all_records(env.bootstrap, topic):
+            body = orjson.loads(r.value) if r.value else None
+            if isinstance(body, dict) and body.get("thread_id") in topic_of:
+                firsts[kind].setdefault(body["thread_id"], r.timestamp)
+    split: dict[str, list[float]] = {"request_to_step_task": [], "step_task_to_first_text": [],
+                                     "first_text_produced_to_received": []}
+    for thread, topic in topic_of.items():
+        got = env.subscriber.by_topic[topic][starts[topic]:]
+        text = next((r for r in got if r.chunk.get("type") == "text-delta"), None)
+        req, task = firsts["request"].get(thread), firsts["step_task"].get(thread)
+        if text is None or req is None or task is None:
+            continue
+        split["request_to_step_task"].append((task - req) / 1000)
+        split["step_task_to_first_text"].append((text.ts_ms - task) / 1000)
+        split["first_text_produced_to_received"].append((text.wall_ms - text.ts_ms) / 1000)
+    return {k: summary_ms(v) for k, v in split.items()}
 
 
 async def _fresh_workers(env: BenchEnv, count: int, warm_topic: str, tag: str) -> None:

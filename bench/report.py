@@ -153,4 +153,21 @@ def _burst_rows(b: dict[str, Any], number: str) -> list[tuple[str, str, str, str
          f"{' of the largest worker' if workers > 1 else ''}",
          f"{b['added_gap_ms']['p50']} / {b['added_gap_ms']['p99']}; {b['worker_cpu_cores']}, "
          f"{b.get('worker_rss_peak_each_mb', b['worker_rss_peak_mb'])}", "-", "-", "p99 ≤ 50; ≤ 400 MB"),
+        *_burst_start_rows(b),
     ]
+
+
+def _burst_start_rows(b: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Where the burst's first tokens went (p50 / p99, ms), and the worker's claim split."""
+    split = b.get("start_split_ms") or {}
+    names = ("request_to_step_task", "step_task_to_first_text", "first_text_produced_to_received")
+    if not all(split.get(n, {}).get("n") for n in names):
+        return []
+    rows = [("  burst: first token split p50 / p99 (ms): request → step task, → first text produced, → received",
+             ", ".join(f"{split[n]['p50']:.0f} / {split[n]['p99']:.0f}" for n in names), "-", "-", "-")]
+    start = b.get("worker_step_start_ms") or {}
+    if all(start.get(n, {}).get("n") for n in ("claim_ms", "setup_ms", "model_open_ms")):
+        rows.append(("    in the worker p50 / p99 (ms): claim, setup, model open",
+                     ", ".join(f"{start[n]['p50']:.0f} / {start[n]['p99']:.0f}"
+                               for n in ("claim_ms", "setup_ms", "model_open_ms")), "-", "-", "-"))
+    return rows
