@@ -104,14 +104,15 @@ class NotificationScheduler(Service):
             sent, threads = await dispatch_due(conn, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,
                                                now=now, thread_id=thread_id)
             ids += sent
+        if not ids:  # nothing to publish: no thread's topic is needed (most idle threads)
+            return
         if thread_id is not None and resource_id is not None:
             threads.add((resource_id, thread_id))
         for res, tid in threads:
             await self.admin.ensure_chunk_topic(self.topics.chunks(res, tid),
                                                 retention_ms=self.settings.chunk_retention_ms, thread=(res, tid))
         await self.outbox.flush(ids)
-        if ids:
-            log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)
+        log.info("inbox delivered", events=len(ids), threads=len(threads), thread_id=thread_id)
 
     async def _tick_loop(self) -> None:
         while True:  # a NOTIFY (or a catch-up) wakes it early
