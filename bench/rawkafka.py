@@ -29,6 +29,7 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
+from bench.stats import arrival_rate
 from bench.subscriber import ChunkSubscriber
 from threadline.kafka.admin import TopicAdmin
 from threadline.testing.harness import stop_process
@@ -179,8 +180,7 @@ async def raw_throughput(*, bootstrap: str, admin: TopicAdmin, subscriber: Chunk
         await asyncio.to_thread(proc.wait, 30)
     finally:
         path.unlink()
-    span = got[-1].t - got[0].t if len(got) > 1 else float("nan")
-    return {"records": len(got), "seconds": span, "chunks_per_s": (len(got) - 1) / span if span else float("nan")}
+    return {"records": len(got), **arrival_rate([r.t for r in got])}
 
 
 if __name__ == "__main__":

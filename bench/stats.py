@@ -33,6 +33,21 @@ def summary_ms(seconds: list[float]) -> dict[str, float]:
             "p99": round(pct(ms, 99), 2), "mean": round(statistics.fmean(ms), 2), "max": round(max(ms), 2)}
 
 
+def arrival_rate(times: list[float]) -> dict[str, float]:
+    """Records per second from the receive times of consecutive records, each the time its
+    fetched batch came (``Received.t``): the records after the first batch over the seconds from
+    the first batch to the last. The first batch's records arrived over a time before it that is
+    not seen, so counting them too (``(n - 1) / span``) overstated the rate the more records the
+    first batch held. ``{"chunks_per_s", "seconds", "batches", "first_batch"}``; the rate is NaN
+    when every record came in one batch."""
+    if not times:
+        return {"chunks_per_s": float("nan"), "seconds": 0.0, "batches": 0, "first_batch": 0}
+    first = sum(1 for t in times if t == times[0])
+    span = times[-1] - times[0]
+    return {"chunks_per_s": (len(times) - first) / span if span > 0 else float("nan"), "seconds": span,
+            "batches": len(set(times)), "first_batch": first}
+
+
 def ratio(a: float, b: float) -> float:
     return round(a / b, 2) if b else float("nan")
 
