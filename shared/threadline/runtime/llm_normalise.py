@@ -158,7 +158,7 @@ class StreamNormaliser:
             if not self._reasoning_open:
                 self._reasoning_open = True
                 out.append({"type": "reasoning-start", "payload": {"id": "r0"}})
-            self.outcome.reasoning += reasoning
+            self.outcome.add_reasoning(reasoning)
             out.append({"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}})
         content = delta.get("content")
         if (content or delta.get("tool_calls")) and self._reasoning_open:  # reasoning comes first
@@ -169,7 +169,7 @@ class StreamNormaliser:
             if not self._text_open:
                 self._text_open = True
                 out.append({"type": "text-start", "payload": {"id": "t0"}})
-            self.outcome.text += content
+            self.outcome.add_text(content)
             out.append({"type": "text-delta", "payload": {"id": "t0", "text": content}})
         unindexed = 0
         for fragment in delta.get("tool_calls") or ():

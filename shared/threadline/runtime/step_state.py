@@ -160,7 +160,7 @@ async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, 
         chunk = dict(chunk)
         payload = chunk.get("payload") or {}
         if chunk.get("type") == "text-delta":
-            outcome.text += payload.get("text", "")
+            outcome.add_text(payload.get("text", ""))
         elif chunk.get("type") == "tool-call":
             outcome.tool_calls.append(dict(payload))
         elif chunk.get("type") == "finish":
