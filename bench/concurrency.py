@@ -159,7 +159,9 @@ async def burst(env: BenchEnv, *, runs: int = 500, workers: int = 1, tokens: int
     """The burst figure: ``runs`` runs started at once on ``workers`` fresh workers (threads of
     their own, ``burst-<i>`` for one worker, ``burst<workers>w-<i>`` else); failed runs,
     re-executed steps (from the runs table) and pool timeouts (from the workers' logs) counted;
-    worker CPU and RSS are the sums over the workers. With ``profile_dir`` (one worker only), a
+    worker CPU and RSS are the sums over the workers; ``start_split_ms`` splits the first tokens
+    (:func:`_start_split`) and, with one worker, ``worker_step_start_ms`` holds its ``step start``
+    lines of the burst (claim, setup, model open). With ``profile_dir`` (one worker only), a
     second burst on the same threads runs under py-spy (the figures come from the first,
     unprofiled one) and its collapsed stacks are written there."""
     prefix = "burst" if workers == 1 else f"burst{workers}w"
