@@ -10,7 +10,7 @@ from threadline.runtime.llm_normalise import StreamNormaliser
 from threadline.runtime.model_outcome import ModelOutcome
 
 
-def _delta(**delta: str) -> dict[str, object]:
+def _delta(**delta: object) -> dict[str, object]:
     return {"choices": [{"index": 0, "delta": delta}]}
 
 
@@ -43,3 +43,18 @@ def test_text_can_be_set_and_extended() -> None:
     assert outcome.text == "cached reply"
     outcome.text = ""
     assert outcome.text == "" and outcome._text == []
+
+
+def test_streamed_tool_arguments_are_kept_in_pieces_until_the_call_ends() -> None:
+    outcome = ModelOutcome()
+    norm = StreamNormaliser(outcome)
+    pieces = ['{"items": [', *(f'"x{i}", ' for i in range(500)), '"end"]}']
+    for i, piece in enumerate(pieces):
+        fragment = {"index": 0, "function": {"arguments": piece}}
+        if i == 0:
+            fragment.update(id="call_1", function={"name": "save", "arguments": piece})
+        norm.feed(_delta(tool_calls=[fragment]))
+    assert len(norm._calls[0]["argsText"]) == len(pieces)  # appended, never re-copied while streaming
+    norm.end()
+    assert outcome.tool_calls == [{"toolCallId": "call_1", "toolName": "save",
+                                   "args": {"items": [*(f"x{i}" for i in range(500)), "end"]}}]

@@ -197,7 +197,7 @@ class StreamNormaliser:
                     entry["provided"] = True
                     self._by_id[call_id] = entry
         if entry is None:
-            entry = {"toolCallId": call_id or f"call_{len(self._calls)}", "toolName": "", "argsText": "",
+            entry = {"toolCallId": call_id or f"call_{len(self._calls)}", "toolName": "", "argsText": [],
                      "argsObject": None, "provided": call_id is not None, "started": False}
             self._calls.append(entry)
             if call_id is not None:
@@ -212,7 +212,7 @@ class StreamNormaliser:
         if isinstance(args, dict):
             entry["argsObject"] = args
         elif args and isinstance(args, str):
-            entry["argsText"] += args
+            entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
             out.append({"type": "tool-call-delta",
                         "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
                                     "toolName": entry["toolName"]}})
@@ -228,7 +228,7 @@ class StreamNormaliser:
             out.append({"type": "text-end", "payload": {"id": "t0"}})
         for entry in self._calls:
             call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
-                    "args": parse_args(entry["argsText"], entry["argsObject"])}
+                    "args": parse_args("".join(entry["argsText"]), entry["argsObject"])}
             self.outcome.tool_calls.append(call)
             out.append({"type": "tool-call-input-streaming-end", "payload": {"toolCallId": entry["toolCallId"]}})
             out.append({"type": "tool-call", "payload": dict(call)})
