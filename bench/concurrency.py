@@ -170,13 +170,13 @@ async def burst(env: BenchEnv, *, runs: int = 500, workers: int = 1, tokens: int
     await _fresh_workers(env, workers, topics[-1], prefix)
     assert env.subscriber is not None
     starts = {t: len(env.subscriber.by_topic[t]) for t in topics[:-1]}
-    logs = [env.log_dir / f"{w}.log" for w in env.workers]
-    log_from = [p.stat().st_size if p.exists() else 0 for p in logs]
+    log = env.log_dir / f"{env.workers[0]}.log"  # read with one worker only
+    log_from = log.stat().st_size if log.exists() else 0
     out = await _batch(env, names, topics[:-1], tokens, rate)
     out["workers"] = workers
     out["start_split_ms"] = await _start_split(env, dict(zip(names, topics[:-1], strict=True)), starts)
     if workers == 1:  # the worker's own ``step start`` lines of the burst's runs
-        out["worker_step_start_ms"] = log_segments(logs[0], log_from[0], "step start", START_SEGMENTS)
+        out["worker_step_start_ms"] = log_segments(log, log_from, "step start", START_SEGMENTS)
     if workers != 1:
         profile_dir = None
     if profile_dir is not None:

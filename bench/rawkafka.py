@@ -31,14 +31,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
 from bench.stats import arrival_rate
 from bench.subscriber import ChunkSubscriber
+from threadline.config import get_settings
 from threadline.kafka.admin import TopicAdmin
 from threadline.testing.harness import stop_process
 
 
 def relay_linger_ms() -> int:
     """The linger of the baselines' producers: the services' own (``THREADLINE_KAFKA_LINGER_MS``)."""
-    from threadline.config import get_settings
-
     return get_settings().kafka_linger_ms
 
 

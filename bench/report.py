@@ -167,9 +167,8 @@ def _burst_start_rows(b: dict[str, Any]) -> list[tuple[str, str, str, str, str]]
         return []
     rows = [("  burst: first token split p50 / p99 (ms): request → step task, → first text produced, → received",
              ", ".join(f"{split[n]['p50']:.0f} / {split[n]['p99']:.0f}" for n in names), "-", "-", "-")]
-    start = b.get("worker_step_start_ms") or {}
-    if all(start.get(n, {}).get("n") for n in ("claim_ms", "setup_ms", "model_open_ms")):
+    start, parts = b.get("worker_step_start_ms") or {}, ("claim_ms", "setup_ms", "model_open_ms")
+    if all(start.get(n, {}).get("n") for n in parts):
         rows.append(("    in the worker p50 / p99 (ms): claim, setup, model open",
-                     ", ".join(f"{start[n]['p50']:.0f} / {start[n]['p99']:.0f}"
-                               for n in ("claim_ms", "setup_ms", "model_open_ms")), "-", "-", "-"))
+                     ", ".join(f"{start[n]['p50']:.0f} / {start[n]['p99']:.0f}" for n in parts), "-", "-", "-"))
     return rows

@@ -136,7 +136,7 @@ class ModelScript:
         return self._check(httpx.request(method, self.base_url + path, timeout=self.timeout, **kwargs))
 
     async def _acall(self, method: str, path: str, **kwargs: Any) -> Any:
-        # a plain-HTTP server needs no certificates: loading them took ~15 ms of CPU per call,
+        # a plain-HTTP server needs no certificates: loading them took ~18 ms of CPU per call,
         # half of the bench process's CPU in the tool-step figure (docs/benchmarks.md)
         plain = self.base_url.startswith("http://")
         async with httpx.AsyncClient(timeout=self.timeout, verify=not plain) as client:
