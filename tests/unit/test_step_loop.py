@@ -247,3 +247,11 @@ def test_run_state_round_trips_and_omits_an_unset_system_snapshot() -> None:
     state.processor_state["p"]["n"] = 2
     assert stored["processor_state"] == {"p": {"n": 1}}  # the stored dict is not shared
     assert RunState.of(None).dump()["steps"] == [] and "system_snapshot" not in RunState.of({}).dump()
+
+
+def test_run_state_copies_what_json_cannot_carry_deeply() -> None:
+    stored = {"processor_state": {"p": {"seen": {1, 2}}}, "steps": [{"stepNumber": 0}]}  # a set: not JSON
+    state = RunState.of(stored)
+    state.processor_state["p"]["seen"].add(3)
+    state.steps[0]["stepNumber"] = 5
+    assert stored == {"processor_state": {"p": {"seen": {1, 2}}}, "steps": [{"stepNumber": 0}]}
