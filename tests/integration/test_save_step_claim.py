@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from tests.integration.pg import leased_run
+from threadline.store import steps
 from threadline.store.db import connect
 
 _ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
@@ -101,3 +102,17 @@ async def test_the_one_pass_statement_does_what_the_two_pass_one_did(own_cluster
             assert old["returned"]["outcome"] is None and old["returned"]["stored"]
     finally:
         await conn.close()
+
+
+async def test_the_workers_select_names_every_column_of_the_function_but_the_state(own_cluster):
+    """The worker selects the lean function's columns by name, leaving out ``state`` (it holds the
+    state it stored): a column the function gains is read too, or this fails."""
+    conn = await connect(own_cluster.dsn)
+    try:
+        names = await conn.fetchval(
+            "SELECT array_agg(n ORDER BY i) FROM pg_proc p, unnest(p.proargnames, p.proargmodes) "
+            "WITH ORDINALITY AS a(n, m, i) WHERE p.proname = 'threadline_save_step_claim' AND m = 'o'")
+    finally:
+        await conn.close()
+    selected = steps._SAVE_CLAIM.split("FROM")[0].removeprefix("SELECT ").split(", ")
+    assert [n for n in names if n != "state"] == [c.strip() for c in selected]

@@ -86,6 +86,12 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
     return ids
 
 
+RUN_VIEW_COLUMNS = ("run_id, resource_id, thread_id, agent_id, status, epoch, step, steps_done, attempt, kind, "
+                    "request_id, reply_to, continued_from, results_applied, start_announced")
+"""The ``runs`` columns :meth:`RunRow.of` and a lifecycle event read: not ``state`` (the run's
+whole message list, tens of KB on a long thread, which PostgreSQL would decompress and send and
+the orchestrator decode on every continued step) nor ``options``."""
+
 _ANNOUNCE = (
     "WITH applied AS (UPDATE runs SET results_applied = $3 + 1 WHERE run_id = $1 AND epoch = $2 "
     "AND status <> 'aborted' AND results_applied = $3 AND continued_from <= $3 "
@@ -106,7 +112,7 @@ async def announced(conn: asyncpg.Connection, res: StepResult, topics: Topics) -
     (and the orchestrator's transaction would hold it, with the lease row, over seven round trips).
     Returns the outbox ids, or ``None`` when the move is another one or the row changed meanwhile
     (the caller then applies the result in its transaction, which decides again under the locks)."""
-    row = await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1", res.run_id)
+    row = await conn.fetchrow(f"SELECT {RUN_VIEW_COLUMNS} FROM runs WHERE run_id = $1", res.run_id)
     return None if row is None else await announce_on(conn, res, row, topics)
 
 

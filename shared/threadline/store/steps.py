@@ -151,7 +151,12 @@ def _message_rows(entries: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict
 _SAVE_ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
               "$10::text, $11::text, $12::jsonb, $13::bytea, $14::text, $15::bigint)")
 _SAVE_CONTINUE = "SELECT * FROM threadline_save_step_continue" + _SAVE_ARGS
-_SAVE_CLAIM = "SELECT * FROM threadline_save_step_claim" + _SAVE_ARGS
+_SAVE_CLAIM = ("SELECT box, outcome, resource_id, thread_id, agent_id, epoch, step, next_seq, options, heartbeat, "
+               "attempt, seq_base, restarted, history, history_at, signals, recorded "
+               "FROM threadline_save_step_claim" + _SAVE_ARGS)
+"""Every column of the function's row but ``state``: it returns the ``p_state`` it was given, which
+the caller holds already (PostgreSQL would serialize the run's whole message list again, and the
+worker decode it, on every continued step)."""
 
 
 async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
@@ -168,7 +173,8 @@ async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: M
     Returns:
         ``(outbox id, value, headers, row)``: the step result as :func:`save_step` returns it, and
         :func:`begin_step`'s row for the next step (``outcome`` ``claimed``; ``None`` when the run
-        could not be advanced: the orchestrator schedules the next step on the result).
+        could not be advanced: the orchestrator schedules the next step on the result). With
+        ``lean`` the row has no ``state``: the next step's is ``state``, as stored.
     Raises:
         StaleWriterError: as :func:`save_step`; nothing is written then.
     """

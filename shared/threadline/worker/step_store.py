@@ -66,16 +66,18 @@ relay, aborts)."""
 _STATUS = {"finished": "finished", "failed": "failed", "tripwire": "tripwire"}
 
 
-def step_run(row: asyncpg.Record, run_id: str) -> StepRun:
-    """The :class:`StepRun` view of the run columns of a ``begin_step`` row."""
+def step_run(row: asyncpg.Record, run_id: str, state: dict[str, Any] | None = None) -> StepRun:
+    """The :class:`StepRun` view of the run columns of a ``begin_step`` row; ``state``: the run's
+    state as just stored, for a row that does not carry it (the lean save-and-claim's; copied, as
+    a row's is decoded afresh: the caller's objects are not shared)."""
+    stored = row["state"] if "state" in row else orjson.loads(orjson.dumps(state))
     return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
-                   options=dict(row["options"] or {}), state=RunState.of(row["state"]),
-                   stored_state=row["state"])
+                   options=dict(row["options"] or {}), state=RunState.of(stored), stored_state=stored)
 
 
-def _begun(row: asyncpg.Record, run_id: str) -> Begun:
-    """What a ``threadline_begin_step`` row means for the worker."""
+def _begun(row: asyncpg.Record, run_id: str, state: dict[str, Any] | None = None) -> Begun:
+    """What a ``threadline_begin_step`` row means for the worker (``state``: see :func:`step_run`)."""
     outcome = row["outcome"]
     if outcome == "skipped":
         return Skipped("stale or duplicate step task skipped")
@@ -83,7 +85,7 @@ def _begun(row: asyncpg.Record, run_id: str) -> Begun:
         return Skipped("step no longer ours; skipped")
     if outcome == "busy":
         return Busy(row["heartbeat"])
-    run = step_run(row, run_id)
+    run = step_run(row, run_id, state)
     if outcome == "aborted":
         return AbortedRun(run)  # aborted while its step task was in flight
     inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
@@ -247,7 +249,7 @@ class PgStepStore:
                     state=record.state, next_seq=record.next_seq, result=result, lease_ttl_s=self._ttl,
                     owner=self._owner, lean=self.lean)
                 returned = time.perf_counter()
-                nxt = _begun(row, run.run_id) if row["outcome"] is not None else None
+                nxt = _begun(row, run.run_id, record.state) if row["outcome"] is not None else None
             else:
                 box_id, value, headers = await save_step(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
