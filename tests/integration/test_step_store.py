@@ -291,8 +291,11 @@ async def test_save_and_continue_is_one_statement_claiming_the_next_step_like_th
             nxt = store.take_next(r["run_id"])
             assert isinstance(nxt, Claimed) and store.take_next(r["run_id"]) is None
             assert (nxt.run.step, nxt.run.next_seq, nxt.run.state.steps) == (1, 7, [1])
-            record.state["steps"].append(2)  # the stored state, as the worker holds it: not shared
-            assert (nxt.run.state.steps, nxt.run.stored_state) == ([1], {"steps": [1]})
+            # the next step goes on with the stored step's own objects (decision 102); what was
+            # stored stays as stored, for a step that cannot run and writes it back
+            assert nxt.run.state.live and nxt.run.state.steps is record.state["steps"]
+            record.state["steps"].append(2)
+            assert nxt.run.stored() == {"steps": [1]} and nxt.run.stored() is not nxt.run.stored()
             assert (nxt.inputs.attempt, nxt.inputs.seq_base, nxt.inputs.restarted) == (1, 7, False)
             assert [s.payload["contents"] for s in nxt.inputs.signals] == ["deliver"]  # joins at the next step
             run = await db.fetchrow("SELECT step, steps_done, attempt, step_started, step_owner, next_seq, "

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import orjson
 import pytest
 from pydantic import BaseModel
 
@@ -255,3 +256,30 @@ def test_run_state_copies_what_json_cannot_carry_deeply() -> None:
     state.processor_state["p"]["seen"].add(3)
     state.steps[0]["stepNumber"] = 5
     assert stored == {"processor_state": {"p": {"seen": {1, 2}}}, "steps": [{"stepNumber": 0}]}
+
+
+async def test_a_step_continued_from_memory_sees_what_a_step_read_from_the_store_sees() -> None:
+    """Decision 102: the next step on the same worker goes on with the stored step's own objects
+    (``RunState.carried``); its prompt, chunks and stored state are those of a step that decoded
+    the stored JSON, and the stored snapshot is not changed by it."""
+    ran: list[str] = []
+    first = MemoryStore()
+    await _loop(scripted([_lookup_call(1)])).run(
+        _run(), _lookup_agent(ran), StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]),
+        MemorySink("run-1", 0), first)
+    dumped = first.saved[0].state
+    snapshot = orjson.loads(orjson.dumps(dumped))
+    seen = []
+    for state in (RunState.of(dumped), RunState.carried(dumped)):
+        model = scripted([{"type": "text-delta", "payload": {"text": "two"}}])
+        sink, store = MemorySink("run-1", 1), MemoryStore()
+        outcome = await _loop(model).run(_run(step=1, state=state), _lookup_agent(ran),
+                                         StepInputs(attempt=1, seq_base=0, restarted=False), sink, store)
+        saved = orjson.loads(orjson.dumps(store.saved[0].state))
+        chunks = [{**c, "payload": {k: v for k, v in (c.get("payload") or {}).items() if k != "startedAt"}}
+                  for c in sink.chunks]
+        seen.append((outcome, model.prompts[0], chunks, saved))
+    assert seen[0] == seen[1] and seen[0][0] == Finish("stop")
+    assert [m["role"] for m in seen[0][1]][-2:] == ["assistant", "tool"]  # the call and its result
+    assert orjson.loads(orjson.dumps(dumped)) != snapshot  # the live step went on with the same objects
+    assert RunState.carried(dumped).live and not RunState.of(dumped).live

@@ -142,7 +142,7 @@ class StepLoop:
             response_id = new_id("msg")
         else:
             ml = MessageList.from_state(state.message_list or {}, thread_id=run.thread_id,
-                                        resource_id=run.resource_id)
+                                        resource_id=run.resource_id, live=state.live)
             response_id = state.response_message_id or new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
@@ -226,7 +226,7 @@ class StepLoop:
             await step.writer.emit(echo)
         cap = self._retry_cap(options, agent, runner)
         while True:
-            saved = orjson.loads(orjson.dumps(ml.to_state()))
+            saved = orjson.dumps(ml.to_state())  # decoded only when the attempt is retried
             retry: dict[str, Any] | None = None
             try:
                 done = await self._attempt(step, options, consumed, store)
@@ -235,12 +235,14 @@ class StepLoop:
                 if not tw.retry or cap is None or runner.retry_count >= cap:
                     raise
                 feedback: TripWire | None = tw
-                step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
+                step.ml = ml = MessageList.from_state(orjson.loads(saved), thread_id=run.thread_id,
+                                                      resource_id=run.resource_id)
                 retry = {"retryProcessorId": tw.processor_id, "retryReason": tw.reason, "retryMetadata": tw.metadata}
             except ModelCallError as exc:
                 # the attempt's own additions are dropped first: the error processors edit the
                 # list the failed request was built from, and their edits reach the retried request
-                step.ml = ml = MessageList.from_state(saved, thread_id=run.thread_id, resource_id=run.resource_id)
+                step.ml = ml = MessageList.from_state(orjson.loads(saved), thread_id=run.thread_id,
+                                                      resource_id=run.resource_id)
                 feedback = None
                 if exc.streamed and step.next_model():  # the model died mid-answer: the next one takes over
                     await self._discard(step, store, "fallback", None)

@@ -209,8 +209,16 @@ class MessageList:
 
     @classmethod
     def from_state(cls, state: dict[str, Any], *, thread_id: str | None = None,
-                   resource_id: str | None = None) -> MessageList:
+                   resource_id: str | None = None, live: bool = False) -> MessageList:
+        """The list a :meth:`to_state` snapshot describes. ``live``: the snapshot is another
+        list's own (``RunState.live``), whose messages are taken as they are; else they are
+        wrapped (a snapshot decoded from JSON holds plain dicts)."""
         ml = cls(thread_id=thread_id, resource_id=resource_id)
+        if live:
+            ml._entries = [(m, s) for m, s in state.get("entries", [])]
+            ml._system = list(state.get("system", []))
+            ml._tagged = {k: list(v) for k, v in state.get("tagged", {}).items()}
+            return ml
         ml._entries = [(wrap(m), s) for m, s in state.get("entries", [])]
         ml._system = [wrap(m) for m in state.get("system", [])]
         ml._tagged = {k: [wrap(m) for m in v] for k, v in state.get("tagged", {}).items()}

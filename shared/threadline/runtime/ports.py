@@ -46,6 +46,9 @@ class RunState:
     sub_agent_calls: list[dict[str, Any]] | None = None
     """``{toolCallId, toolName, args}`` of the sub-agent calls the last (suspended) step waits
     for; the next step begins by putting their stored results into the invocations."""
+    live: bool = False
+    """The state is the previous step's own objects (:meth:`carried`), not a stored copy: its
+    ``message_list`` holds the live messages, used as they are. Not stored."""
 
     @classmethod
     def of(cls, stored: Mapping[str, Any] | None) -> RunState:
@@ -59,6 +62,18 @@ class RunState:
                    steps=data.get("steps") or [], usage=data.get("usage") or {},
                    system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
                    sub_agent_calls=data.get("sub_agent_calls"))
+
+    @classmethod
+    def carried(cls, dumped: Mapping[str, Any]) -> RunState:
+        """The state a step of this worker just stored (its :meth:`dump`), as the same objects,
+        for the run's next step on this worker (decision 102): no copy, no decoding. Values JSON
+        would change (a tuple, a datetime) stay as they were, as in one process; a step taken
+        over elsewhere reads them as stored."""
+        return cls(message_list=dumped.get("message_list"), response_message_id=dumped.get("response_message_id"),
+                   retry_count=int(dumped.get("retry_count") or 0), processor_state=dumped.get("processor_state") or {},
+                   steps=dumped.get("steps") or [], usage=dumped.get("usage") or {},
+                   system_snapshot=dumped.get("system_snapshot"), editor=dumped.get("editor"),
+                   sub_agent_calls=dumped.get("sub_agent_calls"), live=True)
 
     def dump(self) -> dict[str, Any]:
         """The JSON stored in ``runs.state``."""
@@ -108,6 +123,16 @@ class StepRun:
     """The run's working state as the previous step left it."""
     stored_state: dict[str, Any] | None = None
     """``runs.state`` as read (written back unchanged when the step cannot run at all)."""
+    stored_json: bytes | None = None
+    """``runs.state`` as this worker stored it (JSON), when the step was continued from memory
+    (:meth:`RunState.carried`) and not read back; :meth:`stored` decodes it."""
+
+    def stored(self) -> dict[str, Any]:
+        """``runs.state`` as stored before this step (a fresh dict; ``{}`` for a new run)."""
+        if self.stored_json is not None:
+            loaded: dict[str, Any] = orjson.loads(self.stored_json)
+            return loaded
+        return dict(self.stored_state or {})
 
 
 @dataclass(frozen=True, slots=True)

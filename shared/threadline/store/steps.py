@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
+import orjson
 
 from threadline.errors import StaleWriterError
 from threadline.events import StepResult
@@ -105,7 +106,7 @@ _SAVE = ("SELECT threadline_save_step($1::text, $2::bigint, $3::int, $4::int, $5
 
 async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
                     entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
-                    state: dict[str, Any], next_seq: int, result: StepResult,
+                    state: dict[str, Any] | orjson.Fragment, next_seq: int, result: StepResult,
                     final_fields: dict[str, Any] | None, lease_ttl_s: float) -> tuple[int, bytes, list[tuple[str, bytes]]]:
     """Write the step's effects in one statement (one round trip, migration 0011's
     ``threadline_save_step``), fenced by the lease epoch and the attempt (``result.attempt``).
@@ -161,8 +162,9 @@ worker decode it, on every continued step)."""
 
 async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
                              entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
-                             state: dict[str, Any], next_seq: int, result: StepResult, lease_ttl_s: float,
-                             owner: str, lean: bool = True) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
+                             state: dict[str, Any] | orjson.Fragment, next_seq: int, result: StepResult,
+                             lease_ttl_s: float, owner: str,
+                             lean: bool = True) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
     """:func:`save_step` of a step whose outcome is ``continue``, and the run's next step claimed
     by ``owner`` in the same statement (one round trip): the run is advanced as the orchestrator
     advances it (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is

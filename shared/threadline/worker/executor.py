@@ -351,10 +351,10 @@ class StepExecutor:
         writer.drop_held()
         if writer.finished:
             dead, writer.attempt = writer.attempt, writer.attempt + 1
-            await self._store.restart_attempt(run, writer.attempt, (run.stored_state or {}).get("retry_count", 0))
+            await self._store.restart_attempt(run, writer.attempt, run.stored().get("retry_count", 0))
             await writer.emit(chunks.attempt_discarded_chunk(run.step, dead, "failed"))
         await writer.emit(chunks.error_chunk(error))
         await writer.emit(chunks.finish_chunk("error", finish_reason="error", with_output=False))
         await writer.flush()
         await self._store.save(StepRecord(run=run, attempt=writer.attempt, outcome=Fail(error), entries=[],
-                                          consumed=None, state=dict(run.stored_state or {}), next_seq=writer.seq))
+                                          consumed=None, state=run.stored(), next_seq=writer.seq))

@@ -10,6 +10,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -66,18 +67,32 @@ relay, aborts)."""
 _STATUS = {"finished": "finished", "failed": "failed", "tripwire": "tripwire"}
 
 
-def step_run(row: asyncpg.Record, run_id: str, state: dict[str, Any] | None = None) -> StepRun:
-    """The :class:`StepRun` view of the run columns of a ``begin_step`` row; ``state``: the run's
-    state as just stored, for a row that does not carry it (the lean save-and-claim's; copied, as
-    a row's is decoded afresh: the caller's objects are not shared)."""
-    stored = row["state"] if "state" in row else orjson.loads(orjson.dumps(state))
+@dataclass(frozen=True, slots=True)
+class Carried:
+    """The state a step of this worker just stored, for the run's next step on this worker:
+    ``state`` (the step's ``RunState.dump()``, its own objects) and ``json`` (as stored)."""
+
+    state: dict[str, Any]
+    json: bytes
+
+
+def step_run(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> StepRun:
+    """The :class:`StepRun` view of the run columns of a ``begin_step`` row; ``carried``: the
+    run's state as this worker just stored it, for a row that does not carry it (the lean
+    save-and-claim's): the next step goes on with its objects (decision 102)."""
+    if "state" in row or carried is None:
+        return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
+                       agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
+                       options=dict(row["options"] or {}), state=RunState.of(row["state"]),
+                       stored_state=row["state"])
     return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
-                   options=dict(row["options"] or {}), state=RunState.of(stored), stored_state=stored)
+                   options=dict(row["options"] or {}), state=RunState.carried(carried.state),
+                   stored_json=carried.json)
 
 
-def _begun(row: asyncpg.Record, run_id: str, state: dict[str, Any] | None = None) -> Begun:
-    """What a ``threadline_begin_step`` row means for the worker (``state``: see :func:`step_run`)."""
+def _begun(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> Begun:
+    """What a ``threadline_begin_step`` row means for the worker (``carried``: see :func:`step_run`)."""
     outcome = row["outcome"]
     if outcome == "skipped":
         return Skipped("stale or duplicate step task skipped")
@@ -85,7 +100,7 @@ def _begun(row: asyncpg.Record, run_id: str, state: dict[str, Any] | None = None
         return Skipped("step no longer ours; skipped")
     if outcome == "busy":
         return Busy(row["heartbeat"])
-    run = step_run(row, run_id, state)
+    run = step_run(row, run_id, carried)
     if outcome == "aborted":
         return AbortedRun(run)  # aborted while its step task was in flight
     inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
@@ -229,6 +244,7 @@ class PgStepStore:
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
         sent = returned = 0.0
+        state_json = orjson.dumps(record.state)  # encoded once: stored, and kept for the next step
         atomic = record.finish is not None or bool(record.children)
         async with self._conn() as conn, (conn.transaction() if atomic else nullcontext()):
             if record.children:  # the sub-agent calls the step waits for: stored with it, or not at all
@@ -246,14 +262,15 @@ class PgStepStore:
                 sent = time.perf_counter()
                 box_id, value, headers, row = await save_step_continue(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
-                    state=record.state, next_seq=record.next_seq, result=result, lease_ttl_s=self._ttl,
-                    owner=self._owner, lean=self.lean)
+                    state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result,
+                    lease_ttl_s=self._ttl, owner=self._owner, lean=self.lean)
                 returned = time.perf_counter()
-                nxt = _begun(row, run.run_id, record.state) if row["outcome"] is not None else None
+                nxt = (_begun(row, run.run_id, Carried(record.state, state_json)) if row["outcome"] is not None
+                       else None)
             else:
                 box_id, value, headers = await save_step(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
-                    state=record.state, next_seq=record.next_seq, result=result, final_fields=final_fields,
+                    state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result, final_fields=final_fields,
                     lease_ttl_s=self._ttl)
         if self._on_saved is not None:
             self._on_saved(run.run_id)
