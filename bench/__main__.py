@@ -94,7 +94,7 @@ async def cluster_figures(args: argparse.Namespace, only: set[str], stamp: str) 
                          lambda: signals.run(env, samples=args.samples))
         if "toolsteps" in only:
             await figure("toolsteps", f"tool-step overhead: {args.tool_runs} runs of three steps",
-                         lambda: toolsteps.run(env, runs=args.tool_runs))
+                         lambda: toolsteps.run(env, runs=args.tool_runs, threads=args.tool_threads))
         if "burst" in only:
             await figure("burst", f"burst: {args.burst_runs} runs at once on one worker",
                          lambda: concurrency.burst(env, runs=args.burst_runs, profile_dir=profile_dir, stamp=stamp))
@@ -138,6 +138,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--scaling-size", type=int, default=300, help="runs of the 1-vs-2-worker figure")
     p.add_argument("--samples", type=int, default=150, help="signal-latency samples (default 150)")
     p.add_argument("--tool-runs", type=int, default=100, help="runs of the tool-step figure (default 100)")
+    p.add_argument("--tool-threads", type=int, default=10,
+                   help="threads the tool-step runs go round (default 10; fewer: longer histories)")
     p.add_argument("--partitions", type=int, default=6, help="partitions of the internal topics")
     p.add_argument("--limit-runs", type=int, default=200, help="runs of the provider-limits figure (default 200)")
     p.add_argument("--limit-rps", type=float, default=20, help="requests/s the limits figure's provider takes")

@@ -47,7 +47,7 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
     db_t0 = await _db_now(env)
     timeouts0 = _pool_timeouts(env)
     cpu0 = {p: cpu_seconds(p) for p in pids}
-    others = _service_pids(env)
+    others = service_pids(env)
     other_cpu0 = {name: cpu_seconds(p) for name, p in others.items()}
     sub_cpu0 = time.process_time()
     idle = {p: rss_bytes(p) for p in pids}
@@ -98,7 +98,7 @@ async def _batch(env: BenchEnv, threads: list[str], topics: list[str], tokens: i
     }
 
 
-def _service_pids(env: BenchEnv) -> dict[str, int]:
+def service_pids(env: BenchEnv) -> dict[str, int]:
     """The other services' first instances and the native broker (CPU per step, docs/capacity.md)."""
     from bench.topics import broker_pid
 

@@ -26,6 +26,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
+def cpu_seconds_of(command: str) -> float:
+    """User + system CPU seconds used so far by every process whose name (``/proc/<pid>/comm``)
+    is ``command`` (e.g. ``postgres``: the server and all its backends), ended ones not counted."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if (entry / "comm").read_text().strip() == command:
+                total += cpu_seconds(int(entry.name))
+        except (OSError, ValueError, IndexError):  # ended meanwhile
+            continue
+    return total
+
+
 def rss_bytes(pid: int) -> int:
     """Resident set size of ``pid`` now."""
     return int(Path(f"/proc/{pid}/statm").read_text().split()[1]) * _PAGE

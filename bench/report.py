@@ -62,6 +62,9 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(t['run_ms'], 'p50')}; {a.get('n', 0)}, {t['bad_runs']}", "-", "-", "-"))
         if gap := t.get("worker_step_gap_ms"):  # its two step boundaries in the worker, split
             out.append(_gap_row(gap, "  "))
+        if cpu := t.get("cpu_ms_per_step"):
+            out.append((f"  CPU per step (ms; {t['conditions']['threads']} threads): "
+                        + ", ".join(cpu), ", ".join(str(v) for v in cpu.values()), "-", "-", "-"))
     if t := results.get("throughput"):
         runs = t.get("conditions", {}).get("repeats", 1)
         label = "2 chunks/s, one run, 3 processors" + (f" (median of {runs}, alternated)" if runs > 1 else "")

@@ -17,6 +17,12 @@ one-step text reply (as the peer driver does): a thread's first tool step is amo
 
 ``worker_step_gap_ms``: the two step boundaries of each measured run as the worker saw them,
 split (the worker's ``step gap`` lines, :func:`bench.stats.worker_step_gap`, as in figure 4).
+``cpu_ms_per_step``: each process's CPU (``/proc``, user + system) over the measured runs, per
+step (three per run): the worker, the other services, the native broker and PostgreSQL (every
+``postgres`` process still alive at the end; pooled connections live through the figure).
+
+``threads`` sets how much history each thread gathers: 100 runs over 10 threads leave ~10 runs
+of history in each prompt by the end, 300 over 3 about 100 (``--tool-threads``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import asyncio
 import time
 from typing import Any
 
+from bench.concurrency import service_pids
 from bench.env import BenchEnv
+from bench.procstat import cpu_seconds, cpu_seconds_of
 from bench.stats import ratio, summary_ms, worker_step_gap
 from bench.subscriber import is_type
 from threadline.testing.model_script import Script
@@ -63,6 +71,9 @@ async def run(env: BenchEnv, *, runs: int = 100, threads: int = 10) -> dict[str,
     log_from = log_path.stat().st_size if log_path.exists() else 0
     per_step, whole, to_last, bad = [], [], [], 0
     actions: dict[str, int] = {}
+    pids = {"processor_worker": env.worker_pids()[0], **service_pids(env)}
+    cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+    pg0 = cpu_seconds_of("postgres")
     for k in range(runs):
         r = await _one(env, names[k % threads], topics[k % threads], SCRIPT)
         actions[r["action"]] = actions.get(r["action"], 0) + 1
@@ -72,6 +83,8 @@ async def run(env: BenchEnv, *, runs: int = 100, threads: int = 10) -> dict[str,
         per_step.append((r["fins"][-1] - r["fins"][0]) / 2)
         whole.append(r["run"])
         to_last.append(r["fins"][-1])
+    cpu = {name: round(1000 * (cpu_seconds(pid) - cpu0[name]) / (3 * runs), 2) for name, pid in pids.items()}
+    cpu["postgres"] = round(1000 * (cpu_seconds_of("postgres") - pg0) / (3 * runs), 2)
     steps = summary_ms(per_step)
     for _ in range(20):  # a run's last `step gap` line is written after its finish reached the subscriber
         gap = worker_step_gap(log_path, log_from)
@@ -85,7 +98,7 @@ async def run(env: BenchEnv, *, runs: int = 100, threads: int = 10) -> dict[str,
                        "instances": "1 per service"},
         "ms_per_step": steps, "run_ms": summary_ms(whole), "to_last_step_finish_ms": summary_ms(to_last),
         "bad_runs": bad, "accepted_actions": actions,
-        "worker_step_gap_ms": gap,
+        "worker_step_gap_ms": gap, "cpu_ms_per_step": cpu,
         "ratio_to_target": {"p50": ratio(steps.get("p50", float("nan")), 5),
                             "p99": ratio(steps.get("p99", float("nan")), 15)},
         "target": {"p50_ms": 5, "p99_ms": 15, "source": "Restate's step overhead in the peer comparison"},
