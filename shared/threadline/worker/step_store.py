@@ -81,14 +81,12 @@ def step_run(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -
     run's state as this worker just stored it, for a row that does not carry it (the lean
     save-and-claim's): the next step goes on with its objects (decision 102)."""
     if "state" in row or carried is None:
-        return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
-                       agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
-                       options=dict(row["options"] or {}), state=RunState.of(row["state"]),
-                       stored_state=row["state"])
+        state, stored, stored_json = RunState.of(row["state"]), row["state"], None
+    else:
+        state, stored, stored_json = RunState.carried(carried.state), None, carried.json
     return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
-                   options=dict(row["options"] or {}), state=RunState.carried(carried.state),
-                   stored_json=carried.json)
+                   options=dict(row["options"] or {}), state=state, stored_state=stored, stored_json=stored_json)
 
 
 def _begun(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> Begun:
