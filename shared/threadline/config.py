@@ -145,8 +145,9 @@ class Settings(BaseSettings):
     worker_continues: bool = True
     """A processor-worker whose step ends with ``continue`` (tool results in, or a signal waiting)
     claims the run's next step itself, in the statement that stores the step, and runs it, when
-    the orchestrator would schedule it anyway; the orchestrator only announces the step and stays
-    the owner of recovery (docs/decisions.md, 31-33). Off: every step crosses the orchestrator."""
+    the orchestrator would schedule it anyway; the orchestrator only announces the step (or not
+    even that: ``worker_announces``) and stays the owner of recovery (docs/decisions.md, 31-33).
+    Off: every step crosses the orchestrator."""
     ingress_starts: bool = True
     """Ingress, in the transaction that wakes a thread and creates its run, schedules the run's
     step 0 itself by the orchestrator's own rule (``on_start_run``) and publishes its step task
@@ -168,6 +169,12 @@ class Settings(BaseSettings):
     0017's one-pass ``threadline_save_step_claim`` (docs/decisions.md, 49); off: 0013's
     ``threadline_save_step_continue``, the same writes in about twice the statements (kept to
     measure the two side by side)."""
+    worker_announces: bool = True
+    """A worker that stores a step and claims the next one (``save_claim_lean``) also announces
+    the stored step in that statement when the orchestrator would only announce it: the run's
+    ``results_applied`` moves on and its ``step_finished`` (and an unannounced start) go to the
+    lifecycle topic instead of the step result to the orchestrator (migration 0026,
+    docs/decisions.md, 103). Off: the orchestrator announces every continued step (decision 98)."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

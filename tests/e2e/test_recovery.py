@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 from tests.e2e.checker import Figures, check_stream, clean
 from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.records import read_lifecycle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
@@ -70,11 +71,14 @@ async def test_a_lost_step_task_is_rescheduled(services, settings, cluster):
 
 
 async def test_a_lost_step_result_is_redelivered(services, settings, model, cluster):
+    """The first result the orchestrator gets is lost: step 0's, a ``continue`` the worker left to
+    the orchestrator to announce (``THREADLINE_WORKER_ANNOUNCES=0``: the path a step takes when
+    the worker's statement cannot announce it, decision 103)."""
     thread = f"th-sweep-result-{uuid.uuid4().hex[:6]}"
     await model.aqueue([ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1}))], model=f"threadline-chaos-{thread}-s0")
     await model.aqueue([ms.text("All done.")], model=f"threadline-chaos-{thread}-s1")
-    with swapped(services, "sw2", orchestrator_env={"THREADLINE_FAIL_POINTS": "drop_step_result",
-                                                    "THREADLINE_FAIL_MATCH": thread}):
+    with swapped(services, "sw2", worker_env={"THREADLINE_WORKER_ANNOUNCES": "0"},
+                 orchestrator_env={"THREADLINE_FAIL_POINTS": "drop_step_result", "THREADLINE_FAIL_MATCH": thread}):
         run_id, chunks = await _run(settings, "chaos", thread)
         assert await wait_idle(cluster.dsn, thread)
     row = await run_row(cluster.dsn, run_id)
@@ -83,6 +87,32 @@ async def test_a_lost_step_result_is_redelivered(services, settings, model, clus
     recovered = await _recoveries(cluster.dsn, run_id)
     assert [a for a, _ in recovered] == ["redeliver_result"], recovered
     assert "step 0 stored" in recovered[0][1]
+
+
+async def test_a_lost_last_result_after_announced_steps_is_redelivered(services, settings, model, cluster):
+    """With the worker announcing its continued step (decision 103) the first result the
+    orchestrator gets is the run's last: lost, it is redelivered from the store, and the run ends
+    once, its steps announced once each."""
+    thread = f"th-sweep-last-{uuid.uuid4().hex[:6]}"
+    await model.aqueue([ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1}))], model=f"threadline-chaos-{thread}-s0")
+    await model.aqueue([ms.text("All done.")], model=f"threadline-chaos-{thread}-s1")
+    # step 0 waits half a second after its tool ran: the orchestrator's start announcement is out
+    # by then, so the worker's statement announces step 0 (no other writer's row waits)
+    with swapped(services, "sw2b", worker_env={"THREADLINE_PAUSE_POINTS": "after_tool_result_stored",
+                                               "THREADLINE_PAUSE_SECONDS": "0.5", "THREADLINE_PAUSE_MATCH": thread},
+                 orchestrator_env={"THREADLINE_FAIL_POINTS": "drop_step_result", "THREADLINE_FAIL_MATCH": thread}):
+        run_id, chunks = await _run(settings, "chaos", thread)
+        assert await wait_idle(cluster.dsn, thread)
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished" and row["steps_done"] == 2 and row["results_applied"] == 2
+    _stream_ok(run_id, chunks)
+    recovered = await _recoveries(cluster.dsn, run_id)
+    assert [a for a, _ in recovered] == ["redeliver_result"], recovered
+    assert "run finished in the store" in recovered[0][1]
+    life = [(e["type"], e.get("step")) for e in await read_lifecycle(cluster.bootstrap, f"{cluster.prefix}.lifecycle",
+                                                                       thread_id=thread)]
+    assert life == [("thread_active", None), ("run_started", None), ("step_finished", 0), ("step_finished", 1),
+                    ("run_finished", None), ("thread_idle", None)]
 
 
 async def test_a_run_that_cannot_go_on_is_failed_with_the_reason(services, settings, cluster):

@@ -10,7 +10,9 @@ announces the step and stays the owner of recovery.
     redelivered, stands for the chain and takes the step over; the run finishes once;
 (c) a message sent while a step runs is delivered at the next step (continued, not skipped);
     an abort while a continued step runs, or exactly at the boundary after the next step was
-    claimed, ends the run there.
+    claimed, ends the run there;
+(d) the worker announces the continued steps itself (decision 103): with the orchestrator away a
+    run's start and continued steps are announced, in order, and none of their results waits for it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from tests.e2e.helpers import (
     WORKERS,
     collect_run,
     execute,
+    own_instances,
     rows,
     run_row,
     second_worker,
@@ -79,7 +82,10 @@ def _kept(run_id: str, chunks: list[dict[str, Any]]) -> tuple[list[dict[str, Any
     return kept, fig
 
 
-async def _three_steps(settings: Any, model: Any, cluster: Any, thread: str) -> tuple[str, list[dict[str, Any]]]:
+async def _three_steps(settings: Any, model: Any, cluster: Any, thread: str,
+                       idle: bool = True) -> tuple[str, list[dict[str, Any]]]:
+    """A run of the chaos agent on ``thread``: two tool steps, then text; its chunks up to its
+    ``finish``, and (``idle``) once the thread is idle again."""
     await _script(model, thread, [ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1})),
                                   ms.tool_calls(ms.tool_call("chaos_effect", {"n": 2})),
                                   ms.text("all done now")])
@@ -88,7 +94,7 @@ async def _three_steps(settings: Any, model: Any, cluster: Any, thread: str) -> 
         run_id = (await (await tl.stream("go", agent_id="chaos", resource_id="res-1", thread_id=thread)).accepted).run_id
         chunks = await collect_run(sub, timeout_s=60)
         await sub.unsubscribe()
-    assert await wait_idle(cluster.dsn, thread)
+    assert not idle or await wait_idle(cluster.dsn, thread)
     return run_id, chunks
 
 
@@ -125,6 +131,30 @@ async def test_a_continued_run_crosses_the_orchestrator_for_its_first_step_only(
     assert [t for t, _ in life].count("run_finished") == 1
     base_row = await run_row(cluster.dsn, base_id)
     assert row["usage"] == base_row["usage"] and row["text"] == base_row["text"] == "all done now"
+
+
+async def test_with_the_orchestrator_away_the_worker_announces_the_start_and_the_continued_steps(
+        services, settings, model, cluster):
+    """Decision 103: the worker that stores a continued step announces it itself when the
+    orchestrator would only announce it. With the orchestrator stopped, the run's start (ingress
+    scheduled step 0) and steps 0 and 1 are announced by the worker alone, in order, and no result
+    of theirs goes to the orchestrator; once it is back it ends the run on step 2's result and
+    announces nothing twice (its late ``StartRun`` finds the start announced)."""
+    await _effects_table(cluster.dsn)
+    thread = f"th-cont-ann-{uuid.uuid4().hex[:6]}"
+    with own_instances(services, "run_orchestrator", "run_orchestrator-1"):
+        run_id, chunks = await _three_steps(settings, model, cluster, thread, idle=False)
+        life = await _lifecycle(cluster, run_id, until="never", timeout_s=2)
+        assert life == [("thread_active", None), ("run_started", None), ("step_finished", 0), ("step_finished", 1)]
+        results = await read_all(cluster.bootstrap, [Topics(cluster.prefix).step_results], partitions=None)
+        assert [r["step"] for r in results if r.get("run_id") == run_id] == [2]  # the run's end, waiting
+    _kept(run_id, chunks)
+    assert await wait_idle(cluster.dsn, thread, timeout_s=30)
+    life = await _lifecycle(cluster, run_id, until="run_finished")
+    assert life == [("thread_active", None), ("run_started", None), ("step_finished", 0), ("step_finished", 1),
+                    ("step_finished", 2), ("run_finished", None)]
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished" and row["results_applied"] == 3 and row["start_announced"]
 
 
 async def test_kill_9_mid_continued_step_the_redelivered_task_takes_it_over(services, settings, model, cluster):

@@ -38,15 +38,19 @@ async def _setup(conn: asyncpg.Connection, p: str, case: dict[str, Any]) -> None
                            f"{p}-s-{name}", f"{p}-t", mode, f"{p}-r", {"text": name})
 
 
-async def _call(conn: asyncpg.Connection, fn: str, p: str, case: dict[str, Any]) -> dict[str, Any]:
+async def _call(conn: asyncpg.Connection, fn: str, p: str, case: dict[str, Any],
+                extra: tuple[Any, ...] = ()) -> dict[str, Any]:
+    """Call ``fn`` with the case's arguments; ``extra``: migration 0026's five more (topic, headers,
+    values, start rows, own ids)."""
+    args = _ARGS[:-1] + ", $16::text, $17::jsonb, $18::bytea[], $19::int, $20::bigint[])" if extra else _ARGS
     msgs = [{"id": f"{p}-m0", "role": "user", "type": None, "content": {"parts": ["old"]}},
             {"id": f"{p}-m1", "role": "assistant", "type": "text", "content": {"parts": ["new"]}}]
     try:
         async with conn.transaction():
             row = await conn.fetchrow(
-                f"SELECT * FROM {fn}{_ARGS}", f"{p}-r", case.get("epoch", 3), 1, case.get("attempt", 2), 30.0, msgs,
+                f"SELECT * FROM {fn}{args}", f"{p}-r", case.get("epoch", 3), 1, case.get("attempt", 2), 30.0, msgs,
                 [f"{p}-s-consumed"], {"step": 1, "ml": msgs}, 3000123, "step-results", f"res:{p}-t",
-                [["h", "v"]], p.encode(), "w2", 1_000_000)
+                [["h", "v"]], p.encode(), "w2", 1_000_000, *extra)
     except asyncpg.PostgresError as exc:
         return {"error": exc.sqlstate}
     assert row is not None

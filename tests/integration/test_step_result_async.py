@@ -1,7 +1,9 @@
 """Decision 37: a worker that continues a run publishes the stored step's result in the background
 while the next step runs. The result is never lost (a result Kafka does not take stays in the
 outbox for the relay), the next step is claimed once, and the run's results reach the
-step-results topic in step order — also when the first one failed and went through the relay."""
+step-results topic in step order — also when the first one failed and went through the relay.
+Each case runs twice: with the worker announcing its continued steps itself (decision 103: their
+lifecycle rows go out instead of their results, held and refused alike) and without."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import uuid
 from typing import Any
 
 import orjson
+import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaTimeoutError
 
@@ -51,20 +54,36 @@ class HeldProducer:
         self.held.set_result(await (await self.producer.send_raw(topic, value, **kw)))
 
 
+ANNOUNCES = pytest.mark.parametrize("announces", [False, True], ids=["results", "announced"])
+
+
 @contextlib.asynccontextmanager
-async def _setup(cluster):
+async def _setup(cluster, announces: bool):
+    """A worker's store whose first record for the orchestrator's topic (step 0's: its result, or
+    its ``step_finished`` when the worker ``announces``) waits for the test."""
     topics = Topics(cluster.prefix)
     admin = TopicAdmin(cluster.bootstrap)
     await admin.start()
     try:
-        await admin.ensure([topics.step_results])
+        await admin.ensure([topics.step_results, topics.lifecycle])
     finally:
         await admin.stop()
     async with Database(cluster.dsn, max_size=4) as db, Producer(cluster.bootstrap) as producer:
-        held = HeldProducer(producer, topics.step_results)
+        held = HeldProducer(producer, topics.lifecycle if announces else topics.step_results)
         store = PgStepStore(db=db, outbox=Outbox(db, held, ack_timeout_s=5),  # type: ignore[arg-type]  # the wrapper
-                            topics=topics, owner=OWNER, lease_ttl_s=60, continues=True, publish_async=True)
+                            topics=topics, owner=OWNER, lease_ttl_s=60, continues=True, publish_async=True,
+                            announces=announces)
         yield db, producer, held, store, topics
+
+
+async def _in_order(cluster, topics: Topics, run_id: str, announces: bool) -> None:
+    """The run's three steps reached Kafka once each, in order: steps 0 and 1 as ``step_finished``
+    (announced) or as results, step 2 (the run's end) as its result."""
+    if announces:
+        assert await _steps(cluster.bootstrap, topics.lifecycle, run_id, 2) == [0, 1]
+        assert await _steps(cluster.bootstrap, topics.step_results, run_id, 1) == [2]
+    else:
+        assert await _steps(cluster.bootstrap, topics.step_results, run_id, 3) == [0, 1, 2]
 
 
 async def _three_steps(store: PgStepStore, held: HeldProducer, run_id: str,
@@ -114,32 +133,35 @@ async def _steps(bootstrap: str, topic: str, run_id: str, n: int) -> list[int]:
     return got
 
 
-async def test_results_published_in_the_background_arrive_in_step_order(own_cluster):
-    async with _setup(own_cluster) as (db, _producer, held, store, topics):
+@ANNOUNCES
+async def test_results_published_in_the_background_arrive_in_step_order(own_cluster, announces):
+    async with _setup(own_cluster, announces) as (db, _producer, held, store, topics):
         r = await _run(db)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(None)
         async with asyncio.timeout(10):
             await last
             await store.settle(r["run_id"])
-        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+        await _in_order(own_cluster, topics, r["run_id"], announces)
         row = await db.fetchrow("SELECT step, attempt, status FROM runs WHERE run_id = $1", r["run_id"])
         assert (row["step"], row["attempt"], row["status"]) == (2, 1, "finished")
 
 
-async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_ones_follow_it(own_cluster):
+@ANNOUNCES
+async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_ones_follow_it(own_cluster,
+                                                                                             announces):
     """Kafka refuses step 0's result after the worker went on: nothing is lost (the three results
     stay unpublished in the outbox: steps 1 and 2 must not overtake step 0), the steps were claimed
     once each, and the relay publishes 0, 1, 2 in that order."""
-    async with _setup(own_cluster) as (db, producer, held, store, topics):
+    async with _setup(own_cluster, announces) as (db, producer, held, store, topics):
         r = await _run(db)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(KafkaTimeoutError("refused by the test"))
         async with asyncio.timeout(10):
             await last  # left to the relay: the save does not fail (the step is stored)
             await store.settle(r["run_id"])
-        rows = await db.fetch("SELECT value, published_at FROM outbox WHERE topic = $1 ORDER BY id",
-                              topics.step_results)
+        rows = await db.fetch("SELECT value, published_at FROM outbox WHERE topic = ANY($1::text[]) ORDER BY id",
+                              [topics.step_results, topics.lifecycle])
         mine = [(orjson.loads(x["value"])["step"], x["published_at"]) for x in rows
                 if orjson.loads(x["value"]).get("run_id") == r["run_id"]]
         assert mine == [(0, None), (1, None), (2, None)]
@@ -147,15 +169,16 @@ async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_on
                                 r["run_id"])
         assert (row["step"], row["attempt"], row["status"]) == (2, 1, "finished")
         assert await Outbox(db, producer).relay_once(older_than_s=0) >= 3
-        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+        await _in_order(own_cluster, topics, r["run_id"], announces)
 
 
-async def test_the_runs_finish_is_published_while_an_earlier_result_waits_for_kafka(own_cluster):
+@ANNOUNCES
+async def test_the_runs_finish_is_published_while_an_earlier_result_waits_for_kafka(own_cluster, announces):
     """Decision 65: the last step's ``finish`` chunk goes out as soon as the step is stored, not
     after the acknowledgement of an earlier step's result published in the background (before,
     a held acknowledgement held the stream's end with it, for up to the ack timeout, and left
     the ``finish`` with its result to the relay); the result itself still waits its turn."""
-    async with _setup(own_cluster) as (db, _producer, held, store, topics):
+    async with _setup(own_cluster, announces) as (db, _producer, held, store, topics):
         r = await _run(db)
         chunk_topic = topics.chunks(r["resource_id"], r["thread_id"])
         admin = TopicAdmin(own_cluster.bootstrap)
@@ -183,4 +206,4 @@ async def test_the_runs_finish_is_published_while_an_earlier_result_waits_for_ka
         async with asyncio.timeout(10):
             await last
             await store.settle(r["run_id"])
-        assert await _steps(own_cluster.bootstrap, topics.step_results, r["run_id"], 3) == [0, 1, 2]
+        await _in_order(own_cluster, topics, r["run_id"], announces)

@@ -75,7 +75,8 @@ class RunRow:
     ``None``: not known (no gap is looked for)."""
     start_announced: bool = True
     """``thread_active`` / ``run_started`` were announced; ``False`` only for a run whose step 0
-    ingress scheduled, until the orchestrator announces its start."""
+    ingress scheduled, until the orchestrator announces its start (or the worker that stores a
+    continued step of it does, docs/decisions.md 103)."""
 
     @classmethod
     def of(cls, row: Mapping[str, Any]) -> RunRow:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -160,11 +161,34 @@ the caller holds already (PostgreSQL would serialize the run's whole message lis
 worker decode it, on every continued step)."""
 
 
+_SAVE_ANNOUNCE = ("SELECT * FROM threadline_save_step_announce" + _SAVE_ARGS[:-1]
+                  + ", $16::text, $17::jsonb, $18::bytea[], $19::int, $20::bigint[])")
+"""Migration 0026's function (decision 103): 0017's row (no ``state``) and ``announced``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """The lifecycle records a worker queues instead of the step result when the statement finds
+    that the orchestrator would only announce the step (migration 0026, decision 103).
+
+    ``records``: ``(value, headers)`` of each lifecycle event, in order: the run's start (its first
+    ``start_rows``, queued only while the start is unannounced), then ``step_finished``. ``own``:
+    outbox ids of the run's lifecycle rows this worker queued and may not have seen marked
+    published yet (any other unpublished lifecycle row of the thread makes the statement leave
+    the announcement to the orchestrator)."""
+
+    topic: str
+    records: list[tuple[bytes, list[tuple[str, bytes]]]]
+    start_rows: int
+    own: list[int]
+
+
 async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
                              entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
                              state: dict[str, Any] | orjson.Fragment, next_seq: int, result: StepResult,
-                             lease_ttl_s: float, owner: str,
-                             lean: bool = True) -> tuple[int, bytes, list[tuple[str, bytes]], asyncpg.Record]:
+                             lease_ttl_s: float, owner: str, lean: bool = True,
+                             announce: Announcement | None = None,
+                             ) -> tuple[int | None, bytes, list[tuple[str, bytes]], asyncpg.Record]:
     """:func:`save_step` of a step whose outcome is ``continue``, and the run's next step claimed
     by ``owner`` in the same statement (one round trip): the run is advanced as the orchestrator
     advances it (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is
@@ -176,18 +200,24 @@ async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: M
         ``(outbox id, value, headers, row)``: the step result as :func:`save_step` returns it, and
         :func:`begin_step`'s row for the next step (``outcome`` ``claimed``; ``None`` when the run
         could not be advanced: the orchestrator schedules the next step on the result). With
-        ``lean`` the row has no ``state``: the next step's is ``state``, as stored.
+        ``lean`` the row has no ``state``: the next step's is ``state``, as stored. With
+        ``announce`` (lean only; migration 0026) the outbox id is ``None`` when the step was
+        announced instead (``row["announced"]``: the lifecycle rows' outbox ids, in order).
     Raises:
         StaleWriterError: as :func:`save_step`; nothing is written then.
     """
     run_id, thread_id = run["run_id"], run["thread_id"]
     value, headers = encode(result)
+    args = [run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries), consumed, state,
+            next_seq, topics.step_results, thread_key(run["resource_id"], thread_id), outbox.stored_headers(headers),
+            value, owner, SEQ_BLOCK]
+    sql = _SAVE_CLAIM if lean else _SAVE_CONTINUE
+    if announce is not None and lean:
+        sql = _SAVE_ANNOUNCE
+        args += [announce.topic, [outbox.stored_headers(h) for _, h in announce.records],
+                 [v for v, _ in announce.records], announce.start_rows, announce.own]
     try:
-        row = await conn.fetchrow(
-            _SAVE_CLAIM if lean else _SAVE_CONTINUE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s,
-            _message_rows(entries),
-            consumed, state, next_seq, topics.step_results, thread_key(run["resource_id"], thread_id),
-            outbox.stored_headers(headers), value, owner, SEQ_BLOCK)
+        row = await conn.fetchrow(sql, *args)
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
             raise StaleWriterError(run_id, run["epoch"]) from exc

@@ -109,7 +109,7 @@ class StepExecutor:
                                   lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
                                   continues=settings.worker_continues, publish_async=settings.step_result_async,
                                   history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]),
-                                  lean=settings.save_claim_lean)
+                                  lean=settings.save_claim_lean, announces=settings.worker_announces)
 
     def stop_continuing(self) -> None:
         """Shutdown: steps that end from now on hand their run's next step to the orchestrator

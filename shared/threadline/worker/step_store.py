@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import asyncpg
@@ -18,10 +18,11 @@ import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline._internal.faults import pause_point, should_fail
-from threadline.events import StepResult
+from threadline.events import LifecycleEvent, StepResult
 from threadline.events.chunks import chunk_headers
+from threadline.events.codec import encode
 from threadline.logging import get_logger
-from threadline.orchestration.runs import RunRow, worker_continues
+from threadline.orchestration.runs import RunRow, unannounced_start, worker_continues
 from threadline.runtime.ports import (
     AbortedRun,
     Begun,
@@ -40,8 +41,9 @@ from threadline.runtime.ports import (
 )
 from threadline.runtime.sub_agents import nested_chunk, nested_target
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw
+from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw, queued
 from threadline.store.steps import (
+    Announcement,
     begin_step,
     has_pending,
     heartbeat,
@@ -114,6 +116,28 @@ def _fence(run: StepRun) -> dict[str, Any]:
             "epoch": run.epoch, "step": run.step}
 
 
+def announcement(run: StepRun, topic: str, own: list[int]) -> Announcement:
+    """The lifecycle the save-and-claim statement queues in place of ``run``'s step result when the
+    orchestrator would only announce the step (decision 103), for ``topic`` (the lifecycle topic):
+    the run's start as the orchestrator's :func:`~threadline.orchestration.runs.unannounced_start`
+    says for a run whose start nobody announced yet (queued only then), then ``step_finished``.
+    ``own``: see :class:`~threadline.store.steps.Announcement`."""
+    view = RunRow.stored_by_worker(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id,
+                                   agent_id=run.agent_id, epoch=run.epoch, step=run.step, attempt=1)
+    start = unannounced_start(replace(view, start_announced=False))
+    base = {"resource_id": run.resource_id, "thread_id": run.thread_id, "run_id": run.run_id,
+            "agent_id": run.agent_id}
+    events = [LifecycleEvent(type=kind, **base) for kind in start]
+    events.append(LifecycleEvent(type="step_finished", step=run.step, **base))
+    return Announcement(topic=topic, records=[encode(e) for e in events], start_rows=len(start), own=own)
+
+
+_OWN_KEPT = 8
+"""Lifecycle rows of a run a worker remembers as its own (those not yet marked published do not
+stop its next announcement; decision 103)."""
+_OWN_RUNS = 10_000
+"""Runs whose own lifecycle rows a worker remembers at most."""
+
 TOOL_RESULT_RETRY_S = 60.0
 """How long a worker retries storing a tool's result through a transient PostgreSQL fault (a
 restart takes seconds) before it hands the step back and the tool runs again on re-execution."""
@@ -146,13 +170,19 @@ class PgStepStore:
             agents; each run then keeps its agent's last ``last_messages``).
         lean: store-and-claim with the one-pass statement (decision 49,
             ``THREADLINE_SAVE_CLAIM_LEAN``); off: migration 0013's.
+        announces: a step stored with the next one claimed (``lean``) is announced by the same
+            statement when the orchestrator would only announce it (migration 0026, decision
+            103): its lifecycle rows are published instead of its result
+            (``THREADLINE_WORKER_ANNOUNCES``).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
                  continues: bool = False, publish_async: bool = False, history_limit: int = 200,
-                 lean: bool = True) -> None:
+                 lean: bool = True, announces: bool = True) -> None:
         self._db = db
+        self.announces = announces
+        self._own: dict[str, list[int]] = {}  # run -> its lifecycle rows this worker queued lately
         self._history_limit = history_limit
         self.lean = lean
         self.continues = continues
@@ -241,7 +271,10 @@ class PgStepStore:
         finish: list[Queued] = []
         nxt: Begun | None = None
         continues = self._may_continue(record, result)
+        own = self._own.pop(run.run_id, [])
+        announce = announcement(run, self._topics.lifecycle, own) if continues and self.announces and self.lean else None
         sent = returned = 0.0
+        announced: list[int] = []
         state_json = orjson.dumps(record.state)  # encoded once: stored, and kept for the next step
         atomic = record.finish is not None or bool(record.children)
         async with self._conn() as conn, (conn.transaction() if atomic else nullcontext()):
@@ -261,8 +294,9 @@ class PgStepStore:
                 box_id, value, headers, row = await save_step_continue(
                     conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
                     state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result,
-                    lease_ttl_s=self._ttl, owner=self._owner, lean=self.lean)
+                    lease_ttl_s=self._ttl, owner=self._owner, lean=self.lean, announce=announce)
                 returned = time.perf_counter()
+                announced = list(row.get("announced") or [])
                 nxt = (_begun(row, run.run_id, Carried(record.state, state_json)) if row["outcome"] is not None
                        else None)
             else:
@@ -280,14 +314,26 @@ class PgStepStore:
         saved = time.perf_counter()
         await pause_point("after_step_result_stored", run.thread_id)
         continued = isinstance(nxt, Claimed)
+        if box_id is not None:  # the step result, for the orchestrator
+            out = [queued(box_id, self._topics.step_results, key, headers, value)]
+        else:  # announced by the statement (decision 103): its lifecycle rows instead
+            assert announce is not None and nxt is not None
+            ids = announced
+            out = [queued(i, announce.topic, key, h, v)
+                   for i, (v, h) in zip(ids, announce.records[len(announce.records) - len(ids):], strict=True)]
+            own = own + ids
+        if continued:
+            self._own[run.run_id] = own[-_OWN_KEPT:]
+            if len(self._own) > _OWN_RUNS:  # chains abandoned without a last save: only costs announcements
+                self._own.clear()
         earlier = self._publishing.get(run.run_id)
         if continued and self.publish_async:  # the next step runs meanwhile (decision 37)
-            task = asyncio.create_task(self._publish(run, box_id, key, value, headers, finish, earlier, continued),
+            task = asyncio.create_task(self._publish(run, out, finish, earlier, continued),
                                        name=f"step-result-{run.run_id}-{run.step}")
             self._publishing[run.run_id] = task
             task.add_done_callback(functools.partial(self._forget, run.run_id))
         else:
-            await self._publish(run, box_id, key, value, headers, finish, earlier, continued)
+            await self._publish(run, out, finish, earlier, continued)
         if continued:
             self._times[run.run_id] = (saved, time.perf_counter(), sent, returned)
 
@@ -295,9 +341,10 @@ class PgStepStore:
         if self._publishing.get(run_id) is task:
             del self._publishing[run_id]
 
-    async def _publish(self, run: StepRun, box_id: int, key: str, value: bytes, headers: list[tuple[str, bytes]],
-                       finish: list[Queued], earlier: asyncio.Task[None] | None, continued: bool) -> None:
-        """Publish a stored step result (and the run's held ``finish`` before it, at once), after
+    async def _publish(self, run: StepRun, out: list[Queued], finish: list[Queued],
+                       earlier: asyncio.Task[None] | None, continued: bool) -> None:
+        """Publish a stored step result, or the lifecycle rows that announced the step (decision
+        103), ``out`` (and the run's held ``finish`` before it, at once), after
         the run's earlier result published in the background (``earlier``): a run's results reach
         the orchestrator in step order. A result Kafka does not take stays in the outbox, where
         the relay publishes it; the run's later results then follow it through the relay.
@@ -318,8 +365,8 @@ class PgStepStore:
             if unflushed is not None:  # the result follows its finish through the relay
                 raise unflushed
             if run.run_id in self._relayed:  # an earlier result of the run waits for the relay: after it
-                raise OutboxNotAcknowledgedError({box_id: RuntimeError("an earlier step result waits for the relay")})
-            await self._outbox.publish_stored(box_id, self._topics.step_results, key, value, headers)
+                raise OutboxNotAcknowledgedError({out[0]: RuntimeError("an earlier step result waits for the relay")})
+            await self._outbox.flush(list(out))
         except Exception as exc:
             background = continued and self.publish_async
             if not is_transient(exc) and not background:
