@@ -101,12 +101,17 @@ class KeyedConsumer:
         max_in_flight: unfinished records before fetching pauses.
         commit_interval_s: how often finished offsets are committed.
         fetch_max_wait_ms: how long the broker may hold an empty fetch (ms).
+        metadata_max_age_ms: how often (ms) the member refreshes its topics' metadata even when
+            nothing failed; a partition set that changed makes the group rebalance, so a member
+            that joined while its topics had no partitions to give (a broker just restarted,
+            leaders not elected yet) gets them within this time (decision 104; aiokafka's
+            default, 5 minutes, left such a group with nothing to consume for that long).
     """
 
     def __init__(self, *, bootstrap: str, topics: list[str], group_id: str, handler: Handler,
                  client_id: str = "threadline", max_in_flight: int = 2000,
                  commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
-                 max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50,
+                 max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50, metadata_max_age_ms: int = 5000,
                  security: Mapping[str, Any] | None = None) -> None:
         self._topics = topics
         self.group_id = group_id
@@ -119,7 +124,8 @@ class KeyedConsumer:
             bootstrap_servers=bootstrap, group_id=group_id, client_id=client_id,
             enable_auto_commit=False, auto_offset_reset="earliest",
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=1000,
-            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=fetch_max_wait_ms, **(security or {}),
+            max_poll_interval_ms=max_poll_interval_ms, fetch_max_wait_ms=fetch_max_wait_ms,
+            metadata_max_age_ms=metadata_max_age_ms, **(security or {}),
         )
         self._trackers: dict[TopicPartition, OffsetTracker] = {}
         self._committed: dict[TopicPartition, int] = {}
