@@ -5,6 +5,7 @@ the outbox."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -42,7 +43,7 @@ from threadline.topics import Topics, thread_key
 log = get_logger(__name__)
 
 __all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_on", "announce_start", "announced", "apply_step_result",
-           "claim_terminal", "on_step_result", "start_next", "start_run"]
+           "claim_terminal", "lifecycle_event", "on_step_result", "start_next", "start_run"]
 
 
 async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Record | None:
@@ -61,7 +62,7 @@ async def announce_start(conn: asyncpg.Connection, run: asyncpg.Record, topics: 
         return []
     await conn.execute("UPDATE runs SET start_announced = true WHERE run_id = $1", run["run_id"])
     key = thread_key(run["resource_id"], run["thread_id"])
-    return [await outbox.add(conn, topics.lifecycle, _life(kind, run), key=key) for kind in kinds]
+    return [await outbox.add(conn, topics.lifecycle, lifecycle_event(kind, run), key=key) for kind in kinds]
 
 
 async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> list[int]:
@@ -82,7 +83,7 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
                         step=move.step, attempt=move.attempt, epoch=run["epoch"])
         ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
         for kind in move.lifecycle:
-            ids.append(await outbox.add(conn, topics.lifecycle, _life(kind, run), key=key))
+            ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event(kind, run), key=key))
     return ids
 
 
@@ -123,7 +124,7 @@ async def announce_on(conn: asyncpg.Connection, res: StepResult, row: asyncpg.Re
     move = transitions.on_step_result(run, res)
     if not isinstance(move, Announce) or unannounced_start(run):
         return None
-    event = _life("step_finished", row, step=move.finished_step)
+    event = lifecycle_event("step_finished", row, step=move.finished_step)
     value, headers = encode(event)
     key = thread_key(row["resource_id"], row["thread_id"])
     box_id = await conn.fetchval(_ANNOUNCE, res.run_id, res.epoch, res.step, res.event_id, topics.lifecycle, key,
@@ -160,7 +161,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
         key = thread_key(run["resource_id"], run["thread_id"])
         if isinstance(move, Announce):  # the worker claimed the next step with this one's store
             await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
-            ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=move.finished_step),
+            ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("step_finished", run, step=move.finished_step),
                                         key=key))
             return ids
         if isinstance(move, SuspendRun):  # sub-agent calls: the child runs start, the run waits (decision 77)
@@ -180,12 +181,12 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
                             step=updated, attempt=move.attempt, epoch=run["epoch"])
             ids.append(await outbox.add(conn, topics.step_tasks, task, key=key))
             for kind in move.lifecycle:
-                ids.append(await outbox.add(conn, topics.lifecycle, _life(kind, run, step=res.step), key=key))
+                ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event(kind, run, step=res.step), key=key))
             return ids
         await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
-        ids.append(await outbox.add(conn, topics.lifecycle, _life("step_finished", run, step=move.finished_step),
+        ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("step_finished", run, step=move.finished_step),
                                     key=key))
-        ids.append(await outbox.add(conn, topics.lifecycle, _life(
+        ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event(
             move.terminal, run, finish_reason=res.finish_reason, error=res.error,
             tripwire=res.tripwire), key=key))
         if move.reply_result:
@@ -240,11 +241,13 @@ async def hand_over(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topic
     started = await start_next(conn, run, topics, lease_ttl_s)
     if started is not None:
         return started
-    return await outbox.add(conn, topics.lifecycle, _life("thread_idle", run, run_id=None),
+    return await outbox.add(conn, topics.lifecycle, lifecycle_event("thread_idle", run, run_id=None),
                             key=thread_key(run["resource_id"], run["thread_id"]))
 
 
-def _life(kind: str, run: asyncpg.Record, **fields: Any) -> Event:
+def lifecycle_event(kind: str, run: Mapping[str, Any], **fields: Any) -> Event:
+    """The lifecycle event ``kind`` of ``run`` (its ``resource_id``, ``thread_id``, ``run_id`` and
+    ``agent_id``), with ``fields`` (``step``, ``finish_reason``, ...) added."""
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],
             "agent_id": run["agent_id"]}
     base.update(fields)
@@ -309,7 +312,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
                              seq=claimed["next_seq"] + i)
                     ids.append(await outbox.add_raw(conn, topic, orjson.dumps(chunk), key=key,
                                                     headers=chunk_headers()))
-        ids.append(await outbox.add(conn, topics.lifecycle, _life("run_aborted", run, finish_reason="abort"), key=key))
+        ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("run_aborted", run, finish_reason="abort"), key=key))
         if move.reply_result:
             result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",
                                finish_reason="abort", steps=(run["state"] or {}).get("steps", []))

@@ -18,7 +18,7 @@ import orjson
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline._internal.faults import pause_point, should_fail
-from threadline.events import LifecycleEvent, StepResult
+from threadline.events import StepResult
 from threadline.events.chunks import chunk_headers
 from threadline.events.codec import encode
 from threadline.logging import get_logger
@@ -41,6 +41,7 @@ from threadline.runtime.ports import (
 )
 from threadline.runtime.sub_agents import nested_chunk, nested_target
 from threadline.store.db import Database
+from threadline.store.orchestration import lifecycle_event
 from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw, queued
 from threadline.store.steps import (
     Announcement,
@@ -125,10 +126,9 @@ def announcement(run: StepRun, topic: str, own: list[int]) -> Announcement:
     view = RunRow.stored_by_worker(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id,
                                    agent_id=run.agent_id, epoch=run.epoch, step=run.step, attempt=1)
     start = unannounced_start(replace(view, start_announced=False))
-    base = {"resource_id": run.resource_id, "thread_id": run.thread_id, "run_id": run.run_id,
-            "agent_id": run.agent_id}
-    events = [LifecycleEvent(type=kind, **base) for kind in start]
-    events.append(LifecycleEvent(type="step_finished", step=run.step, **base))
+    ids = {"resource_id": run.resource_id, "thread_id": run.thread_id, "run_id": run.run_id, "agent_id": run.agent_id}
+    events = [lifecycle_event(kind, ids) for kind in start]
+    events.append(lifecycle_event("step_finished", ids, step=run.step))
     return Announcement(topic=topic, records=[encode(e) for e in events], start_rows=len(start), own=own)
 
 
@@ -318,10 +318,9 @@ class PgStepStore:
             out = [queued(box_id, self._topics.step_results, key, headers, value)]
         else:  # announced by the statement (decision 103): its lifecycle rows instead
             assert announce is not None and nxt is not None
-            ids = announced
-            out = [queued(i, announce.topic, key, h, v)
-                   for i, (v, h) in zip(ids, announce.records[len(announce.records) - len(ids):], strict=True)]
-            own = own + ids
+            kept = announce.records[len(announce.records) - len(announced):]  # the start's only when queued
+            out = [queued(i, announce.topic, key, h, v) for i, (v, h) in zip(announced, kept, strict=True)]
+            own = own + announced
         if continued:
             self._own[run.run_id] = own[-_OWN_KEPT:]
             if len(self._own) > _OWN_RUNS:  # chains abandoned without a last save: only costs announcements
