@@ -20,25 +20,40 @@ _TICK = os.sysconf("SC_CLK_TCK")
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
+def _stat(pid: int | str, proc: Path) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command name: ``[0]`` state, ``[1]`` ppid,
+    ``[11]``/``[12]`` user/system ticks, ``[13]``/``[14]`` those of its ended, waited-for children."""
+    return (proc / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds used by ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid, Path("/proc"))
     return (int(fields[11]) + int(fields[12])) / _TICK
 
 
-def cpu_seconds_of(command: str) -> float:
+def cpu_seconds_of(command: str, proc: Path = Path("/proc")) -> float:
     """User + system CPU seconds used so far by every process whose name (``/proc/<pid>/comm``)
-    is ``command`` (e.g. ``postgres``: the server and all its backends), ended ones not counted."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
+    is ``command`` (e.g. ``postgres``: the server and all its backends), ended ones included:
+    a process of ``command`` whose parent is not one (the server) also counts what its ended
+    children used (``cutime`` + ``cstime``), so a backend that exits between two readings moves
+    its CPU from one term to the other instead of out of the sum (the difference of two readings
+    never goes negative). ``proc``: where ``/proc`` is (tests)."""
+    stats: dict[str, list[str]] = {}
+    for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if (entry / "comm").read_text().strip() == command:
-                total += cpu_seconds(int(entry.name))
+                stats[entry.name] = _stat(entry.name, proc)
         except (OSError, ValueError, IndexError):  # ended meanwhile
             continue
-    return total
+    ticks = 0
+    for fields in stats.values():
+        ticks += int(fields[11]) + int(fields[12])
+        if fields[1] not in stats:  # the server: its backends that ended, reaped by it
+            ticks += int(fields[13]) + int(fields[14])
+    return ticks / _TICK
 
 
 def rss_bytes(pid: int) -> int:
