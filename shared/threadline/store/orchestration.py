@@ -46,10 +46,26 @@ __all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_on", "announce_st
            "claim_terminal", "lifecycle_event", "on_step_result", "start_next", "start_run"]
 
 
+RUN_ROW_COLUMNS = ("run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, status, epoch, step, attempt, "
+               "steps_done, options, next_seq, finish_reason, text, usage, error, tripwire, tripwire_processor_id, "
+               "created_at, updated_at, finished_at, terminal_emitted, step_started, step_owner, step_heartbeat, "
+               "continued_from, results_applied, start_announced, parent_run_id, parent_tool_call_id, "
+               "waiting_children")
+"""Every ``runs`` column but ``state``: the run's row as the orchestrator locks it (decision 105).
+The state (the whole message list, history included) is read only for a ``generate`` reply's
+steps (:func:`_steps`)."""
+
+
 async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Record | None:
     if run_id is None:
         return None
-    return await conn.fetchrow("SELECT * FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
+    return await conn.fetchrow(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
+
+
+async def _steps(conn: asyncpg.Connection, run_id: str) -> list[Any]:
+    """The run's ``state.steps`` (a ``generate`` reply's steps; ``[]`` when none)."""
+    steps = await conn.fetchval("SELECT state->'steps' FROM runs WHERE run_id = $1", run_id)
+    return list(steps or [])
 
 
 async def announce_start(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics) -> list[int]:
@@ -192,7 +208,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
         if move.reply_result:
             reply = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=res.text or "",
                               finish_reason=res.finish_reason or "other", usage=res.usage,
-                              steps=(run["state"] or {}).get("steps", []), tripwire=res.tripwire,
+                              steps=await _steps(conn, res.run_id), tripwire=res.tripwire,
                               error=res.error)
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
         await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
@@ -315,7 +331,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
         ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("run_aborted", run, finish_reason="abort"), key=key))
         if move.reply_result:
             result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",
-                               finish_reason="abort", steps=(run["state"] or {}).get("steps", []))
+                               finish_reason="abort", steps=await _steps(conn, run["run_id"]))
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, result, key=run["request_id"]))
         if cmd.request_id:
             ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,
