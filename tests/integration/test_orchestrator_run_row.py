@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from typing import Any
 
 import orjson
 
@@ -18,7 +19,9 @@ from threadline.topics import Topics
 STEPS = [{"stepNumber": 0, "text": "four", "toolCalls": [], "toolResults": [], "finishReason": "stop"}]
 
 
-async def _finished_run(db: Database, p: str, kind: str) -> list[int]:
+async def _finished_run(db: Database, p: str, kind: str) -> tuple[list[str], list[tuple[str, Any]]]:
+    """End a ``kind`` run with a large state; the statements that read its state, and the
+    ``(topic, event)`` pairs the end queued."""
     topics = Topics(f"rr{p}")
     async with db.connection() as conn:
         await leased_run(conn, run_id=f"{p}-r", thread_id=f"{p}-t", resource_id="res", step=0, steps_done=1,

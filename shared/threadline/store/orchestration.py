@@ -47,10 +47,10 @@ __all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_on", "announce_st
 
 
 RUN_ROW_COLUMNS = ("run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, status, epoch, step, attempt, "
-               "steps_done, options, next_seq, finish_reason, text, usage, error, tripwire, tripwire_processor_id, "
-               "created_at, updated_at, finished_at, terminal_emitted, step_started, step_owner, step_heartbeat, "
-               "continued_from, results_applied, start_announced, parent_run_id, parent_tool_call_id, "
-               "waiting_children")
+                   "steps_done, options, next_seq, finish_reason, text, usage, error, tripwire, tripwire_processor_id, "
+                   "created_at, updated_at, finished_at, terminal_emitted, step_started, step_owner, step_heartbeat, "
+                   "continued_from, results_applied, start_announced, parent_run_id, parent_tool_call_id, "
+                   "waiting_children")
 """Every ``runs`` column but ``state``: the run's row as the orchestrator locks it (decision 105).
 The state (the whole message list, history included) is read only for a ``generate`` reply's
 steps (:func:`_steps`)."""
