@@ -36,6 +36,13 @@ SCHEMA = {"type": "json_schema", "json_schema": {"name": "answer", "strict": Tru
 
 CALLS: dict[str, dict[str, Any]] = {
     "plain": {},
+    # a custom base keeps Anthropic's cache marks (an OpenAI-compatible proxy may read them) and drops
+    # a pattern Python's re cannot compile from a tool's parameters: litellm decides both by the endpoint
+    "cache-marked": {"messages": [{"role": "system", "content": [{"type": "text", "text": "policy",
+                                                                  "cache_control": {"type": "ephemeral"}}]},
+                                  {"role": "user", "content": "hi"}], "tools": TOOLS},
+    "tool-pattern": {"tools": [{"type": "function", "function": {"name": "named", "parameters": {
+        "type": "object", "properties": {"name": {"type": "string", "pattern": "^\\p{L}+$"}}}}}]},
     "history-tools-auto": {"messages": HISTORY, "tools": TOOLS, "tool_choice": "auto"},
     "tool-choice-named": {"tools": TOOLS, "tool_choice": {"type": "tool", "toolName": "lookup"}},
     "tool-choice-required": {"tools": TOOLS, "tool_choice": "required"},

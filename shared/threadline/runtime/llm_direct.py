@@ -39,6 +39,7 @@ import litellm
 import openai
 import orjson
 from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+from litellm.litellm_core_utils.get_litellm_params import get_litellm_params
 from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
 from litellm.llms.openai.common_utils import BaseOpenAILLM, OpenAIError, upstream_error_response
 from litellm.utils import (
@@ -105,8 +106,11 @@ def prepare(kwargs: dict[str, Any]) -> Request | None:
                                                                      model=kwargs["model"])
     optional = litellm.get_optional_params(model=name, custom_llm_provider="openai", max_retries=0,
                                            messages=messages, **params)
+    # the parameters completion() hands the transformation: the endpoint decides whether Anthropic's
+    # cache marks are kept (a custom base) or stripped (api.openai.com), and how tools are sanitized
+    litellm_params = get_litellm_params(custom_llm_provider="openai", api_base=api_base, api_key=key)
     body = _CONFIG.transform_request(model=name, messages=messages, optional_params=optional,
-                                     litellm_params={}, headers={})
+                                     litellm_params=litellm_params, headers={})
     body["stream"] = True
     if kwargs.get("stream_options") is not None:
         body["stream_options"] = kwargs["stream_options"]
