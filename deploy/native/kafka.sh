@@ -17,7 +17,7 @@
 # openssl at the first start (.run/kafka/tls/ca.pem is the CA a client trusts).
 #
 # Env: THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
-#      THREADLINE_KAFKA_CONTROLLER_PORT (19093), THREADLINE_KAFKA_SASL_PORT (port + 2),
+#      THREADLINE_KAFKA_CONTROLLER_PORT (port + 1), THREADLINE_KAFKA_SASL_PORT (port + 2),
 #      THREADLINE_KAFKA_QUORUM_LINGER_MS (1: controller.quorum.append.linger.ms),
 #      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m),
 #      KAFKA_START_TIMEOUT (90), KAFKA_STOP_TIMEOUT (30)
@@ -29,7 +29,7 @@ KAFKA_MAIN=kafka.Kafka                 # the KRaft server (core module, Scala)
 KAFKA_STORAGE_TOOL=kafka.tools.StorageTool
 HOST=127.0.0.1
 PORT="${THREADLINE_KAFKA_PORT:-19092}"
-CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-19093}"
+CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}"  # one variable moves all three
 SASL_PORT="${THREADLINE_KAFKA_SASL_PORT:-$((PORT + 2))}"
 SASL_USER=threadline
 SASL_PASSWORD=threadline-secret
@@ -235,7 +235,7 @@ start() {
   fi
   install
   if port_open "$HOST" "$PORT" || port_open "$HOST" "$CONTROLLER_PORT" || port_open "$HOST" "$SASL_PORT"; then
-    die "port $PORT, $CONTROLLER_PORT or $SASL_PORT is already taken by another process (another clone's Kafka? stop it first, or set THREADLINE_KAFKA_PORT)"
+    die "port $PORT, $CONTROLLER_PORT or $SASL_PORT is already taken by another process (another clone's Kafka? stop it first, or move this clone's cluster: README, \"A second clone\")"
   fi
   make_tls
   write_config
