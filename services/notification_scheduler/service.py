@@ -43,6 +43,13 @@ log = get_logger(__name__)
 _ADAPTER: TypeAdapter[LifecycleEvent] = TypeAdapter(LifecycleEvent)
 
 
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it ended."""
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
 class NotificationScheduler(Service):
     name = "notification_scheduler"
 
@@ -58,25 +65,20 @@ class NotificationScheduler(Service):
         # due-work channel on a dedicated, self-healing connection (C26); after a loss it catches up
         self.due_listener = Listener(self.settings.pg_session_dsn, INBOX_DUE_CHANNEL, lambda _p: self._due.set(),
                                      self._catch_up, health_s=self.settings.pg_listen_health_s)
+        self.on_stop(self.due_listener.stop, before_drain=True)
         await self.due_listener.start()
-        self._ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
         self.scoring = Scoring(self.db, self.outbox, self.topics, self.agents, api_base=self.settings.model_api_base,
                                timeout_s=self.settings.model_timeout_s, claim_s=self.settings.scorer_claim_s,
                                interval_s=self.settings.scheduler_interval_s)
+        self.on_stop(self.scoring.stop, before_drain=True)
         await self.scoring.start()
         self.topic_sweep = IdleTopicSweep(self.db, self.admin, idle_s=self.settings.chunk_topic_idle_s,
                                           interval_s=self.settings.chunk_topic_sweep_s)
         if self.settings.chunk_topic_idle_s > 0:
+            self.on_stop(self.topic_sweep.stop, before_drain=True)
             await self.topic_sweep.start()
-
-    async def stop(self) -> None:
-        self._ticker.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._ticker
-        await self.topic_sweep.stop()
-        await self.scoring.stop()
-        await self.due_listener.stop()
-        await super().stop()
+        ticker = asyncio.create_task(self._tick_loop(), name="inbox-ticks")
+        self.on_stop(lambda: _cancelled(ticker), before_drain=True)  # stopped first
 
     def _policy(self, agent_id: str) -> dict[str, Any] | None:
         agent = self.agents.get(agent_id)

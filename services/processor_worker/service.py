@@ -27,17 +27,13 @@ class ProcessorWorker(Service):
         self.executor = StepExecutor(db=self.db, producer=self.producer, admin=self.admin, outbox=self.outbox,
                                      topics=self.topics, settings=self.settings, agents=agents,
                                      catalogue=load_catalogue(self.settings.agents_module, agents))
+        # a step that ends during the drain hands the run to the orchestrator
+        self.on_stop(self.executor.stop_continuing, before_drain=True)
         self.aborts = Listener(self.settings.pg_session_dsn, ABORT_CHANNEL, self.executor.on_abort,
                                self.executor.catch_up_aborts, health_s=self.settings.pg_listen_health_s)
+        self.on_stop(self.aborts.stop)
+        self.on_stop(self.executor.close)  # first, once the steps were drained or handed back
         await self.aborts.start()
-
-    async def stop(self) -> None:
-        executor = getattr(self, "executor", None)  # absent when start-up failed before setup
-        if executor is not None:
-            executor.stop_continuing()  # a step that ends during the drain hands the run to the orchestrator
-        await super().stop()  # drains the steps (or hands them back) first
-        await self.executor.close()
-        await self.aborts.stop()
 
     def pool_max(self) -> int:
         """``worker_pg_pool_max``: a worker's steps queue for its connections (decision 92)."""

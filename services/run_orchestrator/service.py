@@ -25,13 +25,8 @@ class RunOrchestrator(Service):
                                interval_s=self.settings.sweep_interval_s, stuck_after_s=self.settings.stuck_after_s,
                                max_recoveries=self.settings.sweep_max_recoveries,
                                lease_ttl_s=self.settings.lease_ttl_s)
+        self.on_stop(self.sweeper.stop, before_drain=True)
         await self.sweeper.start()
-
-    async def stop(self) -> None:
-        sweeper = getattr(self, "sweeper", None)  # absent when start-up failed before setup
-        if sweeper is not None:
-            await sweeper.stop()
-        await super().stop()
 
     def topics_in(self) -> list[str]:
         return [self.topics.run_commands, self.topics.step_results]

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -71,6 +73,19 @@ async def _bounded(what: str, aw: Any, deadline: float) -> None:
         log.warning("shutdown step failed", step=what, error=repr(task.exception()))
 
 
+async def _undo(stops: list[Callable[[], object]]) -> None:
+    """Call the registered ``stops`` (plain or coroutine functions), last registered first, and
+    empty the list; one that raises is logged and the rest still run."""
+    while stops:
+        stop = stops.pop()
+        try:
+            result = stop()
+            if inspect.isawaitable(result):
+                await result
+        except Exception as exc:  # noqa: BLE001 - one part that cannot stop must not keep the others running
+            log.warning("shutdown step failed", step=getattr(stop, "__qualname__", repr(stop)), error=repr(exc))
+
+
 async def _until_connected(what: str, connect: Any) -> None:
     """Call ``connect()`` until it succeeds: a broker that is away at start-up is waited for
     (with backoff, logged), not a reason to exit. Other errors are raised."""
@@ -89,7 +104,9 @@ async def _until_connected(what: str, connect: Any) -> None:
 
 class Service:
     """Base of the four services. Subclasses set ``name`` and implement :meth:`topics_in` and
-    :meth:`handle`; :meth:`on_invalid` may answer bad input."""
+    :meth:`handle`; :meth:`on_invalid` may answer bad input. What a subclass starts in
+    :meth:`setup` it registers with :meth:`on_stop`, so :meth:`stop` undoes exactly what was
+    started, also after a start that failed before or during ``setup``."""
 
     name = "service"
 
@@ -117,6 +134,19 @@ class Service:
         self.consumer: KeyedConsumer | None = None
         self.migrated = False
         self.ops: OpsServer | None = None
+        self._stops_before_drain: list[Callable[[], object]] = []
+        self._stops_after_close: list[Callable[[], object]] = []
+
+    def on_stop(self, stop: Callable[[], object], *, before_drain: bool = False) -> None:
+        """Register ``stop`` (a plain or coroutine function of no arguments) to undo a part
+        :meth:`setup` starts; register it as soon as the part exists, before starting it.
+
+        :meth:`stop` calls the registered functions last registered first: those marked
+        ``before_drain`` before the in-flight records are drained, the others once the shared
+        resources are closed. A part never registered (its ``setup`` line not reached) is not
+        stopped, so a stop never probes for attributes that ``setup`` did not create.
+        """
+        (self._stops_before_drain if before_drain else self._stops_after_close).append(stop)
 
     async def _ensure_relayed_chunk_topics(self, rows: list[tuple[str, str | None]]) -> None:
         """The outbox relay is about to publish ``(topic, key)`` rows: take their chunk topics
@@ -183,7 +213,9 @@ class Service:
     async def stop(self) -> None:
         """Drain in-flight records (up to :data:`SHUTDOWN_GRACE_S`), then close everything within
         :data:`SHUTDOWN_SLACK_S` more, even when the broker is away (what cannot be flushed or
-        committed then is redelivered / re-published from the outbox later)."""
+        committed then is redelivered / re-published from the outbox later). The parts registered
+        with :meth:`on_stop` are stopped before the drain or after the close, as registered."""
+        await _undo(self._stops_before_drain)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S
         if self.consumer is not None:
@@ -195,6 +227,7 @@ class Service:
         await _bounded("traces", asyncio.to_thread(tracing.shutdown), deadline + 0.5)
         if self.ops is not None:
             await _bounded("metrics endpoint", self.ops.stop(), deadline + 0.5)
+        await _undo(self._stops_after_close)
         log.info("service stopped", service=self.name)
 
     async def _serve_ops(self) -> None:
