@@ -140,9 +140,10 @@ TEST_WORKERS ?= 2
 test: install ## the test suite (it starts the native cluster itself): the tests marked `serial` (they restart Kafka or PostgreSQL) in one process on a second cluster, beside the others in TEST_WORKERS processes (pytest-xdist; TEST_SERIAL_APART=0: one after the other, on one cluster)
 	@bash $(ROOT)/tests/run-suite.sh $(PY) $(TEST_WORKERS) $(PYTEST_ARGS)
 
-lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/; validate-deploy
+lint: install ## ruff (the rules in pyproject.toml) over the code and tests; mypy over shared/ and services/; the layering (import-linter); validate-deploy
 	cd $(ROOT) && $(ROOT)/.venv/bin/ruff check .
 	cd $(ROOT) && $(ROOT)/.venv/bin/mypy
+	cd $(ROOT) && $(ROOT)/.venv/bin/lint-imports --no-cache
 	@$(MAKE) validate-deploy
 
 # Offline, a few seconds: deploy/validate.py (Kubernetes schemas of kubernetes-validate, KEDA's
