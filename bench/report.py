@@ -30,7 +30,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
                     f"{_ms(b, 'p50')} / {_ms(b, 'p95')} / {_ms(b, 'p99')} "
                     f"({t['conditions'].get('kafka_hops', 4) - 1} relays)",
                     f"{t['ratio']['p50']}x / {t['ratio']['p99']}x", "p50 ≤ 15, p99 ≤ 50, ≤ 1.5x"))
-        if w := t.get("worker_step_start_ms"):  # the worker's share, split (issue 13's budget)
+        if w := t.get("worker_step_start_ms"):  # the worker's share, split (worker/step_gap.py's budget)
             out.append(("  in the worker p50 (ms): claim, setup, model open, first text = total",
                         ", ".join(_ms(w.get(k), "p50") for k in ("claim_ms", "setup_ms", "model_open_ms",
                                                                   "first_text_ms")) + f" = {_ms(w.get('total_ms'), 'p50')}",
@@ -95,7 +95,7 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         out.append(("  step-finish → echo (step overhead) p50 / p99 (ms)",
                     f"{_ms(s['step_boundary_to_echo_ms'], 'p50')} / {_ms(s['step_boundary_to_echo_ms'], 'p99')}",
                     "-", f"{s['ratio_to_target']['boundary_p50']}x target", "p50 ≤ 10"))
-        if gap := s.get("worker_step_gap_ms"):  # the same gap in the worker, split (issue 13's budget)
+        if gap := s.get("worker_step_gap_ms"):  # the same gap in the worker, split (worker/step_gap.py's budget)
             out.append(_gap_row(gap, "    "))
     if s := results.get("scaling"):
         out.append((f"5 {s['conditions']['runs']} runs, 1 → 2 workers: chunks/s",

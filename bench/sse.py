@@ -1,5 +1,5 @@
 """Figure: time to first token over the HTTP gateway's Server-Sent Events beside the Kafka-native
-client's (issue 17). Both measure a ``send_message`` to an idle thread → the first ``text-delta``
+client's (docs/gateway.md). Both measure a ``send_message`` to an idle thread → the first ``text-delta``
 at the reader, model first-token delay 0, one run at a time:
 
 * **kafka**: the Python client publishes to ingress; a subscriber of the thread's chunk topic

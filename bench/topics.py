@@ -1,4 +1,4 @@
-"""Figure ``topics``: per-thread chunk topics at scale (issue 13 item 6) on the one local broker.
+"""Figure ``topics``: per-thread chunk topics at scale (docs/decisions.md 40-42) on the one local broker.
 
 Creates ``N`` thread topics (default 10,000) under the bench prefix and measures
 

@@ -8,7 +8,7 @@ same run: bare aiokafka relays over the same Kafka hops (three hops with ingress
 ``THREADLINE_INGRESS_STARTS``; four through the orchestrator), with records of the sizes
 Threadline sent on each hop (``bench.rawkafka``), and over the old path's four hops.
 
-On a brand-new thread (``new_thread``, issue 13 item 2's second figure): ``subscribe_to_thread`` of
+On a brand-new thread (``new_thread``, the figure's second part): ``subscribe_to_thread`` of
 a thread that never spoke (its chunk topic created then), ``send_message``, and the first
 ``text-delta`` through that subscription, one thread after another; the subscription's share and
 the worker's ``step start`` lines of those runs beside it.

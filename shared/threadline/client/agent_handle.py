@@ -1,5 +1,5 @@
 """``client.agent("support-agent")``: Mastra's Agent methods on one agent, so Mastra code ports
-line for line (seed ``004``)::
+line for line (docs/agents.md, "Client: Mastra's Agent methods")::
 
     support = tl.agent("support-agent")
     sub = await support.subscribe_to_thread({"resourceId": "user-123", "threadId": "thread-abc"})

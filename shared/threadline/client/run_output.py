@@ -1,4 +1,4 @@
-"""What a send result carries (seed ``sendMessage`` return shapes): the created signal, and on a
+"""What a send result carries (the return shapes of Mastra's ``sendMessage``): the created signal, and on a
 ``wake`` the woken run's stream (``accepted.output``).
 
     result = await support.send_message("hi", {"resourceId": "u-1", "threadId": "t-1"})
@@ -30,7 +30,7 @@ class ChunkSource(Protocol):
 
 @dataclass
 class CreatedSignal:
-    """The signal a send created (seed ``CreatedAgentSignal``).
+    """The signal a send created (Mastra's ``CreatedAgentSignal``).
 
     Filled from the request when it is sent (``created_at``: the client's clock), then updated
     with the stored signal when ``accepted`` resolves (ingress's ``created_at``, and the

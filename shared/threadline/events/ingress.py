@@ -1,7 +1,7 @@
 """Requests users publish to the ingress topic (keyed by thread key).
 
-Seed ``004``: ``sendMessage`` / ``queueMessage`` (thread signals) and ``generate`` / ``stream``
-with ``memory: {resource, thread}``. Every request names its thread by ``resource_id`` and
+Mastra's thread signals ``sendMessage`` / ``queueMessage`` and its ``generate`` / ``stream``
+with ``memory: {resource, thread}`` (docs/signals.md). Every request names its thread by ``resource_id`` and
 ``thread_id`` (docs/decisions.md §16) and may name a ``reply_to`` topic for its replies.
 """
 
@@ -17,7 +17,7 @@ _ID_MAX = 256
 
 
 class MessageObject(BaseModel):
-    """``{contents, attributes, metadata, provider_options}`` form of a message (seed ``sendMessage``)."""
+    """``{contents, attributes, metadata, provider_options}`` form of a message (Mastra's ``sendMessage``)."""
 
     model_config = ConfigDict(extra="forbid")
     contents: str | list[dict[str, Any]]
@@ -121,7 +121,7 @@ class Generate(Stream):
 
 
 class SignalInput(BaseModel):
-    """A signal (seed ``sendSignal``): ``type`` is the semantic category, ``tag_name`` the XML tag
+    """A signal (Mastra's ``sendSignal``): ``type`` is the semantic category, ``tag_name`` the XML tag
     the model sees (``{type: "notification", tag_name: "github-review"}`` → ``<github-review>``)."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -143,7 +143,7 @@ class SendSignal(_Targeted):
 
 
 class StateInput(BaseModel):
-    """A state signal (seed ``sendStateSignal``): the current value of a named lane."""
+    """A state signal (Mastra's ``sendStateSignal``): the current value of a named lane."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     id: str = Field(min_length=1, max_length=_ID_MAX)
@@ -175,7 +175,7 @@ class SendStateSignal(_Targeted):
 
 
 class NotificationInput(BaseModel):
-    """One notification (seed ``sendNotificationSignal``): ``summary`` is what the model sees,
+    """One notification (Mastra's ``sendNotificationSignal``): ``summary`` is what the model sees,
     ``payload`` is stored for tools and applications and never shown to the model."""
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
@@ -200,7 +200,7 @@ class SendNotificationSignal(_ThreadRequest):
 
 
 class AbortRequest(_ThreadRequest):
-    """Abort the thread's active run (seed ``subscription.abort()``); what is queued behind it
+    """Abort the thread's active run (Mastra's ``subscription.abort()``); what is queued behind it
     still runs. Answered with an ``aborted`` reply (``aborted: false`` when nothing was running)."""
 
     type: Literal["abort"] = "abort"

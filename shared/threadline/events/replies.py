@@ -24,7 +24,7 @@ class Accepted(_ReplyBase):
     signal_id: str | None = None
     """Id of the stored signal / message."""
     signal: dict[str, Any] | None = None
-    """The created signal as stored (seed ``CreatedAgentSignal``) but its contents (the request has
+    """The created signal as stored (Mastra's ``CreatedAgentSignal``) but its contents (the request has
     them): ``{id, type, tagName, attributes, metadata, createdAt, providerOptions?}``, the
     ``ifActive`` / ``ifIdle`` attributes merged in."""
     _output: Any = PrivateAttr(default=None)

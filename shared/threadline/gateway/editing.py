@@ -1,4 +1,4 @@
-"""The gateway's editor endpoints (issue 17 item 5; decisions 62, 68): read an agent's editable
+"""The gateway's editor endpoints (docs/gateway.md, "Editor overrides"; decisions 62, 68): read an agent's editable
 fields and save its overrides, stripped of what the agent's ``editor`` option locks.
 
 ``GET /v1/agents/{agent_id}/editor`` → :func:`view`; ``PUT`` → :func:`save`. Only a caller with

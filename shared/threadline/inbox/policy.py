@@ -1,6 +1,6 @@
 """Delivery policy (Mastra's Agent API ``sendNotificationSignal`` and ``notifications.deliveryPolicy``).
 
-The default, exactly as the seed states it:
+The default (docs/notifications.md, "The default policy"):
 
 | priority | thread active | thread idle |
 |---|---|---|

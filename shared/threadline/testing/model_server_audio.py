@@ -1,5 +1,5 @@
-"""The fake model server's audio endpoints (OpenAI's speech and transcription APIs), for voice
-(issue 18 item 6):
+"""The fake model server's audio endpoints (OpenAI's speech and transcription APIs), for an agent's
+``voice`` (docs/agents.md):
 
   POST /v1/audio/speech          {model, input, voice, response_format?} -> a WAV file whose
                                  ``tlxt`` chunk holds the input text (and 0.1 s of silence)

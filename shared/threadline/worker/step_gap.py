@@ -1,4 +1,4 @@
-"""The step path's latency budget (issue 13): where the time of a step's start goes, in the worker.
+"""The step path's latency budget (docs/decisions.md, "The step path"): where the time of a step's start goes, in the worker.
 
 **A continued step.** Between a step's ``step-finish`` and the first chunk of the step the same
 worker continues the run with, the worker passes these points (``time.perf_counter()`` readings, seconds):

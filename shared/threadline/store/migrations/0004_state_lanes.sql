@@ -1,5 +1,5 @@
 -- depends: 0003_attempts
--- State-signal lanes per thread (seed sendStateSignal): the current cache key and mode, versions.
+-- State-signal lanes per thread (Mastra's sendStateSignal; docs/signals.md): the current cache key and mode, versions.
 CREATE TABLE state_lanes (
     thread_id               text NOT NULL,
     lane_id                 text NOT NULL,

@@ -1,5 +1,5 @@
 -- depends: 0004_state_lanes
--- The notification inbox (seed sendNotificationSignal; docs/decisions.md §9-11).
+-- The notification inbox (Mastra's sendNotificationSignal; docs/decisions.md §9-11).
 CREATE TABLE notifications (
     id                   text PRIMARY KEY,
     thread_id            text NOT NULL,

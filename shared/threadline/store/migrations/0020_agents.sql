@@ -1,5 +1,5 @@
 -- depends: 0016_chunk_topics
--- The agents the cluster serves, as clients may read them (issue 18): written by every ingress
+-- The agents the cluster serves, as clients may read them (docs/agents.md): written by every ingress
 -- instance at start-up from the agents module; read by ThreadlineClient.agent(id).details().
 CREATE TABLE agents (
     agent_id    text PRIMARY KEY,

@@ -1,5 +1,5 @@
 -- depends: 0020_agents
--- Editor overrides (issue 17 item 5, seed 004 "Editor"): what each agent's code lets the editor
+-- Editor overrides (docs/gateway.md, decisions 62 and 68): what each agent's code lets the editor
 -- change and the code's own values (written by ingress at start-up, for the gateway and Studio),
 -- and the stored overrides (written through the gateway, read by the worker at a run's step 0).
 ALTER TABLE agents

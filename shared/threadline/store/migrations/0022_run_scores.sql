@@ -1,5 +1,5 @@
 -- depends: 0020_agents
--- Scores of finished runs (issue 18 item 5, decision 71): one row per (run, scorer) the sampling
+-- Scores of finished runs (an agent's scorers, decision 71): one row per (run, scorer) the sampling
 -- chose, inserted 'pending' by the notification-scheduler when it reads the run's run_finished;
 -- claimed for claim_s by one scheduler instance, then stored once ('done' or 'failed').
 CREATE TABLE run_scores (

@@ -1,5 +1,5 @@
 -- depends: 0022_run_scores 0021_agent_editor
--- Durable sub-agents (issue 18 item 3, decisions 76-79). A parent step that calls a sub-agent
+-- Durable sub-agents (Mastra's Agent option agents, decisions 76-79). A parent step that calls a sub-agent
 -- tool records one sub_agent_calls row per call (the worker, before it stores the step); the
 -- orchestrator applying the step's 'suspended' result creates each child run (its own thread,
 -- runs.parent_run_id) and marks the parent waiting; the child's end stores its outcome as the

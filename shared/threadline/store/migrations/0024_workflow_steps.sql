@@ -1,5 +1,5 @@
 -- depends: 0022_run_scores
--- Durable workflows (issue 18 item 4, decisions 80-83): one row per workflow step of a tool call
+-- Durable workflows (docs/workflows.md, decisions 80-83): one row per workflow step of a tool call
 -- (path: "<element index>/<step id>", or "<index>/:branch" for a branch's choice), written before
 -- the next step starts. status 'running' (started by attempt, not ended), 'success' / 'failed'
 -- (ended: never run again; output or error reused). runs counts the executions started.
