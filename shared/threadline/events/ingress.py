@@ -71,7 +71,7 @@ SIGNAL_ID_PATTERN = r"^sig_[0-9a-f]{26}$"
 
 
 class _CreatesSignal(_ThreadRequest):
-    """Requests whose input is stored as a new signal (seed: the send result's ``signal``)."""
+    """Requests whose input is stored as a new signal (the ``signal`` of Mastra's send result)."""
 
     signal_id: str | None = Field(default=None, pattern=SIGNAL_ID_PATTERN)
     """Id for the signal the request creates, chosen by the client so the send result can name it at
@@ -111,7 +111,7 @@ class Stream(_CreatesSignal):
     options: dict[str, Any] = Field(default_factory=dict)
     """Execution options, e.g. ``max_steps``, ``max_processor_retries``."""
     thread: dict[str, Any] | None = None
-    """``{title, metadata}`` to create or update the thread row (seed: ``memory.thread`` object)."""
+    """``{title, metadata}`` to create or update the thread row (Mastra's ``memory.thread`` object)."""
 
 
 class Generate(Stream):

@@ -15,7 +15,7 @@ class _ReplyBase(Event):
 
 
 class Accepted(_ReplyBase):
-    """The routing decision (seed: the ``accepted`` promise of ``sendMessage``)."""
+    """The routing decision (the ``accepted`` promise of Mastra's ``sendMessage``)."""
 
     type: Literal["accepted"] = "accepted"
     action: Literal["wake", "deliver", "persist", "discard"]
@@ -52,7 +52,7 @@ class ErrorReply(_ReplyBase):
 
 
 class RunResult(_ReplyBase):
-    """Result of a ``generate`` request (seed: ``generate()`` return value)."""
+    """Result of a ``generate`` request (what Mastra's ``generate()`` returns)."""
 
     type: Literal["result"] = "result"
     run_id: str
@@ -82,7 +82,7 @@ class Aborted(_ReplyBase):
 
 class Skipped(_ReplyBase):
     """A state signal whose cache key and mode are already the lane's current value: nothing sent
-    (seed: ``{skipped: true, reason: "unchanged"}``)."""
+    (Mastra's ``{skipped: true, reason: "unchanged"}``)."""
 
     type: Literal["skipped"] = "skipped"
     skipped: bool = True
