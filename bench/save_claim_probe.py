@@ -1,4 +1,4 @@
-"""The save-and-claim statement alone, old and new side by side (decision 49; docs/benchmarks.md,
+"""The save-and-claim statement alone, old and new side by side (decision 49; bench/results/HISTORY.md,
 "Step overhead budget"): one run in a scratch database stored step after step, each call storing
 step k and claiming k + 1 as a continuing worker does, timed at the client (send → answer,
 commit included), beside two floors measured in the same block on the same connection kind:

@@ -44,7 +44,7 @@ class Settings(BaseSettings):
     kafka_linger_ms: int = 0
     """How long (ms) the services' producer waits to fill a batch before sending (aiokafka
     ``linger_ms``). 0: each record leaves at once; records sent while a request is in flight are
-    batched anyway, so a streaming step still sends batches (docs/benchmarks.md, "The step
+    batched anyway, so a streaming step still sends batches (bench/results/HISTORY.md, "The step
     path": 0 against 2 ms gave time to first chunk p50 66.5 against 94.4 ms and the same chunk
     throughput)."""
     kafka_security_protocol: str = "PLAINTEXT"

@@ -1,7 +1,7 @@
 """A model call's text and reasoning are kept as the streamed pieces and joined when read.
 Appending to the ``str`` held in ``ModelOutcome.text`` copied the whole text on every chunk
 (CPython extends a string in place only for a local variable): a 200,000-chunk stream took
-26.1 µs of worker CPU per chunk against 12.9 with the pieces (docs/benchmarks.md, "The streamed
+26.1 µs of worker CPU per chunk against 12.9 with the pieces (bench/results/HISTORY.md, "The streamed
 text, copied per chunk")."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A thread going idle with nothing held and nothing due makes the notification-scheduler take no
 chunk topic: the take (a registry statement and a metadata request) is for a thread it publishes
-to. Before, every ``thread_idle`` took the thread's topic (docs/benchmarks.md, "Where a burst's
+to. Before, every ``thread_idle`` took the thread's topic (bench/results/HISTORY.md, "Where a burst's
 first tokens go": the scheduler's CPU per run start)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 -- depends: 0010_run_recoveries
--- One round trip to begin a step and one to end it (docs/benchmarks.md, "Latency budget"): the
+-- One round trip to begin a step and one to end it (bench/results/HISTORY.md, "Latency budget"): the
 -- processor-worker's claim and load, and its store of what the step produced, as two functions.
 -- Each runs in the statement's own transaction and takes its locks in the order the rest of the
 -- code does (the thread lease first, then the run row). threadline.store.steps calls them.
