@@ -21,12 +21,10 @@ import contextlib
 from typing import Any
 
 from pydantic import TypeAdapter
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
 from threadline.kafka.consumer import Record
-from threadline.kafka.handling import is_transient
 from threadline.kafka.topic_retention import IdleTopicSweep
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
@@ -35,6 +33,7 @@ from threadline.service import Service
 from threadline.store.clock import SchedulerClock
 from threadline.store.inbox import dispatch_due, redecide_held
 from threadline.store.listen import Listener
+from threadline.transient import TICK_BACKOFF, TICK_RETRY_S, retrying
 
 INBOX_DUE_CHANNEL = "threadline_inbox_due"
 """NOTIFY channel of records that became due now (trigger of migration 0008)."""
@@ -122,8 +121,7 @@ class NotificationScheduler(Service):
                 await asyncio.wait_for(self._due.wait(), self.settings.scheduler_interval_s)
             self._due.clear()
             try:  # a lost connection (Postgres restarting) is retried with backoff
-                async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
-                                                   stop=stop_after_delay(30), wait=wait_exponential(0.2, max=3)):
+                async for attempt in retrying(TICK_BACKOFF, for_s=TICK_RETRY_S):
                     with attempt:
                         await self.dispatch()
             except Exception:

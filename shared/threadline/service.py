@@ -16,13 +16,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import structlog
+from tenacity import RetryCallState
 
 from threadline._internal import gc_tuning, usercode
 from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
-from threadline.kafka.handling import DeadLetters, guarded, is_transient
+from threadline.kafka.handling import DeadLetters, guarded
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
@@ -33,6 +34,7 @@ from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
 from threadline.topics import Topics, split_thread_key
+from threadline.transient import CONNECT_BACKOFF, retrying
 
 if TYPE_CHECKING:
     from threadline.ops.server import OpsServer
@@ -88,18 +90,17 @@ async def _undo(stops: list[Callable[[], object]]) -> None:
 
 async def _until_connected(what: str, connect: Any) -> None:
     """Call ``connect()`` until it succeeds: a broker that is away at start-up is waited for
-    (with backoff, logged), not a reason to exit. Other errors are raised."""
-    delay = 0.5
-    while True:
-        try:
+    (:data:`~threadline.transient.CONNECT_BACKOFF`, logged), not a reason to exit. Other errors
+    are raised."""
+
+    def logged(state: RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        retry_in_s = state.next_action.sleep if state.next_action is not None else None
+        log.warning("kafka unreachable at start-up; retrying", step=what, error=repr(error), retry_in_s=retry_in_s)
+
+    async for attempt in retrying(CONNECT_BACKOFF, before_sleep=logged):
+        with attempt:
             await connect()
-            return
-        except Exception as exc:
-            if not is_transient(exc):
-                raise
-            log.warning("kafka unreachable at start-up; retrying", step=what, error=repr(exc), retry_in_s=delay)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 5.0)
 
 
 class Service:

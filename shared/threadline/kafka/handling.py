@@ -12,7 +12,7 @@ import base64
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt, stop_after_delay, wait_exponential
+from tenacity import RetryCallState
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import header
@@ -23,7 +23,15 @@ from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import DEAD_LETTERS, RETRIES
-from threadline.transient import TRANSIENT, is_transient
+from threadline.transient import (
+    DEAD_LETTER_BACKOFF,
+    DEAD_LETTER_RETRY_S,
+    RECORD_BACKOFF,
+    TRANSIENT,
+    Backoff,
+    is_transient,
+    retrying,
+)
 
 __all__ = ["TRANSIENT", "DeadLetters", "guarded", "is_transient"]
 
@@ -43,8 +51,7 @@ class DeadLetters:
         """Publish a dead letter holding ``record`` whole, and wait for the acknowledgement;
         a transient failure (a slow or restarting broker) is retried with backoff for up to two
         minutes, since the record's offset is committed once this returns."""
-        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), stop=stop_after_delay(120),
-                                           wait=wait_exponential(multiplier=0.2, max=5), reraise=True):
+        async for attempt in retrying(DEAD_LETTER_BACKOFF, for_s=DEAD_LETTER_RETRY_S):
             with attempt:
                 await self._write(record, code=code, reason=reason, request_id=request_id)
 
@@ -67,7 +74,7 @@ class DeadLetters:
 
 def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLetters, *,
             on_invalid: Callable[[Record, InvalidEventError], Awaitable[None]] | None = None,
-            payloads: PayloadRefs | None = None, attempts: int = 6, max_wait_s: float = 5.0,
+            payloads: PayloadRefs | None = None, attempts: int = 6, max_wait_s: float = RECORD_BACKOFF.max_s,
             retry_for_s: float | None = None) -> Handler:
     """Wrap ``handler`` so the consumer always goes on.
 
@@ -79,15 +86,13 @@ def guarded(handler: Callable[[Record], Awaitable[None]], dead_letters: DeadLett
        so its offset is not committed, and a shutdown hands it back uncommitted);
     3. anything else, or retries spent → dead letter with the reason.
     """
-    stop = stop_after_attempt(attempts) if retry_for_s is None else stop_after_delay(retry_for_s)
+    backoff = Backoff(first_s=RECORD_BACKOFF.first_s, max_s=max_wait_s)
 
     async def run(record: Record) -> None:
         resolved = record  # the dead letter keeps the record as it came (a reference stays one)
         try:
-            async for attempt in AsyncRetrying(
-                retry=retry_if_exception(is_transient), stop=stop,
-                wait=wait_exponential(multiplier=0.1, max=max_wait_s), reraise=True, before_sleep=_count_retry,
-            ):
+            async for attempt in retrying(backoff, attempts=attempts if retry_for_s is None else None,
+                                          for_s=retry_for_s, before_sleep=_count_retry):
                 with attempt, tracing.consuming(record.topic, record.headers, **{
                         "messaging.kafka.message.key": record.key.decode(errors="replace") if record.key else None,
                         "messaging.kafka.offset": record.offset, "messaging.kafka.partition": record.partition}):
