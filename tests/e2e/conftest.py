@@ -82,7 +82,7 @@ def settings(cluster) -> Settings:
 
 @pytest.fixture(scope="session")
 def gateway(services) -> GatewayInfo:
-    """The HTTP gateway (issue 17) as one more process of the session's :class:`ServiceSet`, on a
+    """The HTTP gateway (docs/gateway.md) as one more process of the session's :class:`ServiceSet`, on a
     free port, with two tenants' API keys and a JWT secret (``tests/e2e/gateway_http.py``)."""
     from tests.e2e.gateway_http import GatewayInfo
     from threadline.testing.containers import free_port

@@ -1,4 +1,4 @@
-"""Helpers of the stream-normalisation cases (issue 15; cases-2 B07–B09): raw SSE bodies for the
+"""Helpers of the stream-normalisation cases (docs/cases.md, B07–B09): raw SSE bodies for the
 fake model server, and running the steps on one processor-worker started with chosen settings —
 e.g. the litellm-wrapper switch ``THREADLINE_LITELLM_NOOP_CALLBACK=1`` (a no-op litellm callback,
 so the worker reads every model stream through litellm's ``CustomStreamWrapper``)."""

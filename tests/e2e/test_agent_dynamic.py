@@ -1,4 +1,4 @@
-"""Issue 18, item 2: dynamic configuration — instructions, model, tools, default options, memory,
+"""Dynamic configuration — instructions, model, tools, default options, memory,
 metadata and processor lists as (plain or async) functions of the request context, resolved on the
 worker per run; ``request_context_schema`` refuses a bad context with a clear error reply."""
 

@@ -1,4 +1,4 @@
-"""Issue 18, items 9 and 10: ``client.agent(id)`` with Mastra's Agent methods, and the seed's return
+"""``client.agent(id)`` with Mastra's Agent methods, and Mastra's return
 shapes — the send result's created signal, ``accepted.output`` on a wake (the woken run's stream
 only), ``active_run_id()`` asked of the thread's lease."""
 

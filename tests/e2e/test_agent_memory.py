@@ -1,4 +1,4 @@
-"""Issue 18, item 1: memory options as Mastra's — ``last_messages`` (N or False), read-only memory,
+"""Memory options as Mastra's — ``last_messages`` (N or False), read-only memory,
 memory off, per agent and per call (``memory.options``); thread title and metadata; the agent's
 ``metadata`` readable by clients."""
 

@@ -1,4 +1,4 @@
-"""Issue 18, item 5: an agent's scorers run after its run finished, off the run's path (decision
+"""An agent's scorers run after its run finished, off the run's path (decision
 71): a function scorer and an LLM judge (the fake model answers it) at sampling 1 each store one
 score and announce it on the lifecycle topic; scorers sampled at 0 store nothing."""
 

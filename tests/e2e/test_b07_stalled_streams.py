@@ -1,4 +1,4 @@
-"""Case B07 (cases-2.md): a stalled model stream fails the run with kind ``timeout`` after the
+"""Case B07 (docs/cases.md): a stalled model stream fails the run with kind ``timeout`` after the
 per-read idle limit (``THREADLINE_MODEL_TIMEOUT_S``), while a slow but steady one is never cut
 off; an abort during a stall closes the model call at once."""
 

@@ -1,4 +1,4 @@
-"""Case B08 (cases-2.md): text before or after a tool call, whitespace-only or empty text, and a
+"""Case B08 (docs/cases.md): text before or after a tool call, whitespace-only or empty text, and a
 call streamed without arguments never end the run early — on both stream paths (the direct
 provider stream and litellm's wrapper, the harness switch; docs/decisions.md §20, §22)."""
 

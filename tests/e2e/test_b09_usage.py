@@ -1,4 +1,4 @@
-"""Case B09 (cases-2.md): usage read from every chunk shape (a finish chunk, a usage chunk whose
+"""Case B09 (docs/cases.md): usage read from every chunk shape (a finish chunk, a usage chunk whose
 ``choices`` is ``[{"index":0,"delta":{}}]``, a ``choices: []`` chunk), with cached and reasoning
 tokens, and summed over every billed response of the run, the discarded attempt included
 (docs/decisions.md §20, §21) — on both stream paths."""

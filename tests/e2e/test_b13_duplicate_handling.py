@@ -1,4 +1,4 @@
-"""Case B13 (cases-2.md): the same request handled twice by two ingress instances.
+"""Case B13 (docs/cases.md): the same request handled twice by two ingress instances.
 
 Idempotency is held in the store, not in a process: an event id is claimed by a row of
 ``processed_events`` in the routing transaction, so an instance that receives a request another

@@ -1,4 +1,4 @@
-"""Case B15 (cases-2.md): a 45 s broker outage must not hang producers, shutdowns or clients.
+"""Case B15 (docs/cases.md): a 45 s broker outage must not hang producers, shutdowns or clients.
 
 One test (it stops the broker for 45 s): a run R streams on T (40 chunks, 1 s apart) with a
 subscriber S; at t = 5 s the broker stops; at t = 10 s the processor-worker running R's step gets

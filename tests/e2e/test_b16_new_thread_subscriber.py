@@ -1,4 +1,4 @@
-"""Case B16 (cases-2.md): a subscriber to a brand-new thread must not miss the first chunks.
+"""Case B16 (docs/cases.md): a subscriber to a brand-new thread must not miss the first chunks.
 
 "Subscribed" (the client's ``subscribe_to_thread`` returning, the CLI's ``{"type": "subscribed"}``
 line) is reported only once the consumer's position on the (just created) thread topic is fixed,

@@ -1,4 +1,4 @@
-"""Case B17 (cases-2.md): a crash or a freeze between claiming due notifications and delivering
+"""Case B17 (docs/cases.md): a crash or a freeze between claiming due notifications and delivering
 them neither strands nor doubles the delivery.
 
 A scheduler's claim is the row locks of its delivery transaction (the thread's lease row, then the

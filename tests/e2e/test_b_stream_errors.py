@@ -1,4 +1,4 @@
-"""Issue 15's stream errors end to end (docs/decisions.md §20), on both stream paths: a stream cut
+"""Stream errors end to end (docs/decisions.md §20), on both stream paths: a stream cut
 off is ``stream_interrupted``, an empty or non-SSE ``200`` body is ``bad_response``, both
 retryable, and error processors see those kinds; a stream that ends without a finish reason is
 an answer."""

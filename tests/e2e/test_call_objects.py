@@ -1,4 +1,4 @@
-"""Issue 18, item 8: code in the agents module passes call-level processors, tool hooks and
+"""Code in the agents module passes call-level processors, tool hooks and
 ``prepare_step`` as objects; they travel as references to the agents module and the worker uses
 them (decision 73)."""
 

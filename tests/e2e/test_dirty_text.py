@@ -1,4 +1,4 @@
-"""Issue 15, "text PostgreSQL or UTF-8 cannot hold" (decision 18): U+0000 and lone surrogate
+"""Text PostgreSQL or UTF-8 cannot hold (decision 18): U+0000 and lone surrogate
 halves in model text, tool arguments, tool results, messages and signals are replaced by U+FFFD
 where they enter, so the run finishes and everything is stored; a record no parser can read is
 dead-lettered AND answered."""

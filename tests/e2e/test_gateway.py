@@ -1,4 +1,4 @@
-"""The HTTP gateway (issue 17): a full turn, generate, a mid-run message, an abort, a resume after
+"""The HTTP gateway (docs/gateway.md): a full turn, generate, a mid-run message, an abort, a resume after
 a disconnect, the reads and the inbox, all over HTTP and Server-Sent Events."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The Python client over the HTTP gateway (issue 17, item 3): ``ThreadlineClient.connect_http``
+"""The Python client over the HTTP gateway (docs/gateway.md): ``ThreadlineClient.connect_http``
 with a URL and an API key only. A full turn with a tool call, a message delivered mid-run, the
 inbox read and marked, the reads — in a process whose settings and environment name no Kafka
 bootstrap and no PostgreSQL DSN, and where opening either would fail the test."""

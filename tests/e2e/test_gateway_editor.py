@@ -1,4 +1,4 @@
-"""Editor overrides through the gateway (issue 17 item 5, seed 004 "Editor"): an agent's
+"""Editor overrides through the gateway (docs/gateway.md, "Editor overrides"): an agent's
 instructions and tool descriptions overridden by a caller with the ``editor`` scope reach the
 model at the agent's next run (the fake model server's request journal), a run already running
 keeps what it started with, and what the agent's ``editor`` option locks is refused or stripped —

@@ -1,4 +1,4 @@
-"""Tenancy at the gateway (issue 17, item 2): tenant A cannot read, stream, signal, abort or list
+"""Tenancy at the gateway (docs/gateway.md, decision 51): tenant A cannot read, stream, signal, abort or list
 tenant B's threads, even with guessed ids; a foreign thread looks exactly like a missing one;
 ``<user …>`` attribute values cannot break out of the tag; no key or token reaches a log line."""
 

@@ -1,4 +1,4 @@
-"""Ingress starts a fresh run (issue 13, docs/decisions.md 34-36): the transaction that wakes an
+"""Ingress starts a fresh run (docs/decisions.md 34-36): the transaction that wakes an
 idle thread and creates its run schedules step 0 by the orchestrator's own rule and publishes the
 step task itself; the orchestrator is told with a ``StartRun`` marked ``scheduled`` and only
 announces the start.

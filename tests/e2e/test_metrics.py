@@ -1,4 +1,4 @@
-"""Issue 16, "metrics and health": every service serves ``/metrics``, ``/healthz`` and ``/readyz``
+"""Metrics and health: every service serves ``/metrics``, ``/healthz`` and ``/readyz``
 on ``THREADLINE_METRICS_PORT``; scraped during and after a turn with a tool call, each names the
 series docs/operations.md lists."""
 

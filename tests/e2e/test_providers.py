@@ -112,7 +112,7 @@ async def test_a_rejected_or_missing_key_is_an_authentication_error_naming_the_v
     error = content(chunks)[-2][1]["error"]
     assert error["kind"] == "authentication" and error["statusCode"] == 401
     assert "Incorrect API key provided" in error["message"] and "set OPENAI_API_KEY" in error["message"]
-    # the seed's google/gemini-2.5-pro with no key set: nothing is sent, the message names the variables
+    # google/gemini-2.5-pro with no key set: nothing is sent, the message names the variables
     _, chunks = await run_stream(settings, "google-no-key", "x")
     error = content(chunks)[-2][1]["error"]
     assert error["kind"] == "authentication" and content(chunks)[-1] == ("finish", "error")

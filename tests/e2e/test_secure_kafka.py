@@ -1,4 +1,4 @@
-"""Issue 16, "secure Kafka": every service, the client and the CLI reach Kafka over SASL_SSL
+"""Secure Kafka: every service, the client and the CLI reach Kafka over SASL_SSL
 (TLS with SASL PLAIN or SCRAM) from the ``THREADLINE_KAFKA_*`` settings; a full turn with a tool
 call runs over the native cluster's SASL_SSL listener (deploy/native/kafka.sh), and a wrong
 password is refused."""

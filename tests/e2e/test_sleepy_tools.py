@@ -1,4 +1,4 @@
-"""Issue 15, "user code that blocks": a tool written as a plain ``def`` that sleeps runs off the
+"""User code that blocks: a tool written as a plain ``def`` that sleeps runs off the
 worker's event loop — another run on the same worker keeps streaming and the sleeping step's
 heartbeat keeps moving; an abort ends the run with ``finish {abort}`` at once (the tool's result
 is dropped), and a tool that polls ``context.abort_signal`` stops early."""

@@ -1,4 +1,4 @@
-"""Threadline Studio in headless Chromium (issue 17, items 4 and 5): a message is sent from the page, its
+"""Threadline Studio in headless Chromium (docs/gateway.md, "Studio"): a message is sent from the page, its
 tokens arrive as they stream, a second message sent mid-run is delivered into the run, the Agents
 panel saves an edit of the agent's instructions (a locked field read-only), and a screenshot is
 kept (``.run/artifacts/studio.png``, and the test's tmp dir).

@@ -1,4 +1,4 @@
-"""Issue 18 item 3: sub-agents as durable child runs (decisions 76-79).
+"""Sub-agents as durable child runs (decisions 76-79).
 
 ``sub-lead`` calls the tool ``agent-helper``; its step is suspended, the orchestrator starts the
 helper's child run on its own thread, the helper calls a counted side effect and answers, its

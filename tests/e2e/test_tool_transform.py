@@ -1,4 +1,4 @@
-"""Issue 18, item 7: tool payload transforms (decision 72). A tool's own rule and the agent's
+"""Tool payload transforms (decision 72). A tool's own rule and the agent's
 policy shape its input and output on the stream (``display``) and in the stored transcript
 (``transcript``); the model gets the raw payloads."""
 

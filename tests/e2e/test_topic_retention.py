@@ -1,4 +1,4 @@
-"""Issue 13 item 6: the idle-topic sweep (docs/decisions.md 40-42) on the real cluster.
+"""The idle-topic sweep (docs/decisions.md 40-42) on the real cluster.
 
 An extra notification-scheduler instance runs the sweep with a 2 s idle time (the session's
 own scheduler keeps the default 7 days). Checked: an idle thread's chunk topic is deleted (the

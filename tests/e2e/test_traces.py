@@ -1,4 +1,4 @@
-"""Issue 16, "traces": one connected trace for a turn with a tool call — from the client's request
+"""Traces: one connected trace for a turn with a tool call — from the client's request
 through ingress, the run-orchestrator, each step, each model call and the tool, to the chunks —
 with the W3C context in the events and the records' headers. The client's spans go to an
 in-memory exporter; each service writes its spans to a file (``THREADLINE_TRACE_FILE``)."""

@@ -1,4 +1,4 @@
-"""Issue 18, item 6: an agent's voice speaks and listens through litellm's speech and
+"""An agent's voice speaks and listens through litellm's speech and
 transcription calls (the fake model server answers both; decision 74), from the client and from
 the CLI."""
 

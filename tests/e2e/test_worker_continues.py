@@ -1,4 +1,4 @@
-"""The worker continues the run (issue 13, docs/decisions.md 31-33): a step that ends with
+"""The worker continues the run (docs/decisions.md 31-33): a step that ends with
 ``continue`` is stored with the run's next step claimed for the same worker, in one statement,
 and the worker runs it without a round trip through the orchestrator; the orchestrator only
 announces the step and stays the owner of recovery.

@@ -1,4 +1,4 @@
-"""Durable workflows on the cluster (issue 18 item 4): the model of ``shipper`` calls the tool
+"""Durable workflows on the cluster (docs/workflows.md): the model of ``shipper`` calls the tool
 ``workflow-ship`` (a sequence, a parallel pair and a branch, tests/e2e/agents/workflows.py);
 its progress streams as ``data-workflow-*`` chunks, its output is the tool's result, a failing
 step is a tool error naming it. ``kill -9`` of the worker while a workflow step runs: the run

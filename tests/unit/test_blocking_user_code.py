@@ -1,4 +1,4 @@
-"""User code that blocks (cases-2 family "user code that blocks"): a tool or tool hook written as
+"""User code that blocks: a tool or tool hook written as
 a plain ``def`` that sleeps or does blocking I/O runs in a worker thread, so the worker's event
 loop — every other run's chunks, heartbeats and aborts — goes on meanwhile, and an abort (the
 step's task cancelled) returns at once instead of after the blocking call."""

@@ -1,4 +1,4 @@
-"""Dynamic configuration (issue 18, item 2): plain and async functions of the request context,
+"""Dynamic configuration (docs/agents.md): plain and async functions of the request context,
 resolved into one run's configuration; the request context schema."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Editor overrides as pure functions (issue 17 item 5): the ``editor`` option's shapes, what is
+"""Editor overrides as pure functions (decisions 62, 68): the ``editor`` option's shapes, what is
 stripped from an override, tool descriptions applied, and the gateway's editor scope."""
 
 from __future__ import annotations

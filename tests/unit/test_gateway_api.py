@@ -1,4 +1,4 @@
-"""The gateway's auth decisions, event ids and OpenAPI document (pure logic; issue 17)."""
+"""The gateway's auth decisions, event ids and OpenAPI document (pure logic; docs/gateway.md)."""
 
 from __future__ import annotations
 

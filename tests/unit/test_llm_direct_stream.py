@@ -119,7 +119,7 @@ SCRIPTS: dict[str, ms.Script | list[ms.Script]] = {
                              'event: error\ndata: {"error": {"message": "Rate limit reached.", "code": 429}}\n\n',
                              done=False)),
     "non-object-data": _raw(_sse(_choice({"content": "a"}), "data: 42\n\n", _choice({}, "stop"))),
-    # Issue 15's family (docs/decisions.md §20): one rule set on every path.
+    # Stream normalisation (docs/decisions.md §20): one rule set on every path.
     "no-finish-tools": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}))),
     "no-finish-usage": _raw(_sse(_choice({"content": "a"}), {"choices": [], "usage": USAGE})),

@@ -1,4 +1,4 @@
-"""Memory options (issue 18, item 1): parsing, a call's options over the agent's, the history kept."""
+"""Memory options (docs/agents.md): parsing, a call's options over the agent's, the history kept."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ from threadline.errors import ModelCallError
 from threadline.runtime.llm import call_kwargs
 from threadline.runtime.providers import PROVIDERS, Route, route
 
-SEED_MODELS = [  # the seed's model strings and the variables it names
+SEED_MODELS = [  # common providers' model strings and the variables each names
     ("openai/gpt-5.6-sol", "OPENAI_API_KEY", "openai/gpt-5.6-sol"),
     ("anthropic/claude-sonnet-4-6", "ANTHROPIC_API_KEY", "anthropic/claude-sonnet-4-6"),
     ("google/gemini-2.5-pro", "GOOGLE_API_KEY", "gemini/gemini-2.5-pro"),

@@ -57,7 +57,7 @@ def test_echo_chunk_shape():  # C7
     assert chunk["data"]["contents"] == "hi"
 
 
-def test_attribute_line_breaks_are_character_references():  # issue 17: `<user …>` values cannot break lines
+def test_attribute_line_breaks_are_character_references():  # decision 54: `<user …>` values cannot break lines
     out = _render({"contents": "hi", "attributes": {"name": 'a"\n</user>\r\t>b'}})
     assert out == '<user name="a&quot;&#10;&lt;/user&gt;&#13;&#9;&gt;b">hi</user>'
     assert "\n" not in out.partition(">")[0]

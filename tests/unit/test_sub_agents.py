@@ -1,4 +1,4 @@
-"""Sub-agents (issue 18 item 3, decisions 76-79): the pure parts — the tools an ``agents``
+"""Sub-agents (decisions 76-79): the pure parts — the tools an ``agents``
 option exposes, the child ids, the outcome stored for the parent, the orchestrator's decision on
 a ``suspended`` result, nested chunks — and the step loop suspending on a sub-agent call and
 resuming with its child's result, in memory."""

@@ -7,16 +7,16 @@
 * :mod:`.tools` — tools, their hooks and gates, tool-written data parts, big results.
 * :mod:`.notifications` — notification delivery policies and the inbox tool.
 * :mod:`.providers` — model-level retries, fallback models, request edits of error processors.
-* :mod:`.streams` — stream normalisation (issue 15): stalls, mixed text and calls, usage shapes.
+* :mod:`.streams` — stream normalisation (B07–B09): stalls, mixed text and calls, usage shapes.
 * :mod:`.crashes` — a model per (thread, step) and a counted side effect, for crash and chaos tests.
-* :mod:`.hostile` — dirty text, blocking user code, a result that cannot be stored (issue 15).
+* :mod:`.hostile` — dirty text, blocking user code, a result that cannot be stored.
 * :mod:`.history` — history integrity (B03, B04, B10, B12): scoped retries, stable ids, replays, aborts.
 * :mod:`.outages` — B13/B15/B16/B17: duplicates, broker outages, new-thread subscribers, notification claims.
-* :mod:`.gateway` — agents driven over HTTP (the gateway, Studio; issue 17).
-* :mod:`.options` — issue 18: agent handles, send results, memory options, dynamic configuration.
-* :mod:`.evals` — issue 18: scorers, tool payload transforms, call-level objects in-process.
-* :mod:`.workflows` — issue 18: durable workflows (a counted side effect per workflow step).
-* :mod:`.subagents` — issue 18: sub-agents as durable child runs.
+* :mod:`.gateway` — agents driven over HTTP (the gateway, Studio).
+* :mod:`.options` — agent handles, send results, memory options, dynamic configuration.
+* :mod:`.evals` — scorers, tool payload transforms, call-level objects in-process.
+* :mod:`.workflows` — durable workflows (a counted side effect per workflow step).
+* :mod:`.subagents` — sub-agents as durable child runs.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored

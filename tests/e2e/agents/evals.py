@@ -1,4 +1,4 @@
-"""Issue 18 items 5, 7, 8: agents with scorers, tool payload transforms, and the objects a
+"""Agents with scorers, tool payload transforms, and the objects a
 call made in-process passes (processors, hooks, ``prepare_step``)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from threadline.runtime.scorers import judge
 from threadline.runtime.voice import Voice
 
 
-# --- scorers (item 5) ---------------------------------------------------------------------------
+# --- scorers (decision 71) -----------------------------------------------------------------------
 async def _length(run):
     await asyncio.sleep(0)
     return {"score": min(1.0, len(run.output) / 10), "reason": f"{len(run.output)} chars for {run.input_text!r}"}
@@ -33,7 +33,7 @@ unsampled = Agent(id="unsampled", model="openai/threadline-unsampled", scorers={
 agents = [scored, unsampled]
 
 
-# --- tool payload transforms (item 7) -----------------------------------------------------------
+# --- tool payload transforms (decision 72) -------------------------------------------------------
 @tool(description="Look a customer up.", transform={
     "display": {"input": lambda ctx: {"customer_id": ctx.input["customer_id"]},
                 "output": lambda ctx: {"display_name": ctx.output["display_name"]}},
@@ -59,7 +59,7 @@ transforming = Agent(id="transforming", model="openai/threadline-transforming", 
 agents.append(transforming)
 
 
-# --- call-level processors, hooks and prepare_step as objects (item 8) ----------------------------
+# --- call-level processors, hooks and prepare_step as objects (decision 73) ------------------------
 class TagCall(Processor):
     """Registered nowhere (no agent lists it, nor the module's ``processors``): a call reaches it
     only by reference."""
@@ -94,7 +94,7 @@ called = Agent(id="called", model="openai/threadline-called",
 agents.append(called)
 
 
-# --- voice (item 6) -------------------------------------------------------------------------------
+# --- voice (decision 74) ---------------------------------------------------------------------------
 voiced = Agent(id="voiced", model="openai/threadline-voiced",
                voice=Voice(speak_model="openai/threadline-tts", listen_model="openai/threadline-stt", speaker="nova",
                            response_format="wav"))

@@ -1,4 +1,4 @@
-"""Agents driven over HTTP (issue 17): the gateway's tests and the Studio browser test."""
+"""Agents driven over HTTP (docs/gateway.md): the gateway's tests and the Studio browser test."""
 
 from __future__ import annotations
 

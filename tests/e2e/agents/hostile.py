@@ -1,4 +1,4 @@
-"""Agents of issue 15's families: text PostgreSQL or UTF-8 cannot hold (decision 18), user code
+"""Agents of the hostile-input tests: text PostgreSQL or UTF-8 cannot hold (decision 18), user code
 that blocks the worker's event loop, and a step whose result cannot be stored after its finish."""
 
 from __future__ import annotations

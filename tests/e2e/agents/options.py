@@ -1,4 +1,4 @@
-"""Issue 18: agents of the Agent's options as a client sees them — handles (``client.agent(id)``),
+"""Agents of the Agent's options as a client sees them — handles (``client.agent(id)``),
 the send result's shapes, memory options and dynamic configuration."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ agents = [handles, short_memory, no_history, read_only, memory_off]
 
 # --- dynamic configuration: every option a (plain or async) function of the request context ---
 async def _instructions(request_context):
-    await asyncio.sleep(0)  # async instructions (raised before issue 18)
+    await asyncio.sleep(0)  # async instructions
     return f"You serve the {request_context['tier']} tier."
 
 

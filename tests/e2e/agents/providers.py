@@ -11,7 +11,7 @@ CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required"
 
 
 class TrimOnOverflow(Processor):
-    """The seed's ``ErrorRecoveryProcessor``: on a context overflow, drop every message but the
+    """An ``ErrorRecoveryProcessor``: on a context overflow, drop every message but the
     last one and ask for a retry (once)."""
 
     id = "trim"
@@ -37,7 +37,7 @@ class ThinkHarder(Processor):
 
 
 class ReasoningTransformer(Processor):
-    """The seed's ``ReasoningTransformer``: reasoning parts of earlier assistant messages become
+    """A ``ReasoningTransformer``: reasoning parts of earlier assistant messages become
     ``thinking`` parts at each step; records the part types it found."""
 
     id = "reasoning-transformer"

@@ -1,4 +1,4 @@
-"""Agents of the stream-normalisation cases (issue 15; cases-2 B07–B09): stalled and slow streams,
+"""Agents of the stream-normalisation cases (docs/cases.md, B07–B09): stalled and slow streams,
 text mixed with tool calls and calls without arguments, usage in every shape."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 18 item 3: durable sub-agents. ``sub-lead`` has the sub-agent ``helper`` (the tool
+"""Durable sub-agents. ``sub-lead`` has the sub-agent ``helper`` (the tool
 ``agent-helper``); the helper calls the counted side effect of the crash tests, then answers.
 Each step of a run asks its own fake model queue (``PerStepModel``): the lead's thread is the
 test's, the helper's is ``<lead thread>.agent-helper.<tool call id>``."""

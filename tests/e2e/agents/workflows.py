@@ -1,4 +1,4 @@
-"""Agents of the workflow tests (issue 18 item 4): ``shipper`` has the durable workflow ``ship``
+"""Agents of the workflow tests (docs/workflows.md): ``shipper`` has the durable workflow ``ship``
 (the tool ``workflow-ship``): reserve, then charge and label in parallel, then courier or post
 by a branch, then a summary. Every step records each execution in ``wf_effects`` (with the
 process id), the side effect the tests count; ``charge`` holds at the pause point
