@@ -26,7 +26,7 @@ async def _noop(input: Any, context: Any) -> dict[str, Any]:
 
 
 noop = create_tool(id="noop", description="Does nothing and returns ok.", execute=_noop)
-"""The tool-step figure's tool (the peer comparison's, /work/shared/peer-bench/tl_agents/pb_agents.py)."""
+"""The tool-step figure's tool: the same no-op tool the peer comparison gives every system (docs/benchmarks.md)."""
 
 
 ttfc = Agent(id="bench-ttfc", instructions="Answer briefly.", model="openai/threadline-bench-ttfc")

@@ -1,5 +1,5 @@
 """Figure 1c: tool-step overhead, measured as the peer comparison measures its "step overhead"
-(``/work/shared/peer-bench``: ``bin/drv_tl.py`` ``steps``, ``bin/summarize.py``), on the bench's own
+(docs/benchmarks.md, "The peer comparison": (third ``step-finish`` − first) / 2), on the bench's own
 services. The agent ``bench-toolsteps`` has one no-op tool and ``maxSteps`` 5; before every run the
 fake model gets a fresh script of three replies: a ``noop`` tool call, another, then the text
 "Done: the tool ran twice." (no delay: an instant model). A message to an idle thread → its
