@@ -1,4 +1,4 @@
-"""The sweeper loop of the run-orchestrator (see :mod:`threadline.recovery.decide`).
+"""The sweeper loop of the run-orchestrator (see :mod:`threadline.orchestration.recovery`).
 
 Every ``sweep_interval_s`` each orchestrator instance lists the runs that hold their thread and
 showed no progress for ``stuck_after_s``; for each it opens a transaction and claims the run row
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from threadline._internal.periodic import Periodic
 from threadline.logging import get_logger
-from threadline.recovery.decide import decide
+from threadline.orchestration.recovery import decide
 from threadline.store import recovery
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
