@@ -15,7 +15,7 @@ import asyncpg
 
 from tests.integration.pg import leased_run
 from threadline.events import StepResult
-from threadline.store import recovery
+from threadline.flows import recovery
 from threadline.store.db import Database
 from threadline.store.orchestration import on_step_result
 from threadline.topics import Topics

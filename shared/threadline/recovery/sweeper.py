@@ -16,9 +16,9 @@ one is a bug elsewhere to find.
 from __future__ import annotations
 
 from threadline._internal.periodic import Periodic
+from threadline.flows import recovery
 from threadline.logging import get_logger
 from threadline.orchestration.recovery import decide
-from threadline.store import recovery
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
 from threadline.topics import Topics
