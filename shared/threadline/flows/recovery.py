@@ -1,4 +1,4 @@
-"""The sweeper's reads and writes (run-orchestrator, :mod:`threadline.recovery`): find runs that
+"""The sweeper's reads and writes (run-orchestrator, :mod:`threadline.flows.sweeper`): find runs that
 may be stuck, claim one (``FOR UPDATE SKIP LOCKED``: whichever orchestrator instance locks it
 first handles it, the others skip it), and drive it on — each action in one transaction with
 its outgoing events in the outbox and a ``run_recoveries`` row."""
