@@ -289,7 +289,7 @@ class ThreadlineClient(InboxMarks):
         """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
         dynamic_metadata, memory}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true when the
         agent's metadata is a function of the request context), or ``None`` for an unknown id."""
-        from threadline.store.agents import read_agent
+        from threadline.flows.agents import read_agent
 
         return await self._inbox(read_agent, agent_id=agent_id)
 
@@ -297,7 +297,7 @@ class ThreadlineClient(InboxMarks):
         """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
         ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
         resource has no such thread."""
-        from threadline.store.agents import read_thread
+        from threadline.flows.agents import read_thread
 
         return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
 

@@ -265,7 +265,7 @@ async def list_runs(request: Request) -> Response:
 async def get_thread(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.store.agents import read_thread
+    from threadline.flows.agents import read_thread
 
     async with gw.db.connection() as conn:
         row = await read_thread(conn, resource_id, thread_id)
@@ -289,7 +289,7 @@ async def agent_details(request: Request) -> Response:
     """What ingress published of one agent (any authenticated caller: agents are not a resource's)."""
     gw = _gw(request)
     gw.caller(request)
-    from threadline.store.agents import read_agent
+    from threadline.flows.agents import read_agent
 
     async with gw.db.connection() as conn:
         found = await read_agent(conn, request.path_params["agent_id"])
@@ -302,7 +302,7 @@ async def agent_details(request: Request) -> Response:
 async def list_agents(request: Request) -> Response:
     gw = _gw(request)
     gw.caller(request)
-    from threadline.store.agents import list_agents as read_agents
+    from threadline.flows.agents import list_agents as read_agents
 
     async with gw.db.connection() as conn:
         return _json({"agents": await read_agents(conn)})
