@@ -25,9 +25,9 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
+from threadline.flows.topic_retention import IdleTopicSweep
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
-from threadline.kafka.topic_retention import IdleTopicSweep
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
 from threadline.scoring import Scoring
