@@ -177,7 +177,7 @@ def inbox(resource: Resource, thread: Thread,
     seen / dismissed / archived."""
 
     async def main() -> None:
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
         from threadline.store.db import connect
 
         if status is not None and status not in STATUSES:

@@ -329,13 +329,13 @@ class ThreadlineClient(InboxMarks):
     async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
         """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
         Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.list_records, resource_id=resource_id, thread_id=thread_id, status=status)
 
     async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
         """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.read_record, resource_id=resource_id, thread_id=thread_id,
                                  record_id=record_id)
@@ -344,7 +344,7 @@ class ThreadlineClient(InboxMarks):
                                 thread_id: str) -> dict[str, Any] | None:
         """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
         has no such record. Raises ``ValueError`` for another status."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.mark, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
                                  status=status)

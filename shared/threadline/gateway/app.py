@@ -342,7 +342,7 @@ async def save_editor(request: Request) -> Response:
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.inbox import access
+    from threadline.store import inbox_access as access
 
     async with gw.db.connection() as conn:
         records = await access.list_records(conn, resource_id=resource_id, thread_id=thread_id,
@@ -354,7 +354,7 @@ async def list_inbox(request: Request) -> Response:
 async def read_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.inbox import access
+    from threadline.store import inbox_access as access
 
     async with gw.db.connection() as conn:
         record = await access.read_record(conn, resource_id=resource_id, thread_id=thread_id,
@@ -369,7 +369,7 @@ async def mark_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
     b = await _body(request, api.MarkBody)
-    from threadline.inbox import access
+    from threadline.store import inbox_access as access
 
     async with gw.db.connection() as conn:
         record = await access.mark(conn, resource_id=resource_id, thread_id=thread_id,
