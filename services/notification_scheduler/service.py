@@ -25,6 +25,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
+from threadline.flows.inbox import dispatch_due, redecide_held
 from threadline.flows.topic_retention import IdleTopicSweep
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import is_transient
@@ -33,7 +34,6 @@ from threadline.runtime.registry import load_agents
 from threadline.scoring import Scoring
 from threadline.service import Service
 from threadline.store.clock import SchedulerClock
-from threadline.store.inbox import dispatch_due, redecide_held
 from threadline.store.listen import Listener
 
 INBOX_DUE_CHANNEL = "threadline_inbox_due"
