@@ -57,9 +57,9 @@ from threadline.store.steps import (
     tool_results,
 )
 from threadline.store.sub_agents import record_child_requests
-from threadline.store.workflows import PgJournal
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
+from threadline.worker.journal import PgJournal
 
 log = get_logger(__name__)
 
@@ -423,7 +423,7 @@ class PgStepStore:
 
     def workflow_journal(self, run: StepRun, attempt: int, tool_call_id: str) -> PgJournal:
         """Where a workflow tool call of ``run``'s step records its steps under ``attempt``
-        (:mod:`threadline.store.workflows`, decision 81)."""
+        (:mod:`threadline.worker.journal`, decision 81)."""
         return PgJournal(self._conn, run_id=run.run_id, epoch=run.epoch, tool_call_id=tool_call_id,
                          owner=self._owner, attempt=attempt)
 
