@@ -25,11 +25,11 @@ from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
 from threadline.ops import tracing
-from threadline.payloads import PayloadStore
 from threadline.store.chunk_topics import ChunkTopicRegistry, chunk_topic_trust_s
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
 from threadline.store.outbox import Outbox, OutboxRelay
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, split_thread_key
 
 if TYPE_CHECKING:

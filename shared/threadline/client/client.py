@@ -44,7 +44,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.ops import tracing
-from threadline.payloads import PayloadStore
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
 if TYPE_CHECKING:
