@@ -26,6 +26,7 @@ from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
+from threadline.orchestration.children import nested_target
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
@@ -44,7 +45,6 @@ from threadline.runtime.ports import (
     StepRun,
 )
 from threadline.runtime.registry import Catalogue
-from threadline.runtime.sub_agents import nested_target
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
 from threadline.store.orchestration import claim_terminal

@@ -19,9 +19,10 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
-from threadline.events.chunks import chunk_headers
+from threadline.events.chunks import chunk_headers, nested_chunk
 from threadline.events.codec import encode
 from threadline.logging import get_logger
+from threadline.orchestration.children import nested_target
 from threadline.orchestration.runs import RunRow, unannounced_start, worker_continues
 from threadline.runtime.ports import (
     AbortedRun,
@@ -39,7 +40,6 @@ from threadline.runtime.ports import (
     Suspend,
     Trip,
 )
-from threadline.runtime.sub_agents import nested_chunk, nested_target
 from threadline.store.db import Database
 from threadline.store.orchestration import lifecycle_event
 from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw, queued
