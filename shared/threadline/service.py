@@ -18,6 +18,7 @@ import structlog
 from threadline._internal import gc_tuning, usercode
 from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
+from threadline.flows.publish import Outbox, OutboxRelay
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded, is_transient
@@ -28,7 +29,6 @@ from threadline.ops import tracing
 from threadline.store.chunk_topics import ChunkTopicRegistry, chunk_topic_trust_s
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
-from threadline.store.outbox import Outbox, OutboxRelay
 from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, split_thread_key
 

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from threadline._internal.periodic import Periodic
 from threadline.flows import recovery
+from threadline.flows.publish import Outbox
 from threadline.logging import get_logger
 from threadline.orchestration.recovery import decide
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox
 from threadline.topics import Topics
 
 log = get_logger(__name__)
