@@ -19,7 +19,7 @@ import pytest
 from threadline.flows import publish
 from threadline.flows.publish import Outbox
 from threadline.store.db import Database
-from threadline.store.outbox import _Row
+from threadline.store.outbox import OutboxRow
 
 pytestmark = pytest.mark.unit
 
@@ -57,8 +57,8 @@ class FakeProducer:
         return fut
 
 
-def _row(box_id: int, topic: str, key: str | None, name: str) -> _Row:
-    return _Row(box_id, topic, key, [], name.encode())
+def _row(box_id: int, topic: str, key: str | None, name: str) -> OutboxRow:
+    return OutboxRow(box_id, topic, key, [], name.encode())
 
 
 def _box(producer: FakeProducer, ack_timeout_s: float = 2.0) -> Outbox:

@@ -16,12 +16,9 @@ from threadline.errors import ThreadlineError
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.store.db import Database
-from threadline.store.outbox import Queued, _Row
+from threadline.store.outbox import OutboxRow, Queued, lock_leftovers, mark_published, unpublished
 
 log = get_logger(__name__)
-
-
-_MARK = "UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])"
 
 
 class OutboxNotAcknowledgedError(ThreadlineError, TimeoutError):
@@ -46,7 +43,7 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
         fut.exception()
 
 
-def key_rounds(rows: list[_Row]) -> list[list[_Row]]:
+def key_rounds(rows: list[OutboxRow]) -> list[list[OutboxRow]]:
     """Split ``rows`` (in id order) into rounds to publish one after the other, so that each
     key's rows reach Kafka in id order across topics: a key's row goes in the same round as the
     key's previous row when both are for one topic (one partition keeps their order), else in
@@ -55,7 +52,7 @@ def key_rounds(rows: list[_Row]) -> list[list[_Row]]:
     Example: key ``k``: finish (chunk topic), result (step-results) → ``[[finish], [result]]``.
     """
     level: dict[str, tuple[int, str]] = {}
-    rounds: list[list[_Row]] = []
+    rounds: list[list[OutboxRow]] = []
     for r in rows:
         n = 0
         if r.key is not None:
@@ -99,7 +96,7 @@ class Outbox:
         Raises:
             OutboxNotAcknowledgedError: as :meth:`flush`.
         """
-        await self.flush([Queued(box_id, _Row(box_id, topic, key, headers, value))])
+        await self.flush([Queued(box_id, OutboxRow(box_id, topic, key, headers, value))])
 
     async def flush(self, ids: list[int]) -> None:
         """Publish the given rows (in id order) after their transaction committed and wait for
@@ -118,15 +115,13 @@ class Outbox:
         rows = [i.row for i in ids if isinstance(i, Queued)]
         unknown = [int(i) for i in ids if not isinstance(i, Queued)]
         if unknown:
-            rows += [_Row.of(r) for r in await self._db.fetch(
-                "SELECT id, topic, key, headers, value FROM outbox WHERE id = ANY($1::bigint[]) "
-                "AND published_at IS NULL ORDER BY id", unknown)]
+            rows += await unpublished(self._db, unknown)
         if rows:  # no pooled connection is held while Kafka acknowledges
             rows.sort(key=lambda r: r.id)
             acked, failed = await self._send(rows)
             if failed:  # the rare path: mark what was taken now, then hand the rest to the caller's retry
                 if acked:
-                    await self._db.execute(_MARK, acked)
+                    await mark_published(self._db, acked)
                 raise OutboxNotAcknowledgedError(failed)
             self._mark_soon(acked)
 
@@ -141,11 +136,11 @@ class Outbox:
         while self._unmarked:
             ids, self._unmarked = self._unmarked, []
             try:
-                await self._db.execute(_MARK, ids)
+                await mark_published(self._db, ids)
             except Exception:  # the relay publishes them again; duplicates are dropped
                 log.warning("outbox marks failed; the relay republishes", count=len(ids), exc_info=True)
 
-    async def _send(self, rows: list[_Row], *, key_order: bool = False) -> tuple[list[int], dict[int, BaseException]]:
+    async def _send(self, rows: list[OutboxRow], *, key_order: bool = False) -> tuple[list[int], dict[int, BaseException]]:
         """Send ``rows`` in order and wait, at most ``ack_timeout_s`` in all, for their
         acknowledgements. Returns the ids that may be marked published and the failed ones.
 
@@ -173,18 +168,18 @@ class Outbox:
         bad_keys = {r.key for r in rows if r.id in failed}
         return [r.id for r in rows if r.id not in failed and r.key not in bad_keys], failed
 
-    async def _send_round(self, rows: list[_Row], deadline: float, failed: dict[int, BaseException]) -> None:
+    async def _send_round(self, rows: list[OutboxRow], deadline: float, failed: dict[int, BaseException]) -> None:
         """Send ``rows`` (no two rows of one key on different topics) and wait until
         ``deadline`` (event-loop time) for their acknowledgements; adds what failed to ``failed``."""
         if not rows:
             return
         loop = asyncio.get_running_loop()
-        queued: list[tuple[_Row, asyncio.Future[Any]]] = []
-        by_topic: dict[str, list[_Row]] = {}
+        queued: list[tuple[OutboxRow, asyncio.Future[Any]]] = []
+        by_topic: dict[str, list[OutboxRow]] = {}
         for r in rows:
             by_topic.setdefault(r.topic, []).append(r)
 
-        async def queue(topic_rows: list[_Row]) -> None:
+        async def queue(topic_rows: list[OutboxRow]) -> None:
             """One topic's rows, in order (so each key keeps its order); the first refusal
             (e.g. metadata that never comes) fails the rest of this topic's rows."""
             for i, r in enumerate(topic_rows):
@@ -227,22 +222,18 @@ class Outbox:
         marked. A key's rows are sent in id order across topics too (``key_order``, decision 65)."""
         failed: dict[int, BaseException] = {}
         async with self._db.transaction() as conn:
-            rows = await conn.fetch(
-                "SELECT id, topic, key, headers, value FROM outbox WHERE published_at IS NULL "
-                "AND created_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM "
-                "chunk_topics c WHERE c.topic = outbox.topic AND c.state = 'deleting') ORDER BY id LIMIT $2 "
-                "FOR UPDATE OF outbox SKIP LOCKED", older_than_s, limit)
+            rows = await lock_leftovers(conn, older_than_s=older_than_s, limit=limit)
             acked: list[int] = []
             if rows and self._before_relay is not None:
-                await self._before_relay([(r["topic"], r["key"]) for r in rows])
+                await self._before_relay([(r.topic, r.key) for r in rows])
             if rows:
-                acked, failed = await self._send([_Row.of(r) for r in rows], key_order=True)
+                acked, failed = await self._send(rows, key_order=True)
                 if acked:
-                    await conn.execute(_MARK, acked)
+                    await mark_published(conn, acked)
         if acked:
             log.info("outbox relay published leftovers", count=len(acked))
         if failed:
-            topics = sorted({r["topic"] for r in rows if r["id"] in failed})
+            topics = sorted({r.topic for r in rows if r.id in failed})
             log.warning("outbox rows not published; tried again at the next pass", count=len(failed),
                         topics=topics[:10], error=repr(next(iter(failed.values()))))
         return len(acked)

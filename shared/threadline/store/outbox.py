@@ -14,6 +14,7 @@ import asyncpg
 
 from threadline.events.base import Event
 from threadline.events.codec import encode
+from threadline.store.db import Database
 
 
 async def add(conn: asyncpg.Connection, topic: str, event: Event, *, key: str | None) -> Queued:
@@ -40,10 +41,12 @@ def stored_headers(headers: list[tuple[str, bytes]]) -> list[list[str]]:
 
 def queued(box_id: int, topic: str, key: str | None, headers: list[tuple[str, bytes]], value: bytes) -> Queued:
     """The :class:`Queued` id of an outbox row inserted with this record."""
-    return Queued(box_id, _Row(box_id, topic, key, headers, value))
+    return Queued(box_id, OutboxRow(box_id, topic, key, headers, value))
 
 
-class _Row(NamedTuple):
+class OutboxRow(NamedTuple):
+    """One outbox row: the Kafka record it holds and its outbox id."""
+
     id: int
     topic: str
     key: str | None
@@ -51,7 +54,7 @@ class _Row(NamedTuple):
     value: bytes
 
     @classmethod
-    def of(cls, r: asyncpg.Record) -> _Row:
+    def of(cls, r: asyncpg.Record) -> OutboxRow:
         return cls(r["id"], r["topic"], r["key"], [(k, v.encode()) for k, v in r["headers"]], r["value"])
 
 
@@ -60,9 +63,36 @@ class Queued(int):
     from memory instead of reading it back (one round trip fewer per flush). Compares, hashes
     and is stored as the plain id."""
 
-    row: _Row
+    row: OutboxRow
 
-    def __new__(cls, box_id: int, row: _Row) -> Queued:
+    def __new__(cls, box_id: int, row: OutboxRow) -> Queued:
         obj = super().__new__(cls, box_id)
         obj.row = row
         return obj
+
+
+_COLUMNS = "id, topic, key, headers, value"
+
+
+async def unpublished(db: Database, ids: list[int]) -> list[OutboxRow]:
+    """The rows among ``ids`` not published yet, in id order (a read-back for
+    :meth:`~threadline.flows.publish.Outbox.flush`)."""
+    return [OutboxRow.of(r) for r in await db.fetch(
+        f"SELECT {_COLUMNS} FROM outbox WHERE id = ANY($1::bigint[]) AND published_at IS NULL ORDER BY id", ids)]
+
+
+async def mark_published(db: Database | asyncpg.Connection, ids: list[int]) -> None:
+    """Mark the rows ``ids`` published (Kafka acknowledged them)."""
+    await db.execute("UPDATE outbox SET published_at = now() WHERE id = ANY($1::bigint[])", ids)
+
+
+async def lock_leftovers(conn: asyncpg.Connection, *, older_than_s: float, limit: int) -> list[OutboxRow]:
+    """Lock and return, in id order, at most ``limit`` rows left unpublished for ``older_than_s``
+    seconds, skipping rows another relay holds and rows of a chunk topic the idle-topic sweep is
+    deleting (they wait for a later pass). Runs in the caller's transaction, which holds the locks
+    while the rows are published."""
+    return [OutboxRow.of(r) for r in await conn.fetch(
+        f"SELECT {_COLUMNS} FROM outbox WHERE published_at IS NULL "
+        "AND created_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM "
+        "chunk_topics c WHERE c.topic = outbox.topic AND c.state = 'deleting') ORDER BY id LIMIT $2 "
+        "FOR UPDATE OF outbox SKIP LOCKED", older_than_s, limit)]
