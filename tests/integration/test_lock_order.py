@@ -16,8 +16,8 @@ import asyncpg
 from tests.integration.pg import leased_run
 from threadline.events import StepResult
 from threadline.flows import recovery
+from threadline.flows.orchestration import on_step_result
 from threadline.store.db import Database
-from threadline.store.orchestration import on_step_result
 from threadline.topics import Topics
 
 

@@ -12,9 +12,9 @@ import orjson
 
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
 from threadline.events.signals import signal_to_message
+from threadline.flows.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
 from threadline.orchestration.recovery import RunSnapshot
 from threadline.store import leases, outbox
-from threadline.store.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
 from threadline.store.sub_agents import abort_children, child_ended
 from threadline.topics import Topics, thread_key
 

@@ -19,6 +19,7 @@ from threadline._internal.recent import RecentIds
 from threadline.config import Settings
 from threadline.errors import StaleWriterError
 from threadline.events import StepTask, chunks
+from threadline.flows.orchestration import claim_terminal
 from threadline.flows.publish import Outbox
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
@@ -48,7 +49,6 @@ from threadline.runtime.ports import (
 from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
-from threadline.store.orchestration import claim_terminal
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient

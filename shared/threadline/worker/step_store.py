@@ -21,6 +21,7 @@ from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
 from threadline.events.chunks import chunk_headers, nested_chunk
 from threadline.events.codec import encode
+from threadline.flows.orchestration import lifecycle_event
 from threadline.flows.publish import Outbox, OutboxNotAcknowledgedError
 from threadline.logging import get_logger
 from threadline.orchestration.children import nested_target
@@ -42,7 +43,6 @@ from threadline.runtime.ports import (
     Trip,
 )
 from threadline.store.db import Database
-from threadline.store.orchestration import lifecycle_event
 from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
     Announcement,
