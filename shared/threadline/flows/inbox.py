@@ -19,6 +19,7 @@ from threadline._internal.faults import pause_point
 from threadline.events import Accepted, LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
 from threadline.events.signals import signal_from_message
+from threadline.flows.routing import RequestRejected, Routed, other_resource, queue_signal, route
 from threadline.ids import new_id
 from threadline.inbox.policy import MAX_DELIVERY_ATTEMPTS, PRIORITY_RANK, Decision, decide, retry_delay_s
 from threadline.inbox.render import combined_notification_signal, digest_signal, notification_signal
@@ -27,7 +28,6 @@ from threadline.orchestration.options import normalize_options
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases, outbox
 from threadline.store.arrival import arrive
-from threadline.store.routing import RequestRejected, Routed, other_resource, queue_signal, route
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
