@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from threadline.flows.agents import read_editable, write_overrides
+from threadline.flows.agents import read_editable
 from threadline.runtime.editor import editor_policy, strip
+from threadline.store.agents import write_overrides
 from threadline.store.db import Database
 
 

@@ -49,6 +49,7 @@ from threadline.runtime.ports import (
 from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
+from threadline.store.runs import run_status
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
@@ -256,8 +257,7 @@ class StepExecutor:
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
                 except StaleWriterError:
-                    now = await self._db.fetchrow("SELECT status FROM runs WHERE run_id = $1", run.run_id)
-                    if now is not None and now["status"] == "aborted":
+                    if await run_status(self._db, run.run_id) == "aborted":
                         await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:

@@ -1,0 +1,65 @@
+"""The ``agents`` table (migration 0020) and the editor's ``agent_overrides`` (migration 0021):
+the rows ingress publishes and the overrides the editor stores. Reads for clients are in
+:mod:`threadline.store.queries`; what goes into a row is decided in :mod:`threadline.flows.agents`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import asyncpg
+import orjson
+
+AgentRow = tuple[str, str, str | None, str | None, str, str | None, str, str | None, str | None]
+"""``(agent_id, name, description, metadata, memory, voice, editor, instructions, tools)``, the
+JSON columns as JSON text (``None`` where the code gives a function of the request context)."""
+
+
+async def upsert_agents(conn: asyncpg.Connection, rows: Sequence[AgentRow]) -> None:
+    """Insert or replace the agents' rows."""
+    await conn.executemany(
+        "INSERT INTO agents (agent_id, name, description, metadata, memory, voice, editor, instructions, tools) "
+        "VALUES ($1, $2, $3, $4::text::jsonb, $5::text::jsonb, $6::text::jsonb, $7::text::jsonb, $8, $9::text::jsonb) "
+        "ON CONFLICT (agent_id) DO UPDATE SET name = EXCLUDED.name, description = EXCLUDED.description, "
+        "metadata = EXCLUDED.metadata, memory = EXCLUDED.memory, voice = EXCLUDED.voice, editor = EXCLUDED.editor, "
+        "instructions = EXCLUDED.instructions, tools = EXCLUDED.tools, updated_at = now()", rows)
+
+
+async def stored_overrides(conn: asyncpg.Connection, agent_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """``{agent_id: overrides}`` of those of ``agent_ids`` that have editor overrides stored."""
+    return {r["agent_id"]: orjson.loads(r["overrides"]) for r in await conn.fetch(
+        "SELECT agent_id, overrides::text AS overrides FROM agent_overrides WHERE agent_id = ANY($1::text[])",
+        agent_ids)}
+
+
+async def replace_overrides(conn: asyncpg.Connection, agent_id: str, overrides: dict[str, Any]) -> None:
+    """Replace the agent's stored overrides, keeping who stored them."""
+    await conn.execute("UPDATE agent_overrides SET overrides = $2::text::jsonb, updated_at = now() "
+                       "WHERE agent_id = $1", agent_id, orjson.dumps(overrides).decode())
+
+
+async def write_overrides(conn: asyncpg.Connection, agent_id: str, overrides: dict[str, Any], *,
+                          by: str) -> None:
+    """Store an agent's editor overrides (already stripped), replacing what was stored."""
+    await conn.execute(
+        "INSERT INTO agent_overrides (agent_id, overrides, updated_by) VALUES ($1, $2::text::jsonb, $3) "
+        "ON CONFLICT (agent_id) DO UPDATE SET overrides = EXCLUDED.overrides, updated_by = EXCLUDED.updated_by, "
+        "updated_at = now()", agent_id, orjson.dumps(overrides).decode(), by)
+
+
+async def editable_row(conn: asyncpg.Connection, agent_id: str) -> dict[str, Any] | None:
+    """``{agent_id, name, editor, instructions, tools, overrides, updated_at}`` of an agent with its
+    stored overrides (``editor``, ``tools`` and ``overrides`` decoded JSON or ``None``), or ``None``
+    for an agent the cluster does not serve."""
+    row = await conn.fetchrow(
+        "SELECT a.agent_id, a.name, a.editor::text AS editor, a.instructions, a.tools::text AS tools, "
+        "o.overrides::text AS overrides, o.updated_at FROM agents a "
+        "LEFT JOIN agent_overrides o ON o.agent_id = a.agent_id WHERE a.agent_id = $1", agent_id)
+    if row is None:
+        return None
+    return {"agent_id": row["agent_id"], "name": row["name"],
+            "editor": orjson.loads(row["editor"]) if row["editor"] else None,
+            "instructions": row["instructions"],
+            "tools": orjson.loads(row["tools"]) if row["tools"] is not None else None,
+            "overrides": orjson.loads(row["overrides"]) if row["overrides"] else None,
+            "updated_at": row["updated_at"]}
