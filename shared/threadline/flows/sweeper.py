@@ -20,6 +20,7 @@ from threadline.flows import recovery
 from threadline.flows.publish import Outbox
 from threadline.logging import get_logger
 from threadline.orchestration.recovery import decide
+from threadline.store import recoveries
 from threadline.store.db import Database
 from threadline.topics import Topics
 
@@ -65,11 +66,11 @@ class Sweeper:
     async def sweep_once(self) -> int:
         """One pass; returns how many runs it recovered."""
         async with self._db.connection() as conn:
-            ids = await recovery.candidates(conn, stuck_after_s=self._stuck_after_s)
+            ids = await recoveries.candidates(conn, stuck_after_s=self._stuck_after_s)
         done = 0
         for run_id in ids:
             async with self._db.transaction() as conn:
-                row = await recovery.claim(conn, run_id, stuck_after_s=self._stuck_after_s)
+                row = await recoveries.claim(conn, run_id, stuck_after_s=self._stuck_after_s)
                 if row is None:
                     continue
                 decision = decide(recovery.snapshot(row), stuck_after_s=self._stuck_after_s,

@@ -84,3 +84,10 @@ async def release(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: 
         "UPDATE thread_leases SET run_id = NULL, expires_at = NULL, updated_at = now() "
         "WHERE thread_id = $1 AND run_id = $2 AND epoch = $3", thread_id, run_id, epoch)
     return status.endswith(" 1")
+
+
+async def vacate(conn: asyncpg.Connection, thread_id: str, run_id: str) -> None:
+    """Take the lease from ``run_id`` whatever its epoch, and move the epoch on (a late write of
+    the old holder is fenced); nothing when another run holds the thread."""
+    await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
+                       "updated_at = now() WHERE thread_id = $1 AND run_id = $2", thread_id, run_id)

@@ -96,3 +96,9 @@ async def lock_leftovers(conn: asyncpg.Connection, *, older_than_s: float, limit
         "AND created_at < now() - make_interval(secs => $1) AND NOT EXISTS (SELECT 1 FROM "
         "chunk_topics c WHERE c.topic = outbox.topic AND c.state = 'deleting') ORDER BY id LIMIT $2 "
         "FOR UPDATE OF outbox SKIP LOCKED", older_than_s, limit)]
+
+
+async def unpublish(conn: Database | asyncpg.Connection, ids: list[int]) -> None:
+    """Mark the rows ``ids`` unpublished again: the relay publishes them once more (same event
+    ids, so a consumer that handled one drops the copy)."""
+    await conn.execute("UPDATE outbox SET published_at = NULL WHERE id = ANY($1::bigint[])", ids)
