@@ -48,6 +48,14 @@ async def lock_row(conn: asyncpg.Connection, thread_id: str, *, skip_locked: boo
     return got is not None
 
 
+async def held_elsewhere(conn: asyncpg.Connection, thread_id: str) -> bool:
+    """Lock the thread's lease row unless another transaction holds it: ``True`` when another does
+    (nothing is locked then), ``False`` when this transaction holds it now or there is no row."""
+    if await lock_row(conn, thread_id, skip_locked=True):
+        return False
+    return await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1", thread_id) is not None
+
+
 async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:
     """Give the (locked) lease to ``run_id``; return the new epoch (:attr:`Lease.next_epoch`)."""
     epoch = await conn.fetchval(

@@ -51,8 +51,7 @@ async def claim(conn: asyncpg.Connection, run_id: str, *, stuck_after_s: float) 
     run = await conn.fetchrow("SELECT resource_id, thread_id FROM runs WHERE run_id = $1", run_id)
     if run is None:
         return None
-    if not await leases.lock_row(conn, run["thread_id"], skip_locked=True) and await conn.fetchval(
-            "SELECT 1 FROM thread_leases WHERE thread_id = $1", run["thread_id"]):
+    if await leases.held_elsewhere(conn, run["thread_id"]):
         return None
     return await conn.fetchrow(_CLAIM, run_id, thread_key(run["resource_id"], run["thread_id"]), stuck_after_s)
 
