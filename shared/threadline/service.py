@@ -211,7 +211,7 @@ class Service:
             return self.consumer is not None and self.consumer.joined
 
         async def postgres() -> bool:
-            return await self.db.fetchrow("SELECT 1 AS one") is not None
+            return await self.db.ping()
 
         async def migrations() -> bool:
             return self.migrated
