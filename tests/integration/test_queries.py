@@ -4,6 +4,10 @@ connection, and another resource's thread reads as none."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
 
@@ -77,3 +81,21 @@ async def test_an_expired_lease_is_no_active_run(readers) -> None:
     resource, thread = await _seed(conn, uuid.uuid4().hex[:10])
     await conn.execute("UPDATE thread_leases SET expires_at = now() - interval '1 second' WHERE thread_id = $1", thread)
     assert await queries.active_run(db, resource_id=resource, thread_id=thread) is None
+
+
+async def test_the_cli_prints_a_threads_messages_and_refuses_another_resource(cluster, readers) -> None:
+    _, conn = readers
+    resource, thread = await _seed(conn, uuid.uuid4().hex[:10])
+    env = {**os.environ, "THREADLINE_PG_DSN": cluster.dsn}
+
+    def cli(res: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "threadline.cli", "thread", "-r", res, "-t", thread],
+                              env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    ok = await asyncio.to_thread(cli, resource)
+    lines = [orjson.loads(line) for line in ok.stdout.splitlines()]
+    assert ok.returncode == 0, ok.stderr
+    assert [(m["role"], m["content"], m["runId"]) for m in lines] == [("user", CONTENT, f"run-{thread[4:]}"),
+                                                                     ("assistant", CONTENT, f"run-{thread[4:]}")]
+    refused = await asyncio.to_thread(cli, "someone-else")
+    assert refused.returncode != 0 and "no thread" in refused.stdout
