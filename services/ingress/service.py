@@ -13,15 +13,15 @@ from threadline.errors import InvalidEventError
 from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
 from threadline.events.codec import validate
 from threadline.events.ingress import INGRESS_ADAPTER
+from threadline.flows.agents import publish_agents
+from threadline.flows.inbox import receive
+from threadline.flows.routing import RequestRejected, route, route_abort
 from threadline.kafka.consumer import Record
 from threadline.kafka.handling import raw_field
 from threadline.logging import get_logger
 from threadline.orchestration.routing import Inbound
 from threadline.runtime.registry import load_agents
 from threadline.service import Service
-from threadline.store.agents import publish_agents
-from threadline.store.inbox import receive
-from threadline.store.routing import RequestRejected, route, route_abort
 from threadline.text import clean_json, find_bad_text
 from threadline.topics import thread_key
 

@@ -4,7 +4,7 @@ held records are re-decided by the agent's policy (``hold``, docs/decisions.md#q
 the idle thread goes (high notifications in full, low digests to subscribers only). Several
 instances share the work: each thread is handled under its lease row lock, records re-read there.
 
-It also runs the agents' scorers after their runs finished (:mod:`threadline.scoring`, decision
+It also runs the agents' scorers after their runs finished (:mod:`threadline.flows.scoring`, decision
 71): a ``run_finished`` queues the sampled scorers' jobs, a background loop runs and stores them.
 
 It also runs the idle-topic sweep: chunk topics of threads idle for ``chunk_topic_idle_s`` are
@@ -24,14 +24,14 @@ from pydantic import TypeAdapter
 
 from threadline.events import LifecycleEvent
 from threadline.events.codec import decode
+from threadline.flows.inbox import dispatch_due, redecide_held
+from threadline.flows.scoring import Scoring
+from threadline.flows.topic_retention import IdleTopicSweep
 from threadline.kafka.consumer import Record
-from threadline.kafka.topic_retention import IdleTopicSweep
 from threadline.logging import get_logger
 from threadline.runtime.registry import load_agents
-from threadline.scoring import Scoring
 from threadline.service import Service
 from threadline.store.clock import SchedulerClock
-from threadline.store.inbox import dispatch_due, redecide_held
 from threadline.store.listen import Listener
 from threadline.transient import TICK_BACKOFF, TICK_RETRY_S, retrying
 

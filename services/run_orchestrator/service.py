@@ -1,6 +1,6 @@
 """run-orchestrator: the run state machine. Consumes run commands and step results; schedules
 steps, ends runs, releases or hands over the thread lease, starts queued turns; its sweeper
-drives on runs that nothing drives any more (``threadline.recovery``)."""
+drives on runs that nothing drives any more (``threadline.flows.sweeper``)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ from threadline._internal.faults import pause_point, should_fail
 from threadline.events import AbortRun, StartRun, StepResult
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
+from threadline.flows.orchestration import abort_run, on_step_result, start_run
+from threadline.flows.sweeper import Sweeper
 from threadline.kafka.consumer import Record
 from threadline.logging import get_logger
-from threadline.recovery.sweeper import Sweeper
 from threadline.service import Service
-from threadline.store.orchestration import abort_run, on_step_result, start_run
 
 log = get_logger(__name__)
 

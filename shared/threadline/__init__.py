@@ -29,7 +29,7 @@ if TYPE_CHECKING:
         ThreadlineError,
         UnknownEventError,
     )
-    from threadline.inbox.tool import inbox_tool
+    from threadline.flows.inbox_tool import inbox_tool
     from threadline.runtime import (
         Agent,
         MessageList,
@@ -56,7 +56,7 @@ _WHERE = {
     "ToolHooks": "threadline.runtime",
     "TripWire": "threadline.runtime",
     "create_tool": "threadline.runtime",
-    "inbox_tool": "threadline.inbox.tool",
+    "inbox_tool": "threadline.flows.inbox_tool",
     "make_message": "threadline.runtime",
     "text_of": "threadline.runtime",
     "tool": "threadline.runtime",

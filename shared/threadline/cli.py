@@ -177,7 +177,7 @@ def inbox(resource: Resource, thread: Thread,
     seen / dismissed / archived."""
 
     async def main() -> None:
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
         from threadline.store.db import connect
 
         if status is not None and status not in STATUSES:
@@ -267,19 +267,17 @@ def show_thread(resource: Resource, thread: Thread) -> None:
     """Print the thread's stored messages (from Postgres) as JSON lines."""
 
     async def main() -> None:
+        from threadline.store import queries
         from threadline.store.db import connect
 
         settings = get_settings()
         conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
         try:
-            owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", thread)
-            if owner is None or owner != resource:
+            if await queries.thread_owner(conn, thread) != resource:
                 _fail(f"no thread {thread!r} for resource {resource!r}")
-            rows = await conn.fetch("SELECT id, run_id, role, type, content::text AS content, created_at "
-                                    "FROM messages WHERE thread_id = $1 ORDER BY position", thread)
-            for r in rows:
-                _print({"id": r["id"], "runId": r["run_id"], "role": r["role"], "type": r["type"],
-                        "content": orjson.loads(r["content"]), "createdAt": r["created_at"]})
+            for m in await queries.list_messages(conn, resource_id=resource, thread_id=thread):
+                _print({"id": m["id"], "runId": m["run_id"], "role": m["role"], "type": m["type"],
+                        "content": m["content"], "createdAt": m["created_at"]})
         finally:
             await conn.close()
 

@@ -182,7 +182,7 @@ class Settings(BaseSettings):
     """How long a record whose handling meets a transient fault (Kafka or Postgres unreachable)
     is retried before it is dead-lettered; meanwhile its offset is not committed."""
     sweep_interval_s: float = 5.0
-    """How often each run-orchestrator looks for stuck runs (``threadline.recovery``)."""
+    """How often each run-orchestrator looks for stuck runs (``threadline.flows.sweeper``)."""
     stuck_after_s: float = 90.0
     """How long a run that holds its thread may show no progress (no heartbeat of its step, no
     change of its row, nothing of it in the outbox) before the sweeper drives it on."""

@@ -21,6 +21,7 @@ from tenacity import RetryCallState
 from threadline._internal import gc_tuning, usercode
 from threadline.config import Settings, get_settings
 from threadline.errors import InvalidEventError
+from threadline.flows.publish import Outbox, OutboxRelay
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded
@@ -28,11 +29,10 @@ from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
 from threadline.ops import tracing
-from threadline.payloads import PayloadStore
 from threadline.store.chunk_topics import ChunkTopicRegistry, chunk_topic_trust_s
 from threadline.store.db import Database
 from threadline.store.migrate import migrate
-from threadline.store.outbox import Outbox, OutboxRelay
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, split_thread_key
 from threadline.transient import CONNECT_BACKOFF, retrying
 
@@ -245,7 +245,7 @@ class Service:
             return self.consumer is not None and self.consumer.joined
 
         async def postgres() -> bool:
-            return await self.db.fetchrow("SELECT 1 AS one") is not None
+            return await self.db.ping()
 
         async def migrations() -> bool:
             return self.migrated

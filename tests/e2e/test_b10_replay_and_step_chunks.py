@@ -17,7 +17,7 @@ from tests.e2e.records import read_records
 from threadline.client import ThreadlineClient
 from threadline.client.transcript import replay_transcript, stored_transcript
 from threadline.kafka.payloads import resolve
-from threadline.payloads import PayloadStore
+from threadline.store.payloads import PayloadStore
 from threadline.testing import model_script as ms
 from threadline.topics import Topics
 

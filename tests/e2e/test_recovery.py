@@ -1,4 +1,4 @@
-"""The run-orchestrator's sweeper (``threadline.recovery``): a run made stuck on purpose — its
+"""The run-orchestrator's sweeper (``threadline.flows.sweeper``): a run made stuck on purpose — its
 step task or its step result lost on the way (fail points ``drop_step_task`` /
 ``drop_step_result``) — is noticed once it showed no progress for ``STUCK_AFTER_S`` and driven
 on; a run that cannot go on is failed with the reason."""

@@ -9,8 +9,9 @@ from typing import Any
 import asyncpg
 import orjson
 
+from threadline.flows.agents import publish_agents, read_editable
 from threadline.runtime import Agent, create_tool
-from threadline.store.agents import publish_agents, read_editable, write_overrides
+from threadline.store.agents import write_overrides
 
 ADD = create_tool(id="add", description="add two numbers", execute=lambda i: i)
 EDITS = {"instructions": "edited", "tools": {"add": {"description": "sum"}}}

@@ -14,8 +14,8 @@ import pytest
 
 from tests.integration.pg import leased_run, statements
 from threadline.events import StepResult
+from threadline.flows.orchestration import announce_on, announced, apply_step_result, on_step_result
 from threadline.store.db import Database
-from threadline.store.orchestration import announce_on, announced, apply_step_result, on_step_result
 from threadline.topics import Topics
 
 _RUN = {"step": 2, "steps_done": 2, "status": "running", "epoch": 3, "continued_from": 1, "results_applied": 1,

@@ -9,11 +9,11 @@ from typing import Any
 
 from tests.integration.pg import statements as logged
 from threadline.events import ErrorReply, SendMessage
+from threadline.flows.routing import route
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases
 from threadline.store.arrival import arrive
 from threadline.store.db import Database
-from threadline.store.routing import route
 from threadline.topics import Topics
 
 

@@ -12,10 +12,10 @@ import orjson
 
 from tests.integration.pg import statements as logged
 from threadline.events import AbortRun, StartRun, StepResult
+from threadline.flows.orchestration import abort_run, on_step_result, start_run
+from threadline.flows.routing import route
 from threadline.orchestration.routing import Inbound
 from threadline.store.db import Database
-from threadline.store.orchestration import abort_run, on_step_result, start_run
-from threadline.store.routing import route
 from threadline.topics import Topics
 
 

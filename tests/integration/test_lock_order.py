@@ -15,9 +15,9 @@ import asyncpg
 
 from tests.integration.pg import leased_run
 from threadline.events import StepResult
-from threadline.store import recovery
+from threadline.flows.orchestration import on_step_result
+from threadline.store import recoveries
 from threadline.store.db import Database
-from threadline.store.orchestration import on_step_result
 from threadline.topics import Topics
 
 
@@ -82,9 +82,9 @@ async def test_the_sweeper_skips_a_run_whose_lease_row_is_held(own_cluster):
         await held.start()
         await holder.execute("SELECT 1 FROM thread_leases WHERE thread_id = $1 FOR UPDATE", r["thread_id"])
         async with sweeper.transaction():
-            assert await recovery.claim(sweeper, r["run_id"], stuck_after_s=1) is None
+            assert await recoveries.claim(sweeper, r["run_id"], stuck_after_s=1) is None
         await held.rollback()
         async with sweeper.transaction():
-            row = await recovery.claim(sweeper, r["run_id"], stuck_after_s=1)
+            row = await recoveries.claim(sweeper, r["run_id"], stuck_after_s=1)
             assert row is not None and row["run_id"] == r["run_id"] and row["holds_lease"]
             assert not await _run_row_is_free(own_cluster.dsn, r["run_id"])  # claimed: the run's row is locked

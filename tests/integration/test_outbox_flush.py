@@ -11,6 +11,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer
 
+from threadline.flows.publish import Outbox
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.store import outbox
@@ -76,7 +77,7 @@ async def test_flush_publishes_queued_rows_from_memory_and_reads_back_the_others
         await db.execute("UPDATE outbox SET published_at = now() WHERE id = $1", done)
         assert all(isinstance(i, outbox.Queued) for i in ids) and ids == sorted(ids)
         counting = CountingDb(db)
-        box = outbox.Outbox(counting, producer)  # type: ignore[arg-type]
+        box = Outbox(counting, producer)  # type: ignore[arg-type]
         await box.flush([ids[2], ids[0], ids[1]])  # given out of order: sent in id order
         assert counting.statements == 0  # no read-back; the mark comes after, off this path
         await _all_marked(db, topic, except_ids=[other])

@@ -14,6 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer
 
 from threadline.events.lifecycle import LifecycleEvent
+from threadline.flows.publish import Outbox, OutboxNotAcknowledgedError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.store import outbox as ob
@@ -42,7 +43,7 @@ async def parts(own_cluster):
         await admin.stop()
     async with Database(own_cluster.dsn, max_size=2, acquire_timeout_s=10) as db, Producer(own_cluster.bootstrap) as producer:
         await db.execute("UPDATE outbox SET published_at = now() WHERE published_at IS NULL")  # this test's rows only
-        yield db, ob.Outbox(db, producer, ack_timeout_s=3.0), good, f"{own_cluster.prefix}.no-such-topic-{tag}", tag
+        yield db, Outbox(db, producer, ack_timeout_s=3.0), good, f"{own_cluster.prefix}.no-such-topic-{tag}", tag
 
 
 async def test_relay_publishes_every_other_topic_past_a_row_kafka_will_not_take(parts, own_cluster):
@@ -84,7 +85,7 @@ async def _keys_on(bootstrap: str, topic: str, *, want: int) -> list[str]:
 async def test_flush_marks_what_was_taken_and_names_what_waits(parts):
     db, box, good, missing, tag = parts
     poison, fine = await _add(db, missing, f"a-{tag}"), await _add(db, good, f"b-{tag}")
-    with pytest.raises(ob.OutboxNotAcknowledgedError) as err:
+    with pytest.raises(OutboxNotAcknowledgedError) as err:
         await box.flush([poison, fine])
     assert set(err.value.failed) == {poison}
     assert isinstance(err.value, TimeoutError)  # transient: the caller's retry and the relay take it from here
@@ -106,7 +107,7 @@ async def test_a_relay_pass_wedged_on_kafka_lets_the_rows_go_to_another_relay(pa
     db, box, good, _missing, tag = parts
     ids = [await _add(db, good, f"w-{tag}-{i}") for i in range(3)]
     await asyncio.sleep(0.2)
-    wedged = ob.Outbox(db, WedgedProducer(), ack_timeout_s=2.0)  # type: ignore[arg-type]  # a stand-in client
+    wedged = Outbox(db, WedgedProducer(), ack_timeout_s=2.0)  # type: ignore[arg-type]  # a stand-in client
     stuck = asyncio.create_task(wedged.relay_once(older_than_s=0))
     await asyncio.sleep(0.5)  # the wedged pass holds the rows now
     loop = asyncio.get_running_loop()

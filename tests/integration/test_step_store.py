@@ -19,11 +19,11 @@ import structlog.testing
 
 from tests.integration.pg import leased_run
 from threadline.errors import StaleWriterError
+from threadline.flows.publish import Outbox
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.runtime.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
 from threadline.store.db import Database, PoolTimeoutError
-from threadline.store.outbox import Outbox
 from threadline.topics import Topics
 from threadline.worker.keepalive import KeepAlive
 from threadline.worker.step_store import PgStepStore

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from threadline.store.inbox import _items
+from threadline.flows.inbox import _items
 
 pytestmark = pytest.mark.unit
 

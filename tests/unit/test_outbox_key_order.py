@@ -16,9 +16,10 @@ from typing import Any, cast
 
 import pytest
 
-from threadline.store import outbox as ob
+from threadline.flows import publish
+from threadline.flows.publish import Outbox
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox, _Row
+from threadline.store.outbox import OutboxRow
 
 pytestmark = pytest.mark.unit
 
@@ -56,8 +57,8 @@ class FakeProducer:
         return fut
 
 
-def _row(box_id: int, topic: str, key: str | None, name: str) -> _Row:
-    return _Row(box_id, topic, key, [], name.encode())
+def _row(box_id: int, topic: str, key: str | None, name: str) -> OutboxRow:
+    return OutboxRow(box_id, topic, key, [], name.encode())
 
 
 def _box(producer: FakeProducer, ack_timeout_s: float = 2.0) -> Outbox:
@@ -96,9 +97,9 @@ def test_key_rounds_split_a_key_at_each_change_of_topic_and_keep_id_order():
     rows = [_row(1, CHUNKS, "k", "finish"), _row(2, RESULTS, "k", "result"), _row(3, RESULTS, "j", "j1"),
             _row(4, RESULTS, "k", "result2"), _row(5, OTHER, None, "nokey"), _row(6, CHUNKS, "k", "late-chunk"),
             _row(7, RESULTS, "j", "j2")]
-    assert [[r.id for r in batch] for batch in ob.key_rounds(rows)] == [[1, 3, 5, 7], [2, 4], [6]]
-    assert [[r.id for r in batch] for batch in ob.key_rounds(rows[2:3])] == [[3]]
-    assert ob.key_rounds([]) == []
+    assert [[r.id for r in batch] for batch in publish.key_rounds(rows)] == [[1, 3, 5, 7], [2, 4], [6]]
+    assert [[r.id for r in batch] for batch in publish.key_rounds(rows[2:3])] == [[3]]
+    assert publish.key_rounds([]) == []
 
 
 async def test_a_handlers_own_flush_sends_every_row_at_once():

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from threadline.recovery.decide import RunSnapshot, decide
+from threadline.orchestration.recovery import RunSnapshot, decide
 
 BOUND = 60.0
 STUCK = RunSnapshot(status="running", step=1, steps_done=1, idle_s=300.0, heartbeat_age_s=None, holds_lease=True,

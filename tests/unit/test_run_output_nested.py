@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from threadline.client.run_output import RunOutput
-from threadline.runtime.sub_agents import nested_chunk
+from threadline.events.chunks import nested_chunk
 
 pytestmark = pytest.mark.unit
 

@@ -43,7 +43,7 @@ def test_scores_and_judge_answers():
 
 
 async def test_scorers_given_as_a_function_of_the_request_context():
-    from threadline.scoring import entries_for
+    from threadline.flows.scoring import entries_for
 
     async def by_tier(ctx):
         return {"strict": {"scorer": len, "sampling": 1.0 if ctx["tier"] == "pro" else 0.0}}

@@ -13,6 +13,8 @@ from tests.e2e.checker import Figures, clean
 from tests.unit.test_step_loop import SIGNAL, MemorySink, MemoryStore, _loop, _run, scripted
 from threadline.errors import ConfigurationError
 from threadline.events import StepResult
+from threadline.events.chunks import nested_chunk
+from threadline.orchestration.children import child_outcome
 from threadline.orchestration.runs import RunRow, SuspendRun, on_step_result, worker_continues
 from threadline.runtime import Agent
 from threadline.runtime.dynamic import resolve_config
@@ -21,8 +23,6 @@ from threadline.runtime.registry import load_agents
 from threadline.runtime.sub_agents import (
     SubAgentTool,
     child_ids,
-    child_outcome,
-    nested_chunk,
     prompt_of,
     sub_agent_tools,
 )

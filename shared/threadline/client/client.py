@@ -44,7 +44,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.ops import tracing
-from threadline.payloads import PayloadStore
+from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
 
 if TYPE_CHECKING:
@@ -283,13 +283,15 @@ class ThreadlineClient(InboxMarks):
     async def active_run_id(self, *, resource_id: str, thread_id: str) -> str | None:
         """The thread's active run: the run holding its unexpired lease in PostgreSQL, else ``None``
         (also for a thread of another resource, or none at all)."""
-        return await self._inbox(_lease_holder, resource_id=resource_id, thread_id=thread_id)
+        from threadline.store.queries import active_run
+
+        return await self._inbox(active_run, resource_id=resource_id, thread_id=thread_id)
 
     async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
         """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
         dynamic_metadata, memory}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true when the
         agent's metadata is a function of the request context), or ``None`` for an unknown id."""
-        from threadline.store.agents import read_agent
+        from threadline.store.queries import read_agent
 
         return await self._inbox(read_agent, agent_id=agent_id)
 
@@ -297,7 +299,7 @@ class ThreadlineClient(InboxMarks):
         """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
         ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
         resource has no such thread."""
-        from threadline.store.agents import read_thread
+        from threadline.store.queries import read_thread
 
         return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
 
@@ -329,13 +331,13 @@ class ThreadlineClient(InboxMarks):
     async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
         """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
         Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.list_records, resource_id=resource_id, thread_id=thread_id, status=status)
 
     async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
         """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.read_record, resource_id=resource_id, thread_id=thread_id,
                                  record_id=record_id)
@@ -344,7 +346,7 @@ class ThreadlineClient(InboxMarks):
                                 thread_id: str) -> dict[str, Any] | None:
         """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
         has no such record. Raises ``ValueError`` for another status."""
-        from threadline.inbox import access
+        from threadline.store import inbox_access as access
 
         return await self._inbox(access.mark, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
                                  status=status)
@@ -387,13 +389,6 @@ class ThreadlineClient(InboxMarks):
             await sub.unsubscribe()
             raise
         return sub
-
-
-async def _lease_holder(conn: Any, *, resource_id: str, thread_id: str) -> str | None:
-    run_id: str | None = await conn.fetchval(
-        "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
-        "AND expires_at > now()", thread_id, resource_id)
-    return run_id
 
 
 def _opts(**kw: dict[str, Any] | None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ published schema and what subscribers may validate against.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -167,3 +168,14 @@ def synthetic_run_chunks(signal: dict[str, Any], *, agent_id: str, run_id: str) 
               finish_chunk("stop", finish_reason="stop",
                            usage={"inputTokens": 0, "outputTokens": 0, "totalTokens": 0})]
     return [envelope(c, run_id=run_id, step=0, attempt=1, seq=i) for i, c in enumerate(chunks)]
+
+
+def nested_chunk(chunk: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+    """A child's stamped chunk as the parent thread's subscribers get it (decision 78): Mastra's
+    ``tool-output`` ``{output: <the child's chunk>, toolCallId, toolName}``, with the child's own
+    ``runId`` / ``step`` / ``attempt`` / ``seq`` on the envelope, so a subscriber drops a duplicate
+    by ``(runId, seq)`` as it does for any chunk and the child's stream rules hold on this copy too."""
+    return {"type": "tool-output", "runId": chunk.get("runId"), "step": chunk.get("step"),
+            "attempt": chunk.get("attempt"), "seq": chunk.get("seq"), "from": "AGENT",
+            "payload": {"output": dict(chunk), "toolCallId": target.get("tool_call_id"),
+                        "toolName": target.get("tool_name"), "parentRunId": target.get("run_id")}}

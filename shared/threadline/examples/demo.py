@@ -23,6 +23,7 @@ import asyncpg
 from threadline.client import ThreadlineClient, ThreadSubscription
 from threadline.config import get_settings
 from threadline.runtime.llm import LOCAL_MARKER
+from threadline.store import queries
 
 AGENT = "support-agent"
 TURNS = [
@@ -199,13 +200,11 @@ async def main() -> int:
     out(f"\nStored thread {thread} (Postgres):")
     conn = await asyncpg.connect(settings.pg_dsn)
     try:
-        stored = await conn.fetch("SELECT role, content FROM messages WHERE thread_id = $1 ORDER BY position", thread)
+        stored = await queries.list_messages(conn, resource_id=resource, thread_id=thread)
     finally:
         await conn.close()
-    import orjson
-
     for row in stored:
-        content = orjson.loads(row["content"]) if isinstance(row["content"], str) else row["content"]
+        content = row["content"]
         parts = []
         for p in content.get("parts", []):
             if p["type"] == "text":

@@ -28,6 +28,8 @@ from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, cr
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
+from threadline.store import inbox_access as access
+from threadline.store import queries
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -76,8 +78,7 @@ class Gateway:
         return resource_id
 
     async def owner(self, thread_id: str) -> str | None:
-        row = await self.db.fetchrow("SELECT resource_id FROM threads WHERE thread_id = $1", thread_id)
-        return None if row is None else row["resource_id"]
+        return await queries.thread_owner(self.db, thread_id)
 
     async def existing_thread(self, request: Request, *, query_token: bool = False) -> tuple[str, str]:
         """``(resource_id, thread_id)`` of a thread that exists and belongs to the resource; 404 else."""
@@ -236,17 +237,14 @@ async def list_threads(request: Request) -> Response:
     gw = _gw(request)
     resource_id = gw.resource(request)
     limit = max(1, min(int(request.query_params.get("limit", "100")), 1000))
-    rows = await gw.db.fetch("SELECT thread_id AS id, title, metadata, created_at, updated_at FROM threads "
-                             "WHERE resource_id = $1 ORDER BY updated_at DESC, thread_id LIMIT $2", resource_id, limit)
-    return _json({"threads": _rows(rows)})
+    return _json({"threads": _rows(await queries.list_threads(gw.db, resource_id=resource_id, limit=limit))})
 
 
 @_errors
 async def list_messages(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    rows = await gw.db.fetch("SELECT id, run_id, role, type, content, created_at FROM messages "
-                             "WHERE thread_id = $1 AND resource_id = $2 ORDER BY position", thread_id, resource_id)
+    rows = await queries.list_messages(gw.db, resource_id=resource_id, thread_id=thread_id)
     return _json({"messages": _rows(rows)})
 
 
@@ -254,21 +252,14 @@ async def list_messages(request: Request) -> Response:
 async def list_runs(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    rows = await gw.db.fetch("SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage, "
-                             "error, tripwire, created_at, finished_at FROM runs "
-                             "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id,
-                             resource_id)
-    return _json({"runs": _rows(rows)})
+    return _json({"runs": _rows(await queries.list_runs(gw.db, resource_id=resource_id, thread_id=thread_id))})
 
 
 @_errors
 async def get_thread(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.store.agents import read_thread
-
-    async with gw.db.connection() as conn:
-        row = await read_thread(conn, resource_id, thread_id)
+    row = await queries.read_thread(gw.db, resource_id, thread_id)
     if row is None:
         raise ApiError(404, "not_found", "", NOT_FOUND)
     return _json(row)
@@ -278,10 +269,7 @@ async def get_thread(request: Request) -> Response:
 async def active_run(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    row = await gw.db.fetchrow(
-        "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
-        "AND expires_at > now()", thread_id, resource_id)
-    return _json({"run_id": None if row is None else row["run_id"]})
+    return _json({"run_id": await queries.active_run(gw.db, resource_id=resource_id, thread_id=thread_id)})
 
 
 @_errors
@@ -289,10 +277,7 @@ async def agent_details(request: Request) -> Response:
     """What ingress published of one agent (any authenticated caller: agents are not a resource's)."""
     gw = _gw(request)
     gw.caller(request)
-    from threadline.store.agents import read_agent
-
-    async with gw.db.connection() as conn:
-        found = await read_agent(conn, request.path_params["agent_id"])
+    found = await queries.read_agent(gw.db, request.path_params["agent_id"])
     if found is None:
         raise ApiError(404, "not_found", "no such agent")
     return _json(found)
@@ -302,10 +287,7 @@ async def agent_details(request: Request) -> Response:
 async def list_agents(request: Request) -> Response:
     gw = _gw(request)
     gw.caller(request)
-    from threadline.store.agents import list_agents as read_agents
-
-    async with gw.db.connection() as conn:
-        return _json({"agents": await read_agents(conn)})
+    return _json({"agents": await queries.list_agents(gw.db)})
 
 
 def _editor_caller(request: Request) -> Caller:
@@ -342,8 +324,6 @@ async def save_editor(request: Request) -> Response:
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.inbox import access
-
     async with gw.db.connection() as conn:
         records = await access.list_records(conn, resource_id=resource_id, thread_id=thread_id,
                                             status=request.query_params.get("status"))
@@ -354,8 +334,6 @@ async def list_inbox(request: Request) -> Response:
 async def read_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    from threadline.inbox import access
-
     async with gw.db.connection() as conn:
         record = await access.read_record(conn, resource_id=resource_id, thread_id=thread_id,
                                           record_id=request.path_params["record_id"])
@@ -369,8 +347,6 @@ async def mark_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
     b = await _body(request, api.MarkBody)
-    from threadline.inbox import access
-
     async with gw.db.connection() as conn:
         record = await access.mark(conn, resource_id=resource_id, thread_id=thread_id,
                                    record_id=request.path_params["record_id"], status=b.status)

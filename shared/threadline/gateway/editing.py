@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from threadline.flows.agents import read_editable
 from threadline.runtime.editor import editor_policy, strip
-from threadline.store.agents import read_editable, write_overrides
+from threadline.store.agents import write_overrides
 from threadline.store.db import Database
 
 
@@ -20,7 +21,7 @@ class EditorLocked(PermissionError):  # noqa: N818 - what it is: the agent is lo
 
 async def view(db: Database, agent_id: str) -> dict[str, Any] | None:
     """``{id, name, editor, code: {instructions, tools}, overrides, updated_at}``, or ``None``
-    for an agent the cluster does not serve (:func:`threadline.store.agents.read_editable`)."""
+    for an agent the cluster does not serve (:func:`threadline.flows.agents.read_editable`)."""
     async with db.connection() as conn:
         return await read_editable(conn, agent_id)
 

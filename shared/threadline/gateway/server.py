@@ -47,7 +47,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
         return gateway.client._started
 
     async def postgres() -> bool:
-        return await db.fetchrow("SELECT 1 AS one") is not None
+        return await db.ping()
 
     return make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop), gateway
 

@@ -16,7 +16,7 @@ in the policy overrides the cluster's ``THREADLINE_DIGEST_WINDOW_S`` for that ag
 
 Threadline decision (adapting Mastra vector N7): low-priority records and digests never enter an
 active run; a low digest due while the thread is active waits for idle and then reaches
-subscribers only (see ``threadline.store.inbox.dispatch_due``).
+subscribers only (see ``threadline.flows.inbox.dispatch_due``).
 """
 
 from __future__ import annotations

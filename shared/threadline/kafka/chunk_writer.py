@@ -19,9 +19,8 @@ from typing import Any
 import orjson
 
 from threadline._internal import step_clock
-from threadline.events.chunks import chunk_headers, envelope
+from threadline.events.chunks import chunk_headers, envelope, nested_chunk
 from threadline.kafka.producer import Producer
-from threadline.runtime.sub_agents import nested_chunk
 
 _PRUNE_EVERY = 1024
 

@@ -1,7 +1,7 @@
 """Big payloads by reference, as Kafka records carry them.
 
 A record body over ``Settings.max_record_bytes`` is stored elsewhere (a :class:`PayloadRefs`:
-Threadline's is :class:`threadline.payloads.PayloadStore`, a PostgreSQL table) and the record
+Threadline's is :class:`threadline.store.payloads.PayloadStore`, a PostgreSQL table) and the record
 carries a reference. On the wire a spilled record keeps its key and headers (``tl-type``,
 ``tl-event-id``… so routing and dedupe work unchanged), gains the header ``tl-payload-ref: <id>``,
 and its value is ``{"payload_ref": "<id>", "bytes": <size of the original body>}``.

@@ -1,7 +1,9 @@
 """Threadline's decisions as pure functions: how a request is routed on a thread
-(:mod:`~threadline.orchestration.routing`) and how a run moves from step to step and ends
-(:mod:`~threadline.orchestration.runs`). They read values and answer small typed values; the
-store does the reading and the writing around them."""
+(:mod:`~threadline.orchestration.routing`), how a run moves from step to step and ends
+(:mod:`~threadline.orchestration.runs`), what to do with a run nothing drives any more
+(:mod:`~threadline.orchestration.recovery`) and a sub-agent's child run
+(:mod:`~threadline.orchestration.children`). They read values and answer small typed values; the
+use cases in :mod:`threadline.flows` do the reading and the writing around them."""
 
 from threadline.orchestration.routing import (
     Deliver,

@@ -282,7 +282,7 @@ class StepRecord:
     """The run's stamped ``finish`` chunk, held back by the sink: stored with the result (in the
     outbox, same transaction) and published only then (decision 19)."""
     children: list[Any] = field(default_factory=list)
-    """The sub-agent calls the step waits for (:class:`~threadline.runtime.sub_agents.ChildRequest`),
+    """The sub-agent calls the step waits for (:class:`~threadline.orchestration.children.ChildRequest`),
     recorded in the same transaction as the step (a ``suspended`` outcome)."""
 
 

@@ -1,6 +1,6 @@
 """Scorers (Mastra's agent ``scorers``, seed ``004``): functions or LLM judges that score a
 finished run's input and output, each with a sampling rate. The notification-scheduler runs them
-after the run ended, off its critical path (:mod:`threadline.scoring`, decision 71).
+after the run ended, off its critical path (:mod:`threadline.flows.scoring`, decision 71).
 
 Agent option shape (Mastra's)::
 

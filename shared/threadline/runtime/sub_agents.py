@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 
 from threadline.errors import ConfigurationError
+from threadline.orchestration.children import ChildRequest
 from threadline.runtime.tools import Tool
 
 
@@ -105,18 +106,6 @@ def prompt_of(args: Any) -> str:
     return orjson.dumps(args).decode() if args is not None else ""
 
 
-@dataclass(frozen=True, slots=True)
-class ChildRequest:
-    """A sub-agent call recorded with its (suspended) step: the orchestrator starts the child run."""
-
-    tool_call_id: str
-    tool_name: str
-    agent_id: str
-    child_run_id: str
-    child_thread_id: str
-    prompt: str
-
-
 @dataclass(slots=True)
 class Pending:
     """The sub-agent calls of the step being executed that wait for their child run."""
@@ -131,36 +120,3 @@ def request_for(run_id: str, thread_id: str, tool: SubAgentTool, call: Mapping[s
     child_run, child_thread = child_ids(run_id, thread_id, tool.id, call["toolCallId"])
     return ChildRequest(tool_call_id=call["toolCallId"], tool_name=tool.id, agent_id=tool.agent_id,
                         child_run_id=child_run, child_thread_id=child_thread, prompt=prompt_of(call.get("args")))
-
-
-PARENT_OPTION = "sub_agent_of"
-"""The child run's option naming its parent ``{run_id, resource_id, thread_id, tool_call_id,
-tool_name}`` (set by the orchestrator): where its chunks are mirrored as nested chunks."""
-
-
-def nested_target(options: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The parent a child run's chunks are mirrored to (``None``: not a child run)."""
-    target = options.get(PARENT_OPTION)
-    return target if isinstance(target, Mapping) and target.get("thread_id") else None
-
-
-def nested_chunk(chunk: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
-    """A child's stamped chunk as the parent thread's subscribers get it (decision 78): Mastra's
-    ``tool-output`` ``{output: <the child's chunk>, toolCallId, toolName}``, with the child's own
-    ``runId`` / ``step`` / ``attempt`` / ``seq`` on the envelope, so a subscriber drops a duplicate
-    by ``(runId, seq)`` as it does for any chunk and the child's stream rules hold on this copy too."""
-    return {"type": "tool-output", "runId": chunk.get("runId"), "step": chunk.get("step"),
-            "attempt": chunk.get("attempt"), "seq": chunk.get("seq"), "from": "AGENT",
-            "payload": {"output": dict(chunk), "toolCallId": target.get("tool_call_id"),
-                        "toolName": target.get("tool_name"), "parentRunId": target.get("run_id")}}
-
-
-def child_outcome(status: str, text: str | None, error: Any) -> tuple[Any, str | None]:
-    """``(result, error)`` stored as the parent's tool result when a child run ends: its final
-    text when it finished; a tool error naming the status (and the child's error) otherwise."""
-    if status == "finished":
-        return {"text": text or ""}, None
-    detail = ""
-    if isinstance(error, Mapping) and error.get("message"):
-        detail = f": {error['message']}"
-    return None, f"sub-agent run {status}{detail}"

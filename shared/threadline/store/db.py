@@ -172,6 +172,11 @@ class Database:
         async with self.connection() as conn:
             return await conn.execute(query, *args)
 
+    async def ping(self) -> bool:
+        """Whether PostgreSQL answers ``SELECT 1`` on a pooled connection (a health check; the
+        caller bounds the wait)."""
+        return await self.fetchrow("SELECT 1 AS one") is not None
+
 
 async def connect(dsn: str, *, statement_cache: bool = True, timeout_s: float = 10.0) -> asyncpg.Connection:
     """One connection outside the pool (tools, the CLI) with the pool's JSON codecs; pass

@@ -48,6 +48,14 @@ async def lock_row(conn: asyncpg.Connection, thread_id: str, *, skip_locked: boo
     return got is not None
 
 
+async def held_elsewhere(conn: asyncpg.Connection, thread_id: str) -> bool:
+    """Lock the thread's lease row unless another transaction holds it: ``True`` when another does
+    (nothing is locked then), ``False`` when this transaction holds it now or there is no row."""
+    if await lock_row(conn, thread_id, skip_locked=True):
+        return False
+    return await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1", thread_id) is not None
+
+
 async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:
     """Give the (locked) lease to ``run_id``; return the new epoch (:attr:`Lease.next_epoch`)."""
     epoch = await conn.fetchval(
@@ -84,3 +92,10 @@ async def release(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: 
         "UPDATE thread_leases SET run_id = NULL, expires_at = NULL, updated_at = now() "
         "WHERE thread_id = $1 AND run_id = $2 AND epoch = $3", thread_id, run_id, epoch)
     return status.endswith(" 1")
+
+
+async def vacate(conn: asyncpg.Connection, thread_id: str, run_id: str) -> None:
+    """Take the lease from ``run_id`` whatever its epoch, and move the epoch on (a late write of
+    the old holder is fenced); nothing when another run holds the thread."""
+    await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
+                       "updated_at = now() WHERE thread_id = $1 AND run_id = $2", thread_id, run_id)

@@ -8,6 +8,7 @@ from typing import Any
 import asyncpg
 
 from threadline.events.signals import signal_to_message
+from threadline.store.db import Database
 
 RUN_COLUMNS = "run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, epoch, options, start_announced"
 """The columns a new run is inserted with, in the order :func:`create_run` and a wake's one statement
@@ -55,3 +56,10 @@ async def insert_signal_message(conn: asyncpg.Connection, signal: dict[str, Any]
         "INSERT INTO messages (id, thread_id, resource_id, run_id, role, type, content) "
         "VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (id) DO NOTHING",
         msg["id"], thread_id, resource_id, run_id, msg["role"], msg.get("type"), msg["content"])
+
+
+async def run_status(conn: Database | asyncpg.Connection, run_id: str) -> str | None:
+    """The run's ``status`` (``running``, ``finished``, ``failed``, ``aborted`` or ``tripwire``), or
+    ``None`` when there is no such run."""
+    row = await conn.fetchrow("SELECT status FROM runs WHERE run_id = $1", run_id)
+    return None if row is None else str(row["status"])

@@ -19,7 +19,7 @@ import asyncpg
 from threadline.events import AbortRun, LifecycleEvent, StartRun, StepTask
 from threadline.events.signals import signal_from_message
 from threadline.logging import get_logger
-from threadline.runtime.sub_agents import PARENT_OPTION, ChildRequest, child_outcome
+from threadline.orchestration.children import PARENT_OPTION, ChildRequest, child_outcome
 from threadline.store import leases, outbox
 from threadline.store.runs import create_run, insert_signal
 from threadline.topics import Topics, thread_key

@@ -19,6 +19,8 @@ from threadline._internal.recent import RecentIds
 from threadline.config import Settings
 from threadline.errors import StaleWriterError
 from threadline.events import StepTask, chunks
+from threadline.flows.orchestration import claim_terminal
+from threadline.flows.publish import Outbox
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.chunk_writer import ChunkWriter
@@ -26,6 +28,7 @@ from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
+from threadline.orchestration.children import nested_target
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
 from threadline.runtime.loop import StepLoop
@@ -44,11 +47,9 @@ from threadline.runtime.ports import (
     StepRun,
 )
 from threadline.runtime.registry import Catalogue
-from threadline.runtime.sub_agents import nested_target
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
-from threadline.store.orchestration import claim_terminal
-from threadline.store.outbox import Outbox
+from threadline.store.runs import run_status
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
@@ -256,8 +257,7 @@ class StepExecutor:
                     outcome = "aborted"
                     await self._end_aborted(run, writer)
                 except StaleWriterError:
-                    now = await self._db.fetchrow("SELECT status FROM runs WHERE run_id = $1", run.run_id)
-                    if now is not None and now["status"] == "aborted":
+                    if await run_status(self._db, run.run_id) == "aborted":
                         await self._end_aborted(run, writer)
                     raise
                 except Exception as exc:

@@ -19,9 +19,12 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
-from threadline.events.chunks import chunk_headers
+from threadline.events.chunks import chunk_headers, nested_chunk
 from threadline.events.codec import encode
+from threadline.flows.orchestration import lifecycle_event
+from threadline.flows.publish import Outbox, OutboxNotAcknowledgedError
 from threadline.logging import get_logger
+from threadline.orchestration.children import nested_target
 from threadline.orchestration.runs import RunRow, unannounced_start, worker_continues
 from threadline.runtime.ports import (
     AbortedRun,
@@ -39,10 +42,8 @@ from threadline.runtime.ports import (
     Suspend,
     Trip,
 )
-from threadline.runtime.sub_agents import nested_chunk, nested_target
 from threadline.store.db import Database
-from threadline.store.orchestration import lifecycle_event
-from threadline.store.outbox import Outbox, OutboxNotAcknowledgedError, Queued, add_raw, queued
+from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
     Announcement,
     begin_step,
@@ -57,9 +58,9 @@ from threadline.store.steps import (
     tool_results,
 )
 from threadline.store.sub_agents import record_child_requests
-from threadline.store.workflows import PgJournal
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient
+from threadline.worker.journal import PgJournal
 
 log = get_logger(__name__)
 
@@ -423,7 +424,7 @@ class PgStepStore:
 
     def workflow_journal(self, run: StepRun, attempt: int, tool_call_id: str) -> PgJournal:
         """Where a workflow tool call of ``run``'s step records its steps under ``attempt``
-        (:mod:`threadline.store.workflows`, decision 81)."""
+        (:mod:`threadline.worker.journal`, decision 81)."""
         return PgJournal(self._conn, run_id=run.run_id, epoch=run.epoch, tool_call_id=tool_call_id,
                          owner=self._owner, attempt=attempt)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from threadline.inbox.tool import inbox_tool
+from threadline.flows.inbox_tool import inbox_tool
 from threadline.runtime import Agent
 
 

@@ -3,8 +3,8 @@
 A run is *stuck* when it still holds its thread (``running``, or ended in Postgres while its
 lease is still held) and nothing can move it: no worker beats its step's heartbeat, no row of
 it waits in the outbox for the relay, and nothing about it changed for ``stuck_after_s``. The
-run-orchestrator's sweeper (:mod:`threadline.recovery.sweeper`) asks :func:`decide` for every
-such candidate and applies the answer (:mod:`threadline.store.recovery`):
+run-orchestrator's sweeper (:mod:`threadline.flows.sweeper`) asks :func:`decide` for every
+such candidate and applies the answer (:mod:`threadline.flows.recovery`):
 
 ``reschedule``
     the current step was not stored: a new step task for it goes through the outbox (a worker

@@ -1,7 +1,7 @@
-"""The workflow journal in PostgreSQL (table ``workflow_steps``, migration 0024; decisions 80–83):
-one row per workflow step of a tool call, written before the next step starts, each write fenced
-by the step's ownership (the worker's owner token, the attempt, the thread lease) so a worker
-that lost the step records nothing."""
+"""The workflow journal in PostgreSQL (decisions 80–83): the runtime's
+:class:`~threadline.runtime.workflows.Journal` port over the ``workflow_steps`` rows of
+:mod:`threadline.store.workflow_steps`, each write retried through transient faults and fenced by
+the step's ownership, so a worker that lost the step records nothing."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_e
 
 from threadline.logging import get_logger
 from threadline.runtime.workflows import Entry, JournalUnavailableError, WorkflowFencedError
-from threadline.store.steps import _FENCE  # the one definition of a fenced step write
+from threadline.store.workflow_steps import end_step, load_steps, start_step
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
@@ -24,43 +24,6 @@ T = TypeVar("T")
 JOURNAL_RETRY_S = 60.0
 """How long a journal write is retried through a transient PostgreSQL fault before the step is
 handed back (:class:`~threadline.runtime.workflows.JournalUnavailableError`)."""
-
-_OWNED = (f"EXISTS (SELECT 1 FROM runs WHERE runs.run_id = $1 AND runs.step_owner = $4 AND runs.attempt = $5 "
-          f"AND {_FENCE})")
-
-_START = ("INSERT INTO workflow_steps (run_id, tool_call_id, path, status, attempt, runs) "
-          f"SELECT $1, $2, $3, 'running', $5, 1 WHERE {_OWNED} "
-          "ON CONFLICT (run_id, tool_call_id, path) DO UPDATE SET status = 'running', attempt = EXCLUDED.attempt, "
-          "runs = workflow_steps.runs + 1, updated_at = now() WHERE workflow_steps.status = 'running' "
-          "RETURNING true")
-
-_END = ("INSERT INTO workflow_steps (run_id, tool_call_id, path, status, attempt, runs, output, error) "
-        f"SELECT $1, $2, $3, $6, $5, 0, $7, $8 WHERE {_OWNED} "
-        "ON CONFLICT (run_id, tool_call_id, path) DO UPDATE SET status = EXCLUDED.status, output = EXCLUDED.output, "
-        "error = EXCLUDED.error, attempt = EXCLUDED.attempt, updated_at = now() "
-        "WHERE workflow_steps.status = 'running' RETURNING true")
-
-
-async def load_steps(conn: asyncpg.Connection, run_id: str, tool_call_id: str) -> dict[str, Entry]:
-    """The recorded steps of a workflow's tool call, by path."""
-    rows = await conn.fetch("SELECT path, status, output, error FROM workflow_steps "
-                            "WHERE run_id = $1 AND tool_call_id = $2", run_id, tool_call_id)
-    return {r["path"]: Entry(r["status"], r["output"], r["error"]) for r in rows}
-
-
-async def start_step(conn: asyncpg.Connection, run_id: str, tool_call_id: str, path: str, *, owner: str,
-                     attempt: int) -> bool:
-    """Record ``path`` as running under ``attempt`` (a new row, or a ``running`` one a crashed
-    attempt left); False when the step is not owned (or the path already ended)."""
-    return await conn.fetchval(_START, run_id, tool_call_id, path, owner, attempt) is not None
-
-
-async def end_step(conn: asyncpg.Connection, run_id: str, tool_call_id: str, path: str, *, owner: str,
-                   attempt: int, status: str, output: Any, error: str | None) -> bool:
-    """Record ``path``'s end; False when the step is not owned (or the path already ended)."""
-    return await conn.fetchval(_END, run_id, tool_call_id, path, owner, attempt, status, output,
-                               error) is not None
-
 
 class PgJournal:
     """The :class:`~threadline.runtime.workflows.Journal` of one workflow tool call of one step
@@ -106,7 +69,8 @@ class PgJournal:
             raise WorkflowFencedError(self._run_id, self._epoch)
 
     async def load(self) -> dict[str, Entry]:
-        return await self._with_retry(lambda conn: load_steps(conn, self._run_id, self._call))
+        rows = await self._with_retry(lambda conn: load_steps(conn, self._run_id, self._call))
+        return {path: Entry(*row) for path, row in rows.items()}
 
     async def start(self, path: str) -> None:
         await self._write("start", start_step, path)

@@ -1,6 +1,7 @@
-"""The notification inbox in Postgres: receiving notifications (ingress) and delivering due
-records (notification-scheduler). Signals go out through the same routing as ``send_signal``,
-inside the caller's transaction, so a record is marked delivered exactly when its signal is.
+"""The notification inbox's use cases: receiving notifications (ingress) and delivering due
+records (notification-scheduler); the rows are :mod:`threadline.store.notifications`. Signals go
+out through the same routing as ``send_signal``, inside the caller's transaction, so a record is
+marked delivered exactly when its signal is.
 
 Lock order, everywhere: the thread's lease row, then its notification rows — the same order as
 ingress — so schedulers and ingress never deadlock; a scheduler works one thread per transaction.
@@ -11,7 +12,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 import asyncpg
 
@@ -19,6 +20,7 @@ from threadline._internal.faults import pause_point
 from threadline.events import Accepted, LifecycleEvent, Notified, SignalInput
 from threadline.events.base import Event
 from threadline.events.signals import signal_from_message
+from threadline.flows.routing import RequestRejected, Routed, other_resource, queue_signal, route
 from threadline.ids import new_id
 from threadline.inbox.policy import MAX_DELIVERY_ATTEMPTS, PRIORITY_RANK, Decision, decide, retry_delay_s
 from threadline.inbox.render import combined_notification_signal, digest_signal, notification_signal
@@ -26,8 +28,8 @@ from threadline.logging import get_logger
 from threadline.orchestration.options import normalize_options
 from threadline.orchestration.routing import Inbound
 from threadline.store import leases, outbox
+from threadline.store import notifications as notes
 from threadline.store.arrival import arrive
-from threadline.store.routing import RequestRejected, Routed, other_resource, queue_signal, route
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
@@ -37,11 +39,6 @@ _COLUMNS = ("id", "thread_id", "resource_id", "agent_id", "source", "kind", "pri
             "summary_at", "summarized", "held", "delivery_reason", "delivery_attempts", "last_delivery_error",
             "delivered_signal_id", "summary_signal_id", "created_at", "updated_at", "delivered_at", "seen_at",
             "dismissed_at", "archived_at")
-_ACTIVE = ("EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = n.thread_id AND l.run_id IS NOT NULL "
-           "AND l.expires_at > now())")
-_WAITS_FOR_IDLE = "(n.priority = 'low' OR (n.summarized AND n.summary_at IS NULL))"
-"""Records that never enter an active run: low ones (Threadline's N7 decision) and high ones whose
-summary already reached the run (delivered in full when the thread goes idle, docs/decisions.md §11)."""
 
 
 def record_view(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
@@ -55,25 +52,10 @@ def record_view(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
 
 
 def _waits_for_idle(r: asyncpg.Record) -> bool:
+    """Records that never enter an active run: low ones (Threadline's N7 decision) and high ones
+    whose summary already reached the run (delivered in full when the thread goes idle,
+    docs/decisions.md §11); the same rule as ``store/notifications.py``'s ``_WAITS_FOR_IDLE``."""
     return r["priority"] == "low" or (r["summarized"] and r["summary_at"] is None)
-
-
-async def _upsert(conn: asyncpg.Connection, req: Any, n: Any) -> asyncpg.Record:
-    """Create the record, or replace a pending duplicate (same thread, source, kind, dedupe key)."""
-    if n.dedupe_key:
-        row = await conn.fetchrow(
-            "UPDATE notifications SET summary = $5, payload = coalesce($6, payload), priority = $7, "
-            "attributes = attributes || $8, metadata = metadata || $9, coalesced_count = coalesced_count + 1, "
-            "updated_at = now() WHERE thread_id = $1 AND source = $2 AND kind = $3 AND dedupe_key = $4 "
-            "AND status = 'pending' RETURNING *",
-            req.thread_id, n.source, n.kind, n.dedupe_key, n.summary, n.payload, n.priority, n.attributes, n.metadata)
-        if row is not None:
-            return row
-    return await conn.fetchrow(
-        "INSERT INTO notifications (id, thread_id, resource_id, agent_id, source, kind, priority, summary, payload, "
-        "dedupe_key, coalesce_key, attributes, metadata) VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13) RETURNING *",
-        new_id("ntf"), req.thread_id, req.resource_id, req.agent_id, n.source, n.kind, n.priority, n.summary,
-        n.payload, n.dedupe_key, n.coalesce_key, n.attributes, n.metadata)
 
 
 async def _send(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], *, topics: Topics,
@@ -129,7 +111,8 @@ async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any],
         now = datetime.now(UTC)
         results = []
         for i, n in enumerate(req.notifications):
-            row = await _upsert(conn, req, n)
+            row = await notes.upsert(conn, thread_id=req.thread_id, resource_id=req.resource_id,
+                                     agent_id=req.agent_id, n=n)
             decision = await decide(policy, dict(row), active=lease.active, now=now, digest_window_s=digest_window_s)
             row, sent = await _act(conn, row, decision, now=now, topics=topics, lease_ttl_s=lease_ttl_s,
                                    stream_options=req.if_idle.stream_options, event_id=f"{req.event_id}:{i}",
@@ -146,39 +129,32 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
     """Apply decision ``d`` to the (locked) record: store its schedule, send what is due now."""
     rid = row["id"]
     if d.action == "discard":
-        row = await conn.fetchrow("UPDATE notifications SET status = 'discarded', discarded_at = now(), held = false, "
-                                  "delivery_reason = $2, updated_at = now() WHERE id = $1 RETURNING *", rid, d.reason)
+        row = await notes.discard(conn, rid, d.reason)
         return row, {}
     if d.action in ("persist", "hold"):  # inbox only; a held record is re-decided when the thread goes idle
-        row = await conn.fetchrow("UPDATE notifications SET delivery_reason = $2, deliver_at = NULL, summary_at = NULL, "
-                                  "held = $3, updated_at = now() WHERE id = $1 RETURNING *",
-                                  rid, d.reason, d.action == "hold")
+        row = await notes.keep(conn, rid, d.reason, held=d.action == "hold")
         return row, {}
     if d.action in ("defer", "summarize"):
         # a record whose summary already went out is not summarised again (C19: one summary for n3+n4)
         summary_at = None if row["summarized"] else d.summary_at
-        row = await conn.fetchrow("UPDATE notifications SET deliver_at = coalesce($2, deliver_at), summary_at = $3, "
-                                  "delivery_reason = $4, held = false, updated_at = now() WHERE id = $1 RETURNING *",
-                                  rid, d.deliver_at, summary_at, d.reason)
+        row = await notes.schedule(conn, rid, deliver_at=d.deliver_at, summary_at=summary_at, reason=d.reason)
         immediate = (d.action == "summarize" and summary_at is not None and summary_at <= now
                      and (row["priority"] == "medium" or (row["priority"] == "high" and row["deliver_at"] is not None)))
         if not immediate:
             return row, {}
         # mastra §3.9: a medium (or high, with a later full delivery) summary due now goes out now
-        pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 AND status = 'pending'",
-                                      row["thread_id"])
+        pending = await notes.pending_count(conn, row["thread_id"])
         routed = await _send(conn, row, digest_signal([dict(row)], pending=pending), topics=topics,
                              lease_ttl_s=lease_ttl_s, wake=row["priority"] != "high", stream_options=stream_options,
                              event_id=event_id, reply_to=reply_to)
         ids.extend(routed.outbox_ids)
         if _outcome(routed) == "rejected":
             await _failed(conn, [row], _rejection(routed), now, column="summary_at")
-            return await conn.fetchrow("SELECT * FROM notifications WHERE id = $1", rid), {}
+            return await notes.read(conn, rid), {}
         sig = routed.reply.signal_id  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
         ids.append(await _announce(conn, topics, row, "summary_delivered", [rid], sig,
                                    getattr(routed.reply, "run_id", None)))
-        row = await conn.fetchrow("UPDATE notifications SET summary_at = NULL, summarized = true, "
-                                  "summary_signal_id = $2, updated_at = now() WHERE id = $1 RETURNING *", rid, sig)
+        row = (await notes.mark_summarized(conn, [rid], sig))[0]
         return row, _sent(routed)
     # deliver (into the active run, or waking the thread) / queue (the next turn)
     send = _queue if d.action == "queue" else _send_wake
@@ -190,7 +166,7 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
         row = (await _mark_delivered(conn, [row], routed, d.reason, topics, ids))[0]
     elif outcome == "rejected":
         await _failed(conn, [row], _rejection(routed), now, column="deliver_at")
-        row = await conn.fetchrow("SELECT * FROM notifications WHERE id = $1", rid)
+        row = await notes.read(conn, rid)
     return row, _sent(routed)
 
 
@@ -234,25 +210,18 @@ async def _mark_delivered(conn: asyncpg.Connection, rows: list[asyncpg.Record], 
     rids = [r["id"] for r in rows]
     ids.append(await _announce(conn, topics, rows[0], "notification_delivered", rids, reply.signal_id,  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
                                reply.run_id))  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
-    return await conn.fetch(
-        "UPDATE notifications SET status = 'delivered', delivered_at = now(), delivered_signal_id = $2, "
-        "delivery_reason = coalesce($3, delivery_reason), deliver_at = NULL, summary_at = NULL, held = false, "
-        "updated_at = now() WHERE id = ANY($1::text[]) RETURNING *", rids, reply.signal_id, reason)  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
+    return await notes.mark_delivered(conn, rids, reply.signal_id, reason)  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
 
 
 async def _failed(conn: asyncpg.Connection, rows: list[asyncpg.Record], error: str, now: datetime, *,
-                  column: str) -> None:
+                  column: Literal["deliver_at", "summary_at"]) -> None:
     """Failure bookkeeping: attempts + 1, the error, a retry after a backoff (``column`` is the
     schedule to move); ``failed`` after :data:`MAX_DELIVERY_ATTEMPTS`."""
     for r in rows:
         attempts = r["delivery_attempts"] + 1
         retry_at = now + timedelta(seconds=retry_delay_s(attempts))
-        await conn.execute(
-            f"UPDATE notifications SET delivery_attempts = $2::int, last_delivery_attempt_at = $5, "
-            f"last_delivery_error = $3, status = CASE WHEN $2::int >= $4::int THEN 'failed' ELSE status END, "
-            f"{column} = CASE WHEN $2::int >= $4::int THEN NULL ELSE $6::timestamptz END, updated_at = now() "
-            f"WHERE id = $1",
-            r["id"], attempts, error[:500], MAX_DELIVERY_ATTEMPTS, now, retry_at)
+        await notes.record_failure(conn, r["id"], attempts=attempts, error=error[:500], now=now, retry_at=retry_at,
+                                   max_attempts=MAX_DELIVERY_ATTEMPTS, column=column)
         log.warning("notification delivery failed", record_id=r["id"], thread_id=r["thread_id"], attempts=attempts,
                     error=error[:200])
 
@@ -290,15 +259,9 @@ async def dispatch_due(conn: asyncpg.Connection, *, topics: Topics, lease_ttl_s:
     """
     ids: list[int] = []
     touched: set[tuple[str, str]] = set()
-    candidates = await conn.fetch(
-        f"SELECT n.resource_id, n.thread_id FROM notifications n WHERE n.status = 'pending' "
-        f"AND least(n.deliver_at, n.summary_at) <= $3 AND ($1::text IS NULL OR n.thread_id = $1) "
-        f"AND NOT ({_WAITS_FOR_IDLE} AND {_ACTIVE}) "
-        f"GROUP BY n.resource_id, n.thread_id ORDER BY min(least(n.deliver_at, n.summary_at)) LIMIT $2",
-        thread_id, limit, now)
     # each pass takes the threads in its own random order, so schedulers running at once share the
     # work (a thread another holds is skipped) instead of queueing behind one another's locks
-    order = [(c["resource_id"], c["thread_id"]) for c in candidates]
+    order = await notes.due_threads(conn, now=now, thread_id=thread_id, limit=limit)
     random.shuffle(order)
     for resource_id, tid in order:
         try:
@@ -313,14 +276,10 @@ async def _dispatch_thread(conn: asyncpg.Connection, resource_id: str, tid: str,
                            lease_ttl_s: float, ids: list[int], touched: set[tuple[str, str]]) -> None:
     sent: list[int] = []
     async with conn.transaction():
-        mine = await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1 FOR UPDATE SKIP LOCKED", tid)
-        if mine is None and await conn.fetchval("SELECT 1 FROM thread_leases WHERE thread_id = $1", tid):
+        if await leases.held_elsewhere(conn, tid):
             return  # another scheduler (or a run's transition) holds the thread now: the next pass gets it
         lease = await leases.lock_thread(conn, resource_id, tid)
-        recs = await conn.fetch(
-            "SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' "
-            "AND least(deliver_at, summary_at) <= $2 ORDER BY least(deliver_at, summary_at), updated_at "
-            "LIMIT 1000 FOR UPDATE SKIP LOCKED", tid, now)
+        recs = await notes.claim_due(conn, tid, now)
         if not recs:
             return
         await pause_point("scheduler_after_claim")  # fault injection: records claimed, nothing routed yet
@@ -366,8 +325,7 @@ async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now:
                   lease_ttl_s: float, ids: list[int]) -> None:
     """One ``notification-summary`` for the batch; the records stay pending (docs/decisions.md §11)."""
     first = batch[0]
-    pending = await conn.fetchval("SELECT count(*) FROM notifications WHERE thread_id = $1 AND status = 'pending'",
-                                  first["thread_id"])
+    pending = await notes.pending_count(conn, first["thread_id"])
     all_low = all(r["priority"] == "low" for r in batch)
     try:
         async with conn.transaction():
@@ -385,8 +343,7 @@ async def _digest(conn: asyncpg.Connection, batch: list[asyncpg.Record], *, now:
     sig = routed.reply.signal_id  # type: ignore[union-attr]  # routing accepted: the reply is Accepted
     ids.append(await _announce(conn, topics, first, "summary_delivered", [r["id"] for r in batch], sig,
                                getattr(routed.reply, "run_id", None)))
-    await conn.execute("UPDATE notifications SET summary_at = NULL, summarized = true, summary_signal_id = $2, "
-                       "updated_at = now() WHERE id = ANY($1::text[])", [r["id"] for r in batch], sig)
+    await notes.mark_summarized(conn, [r["id"] for r in batch], sig)
 
 
 async def redecide_held(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
@@ -403,8 +360,7 @@ async def redecide_held(conn: asyncpg.Connection, *, resource_id: str, thread_id
     ids: list[int] = []
     async with conn.transaction():
         lease = await leases.lock_thread(conn, resource_id, thread_id)
-        held = await conn.fetch("SELECT * FROM notifications WHERE thread_id = $1 AND status = 'pending' AND held "
-                                "ORDER BY created_at, id FOR UPDATE SKIP LOCKED", thread_id)
+        held = await notes.claim_held(conn, thread_id)
         for row in held:
             decision = await decide(policy_of(row["agent_id"]), dict(row), active=lease.active, now=now,
                                     digest_window_s=digest_window_s)

@@ -8,8 +8,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from threadline.config import get_settings
-from threadline.inbox import access
 from threadline.runtime.tools import Tool, ToolContext, create_tool
+from threadline.store import inbox_access as access
 from threadline.store.db import connect
 
 _STATUS = {"seen": "seen", "dismiss": "dismissed", "archive": "archived"}

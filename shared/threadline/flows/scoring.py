@@ -21,12 +21,12 @@ from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ModelCallError
+from threadline.flows.publish import Outbox
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.scorers import ScorerEntry, ScorerRun, run_scorer, sampled, scorer_entries
 from threadline.store import scores as store
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox
 from threadline.topics import Topics
 
 log = get_logger(__name__)

@@ -15,11 +15,10 @@ from typing import Any
 import asyncpg
 
 from threadline.ids import new_id
-from threadline.kafka.payloads import REF_HEADER, PayloadRefs, reference, resolve, with_ref_header
 from threadline.logging import get_logger
 
 log = get_logger(__name__)
-__all__ = ["REF_HEADER", "PayloadRefs", "PayloadStore", "reference", "resolve", "with_ref_header"]
+__all__ = ["PayloadStore"]
 
 
 class PayloadStore:

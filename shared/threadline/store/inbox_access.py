@@ -1,7 +1,7 @@
 """Inbox access for applications and tools: list, read, mark seen, dismiss, archive
 — always within one thread (``resource_id`` + ``thread_id``, docs/decisions.md §16). Used by the client
 (:meth:`ThreadlineClient.inbox` …), the CLI (``threadline inbox``) and the agent tool
-(:func:`threadline.inbox.tool.inbox_tool`).
+(:func:`threadline.flows.inbox_tool.inbox_tool`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sweeper loop of the run-orchestrator (see :mod:`threadline.recovery.decide`).
+"""The sweeper loop of the run-orchestrator (see :mod:`threadline.orchestration.recovery`).
 
 Every ``sweep_interval_s`` each orchestrator instance lists the runs that hold their thread and
 showed no progress for ``stuck_after_s``; for each it opens a transaction and claims the run row
@@ -16,11 +16,12 @@ one is a bug elsewhere to find.
 from __future__ import annotations
 
 from threadline._internal.periodic import Periodic
+from threadline.flows import recovery
+from threadline.flows.publish import Outbox
 from threadline.logging import get_logger
-from threadline.recovery.decide import decide
-from threadline.store import recovery
+from threadline.orchestration.recovery import decide
+from threadline.store import recoveries
 from threadline.store.db import Database
-from threadline.store.outbox import Outbox
 from threadline.topics import Topics
 
 log = get_logger(__name__)
@@ -65,11 +66,11 @@ class Sweeper:
     async def sweep_once(self) -> int:
         """One pass; returns how many runs it recovered."""
         async with self._db.connection() as conn:
-            ids = await recovery.candidates(conn, stuck_after_s=self._stuck_after_s)
+            ids = await recoveries.candidates(conn, stuck_after_s=self._stuck_after_s)
         done = 0
         for run_id in ids:
             async with self._db.transaction() as conn:
-                row = await recovery.claim(conn, run_id, stuck_after_s=self._stuck_after_s)
+                row = await recoveries.claim(conn, run_id, stuck_after_s=self._stuck_after_s)
                 if row is None:
                     continue
                 decision = decide(recovery.snapshot(row), stuck_after_s=self._stuck_after_s,

@@ -1,0 +1,109 @@
+"""The read model: what the gateway, the CLI and the client read of threads, messages, runs and
+agents, each query written once here. Scores are read with :func:`threadline.store.scores.list_scores`
+and inbox records with :mod:`threadline.store.inbox_access`.
+
+Every function takes a service's pool (:class:`~threadline.store.db.Database`) or one connection
+(:func:`~threadline.store.db.connect`) as ``conn``, and reads ``jsonb`` columns as text and decodes
+them here, so a row reads the same on either. Rows come back as plain dicts; times are
+``datetime`` (UTC) unless a docstring says ISO text. A thread of another resource reads as a
+thread that does not exist.
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeAlias
+
+import asyncpg
+import orjson
+
+from threadline.store.db import Database
+
+Conn: TypeAlias = Database | asyncpg.Connection
+"""A pool or one connection: anything with asyncpg's ``fetch`` and ``fetchrow``."""
+
+
+def _json(text: str | None) -> Any:
+    return None if text is None else orjson.loads(text)
+
+
+# --- threads ------------------------------------------------------------------------------------
+async def thread_owner(conn: Conn, thread_id: str) -> str | None:
+    """The resource id owning ``thread_id``, or ``None`` when there is no such thread."""
+    row = await conn.fetchrow("SELECT resource_id FROM threads WHERE thread_id = $1", thread_id)
+    return None if row is None else str(row["resource_id"])
+
+
+async def list_threads(conn: Conn, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    """``[{id, title, metadata, created_at, updated_at}]`` of the resource's threads, the most
+    recently updated first, at most ``limit`` (a positive count)."""
+    rows = await conn.fetch(
+        "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at FROM threads "
+        "WHERE resource_id = $1 ORDER BY updated_at DESC, thread_id LIMIT $2", resource_id, limit)
+    return [{"id": r["thread_id"], "title": r["title"], "metadata": _json(r["metadata"]),
+             "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows]
+
+
+async def read_thread(conn: Conn, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    """``{id, resource_id, title, metadata, created_at, updated_at}`` of the resource's thread
+    (times as ISO text), or ``None``."""
+    row = await conn.fetchrow("SELECT thread_id, resource_id, title, metadata::text AS metadata, created_at, updated_at "
+                              "FROM threads WHERE thread_id = $1 AND resource_id = $2", thread_id, resource_id)
+    if row is None:
+        return None
+    return {"id": row["thread_id"], "resource_id": row["resource_id"], "title": row["title"],
+            "metadata": orjson.loads(row["metadata"]),
+            "created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat()}
+
+
+# --- messages -----------------------------------------------------------------------------------
+async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    """The thread's stored messages in thread order: ``[{id, run_id, role, type, content,
+    created_at}]``, ``content`` Mastra's stored message content (``{format: 2, parts, …}``).
+    Empty for a thread of another resource, or none."""
+    rows = await conn.fetch(
+        "SELECT id, run_id, role, type, content::text AS content, created_at FROM messages "
+        "WHERE thread_id = $1 AND resource_id = $2 ORDER BY position", thread_id, resource_id)
+    return [{"id": r["id"], "run_id": r["run_id"], "role": r["role"], "type": r["type"],
+             "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows]
+
+
+# --- runs ---------------------------------------------------------------------------------------
+async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    """The thread's runs, oldest first: ``[{run_id, agent_id, kind, status, step, steps_done,
+    finish_reason, text, usage, error, tripwire, created_at, finished_at}]`` (``usage``,
+    ``error`` and ``tripwire`` decoded JSON or ``None``; ``finished_at`` ``None`` while running)."""
+    rows = await conn.fetch(
+        "SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage::text AS usage, "
+        "error::text AS error, tripwire::text AS tripwire, created_at, finished_at FROM runs "
+        "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id, resource_id)
+    return [{**dict(r), "usage": _json(r["usage"]), "error": _json(r["error"]), "tripwire": _json(r["tripwire"])}
+            for r in rows]
+
+
+async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | None:
+    """The id of the thread's active run: the run holding its unexpired lease; ``None`` when none
+    does (also for a thread of another resource, or none at all)."""
+    row = await conn.fetchrow(
+        "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
+        "AND expires_at > now()", thread_id, resource_id)
+    return None if row is None else str(row["run_id"])
+
+
+# --- agents -------------------------------------------------------------------------------------
+async def list_agents(conn: Conn) -> list[dict[str, Any]]:
+    """``[{id, name, description}]`` of every agent the cluster serves, by id."""
+    rows = await conn.fetch("SELECT agent_id, name, description FROM agents ORDER BY agent_id")
+    return [{"id": r["agent_id"], "name": r["name"], "description": r["description"]} for r in rows]
+
+
+async def read_agent(conn: Conn, agent_id: str) -> dict[str, Any] | None:
+    """``{id, name, description, metadata, memory, dynamic_metadata, voice}`` of one agent, or ``None``
+    (``voice``: ``{speak_model, listen_model, speaker, response_format}`` or ``None``)."""
+    row = await conn.fetchrow("SELECT agent_id, name, description, metadata::text AS metadata, memory::text AS memory, "
+                              "voice::text AS voice FROM agents WHERE agent_id = $1", agent_id)
+    if row is None:
+        return None
+    metadata = orjson.loads(row["metadata"]) if row["metadata"] is not None else None
+    return {"id": row["agent_id"], "name": row["name"], "description": row["description"],
+            "metadata": metadata if metadata is not None else {}, "dynamic_metadata": metadata is None,
+            "memory": orjson.loads(row["memory"]), "voice": orjson.loads(row["voice"]) if row["voice"] else None}
