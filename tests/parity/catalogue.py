@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from threadline.examples.support import WordCounter  # the demo's processor, as Mastra's docs write it
 from threadline.runtime import Processor, create_tool
 
 
@@ -163,18 +164,6 @@ class AbortStream(Processor):
     async def process_output_stream(self, *, part: Any, abort: Any, retry_count: int, **_: Any) -> Any:
         if part.type == "text-delta" and self.word in part.payload.text and (not self.retry or retry_count == 0):
             abort(f"no {self.word}", retry=self.retry, metadata={"word": self.word})
-        return part
-
-
-class WordCounter(Processor):
-    id = "word-counter"
-
-    async def process_output_stream(self, *, part: Any, state: Any, writer: Any, **_: Any) -> Any:
-        state.setdefault("words", 0)
-        if part.type == "text-delta":
-            state["words"] += len(part.payload.text.split())
-        if part.type == "finish":
-            await writer.custom({"type": "data-word-count", "data": {"words": state["words"]}})
         return part
 
 
