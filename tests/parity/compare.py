@@ -124,18 +124,31 @@ def diff_scenario(mastra: dict[str, Any], threadline: dict[str, Any], agent_ids:
 
 @dataclass(frozen=True)
 class Rule:
-    """One known difference: ``pattern`` (a regex on :attr:`Diff.path`), ``kind`` ``design``
-    (with the ``decision`` that says why) or ``bug``, a short ``title``."""
+    """One known difference: ``pattern`` (a regex on :attr:`Diff.path`), optionally ``value``
+    (a regex one side's value, as JSON, must match), ``kind`` ``design`` (with the ``decision``
+    that says why) or ``bug``, a short ``title``."""
 
     id: str
     pattern: re.Pattern[str]
     kind: str
     title: str
     decision: str | None = None
+    value: re.Pattern[str] | None = None
+    common: bool = False
+    """Shown by nearly every scenario of its kind (the report lists these apart)."""
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Rule:
-        return cls(raw["id"], re.compile(raw["pattern"]), raw["kind"], raw["title"], raw.get("decision"))
+        value = re.compile(raw["value"]) if raw.get("value") else None
+        return cls(raw["id"], re.compile(raw["pattern"]), raw["kind"], raw["title"], raw.get("decision"), value,
+                   bool(raw.get("common")))
+
+    def names(self, d: Diff) -> bool:
+        """Whether this rule explains difference ``d``."""
+        if not self.pattern.search(d.path):
+            return False
+        return self.value is None or any(self.value.search(json.dumps(v, default=str))
+                                         for v in (d.mastra, d.threadline) if v is not _ABSENT)
 
 
 def classify(diffs: list[Diff], rules: list[Rule]) -> tuple[str, dict[str, list[Diff]]]:
@@ -143,7 +156,7 @@ def classify(diffs: list[Diff], rules: list[Rule]) -> tuple[str, dict[str, list[
     differences grouped by rule id (``?`` for those no rule names: unexplained, so a bug)."""
     groups: dict[str, list[Diff]] = {}
     for d in diffs:
-        rule = next((r for r in rules if r.pattern.search(d.path)), None)
+        rule = next((r for r in rules if r.names(d)), None)
         groups.setdefault(rule.id if rule else "?", []).append(d)
     if not groups:
         return "identical", groups

@@ -19,15 +19,24 @@ def render(results: list[tuple[dict[str, Any], str, dict[str, list[Diff]]]], rul
     of both sides (at most three per scenario it appears in)."""
     by_id = {r.id: r for r in rules}
     counts = Counter(v for _, v, _ in results)
+    own_only = sum(1 for _, _, groups in results
+                   if any(not (g in by_id and by_id[g].common) for g in groups))
     lines = ["# Parity with @mastra/core 1.71.0", "",
-             "Written by `make parity` (tests/parity/README.md says how it works). Each scenario of",
+             "Written by `make parity` ([tests/parity/README.md](../tests/parity/README.md) says how it works). Each scenario of",
              "`tests/parity/scenarios.json` runs on @mastra/core in-process and on Threadline's services,",
              "against the same fake model server and scripts; ids and times are normalised, nothing else.",
-             "", f"{len(results)} scenarios: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) + ".", "",
-             "| scenario | covers | verdict | differences |", "|---|---|---|---|"]
+             "", f"{len(results)} scenarios: " + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+             + f"; {own_only} show differences of their own beyond the common ones.", "",
+             "The differences of each scenario are its own ones first, then the common ones (marked",
+             "`common` in `tests/parity/known.json`: the chunk payloads, stored shapes and request shapes",
+             "nearly every scenario shows).", "",
+             "| scenario | covers | verdict | its own differences | common differences |", "|---|---|---|---|---|"]
     for s, verdict, groups in results:
-        names = ", ".join(f"[{g}](#{g.lower()})" if g in by_id else "unexplained" for g in sorted(groups))
-        lines.append(f"| `{s['id']}` | {_cell(s.get('covers', ''))} | {verdict} | {names} |")
+        def link(g: str) -> str:
+            return f"[{g}](#{g.lower()})" if g in by_id else "[unexplained](#unexplained)"
+        own = ", ".join(link(g) for g in sorted(groups) if not (g in by_id and by_id[g].common)) or "—"
+        shared = ", ".join(link(g) for g in sorted(groups) if g in by_id and by_id[g].common) or "—"
+        lines.append(f"| `{s['id']}` | {_cell(s.get('covers', ''))} | {verdict} | {own} | {shared} |")
     seen: dict[str, list[tuple[str, Diff]]] = {}
     where: Counter[str] = Counter()
     for s, _, groups in results:

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,33 @@ from threadline.testing.model_server import RunningServer, start_in_thread
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+TABLE = HERE / "scenarios.json"
 pytestmark = pytest.mark.timeout(900)
 
 
+@dataclass
+class Sides:
+    """The fake model server, the services serving the parity agents, and the Mastra side's
+    run (``runner.mjs``, started before the services so that the two overlap)."""
+
+    server: RunningServer
+    services: ServiceSet
+    mastra: subprocess.Popen[str]
+    mastra_out: Path
+    out_dir: Path
+
+
 @pytest.fixture(scope="module")
-def parity_cluster(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServiceSet, RunningServer]]:
-    """The fake model server (a thread) and the four services serving the parity agents."""
+def sides(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sides]:
+    out_dir = Path(os.environ.get("THREADLINE_PARITY_OUT", ROOT / ".run" / "parity"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _node_modules()
     server = start_in_thread()
+    ModelScript(server.url).reset()
+    node = shutil.which("node")
+    assert node, "the parity suite needs Node 20+"
+    mastra = subprocess.Popen([node, str(HERE / "runner.mjs"), str(TABLE), server.url, str(out_dir / "mastra.json")],
+                              cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
            "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "tests.parity.agents", "THREADLINE_MODEL_API_BASE": server.api_base,
@@ -46,8 +67,10 @@ def parity_cluster(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> It
     svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("parity-logs"), cwd=ROOT)
     try:
         svc.start_all()
-        yield svc, server
+        yield Sides(server, svc, mastra, out_dir / "mastra.json", out_dir)
     finally:
+        if mastra.poll() is None:
+            mastra.kill()
         svc.stop_all()
         server.stop()
 
@@ -62,26 +85,18 @@ def _node_modules() -> None:
     subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=HERE, check=True, timeout=600)
 
 
-def _run_mastra(table: Path, url: str, out: Path) -> dict[str, Any]:
-    node = shutil.which("node")
-    assert node, "the parity suite needs Node 20+"
-    done = subprocess.run([node, str(HERE / "runner.mjs"), str(table), url, str(out)], cwd=HERE,
-                          capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, f"runner.mjs failed:\n{done.stderr[-4000:]}"
-    return json.loads(out.read_text())
+def _mastra_records(sides: Sides) -> dict[str, Any]:
+    """Wait for runner.mjs (started by the fixture) and read what it wrote."""
+    _, stderr = sides.mastra.communicate(timeout=600)
+    assert sides.mastra.returncode == 0, f"runner.mjs failed:\n{stderr[-4000:]}"
+    return json.loads(sides.mastra_out.read_text())
 
 
-def test_parity(parity_cluster: tuple[ServiceSet, RunningServer], cluster: Any) -> None:
-    _, server = parity_cluster
-    out_dir = Path(os.environ.get("THREADLINE_PARITY_OUT", ROOT / ".run" / "parity"))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    table_path = HERE / "scenarios.json"
-    scenarios = json.loads(table_path.read_text())["scenarios"]
-    _node_modules()
-    fake = ModelScript(server.url)
-    fake.reset()
-    mastra = _run_mastra(table_path, server.url, out_dir / "mastra.json")
-    fake.reset()
+def test_parity(sides: Sides, cluster: Any) -> None:
+    out_dir, server = sides.out_dir, sides.server
+    scenarios = json.loads(TABLE.read_text())["scenarios"]
+    mastra = _mastra_records(sides)
+    ModelScript(server.url).reset()  # the journal holds one side's requests at a time
     settings = Settings(kafka_bootstrap=cluster.bootstrap, pg_dsn=cluster.dsn, topic_prefix=cluster.prefix,
                         partitions=4)
     threadline = asyncio.run(run_all(settings, server.url, cluster.dsn, scenarios))

@@ -184,7 +184,7 @@ async def _wait_for(chunks: list[dict[str, Any]], kind: str, timeout_s: float = 
 
 
 async def run_all(settings: Any, model_url: str, dsn: str, scenarios: list[dict[str, Any]],
-                  concurrency: int = 6) -> dict[str, dict[str, Any]]:
+                  concurrency: int = 8) -> dict[str, dict[str, Any]]:
     """Every scenario, ``concurrency`` at a time (each has its own thread and model queue)."""
     model = ModelScript(model_url)
     out: dict[str, dict[str, Any]] = {}
