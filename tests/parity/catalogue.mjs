@@ -83,6 +83,19 @@ export const processors = {
       return { response: { chunks: text.split(' ').map((w, i, a) => ({ type: 'text-delta', payload: { id: 'txt-0', text: i < a.length - 1 ? w + ' ' : w } })) } };
     },
   }),
+  'response-report': () => ({
+    id: 'response-report',
+    async processLLMResponse({ chunks, fromCache, stepNumber, writer }) {
+      await writer?.custom({ type: 'data-llm-response', data: { stepNumber, fromCache, types: chunks.map((c) => c.type) } });
+    },
+  }),
+  'context-report': ({ key }) => ({
+    id: 'context-report',
+    async processOutputStream({ part, requestContext, writer }) {
+      if (part.type === 'finish') await writer.custom({ type: 'data-context', data: { [key]: requestContext?.get(key) ?? null } });
+      return part;
+    },
+  }),
   'upper-stream': () => ({
     id: 'upper-stream',
     processOutputStream({ part }) {

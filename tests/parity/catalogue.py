@@ -134,6 +134,27 @@ class RequestCache(Processor):
             "id": "txt-0", "text": w + " " if i < len(words) - 1 else w}} for i, w in enumerate(words)]}}
 
 
+class ResponseReport(Processor):
+    id = "response-report"
+
+    async def process_llm_response(self, *, chunks: Any, from_cache: bool, step_number: int, writer: Any,
+                                   **_: Any) -> None:
+        await writer.custom({"type": "data-llm-response", "data": {
+            "stepNumber": step_number, "fromCache": from_cache, "types": [c["type"] for c in chunks]}})
+
+
+class ContextReport(Processor):
+    id = "context-report"
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+
+    async def process_output_stream(self, *, part: Any, request_context: Any, writer: Any, **_: Any) -> Any:
+        if part.type == "finish":
+            await writer.custom({"type": "data-context", "data": {self.key: (request_context or {}).get(self.key)}})
+        return part
+
+
 class UpperStream(Processor):
     id = "upper-stream"
 
@@ -250,7 +271,8 @@ class ApiErrorRetry(Processor):
 PROCESSORS: dict[str, Callable[..., Processor]] = {
     "block-word": BlockWord, "prefix-user": PrefixUser, "add-system": AddSystem, "input-retry": InputRetry,
     "step-system": StepSystem, "step-override": StepOverride, "step-abort": StepAbort,
-    "request-note": RequestNote, "request-cache": RequestCache, "upper-stream": UpperStream,
+    "request-note": RequestNote, "request-cache": RequestCache, "response-report": ResponseReport,
+    "context-report": ContextReport, "upper-stream": UpperStream,
     "drop-word": DropWord, "abort-stream": AbortStream, "word-counter": WordCounter, "parts-seen": PartsSeen,
     "retry-unless": RetryUnless, "step-guard": StepGuard, "step-report": StepReport,
     "result-upper": ResultUpper, "result-abort": ResultAbort, "tool-result-abort": ToolResultAbort,
