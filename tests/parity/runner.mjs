@@ -161,7 +161,7 @@ async function runScenario(s) {
       rec.returns.push({ verb: c.verb, raised: String(e?.message ?? e) });
     }
   }
-  await Promise.race([pump, quiet(rec.chunks, () => last, (s.timeout_s ?? 15) * 1000)]);
+  await Promise.race([pump, quiet(rec.chunks, () => last, (s.timeout_s ?? 30) * 1000)]);
   await sleep(300); // Mastra saves the last messages just after `finish`
   sub.unsubscribe();
   const journal = await fake(`/_fake/requests`, undefined, 'GET');

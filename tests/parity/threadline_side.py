@@ -59,6 +59,14 @@ def _result(reply: Any) -> dict[str, Any]:
     return {mastra: getattr(reply, py) for py, mastra in _RESULT_KEYS.items() if getattr(reply, py) is not None}
 
 
+async def _idle(tl: ThreadlineClient, thread: str, timeout_s: float = 10) -> None:
+    """Until the thread's run has released its lease (Mastra's ``stream``/``generate`` return when
+    the run is over; here the lease is released just after ``finish``, docs/decisions.md#wake-lease)."""
+    deadline = time.monotonic() + timeout_s
+    while await tl.active_run_id(resource_id=RESOURCE, thread_id=thread) is not None and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+
+
 def _options(call: dict[str, Any]) -> dict[str, Any] | None:
     """The call's options, a structured-output schema named by the table as its JSON Schema."""
     options = call.get("options")
@@ -75,11 +83,16 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
     routing = {k: call[m] for k, m in (("if_active", "ifActive"), ("if_idle", "ifIdle")) if m in call}
     if verb == "stream":  # Mastra's stream returns the output at once: compared are its text and finish reason
         sent = await tl.stream(call["message"], options=_options(call), **where)
-        output = (await sent.accepted).output
-        result = {"text": await output.text(timeout_s=30), "finishReason": await output.finish_reason(timeout_s=5)}
+        accepted = await sent.accepted
+        if accepted.output is None:  # not a wake: delivered into (or queued behind) a run
+            return {"verb": verb, "accepted": _accepted(accepted)}
+        result = {"text": await accepted.output.text(timeout_s=30),
+                  "finishReason": await accepted.output.finish_reason(timeout_s=5)}
+        await _idle(tl, thread)
         return {"verb": verb, "result": {k: v for k, v in result.items() if v is not None}}
     if verb == "generate":
         reply = await tl.generate(call["message"], options=_options(call), timeout_s=30, **where)
+        await _idle(tl, thread)
         return {"verb": verb, "result": _result(reply)}
     if verb in ("sendMessage", "queueMessage"):
         method = tl.send_message if verb == "sendMessage" else tl.queue_message
@@ -143,7 +156,7 @@ async def run_scenario(tl: ThreadlineClient, model: ModelScript, dsn: str, s: di
         except Exception as exc:  # noqa: BLE001 - a refused call is a result to compare, not a crash
             rec["returns"].append({"verb": call["verb"], "raised": str(exc)})
     with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(_quiet(pumping, rec["chunks"], last), s.get("timeout_s", 15))
+        await asyncio.wait_for(_quiet(pumping, rec["chunks"], last), s.get("timeout_s", 30))
     pumping.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await pumping
