@@ -20,7 +20,8 @@ from typing import Any
 _ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"  # Mastra's uuids
                  r"|\b(?:[a-z]+_)?[0-9a-f]{26}\b"  # threadline.ids.new_id
                  r"|chatcmpl-[0-9a-f]+")  # the fake server's completion ids
-_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?")
+_ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)?"
+                  r"|[A-Z][a-z]{2}, \d\d [A-Z][a-z]{2} \d{4} \d\d:\d\d:\d\d GMT")  # ISO 8601, HTTP dates
 _TIME_KEY = re.compile(r"(?:At|_at|[tT]ime|[tT]imestamp|^created|^updated)$")
 _MAX_PER_ASPECT = 60
 

@@ -15,10 +15,11 @@ def _record(chunks: list[dict[str, Any]], text: str = "hi") -> dict[str, Any]:
 
 def test_ids_and_times_are_normalised_and_nothing_else() -> None:
     value = {"runId": "run_01a24981afd806dacf3c501cdf", "messageId": "19495cd4-edb0-4f94-93f0-d93584c60a30",
-             "createdAt": 1796526977918, "at": "2026-12-06T03:17:08.239Z", "agent": "parity-x", "id": "txt-0",
+             "createdAt": 1796526977918, "at": "2026-12-06T03:17:08.239Z", "date": "Sun, 06 Dec 2026 04:00:38 GMT",
+             "agent": "parity-x", "id": "txt-0",
              "count": 3}
     assert normalise(value, {"parity-x"}) == {"runId": "<id>", "messageId": "<id>", "createdAt": "<time>",
-                                              "at": "<time>", "agent": "<agent>", "id": "txt-0", "count": 3}
+                                              "at": "<time>", "date": "<time>", "agent": "<agent>", "id": "txt-0", "count": 3}
 
 
 def test_a_chunk_more_on_one_side_is_one_sequence_difference_and_the_rest_still_pairs() -> None:
