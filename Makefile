@@ -45,7 +45,7 @@ SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATO
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
            --scale gateway=$(N_GATEWAYS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast lint asyncapi validate-deploy chaos chaos-sweep bench clean
+.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -161,6 +161,12 @@ asyncapi: install ## write docs/asyncapi.json, the wire contract declared in sha
 
 test-fast: install ## the unit tests only (pure logic, no cluster; under a minute)
 	cd $(ROOT) && THREADLINE_NO_CLUSTER=1 $(PY) -m pytest -q -m unit tests $(PYTEST_ARGS)
+
+PARITY_LOCK := $(ROOT)/tests/parity/node_modules/.parity-lock
+parity: install ## the differential suite against @mastra/core 1.71.0 (npm ci in tests/parity when its lockfile changed; Node 20+; ~3 min): writes docs/parity.md
+	@cd $(ROOT)/tests/parity && if ! cmp -s package-lock.json $(PARITY_LOCK); then \
+	  npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json $(PARITY_LOCK); fi
+	cd $(ROOT) && THREADLINE_PARITY_REPORT=$(ROOT)/docs/parity.md $(PY) -m pytest -q -p no:randomly -m parity tests/parity $(PYTEST_ARGS)
 
 CHAOS_RUNS   ?= 150
 CHAOS_ROUNDS ?= 3

@@ -30,7 +30,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-MARKER_BY_FOLDER = {"unit": "unit", "contract": "unit", "integration": "integration", "e2e": "e2e"}
+MARKER_BY_FOLDER = {"unit": "unit", "contract": "unit", "integration": "integration", "e2e": "e2e",
+                    "parity": "parity"}
 """The marker each top-level folder of ``tests/`` gives its tests."""
 
 
