@@ -173,10 +173,9 @@ def test_a_leftover_delivery_continues_with_the_ended_runs_options() -> None:
 FRESH = replace(RUN, start_announced=False)
 
 
-def _created(**kw: object) -> RunRow:
-    fields = {"run_id": "run-1", "resource_id": "res", "thread_id": "th", "agent_id": "agent-a", "epoch": 3,
-              "kind": "stream", "request_id": "req-1", "reply_to": "replies-x", **kw}
-    return RunRow.created(**fields)  # type: ignore[arg-type]  # the test's keyword mix
+def _created() -> RunRow:
+    return RunRow.created(run_id="run-1", resource_id="res", thread_id="th", agent_id="agent-a", epoch=3,
+                          kind="stream", request_id="req-1", reply_to="replies-x")
 
 
 def test_the_run_ingress_creates_is_a_fresh_run_whose_start_is_unannounced() -> None:
