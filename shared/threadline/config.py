@@ -145,9 +145,11 @@ class Settings(BaseSettings):
     worker_continues: bool = True
     """A processor-worker whose step ends with ``continue`` (tool results in, or a signal waiting)
     claims the run's next step itself, in the statement that stores the step, and runs it, when
-    the orchestrator would schedule it anyway; the orchestrator only announces the step (or not
-    even that: ``worker_announces``) and stays the owner of recovery (docs/decisions.md, 31-33).
-    Off: every step crosses the orchestrator."""
+    the orchestrator would schedule it anyway, and announces the stored step itself where the
+    orchestrator would only announce it; the orchestrator stays the owner of recovery
+    (docs/decisions.md, 31-33, 103, 106). Off: every step crosses the orchestrator (a switch to
+    route every run's moves through the orchestrator, and the reference the tests compare a
+    continued run against)."""
     ingress_starts: bool = True
     """Ingress, in the transaction that wakes a thread and creates its run, schedules the run's
     step 0 itself by the orchestrator's own rule (``on_start_run``) and publishes its step task
@@ -159,22 +161,6 @@ class Settings(BaseSettings):
     arguments the project maps, no litellm callback) is built by litellm and sent by
     ``threadline.runtime.llm_direct`` over litellm's own HTTP client, without litellm's per-call
     set-up (docs/decisions.md, 87). Off: every call is ``litellm.acompletion``."""
-    step_result_async: bool = True
-    """A worker that continues the run publishes the finished step's result in the background
-    while the next step runs, instead of waiting for Kafka's acknowledgement first; a result Kafka
-    does not take is left to the outbox relay and the run's results stay in step order
-    (docs/decisions.md, 37 and 65). Off: the next step begins after the acknowledgement."""
-    save_claim_lean: bool = True
-    """A worker that continues the run stores the step and claims the next one with migration
-    0017's one-pass ``threadline_save_step_claim`` (docs/decisions.md, 49); off: 0013's
-    ``threadline_save_step_continue``, the same writes in about twice the statements (kept to
-    measure the two side by side)."""
-    worker_announces: bool = True
-    """A worker that stores a step and claims the next one (``save_claim_lean``) also announces
-    the stored step in that statement when the orchestrator would only announce it: the run's
-    ``results_applied`` moves on and its ``step_finished`` (and an unannounced start) go to the
-    lifecycle topic instead of the step result to the orchestrator (migration 0026,
-    docs/decisions.md, 103). Off: the orchestrator announces every continued step (decision 98)."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over
     only after the heartbeat stood still for three intervals."""

@@ -72,12 +72,13 @@ async def test_a_lost_step_task_is_rescheduled(services, settings, cluster):
 
 async def test_a_lost_step_result_is_redelivered(services, settings, model, cluster):
     """The first result the orchestrator gets is lost: step 0's, a ``continue`` the worker left to
-    the orchestrator to announce (``THREADLINE_WORKER_ANNOUNCES=0``: the path a step takes when
-    the worker's statement cannot announce it, decision 103)."""
+    the orchestrator to announce (the fail point ``save_unannounced``: the path a step takes when
+    the worker's statement cannot announce it, decisions 103 and 106)."""
     thread = f"th-sweep-result-{uuid.uuid4().hex[:6]}"
     await model.aqueue([ms.tool_calls(ms.tool_call("chaos_effect", {"n": 1}))], model=f"threadline-chaos-{thread}-s0")
     await model.aqueue([ms.text("All done.")], model=f"threadline-chaos-{thread}-s1")
-    with swapped(services, "sw2", worker_env={"THREADLINE_WORKER_ANNOUNCES": "0"},
+    with swapped(services, "sw2", worker_env={"THREADLINE_FAIL_POINTS": "save_unannounced",
+                                              "THREADLINE_FAIL_MATCH": thread},
                  orchestrator_env={"THREADLINE_FAIL_POINTS": "drop_step_result", "THREADLINE_FAIL_MATCH": thread}):
         run_id, chunks = await _run(settings, "chaos", thread)
         assert await wait_idle(cluster.dsn, thread)

@@ -3,7 +3,9 @@ while the next step runs. The result is never lost (a result Kafka does not take
 outbox for the relay), the next step is claimed once, and the run's results reach the
 step-results topic in step order — also when the first one failed and went through the relay.
 Each case runs twice: with the worker announcing its continued steps itself (decision 103: their
-lifecycle rows go out instead of their results, held and refused alike) and without."""
+lifecycle rows go out instead of their results, held and refused alike) and with the statement
+refusing the announcements (another writer's lifecycle row of the thread waits unpublished, so
+every step's result goes to the orchestrator)."""
 
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
 from threadline.runtime.ports import Claimed, Continue, Finish, StepRecord
 from threadline.store.db import Database
-from threadline.topics import Topics
+from threadline.topics import Topics, thread_key
 from threadline.worker.step_store import PgStepStore
 
 OWNER = "worker-async:1:x"
@@ -71,9 +73,19 @@ async def _setup(cluster, announces: bool):
     async with Database(cluster.dsn, max_size=4) as db, Producer(cluster.bootstrap) as producer:
         held = HeldProducer(producer, topics.lifecycle if announces else topics.step_results)
         store = PgStepStore(db=db, outbox=Outbox(db, held, ack_timeout_s=5),  # type: ignore[arg-type]  # the wrapper
-                            topics=topics, owner=OWNER, lease_ttl_s=60, continues=True, publish_async=True,
-                            announces=announces)
+                            topics=topics, owner=OWNER, lease_ttl_s=60, continues=True)
         yield db, producer, held, store, topics
+
+
+async def _run_for(db: Database, topics: Topics, announces: bool) -> dict[str, Any]:
+    """A run for :func:`_three_steps`; unless ``announces``, with a lifecycle row of its thread
+    that another writer queued and never publishes: the save statement then refuses every
+    announcement (decision 103's order guard) and queues the step results."""
+    r = await _run(db)
+    if not announces:
+        await db.execute("INSERT INTO outbox (topic, key, value) VALUES ($1, $2, '{}')",
+                         topics.lifecycle, thread_key(r["resource_id"], r["thread_id"]))
+    return r
 
 
 async def _in_order(cluster, topics: Topics, run_id: str, announces: bool) -> None:
@@ -136,7 +148,7 @@ async def _steps(bootstrap: str, topic: str, run_id: str, n: int) -> list[int]:
 @ANNOUNCES
 async def test_results_published_in_the_background_arrive_in_step_order(own_cluster, announces):
     async with _setup(own_cluster, announces) as (db, _producer, held, store, topics):
-        r = await _run(db)
+        r = await _run_for(db, topics, announces)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(None)
         async with asyncio.timeout(10):
@@ -154,7 +166,7 @@ async def test_a_refused_background_result_is_left_to_the_relay_and_the_later_on
     stay unpublished in the outbox: steps 1 and 2 must not overtake step 0), the steps were claimed
     once each, and the relay publishes 0, 1, 2 in that order."""
     async with _setup(own_cluster, announces) as (db, producer, held, store, topics):
-        r = await _run(db)
+        r = await _run_for(db, topics, announces)
         last = await _three_steps(store, held, r["run_id"])
         await held.release(KafkaTimeoutError("refused by the test"))
         async with asyncio.timeout(10):
@@ -179,7 +191,7 @@ async def test_the_runs_finish_is_published_while_an_earlier_result_waits_for_ka
     a held acknowledgement held the stream's end with it, for up to the ack timeout, and left
     the ``finish`` with its result to the relay); the result itself still waits its turn."""
     async with _setup(own_cluster, announces) as (db, _producer, held, store, topics):
-        r = await _run(db)
+        r = await _run_for(db, topics, announces)
         chunk_topic = topics.chunks(r["resource_id"], r["thread_id"])
         admin = TopicAdmin(own_cluster.bootstrap)
         await admin.start()

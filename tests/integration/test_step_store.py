@@ -175,6 +175,10 @@ async def test_save_is_one_statement_and_fenced(own_cluster):
         r = await _run(db, signals=("wake", "deliver"))
         counting = CountingDb(db)
         async with _store(own_cluster, counting) as store:
+            warm = await store.begin((await _run(db))["run_id"], step=0, epoch=3)
+            assert isinstance(warm, Claimed)  # the connection's first save reads the statement's types
+            await store.save(StepRecord(run=warm.run, attempt=1, outcome=Continue("tool-calls"), entries=[],
+                                        consumed=None, state={}, next_seq=7, usage={}))
             begun = await store.begin(r["run_id"], step=0, epoch=3)
             assert isinstance(begun, Claimed)
             tag = uuid.uuid4().hex[:8]

@@ -12,19 +12,21 @@ from threadline.events import StartRun, StepResult
 from threadline.orchestration.runs import (
     Announce,
     AnnounceStart,
+    AnnounceStored,
+    ClaimNext,
     Defer,
     EndRun,
     Ignore,
     NextRun,
     RunRow,
+    SavePlan,
     ScheduleStep,
     WaitingInput,
-    ingress_starts,
     next_run,
     on_start_run,
     on_step_result,
+    plan_save,
     unannounced_start,
-    worker_continues,
 )
 
 pytestmark = pytest.mark.unit
@@ -98,12 +100,27 @@ def _stored(step: int = 2) -> RunRow:
                                    step=step, attempt=1)
 
 
-def test_the_worker_continues_exactly_when_the_orchestrator_would_schedule_the_next_step() -> None:
-    assert worker_continues(_stored(), _result("continue", step=2))
-    for outcome in ("finished", "failed", "tripwire", "aborted"):  # every way a run ends stays the orchestrator's
-        assert not worker_continues(_stored(), _result(outcome, step=2))
-    assert not worker_continues(replace(_stored(), status="aborted"), _result("continue", step=2))
-    assert not worker_continues(_stored(), _result("continue", step=2, epoch=4))  # a stale claim
+def test_the_worker_claims_the_next_step_exactly_when_the_orchestrator_would_schedule_it() -> None:
+    plan = plan_save(_stored(), _result("continue", step=2))
+    assert plan.claim == ClaimNext(step=3, attempt=1)
+    assert on_step_result(_stored(), _result("continue", step=2)) == ScheduleStep(
+        step=3, attempt=1, lifecycle=("step_finished",), finished_step=2)
+    for outcome in ("finished", "failed", "tripwire", "aborted", "suspended"):  # the orchestrator's moves
+        assert plan_save(_stored(), _result(outcome, step=2)) == SavePlan()
+    assert plan_save(replace(_stored(), status="aborted"), _result("continue", step=2)) == SavePlan()
+    assert plan_save(_stored(), _result("continue", step=2, epoch=4)) == SavePlan()  # a stale claim
+
+
+def test_the_worker_announces_what_the_orchestrator_would_only_announce_on_the_row_it_leaves() -> None:
+    """The plan's announcement is the orchestrator's answer on the row as the claim leaves it, every
+    earlier result applied (the guard the statement checks): ``Announce`` of the stored step, the
+    run's start first while it is unannounced."""
+    plan = plan_save(_stored(), _result("continue", step=2))
+    assert plan.announce == AnnounceStored(applied=2, finished_step=2, start=("thread_active", "run_started"))
+    left = replace(_stored(), step=3, steps_done=3, continued_from=2, results_applied=2)
+    assert on_step_result(left, _result("continue", step=2)) == Announce(finished_step=2)
+    assert unannounced_start(replace(left, start_announced=False)) == plan.announce.start
+    assert unannounced_start(left) == ()  # start_announced true on the row: the step's record only
 
 
 def test_a_continued_step_is_only_announced_with_its_next_step_claimed_in_the_row() -> None:
@@ -156,18 +173,24 @@ def test_a_leftover_delivery_continues_with_the_ended_runs_options() -> None:
 FRESH = replace(RUN, start_announced=False)
 
 
+def _created() -> RunRow:
+    return RunRow.created(run_id="run-1", resource_id="res", thread_id="th", agent_id="agent-a", epoch=3,
+                          kind="stream", request_id="req-1", reply_to="replies-x")
+
+
+def test_the_run_ingress_creates_is_a_fresh_run_whose_start_is_unannounced() -> None:
+    assert _created() == FRESH
+
+
 def test_ingress_schedules_step_zero_by_the_orchestrators_rule() -> None:
-    assert ingress_starts(FRESH, _start()) == on_start_run(RUN, _start())
+    assert on_start_run(_created(), _start()) == on_start_run(RUN, _start())
+    assert on_start_run(_created(), _start(handover=True)) == on_start_run(RUN, _start(handover=True))
 
 
 @pytest.mark.parametrize("run", [replace(FRESH, status="aborted"), replace(FRESH, epoch=4),
                                  replace(FRESH, steps_done=1)], ids=["aborted", "other-epoch", "already-stepping"])
-def test_ingress_leaves_a_run_the_orchestrator_would_not_start_to_it(run: RunRow) -> None:
-    assert ingress_starts(run, _start()) is None
-
-
-def test_ingress_asks_the_rule_for_the_command_it_would_send_not_an_announcement() -> None:
-    assert ingress_starts(FRESH, _start(scheduled=True)) == on_start_run(RUN, _start())
+def test_the_rule_leaves_a_run_it_would_not_start_alone(run: RunRow) -> None:
+    assert not isinstance(on_start_run(run, _start()), ScheduleStep)
 
 
 def test_a_scheduled_start_is_only_announced_never_scheduled_again() -> None:

@@ -15,7 +15,7 @@ from threadline.errors import ConfigurationError
 from threadline.events import StepResult
 from threadline.events.chunks import nested_chunk
 from threadline.orchestration.children import child_outcome
-from threadline.orchestration.runs import RunRow, SuspendRun, on_step_result, worker_continues
+from threadline.orchestration.runs import RunRow, SavePlan, SuspendRun, on_step_result, plan_save
 from threadline.runtime import Agent
 from threadline.runtime.dynamic import resolve_config
 from threadline.runtime.ports import Continue, RunState, StepInputs, Suspend
@@ -92,7 +92,7 @@ def _result(outcome: str, step: int = 0) -> StepResult:
 
 def test_a_suspended_result_suspends_and_is_never_continued_by_the_worker() -> None:
     assert on_step_result(_row(), _result("suspended")) == SuspendRun(step=0)
-    assert not worker_continues(_row(results_applied=None), _result("suspended"))
+    assert plan_save(_row(results_applied=None), _result("suspended")) == SavePlan()
     assert on_step_result(_row(epoch=2), _result("suspended")).__class__.__name__ == "Ignore"
     assert on_step_result(_row(results_applied=1), _result("suspended")).__class__.__name__ == "Ignore"
 

@@ -111,15 +111,16 @@ the orchestrator decode on every continued step) nor ``options``."""
 
 _ANNOUNCE = (
     "WITH applied AS (UPDATE runs SET results_applied = $3 + 1 WHERE run_id = $1 AND epoch = $2 "
-    "AND status <> 'aborted' AND results_applied = $3 AND continued_from <= $3 "
-    "AND $3 < step AND start_announced RETURNING run_id), "
+    "AND status = $9 AND step = $10 AND results_applied IS NOT DISTINCT FROM $11 "
+    "AND continued_from IS NOT DISTINCT FROM $12 AND start_announced = $13 RETURNING run_id), "
     "claimed AS (INSERT INTO processed_events (consumer, event_id) SELECT 'orchestrator', $4 FROM applied "
     "ON CONFLICT DO NOTHING RETURNING event_id) "
     "INSERT INTO outbox (topic, key, headers, value) SELECT $5, $6, $7, $8 FROM claimed RETURNING id")
-"""A continued step's announcement in one statement (decision 98): the run's ``results_applied``
-moved on only while :func:`~threadline.orchestration.runs.on_step_result` still answers
-``Announce`` on the row (the same conditions, checked on the row the statement locks), the event
-claimed, the ``step_finished`` lifecycle event queued; no row returned when any of it did not hold."""
+"""A continued step's announcement in one statement (decisions 98, 106): the run's
+``results_applied`` moved on only while the row is the one
+:func:`~threadline.orchestration.runs.on_step_result` answered ``Announce`` on (every column it
+read, compared with what was read: a compare-and-set, not the rule again), the event claimed,
+the ``step_finished`` lifecycle event queued; no row returned when any of it did not hold."""
 
 
 async def announced(conn: asyncpg.Connection, res: StepResult, topics: Topics) -> list[int] | None:
@@ -144,7 +145,8 @@ async def announce_on(conn: asyncpg.Connection, res: StepResult, row: asyncpg.Re
     value, headers = encode(event)
     key = thread_key(row["resource_id"], row["thread_id"])
     box_id = await conn.fetchval(_ANNOUNCE, res.run_id, res.epoch, res.step, res.event_id, topics.lifecycle, key,
-                                 outbox.stored_headers(headers), value)
+                                 outbox.stored_headers(headers), value, run.status, run.step, run.results_applied,
+                                 run.continued_from, run.start_announced)
     if box_id is None:
         return None
     return [outbox.queued(box_id, topics.lifecycle, key, headers, value)]

@@ -2,7 +2,8 @@
 thread's state, ask :func:`threadline.orchestration.routing.decide_route`, store the signal,
 create the run on a wake, and write the reply and the orchestrator command to the outbox, all in
 one transaction. With ``starts`` (``THREADLINE_INGRESS_STARTS``) a wake also schedules the new
-run's step 0 by the orchestrator's own rule and queues its step task (docs/decisions.md 34)."""
+run's step 0 by the orchestrator's own rule (:func:`~threadline.orchestration.runs.on_start_run`
+on the run as created) and queues its step task (docs/decisions.md 34)."""
 
 from __future__ import annotations
 
@@ -35,10 +36,11 @@ from threadline.orchestration.routing import (
     decide_route,
     decide_state,
 )
-from threadline.orchestration.runs import RunRow, ingress_starts
+from threadline.orchestration.runs import RunRow, ScheduleStep, on_start_run
 from threadline.runtime.memory import Memory, for_run
 from threadline.store import outbox
 from threadline.store.arrival import Arrival, arrive
+from threadline.store.leases import Lease
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.runs import insert_signal, insert_signal_message
 from threadline.store.wake import NewRun, store_wake
@@ -128,7 +130,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
     another resource, bad signal, a taken signal id) are answered with an error reply.
 
     A wake creates the run and queues ``accepted`` and a ``StartRun`` for the orchestrator; with
-    ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.ingress_starts`)
+    ``starts``, when the orchestrator's rule (:func:`~threadline.orchestration.runs.on_start_run`)
     schedules step 0, its step task is queued here too (step-tasks) and the ``StartRun`` says
     ``scheduled`` (the orchestrator announces the start only). ``check`` validates a request that
     starts a run (a wake, or a turn queued as a run of its own): a :class:`ConfigurationError` it
@@ -201,16 +203,30 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
         await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
         return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
                                      signal_id=signal["id"], signal=_created(signal)))
-    # wake: the lease row is locked, so store_wake below gives the run its next epoch
+    # wake: the lease row is locked, so store_wake gives the run its next epoch
+    routed.reply = await _wake(conn, req, lease, signal, signal_options, routed, topics=topics,
+                               lease_ttl_s=lease_ttl_s, starts=starts)
+    return routed
+
+
+async def _wake(conn: asyncpg.Connection, req: Inbound, lease: Lease, signal: dict[str, Any],
+                signal_options: dict[str, Any], routed: Routed, *, topics: Topics, lease_ttl_s: float,
+                starts: bool) -> Accepted:
+    """Create the run a wake starts, with its ``accepted`` reply and its ``StartRun``; with
+    ``starts``, step 0 scheduled here when :func:`~threadline.orchestration.runs.on_start_run`
+    (the orchestrator's rule, asked on the run as this transaction creates it) schedules it: its
+    step task queued and the ``StartRun`` marked ``scheduled``. Adds the outbox ids to ``routed``
+    and returns the reply."""
+    reply_topic = req.reply_to or topics.replies
     run_id = new_id("run")
     epoch = lease.next_epoch
     kind = "generate" if req.kind == "generate" else "stream"
     start = StartRun(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id, epoch=epoch)
-    # the run as it is created (running at its epoch, step 0 not started), asked the orchestrator's rule
-    step0 = ingress_starts(RunRow(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id,
-                                  agent_id=req.agent_id, status="running", epoch=epoch, step=0, steps_done=0,
-                                  attempt=1, kind=kind, request_id=req.event_id, reply_to=reply_topic,
-                                  start_announced=False), start) if starts else None
+    created = RunRow.created(run_id=run_id, resource_id=req.resource_id, thread_id=req.thread_id,
+                             agent_id=req.agent_id, epoch=epoch, kind=kind, request_id=req.event_id,
+                             reply_to=reply_topic)
+    move = on_start_run(created, start) if starts else None
+    step0 = move if isinstance(move, ScheduleStep) else None
     reply = Accepted(request_id=req.event_id, action="wake", run_id=run_id, signal_id=signal["id"],
                      signal=_created(signal))
     key = thread_key(req.resource_id, req.thread_id)
@@ -225,8 +241,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
                      options=req.run_options, start_announced=step0 is None)
     routed.outbox_ids += await store_wake(conn, lease, new_run, lease_ttl_s=lease_ttl_s, signal=signal,
                                           signal_options=signal_options, reply=reply, records=records)
-    routed.reply = reply
-    return routed
+    return reply
 
 
 async def queue_signal(conn: asyncpg.Connection, req: Inbound, signal: dict[str, Any]) -> Accepted:

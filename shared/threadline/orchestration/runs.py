@@ -1,18 +1,20 @@
-"""The run state machine's decisions (run-orchestrator): what a ``start_run``, a ``step_result``
-or an ``abort_run`` does to a run, and which run takes the thread over when one ends. Pure: the
-store reads the rows, calls these, and writes what they answer in one transaction.
+"""The run state machine's decisions: what a ``start_run``, a ``step_result`` or an ``abort_run``
+does to a run, and which run takes the thread over when one ends. Pure: whichever service moves a
+run — the orchestrator, ingress starting a fresh run's step 0, the worker storing a step — reads
+the row (or knows it), calls these, and writes what they answer in one transaction; the store's
+statements check that the row is still the one decided on, and hold no rule of their own.
 
 - ``start_run`` of a run that is running at the command's epoch with no step done:
   :class:`ScheduleStep` 0 (announcing ``thread_active`` unless the lease was handed over, and
   ``run_started``); any other run (missing, ended, another epoch, already stepping): :class:`Ignore`.
-  The transaction that creates a fresh run (ingress) asks the same rule (:func:`ingress_starts`)
-  and publishes step 0's task itself; the ``start_run`` it sends then says ``scheduled`` and is
-  :class:`AnnounceStart` (the start's lifecycle only) unless the start was announced already
-  (:func:`unannounced_start`: whichever orchestrator transaction on the run comes first announces
-  it, docs/decisions.md 34-35).
+  The transaction that creates a fresh run (ingress) asks the same rule on the run as created
+  (:meth:`RunRow.created`) and publishes step 0's task itself; the ``start_run`` it sends then
+  says ``scheduled`` and is :class:`AnnounceStart` (the start's lifecycle only) unless the start
+  was announced already (:func:`unannounced_start`: whichever transaction on the run comes first
+  announces it, docs/decisions.md 34-35).
 - ``step_result`` ``continue`` at the run's epoch: :class:`ScheduleStep` step + 1 (``step_finished``);
-  when the worker that stored the step already claimed the next one (:func:`worker_continues`,
-  docs/decisions.md 31): :class:`Announce` (``step_finished`` only, no step task).
+  when the worker that stored the step already claimed the next one: :class:`Announce`
+  (``step_finished`` only, no step task).
 - ``step_result`` of a step after one whose result was never applied (lost on its way):
   :class:`Defer` (left unapplied; the sweeper publishes the missing result, then this one, again).
 - ``step_result`` ``finished`` / ``failed`` / ``tripwire`` / ``aborted`` at the run's epoch:
@@ -20,6 +22,10 @@ store reads the rows, calls these, and writes what they answer in one transactio
 - ``step_result`` ``suspended`` (the step called sub-agents) at the run's epoch:
   :class:`SuspendRun` (the child runs start; the next step is scheduled when they all ended).
 - ``step_result`` of a missing run, of another epoch, or of an aborted run: :class:`Ignore`.
+- The worker storing a step applies the same ``step_result`` rule before anyone sends it
+  (:func:`plan_save`, docs/decisions.md 106): where the orchestrator would schedule the next step
+  the worker claims it, and where it would then only announce the stored step the worker
+  announces it, each under the guard that the row is as the plan assumed.
 - ``abort_run`` of the thread's active run (or the one it names), running: :class:`AbortActive`;
   otherwise :class:`NothingToAbort`.
 """
@@ -27,7 +33,7 @@ store reads the rows, calls these, and writes what they answer in one transactio
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from threadline.events.commands import StartRun, StepResult
@@ -89,6 +95,15 @@ class RunRow:
                    start_announced=row.get("start_announced", True))
 
     @classmethod
+    def created(cls, *, run_id: str, resource_id: str, thread_id: str, agent_id: str, epoch: int, kind: str,
+                request_id: str | None, reply_to: str | None) -> RunRow:
+        """The run as the transaction that creates it (ingress, on a wake) writes it: running at
+        ``epoch``, step 0 not started, its start not announced yet."""
+        return cls(run_id=run_id, resource_id=resource_id, thread_id=thread_id, agent_id=agent_id, status="running",
+                   epoch=epoch, step=0, steps_done=0, attempt=1, kind=kind, request_id=request_id,
+                   reply_to=reply_to, start_announced=False)
+
+    @classmethod
     def stored_by_worker(cls, *, run_id: str, resource_id: str, thread_id: str, agent_id: str, epoch: int,
                          step: int, attempt: int) -> RunRow:
         """The run as the worker that holds its step's claim sees it once it stores the step:
@@ -141,7 +156,7 @@ class EndRun:
 
 @dataclass(frozen=True, slots=True)
 class Announce:
-    """The step's worker already claimed the next step (:func:`worker_continues`): announce
+    """The step's worker already claimed the next step (:func:`plan_save`): announce
     ``step_finished`` only; no step task (a second copy of the step would run)."""
 
     finished_step: int
@@ -195,15 +210,6 @@ def on_start_run(run: RunRow | None, cmd: StartRun) -> ScheduleStep | AnnounceSt
     return ScheduleStep(step=0, attempt=run.attempt, lifecycle=_start_lifecycle(cmd.handover))
 
 
-def ingress_starts(run: RunRow, cmd: StartRun) -> ScheduleStep | None:
-    """The step the transaction that created ``run`` (ingress, on a wake) schedules itself, with
-    the lifecycle the orchestrator announces for it later; ``None``: leave the start to the
-    orchestrator. Exactly :func:`on_start_run`'s answer for the command that transaction would
-    otherwise send (``cmd``, not ``scheduled``): the rule is the orchestrator's, not a copy."""
-    move = on_start_run(run, cmd.model_copy(update={"scheduled": False}))
-    return move if isinstance(move, ScheduleStep) else None
-
-
 def unannounced_start(run: RunRow) -> tuple[LifecycleKind, ...]:
     """The lifecycle an orchestrator transaction on ``run`` announces before anything else about
     it: the start of a run whose step 0 ingress scheduled and whose ``scheduled`` command has not
@@ -240,12 +246,64 @@ def on_step_result(run: RunRow | None,
                   reply_result=run.kind == "generate" and bool(run.request_id))
 
 
-def worker_continues(run: RunRow, res: StepResult) -> bool:
-    """May the worker that stores ``res`` claim the run's next step itself (in the same
-    transaction)? Exactly when the orchestrator, given the run as that worker sees it
-    (:meth:`RunRow.stored_by_worker`), would schedule it: the rules are :func:`on_step_result`'s,
-    not a copy. The store's statement checks the same conditions again on the locked row."""
-    return isinstance(on_step_result(run, res), ScheduleStep)
+@dataclass(frozen=True, slots=True)
+class ClaimNext:
+    """Claim the run's next step for the worker that stores this one, in the same statement —
+    only while the row is running at the result's epoch and at its step (the row the plan
+    assumed; else the step is only stored and the orchestrator schedules the next one)."""
+
+    step: int
+    """The step claimed (the stored one + 1)."""
+    attempt: int
+    """Its attempt number."""
+
+
+@dataclass(frozen=True, slots=True)
+class AnnounceStored:
+    """Announce the stored step in the statement that stores it, in place of its result — only
+    while the next step was claimed and the run's ``results_applied`` is ``applied`` (every earlier
+    result applied: the row the plan assumed); else the result goes to the orchestrator."""
+
+    applied: int
+    """The ``results_applied`` the plan assumes (the stored step); it moves to ``applied + 1``."""
+    finished_step: int
+    """The step announced (``step_finished``)."""
+    start: tuple[LifecycleKind, ...]
+    """The run's start, announced first only while ``start_announced`` is false on the row (the one
+    column the storing worker cannot know; the plan gives the records for both values)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavePlan:
+    """What the worker that stores a step writes with it: the store only (both ``None``), the
+    store and the next step's claim, or the store, the claim and the step's announcement."""
+
+    claim: ClaimNext | None = None
+    """The next step claimed for this worker, or ``None``."""
+    announce: AnnounceStored | None = None
+    """The stored step announced by the statement (only with ``claim``), or ``None``."""
+
+
+def plan_save(run: RunRow, res: StepResult) -> SavePlan:
+    """The plan of the worker that stores ``res`` while holding its step's claim (``run``: the run
+    as that worker sees it, :meth:`RunRow.stored_by_worker`), by the orchestrator's own rule:
+    claim the next step where :func:`on_step_result` would schedule it, and announce the stored
+    step where, on the row as the claim leaves it (every earlier result assumed applied),
+    :func:`on_step_result` would then only :class:`Announce` it. The statement applies each part
+    only while the row is as assumed (:class:`ClaimNext`, :class:`AnnounceStored`)."""
+    move = on_step_result(run, res)
+    if not isinstance(move, ScheduleStep):
+        return SavePlan()
+    claim = ClaimNext(step=move.step, attempt=move.attempt)
+    chain = run.continued_from if run.continued_from is not None else res.step
+    claimed = replace(run, step=move.step, steps_done=res.step + 1, attempt=move.attempt, continued_from=chain,
+                      results_applied=res.step)
+    then = on_step_result(claimed, res)
+    if not isinstance(then, Announce):
+        return SavePlan(claim=claim)
+    return SavePlan(claim=claim, announce=AnnounceStored(
+        applied=res.step, finished_step=then.finished_step,
+        start=unannounced_start(replace(claimed, start_announced=False))))
 
 
 def abort_target(active_run_id: str | None, requested: str | None) -> str | None:

@@ -38,7 +38,7 @@ _BEGIN = ("SELECT b.*, CASE WHEN b.outcome = 'claimed' AND b.step = 0 THEN coale
 async def begin_step(conn: asyncpg.Connection, run_id: str, *, step: int, epoch: int, owner: str, lease_ttl_s: float,
                      takeover_from: Any = None, history_limit: int = 200) -> asyncpg.Record:
     """Claim the run's current step and load what it reads, in one statement (one round trip,
-    migration 0011's ``threadline_begin_step``).
+    migration 0027's ``threadline_begin_step``).
 
     Returns a record with ``outcome``: ``claimed``, ``aborted`` (aborted while its step task was
     in flight), ``skipped`` (stale or duplicate task), ``stale`` (the run no longer holds the
@@ -99,42 +99,93 @@ def _strip_incomplete(content: dict[str, Any]) -> dict[str, Any]:
 
 
 STALE_SQLSTATE = "TLSTW"
-"""What ``threadline_save_step`` raises when the writer is fenced out."""
+"""What the fenced step functions raise when the writer is fenced out."""
 
-_SAVE = ("SELECT threadline_save_step($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], "
-         "$8::jsonb, $9::bigint, $10::jsonb, $11::text, $12::text, $13::jsonb, $14::bytea)")
+_SAVE = ("SELECT box, claimed, next_signals, announced FROM threadline_save_step($1::text, $2::bigint, $3::int, "
+         "$4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, $10::jsonb, $11::text, $12::text, "
+         "$13::jsonb, $14::bytea, $15::jsonb, $16::jsonb, $17::bytea[])")
+
+
+@dataclass(frozen=True, slots=True)
+class Announcement:
+    """The lifecycle records the save queues in place of the step result when the worker's plan
+    announces the stored step (:class:`~threadline.orchestration.runs.AnnounceStored`) and the
+    row is as the plan assumed (migration 0027, decisions 103 and 106).
+
+    ``records``: ``(value, headers)`` of each lifecycle event, in order: the run's start (its first
+    ``start_rows``, queued only while the start is unannounced), then ``step_finished``.
+    ``applied``: the ``results_applied`` the plan assumes. ``own``: outbox ids of the run's
+    lifecycle rows this worker queued and may not have seen marked published yet (any other
+    unpublished lifecycle row of the thread leaves the announcement to the orchestrator)."""
+
+    topic: str
+    records: list[tuple[bytes, list[tuple[str, bytes]]]]
+    start_rows: int
+    applied: int
+    own: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Saved:
+    """What :func:`save_step` wrote."""
+
+    box: int | None
+    """The step result's outbox id; ``None`` when the step was announced instead."""
+    value: bytes
+    """The step result as encoded (to publish without reading it back)."""
+    headers: list[tuple[str, bytes]]
+    """Its Kafka headers."""
+    claimed: bool
+    """The run's next step was claimed for the caller."""
+    signals: list[dict[str, Any]]
+    """``[{id, payload}]``: the signals the claimed step drained (``[]`` when none or not claimed)."""
+    announced: list[int]
+    """The outbox ids of the lifecycle records queued (``[]`` when not announced)."""
 
 
 async def save_step(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
                     entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
                     state: dict[str, Any] | orjson.Fragment, next_seq: int, result: StepResult,
-                    final_fields: dict[str, Any] | None, lease_ttl_s: float) -> tuple[int, bytes, list[tuple[str, bytes]]]:
-    """Write the step's effects in one statement (one round trip, migration 0011's
-    ``threadline_save_step``), fenced by the lease epoch and the attempt (``result.attempt``).
+                    final_fields: dict[str, Any] | None, lease_ttl_s: float, claim_for: str | None = None,
+                    announce: Announcement | None = None) -> Saved:
+    """Write the step's effects and apply the worker's plan in one statement (one round trip,
+    migration 0027's ``threadline_save_step``), fenced by the lease epoch and the attempt
+    (``result.attempt``).
 
     Stores the run's ``input``/``response`` messages as they are in the list (memory messages
     are never written back, C09), deletes this run's rows no longer in the list, marks the
     ``consumed`` signals (``None``: every signal still pending for the run), saves the run's
     working state (and ``final_fields`` when the run ends), renews the lease by ``lease_ttl_s``
-    seconds and queues the step result in the outbox.
+    seconds and queues the step result in the outbox. ``claim_for``: the run's next step is
+    claimed for that step owner as :func:`begin_step` claims it (step + 1, attempt 1; so it is
+    fenced, beaten and taken over like any step, docs/decisions.md 31), while the run is running
+    at ``run``'s epoch and step. ``announce`` (with ``claim_for``): the stored step is announced
+    in place of its result while the row is as the announcement assumes.
 
     Raises:
-        StaleWriterError: the run no longer holds the thread, or a later attempt took over.
-    Returns:
-        ``(outbox id, value, headers)`` of the step result, to publish without reading it back.
+        StaleWriterError: the run no longer holds the thread, or a later attempt took over;
+            nothing is written then.
     """
     run_id, thread_id = run["run_id"], run["thread_id"]
     value, headers = encode(result)
+    claim = None if claim_for is None else {"owner": claim_for, "seq_block": SEQ_BLOCK}
+    plan = life = None
+    if announce is not None:
+        plan = {"applied": announce.applied, "topic": announce.topic, "start_rows": announce.start_rows,
+                "headers": [outbox.stored_headers(h) for _, h in announce.records], "own": announce.own}
+        life = [v for v, _ in announce.records]
     try:
-        box_id = await conn.fetchval(
+        row = await conn.fetchrow(
             _SAVE, run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries), consumed,
             state, next_seq, final_fields, topics.step_results, thread_key(run["resource_id"], thread_id),
-            outbox.stored_headers(headers), value)
+            outbox.stored_headers(headers), value, claim, plan, life)
     except asyncpg.PostgresError as exc:
         if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
             raise StaleWriterError(run_id, run["epoch"]) from exc
         raise
-    return box_id, value, headers
+    assert row is not None  # a function call returns one row
+    return Saved(box=row["box"], value=value, headers=headers, claimed=bool(row["claimed"]),
+                 signals=list(row["next_signals"] or []), announced=list(row["announced"] or []))
 
 
 def _message_rows(entries: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict[str, Any]]:
@@ -148,82 +199,6 @@ def _message_rows(entries: Sequence[tuple[Mapping[str, Any], str]]) -> list[dict
             continue
         rows[msg["id"]] = {"id": msg["id"], "role": msg["role"], "type": msg.get("type"), "content": content}
     return list(rows.values())
-
-
-_SAVE_ARGS = ("($1::text, $2::bigint, $3::int, $4::int, $5::float8, $6::jsonb, $7::text[], $8::jsonb, $9::bigint, "
-              "$10::text, $11::text, $12::jsonb, $13::bytea, $14::text, $15::bigint)")
-_SAVE_CONTINUE = "SELECT * FROM threadline_save_step_continue" + _SAVE_ARGS
-_SAVE_CLAIM = ("SELECT box, outcome, resource_id, thread_id, agent_id, epoch, step, next_seq, options, heartbeat, "
-               "attempt, seq_base, restarted, history, history_at, signals, recorded "
-               "FROM threadline_save_step_claim" + _SAVE_ARGS)
-"""Every column of the function's row but ``state``: it returns the ``p_state`` it was given, which
-the caller holds already (PostgreSQL would serialize the run's whole message list again, and the
-worker decode it, on every continued step)."""
-
-
-_SAVE_ANNOUNCE = ("SELECT * FROM threadline_save_step_announce" + _SAVE_ARGS[:-1]
-                  + ", $16::text, $17::jsonb, $18::bytea[], $19::int, $20::bigint[])")
-"""Migration 0026's function (decision 103): 0017's row (no ``state``) and ``announced``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Announcement:
-    """The lifecycle records a worker queues instead of the step result when the statement finds
-    that the orchestrator would only announce the step (migration 0026, decision 103).
-
-    ``records``: ``(value, headers)`` of each lifecycle event, in order: the run's start (its first
-    ``start_rows``, queued only while the start is unannounced), then ``step_finished``. ``own``:
-    outbox ids of the run's lifecycle rows this worker queued and may not have seen marked
-    published yet (any other unpublished lifecycle row of the thread makes the statement leave
-    the announcement to the orchestrator)."""
-
-    topic: str
-    records: list[tuple[bytes, list[tuple[str, bytes]]]]
-    start_rows: int
-    own: list[int]
-
-
-async def save_step_continue(conn: asyncpg.Connection, *, topics: Topics, run: Mapping[str, Any],
-                             entries: Sequence[tuple[Mapping[str, Any], str]], consumed: list[str] | None,
-                             state: dict[str, Any] | orjson.Fragment, next_seq: int, result: StepResult,
-                             lease_ttl_s: float, owner: str, lean: bool = True,
-                             announce: Announcement | None = None,
-                             ) -> tuple[int | None, bytes, list[tuple[str, bytes]], asyncpg.Record]:
-    """:func:`save_step` of a step whose outcome is ``continue``, and the run's next step claimed
-    by ``owner`` in the same statement (one round trip): the run is advanced as the orchestrator
-    advances it (step + 1, attempt 1) and claimed as :func:`begin_step` claims it, so it is
-    fenced, beaten and taken over like any step (docs/decisions.md, 31). ``lean``: migration
-    0017's ``threadline_save_step_claim`` (one pass, decision 49); off: 0013's
-    ``threadline_save_step_continue`` (``THREADLINE_SAVE_CLAIM_LEAN=0``). Same writes, same row.
-
-    Returns:
-        ``(outbox id, value, headers, row)``: the step result as :func:`save_step` returns it, and
-        :func:`begin_step`'s row for the next step (``outcome`` ``claimed``; ``None`` when the run
-        could not be advanced: the orchestrator schedules the next step on the result). With
-        ``lean`` the row has no ``state``: the next step's is ``state``, as stored. With
-        ``announce`` (lean only; migration 0026) the outbox id is ``None`` when the step was
-        announced instead (``row["announced"]``: the lifecycle rows' outbox ids, in order).
-    Raises:
-        StaleWriterError: as :func:`save_step`; nothing is written then.
-    """
-    run_id, thread_id = run["run_id"], run["thread_id"]
-    value, headers = encode(result)
-    args = [run_id, run["epoch"], run["step"], result.attempt, lease_ttl_s, _message_rows(entries), consumed, state,
-            next_seq, topics.step_results, thread_key(run["resource_id"], thread_id), outbox.stored_headers(headers),
-            value, owner, SEQ_BLOCK]
-    sql = _SAVE_CLAIM if lean else _SAVE_CONTINUE
-    if announce is not None and lean:
-        sql = _SAVE_ANNOUNCE
-        args += [announce.topic, [outbox.stored_headers(h) for _, h in announce.records],
-                 [v for v, _ in announce.records], announce.start_rows, announce.own]
-    try:
-        row = await conn.fetchrow(sql, *args)
-    except asyncpg.PostgresError as exc:
-        if getattr(exc, "sqlstate", None) == STALE_SQLSTATE:
-            raise StaleWriterError(run_id, run["epoch"]) from exc
-        raise
-    assert row is not None  # a function call returns one row
-    return row["box"], value, headers, row
 
 
 _RECORD = ("SELECT * FROM threadline_record_output($1::text, $2::bigint, $3::int, $4::int, $5::text, "

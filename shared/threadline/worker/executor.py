@@ -108,9 +108,8 @@ class StepExecutor:
                                     renew_every_s=settings.lease_ttl_s / 3, lease_ttl_s=settings.lease_ttl_s)
         self._store = PgStepStore(db=db, outbox=outbox, topics=topics, owner=self._owner,
                                   lease_ttl_s=settings.lease_ttl_s, on_saved=self._keepalive.discard,
-                                  continues=settings.worker_continues, publish_async=settings.step_result_async,
-                                  history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]),
-                                  lean=settings.save_claim_lean, announces=settings.worker_announces)
+                                  continues=settings.worker_continues,
+                                  history_limit=max([DEFAULT_LAST_MESSAGES] + [a.memory.reads for a in agents.values()]))
 
     def stop_continuing(self) -> None:
         """Shutdown: steps that end from now on hand their run's next step to the orchestrator

@@ -6,8 +6,8 @@ worker continues the run with, the worker passes these points (``time.perf_count
 * ``flush_start``: the step's chunk flush begins (its ``step-finish`` was just sent);
 * ``flushed``: every chunk of the step was acknowledged by Kafka;
 * ``saved``: the statement that stores the step and claims the next one returned;
-* ``published``: the step result was acknowledged by Kafka, or handed to the background
-  publisher (``THREADLINE_STEP_RESULT_ASYNC``);
+* ``published``: the step result (or the step's announcement) was handed to the background
+  publisher (decision 37);
 * ``next_begun``: the executor starts the next step (its chunk writer made);
 * ``first_sent``: the next step's first chunk was handed to the producer.
 

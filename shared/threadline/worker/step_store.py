@@ -10,7 +10,7 @@ import functools
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import asyncpg
@@ -25,7 +25,7 @@ from threadline.flows.orchestration import lifecycle_event
 from threadline.flows.publish import Outbox, OutboxNotAcknowledgedError
 from threadline.logging import get_logger
 from threadline.orchestration.children import nested_target
-from threadline.orchestration.runs import RunRow, unannounced_start, worker_continues
+from threadline.orchestration.runs import AnnounceStored, RunRow, SavePlan, plan_save
 from threadline.runtime.ports import (
     AbortedRun,
     Begun,
@@ -46,6 +46,7 @@ from threadline.store.db import Database
 from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
     Announcement,
+    Saved,
     begin_step,
     has_pending,
     heartbeat,
@@ -53,7 +54,6 @@ from threadline.store.steps import (
     record_model_output,
     restart_attempt,
     save_step,
-    save_step_continue,
     save_tool_result,
     tool_results,
 )
@@ -71,30 +71,15 @@ relay, aborts)."""
 _STATUS = {"finished": "finished", "failed": "failed", "tripwire": "tripwire"}
 
 
-@dataclass(frozen=True, slots=True)
-class Carried:
-    """The state a step of this worker just stored, for the run's next step on this worker:
-    ``state`` (the step's ``RunState.dump()``, its own objects) and ``json`` (as stored)."""
-
-    state: dict[str, Any]
-    json: bytes
-
-
-def step_run(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> StepRun:
-    """The :class:`StepRun` view of the run columns of a ``begin_step`` row; ``carried``: the
-    run's state as this worker just stored it, for a row that does not carry it (the lean
-    save-and-claim's): the next step goes on with its objects (decision 102)."""
-    if "state" in row or carried is None:
-        state, stored, stored_json = RunState.of(row["state"]), row["state"], None
-    else:
-        state, stored, stored_json = RunState.carried(carried.state), None, carried.json
+def step_run(row: asyncpg.Record, run_id: str) -> StepRun:
+    """The :class:`StepRun` view of the run columns of a ``begin_step`` row."""
     return StepRun(run_id=run_id, resource_id=row["resource_id"], thread_id=row["thread_id"],
                    agent_id=row["agent_id"], epoch=row["epoch"], step=row["step"], next_seq=row["next_seq"],
-                   options=dict(row["options"] or {}), state=state, stored_state=stored, stored_json=stored_json)
+                   options=dict(row["options"] or {}), state=RunState.of(row["state"]), stored_state=row["state"])
 
 
-def _begun(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> Begun:
-    """What a ``threadline_begin_step`` row means for the worker (``carried``: see :func:`step_run`)."""
+def _begun(row: asyncpg.Record, run_id: str) -> Begun:
+    """What a ``threadline_begin_step`` row means for the worker."""
     outcome = row["outcome"]
     if outcome == "skipped":
         return Skipped("stale or duplicate step task skipped")
@@ -102,7 +87,7 @@ def _begun(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> 
         return Skipped("step no longer ours; skipped")
     if outcome == "busy":
         return Busy(row["heartbeat"])
-    run = step_run(row, run_id, carried)
+    run = step_run(row, run_id)
     if outcome == "aborted":
         return AbortedRun(run)  # aborted while its step task was in flight
     inputs = StepInputs(attempt=row["attempt"], seq_base=row["seq_base"], restarted=bool(row["restarted"]),
@@ -112,25 +97,57 @@ def _begun(row: asyncpg.Record, run_id: str, carried: Carried | None = None) -> 
     return Claimed(run, inputs)
 
 
+def _claimed_next(record: StepRecord, saved: Saved, state_json: bytes) -> Claimed:
+    """The run's next step as the save claimed it for this worker: step + 1, attempt 1, its chunks
+    from the stored ``next_seq``, and the state as this worker just stored it, its own objects
+    (decision 102), so nothing of the run is read back."""
+    run = record.run
+    nxt = replace(run, step=run.step + 1, next_seq=record.next_seq, options=dict(run.options),
+                  state=RunState.carried(record.state), stored_state=None, stored_json=state_json)
+    inputs = StepInputs(attempt=1, seq_base=record.next_seq, restarted=False, history=[],
+                        signals=[Signal(sig["id"], sig["payload"]) for sig in saved.signals], recorded=None)
+    return Claimed(nxt, inputs)
+
+
 def _fence(run: StepRun) -> dict[str, Any]:
     """The fields of the run the fenced writes of :mod:`threadline.store.steps` read."""
     return {"run_id": run.run_id, "thread_id": run.thread_id, "resource_id": run.resource_id,
             "epoch": run.epoch, "step": run.step}
 
 
-def announcement(run: StepRun, topic: str, own: list[int]) -> Announcement:
-    """The lifecycle the save-and-claim statement queues in place of ``run``'s step result when the
-    orchestrator would only announce the step (decision 103), for ``topic`` (the lifecycle topic):
-    the run's start as the orchestrator's :func:`~threadline.orchestration.runs.unannounced_start`
-    says for a run whose start nobody announced yet (queued only then), then ``step_finished``.
-    ``own``: see :class:`~threadline.store.steps.Announcement`."""
-    view = RunRow.stored_by_worker(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id,
-                                   agent_id=run.agent_id, epoch=run.epoch, step=run.step, attempt=1)
-    start = unannounced_start(replace(view, start_announced=False))
+def announcement(run: StepRun, plan: AnnounceStored, topic: str, own: list[int]) -> Announcement:
+    """The lifecycle records of ``plan`` (the run's start, then ``step_finished``), for ``topic``
+    (the lifecycle topic), that the save queues in place of ``run``'s step result when the row is
+    as the plan assumed (decision 103). ``own``: see :class:`~threadline.store.steps.Announcement`."""
     ids = {"resource_id": run.resource_id, "thread_id": run.thread_id, "run_id": run.run_id, "agent_id": run.agent_id}
-    events = [lifecycle_event(kind, ids) for kind in start]
-    events.append(lifecycle_event("step_finished", ids, step=run.step))
-    return Announcement(topic=topic, records=[encode(e) for e in events], start_rows=len(start), own=own)
+    events = [lifecycle_event(kind, ids) for kind in plan.start]
+    events.append(lifecycle_event("step_finished", ids, step=plan.finished_step))
+    return Announcement(topic=topic, records=[encode(e) for e in events], start_rows=len(plan.start),
+                        applied=plan.applied, own=own)
+
+
+def step_result(record: StepRecord) -> StepResult:
+    """The step result of ``record``, for the orchestrator."""
+    run, outcome = record.run, record.outcome
+    return StepResult(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id, step=run.step,
+                      attempt=record.attempt, epoch=run.epoch, outcome=outcome.wire,
+                      finish_reason=outcome.finish_reason, text=record.text,
+                      usage=record.usage if record.usage is not None else {},
+                      error=outcome.error if isinstance(outcome, Fail) else None,
+                      tripwire=outcome.tripwire if isinstance(outcome, Trip) else None)
+
+
+def final_fields(record: StepRecord) -> dict[str, Any] | None:
+    """The run's columns a step that ends it stores (``None``: the run goes on)."""
+    outcome = record.outcome
+    if isinstance(outcome, Continue | Suspend):
+        return None
+    fields: dict[str, Any] = {"status": _STATUS[outcome.wire], "finish_reason": outcome.finish_reason,
+                              "error": outcome.error if isinstance(outcome, Fail) else None}
+    if record.usage is not None:  # a step that ran (not one failed before it could)
+        fields.update(text=record.text, usage=record.usage,
+                      tripwire=outcome.tripwire if isinstance(outcome, Trip) else None)
+    return fields
 
 
 _OWN_KEPT = 8
@@ -158,36 +175,25 @@ class PgStepStore:
         on_saved: called with the run id as soon as a step's end is committed, before its result
             is published (the keep-alive stops beating it: a beat after the save would find the
             heartbeat cleared and report the step taken over).
-        continues: a step whose outcome is ``continue`` is stored with the run's next step claimed
-            for this worker, in one statement, when the orchestrator would schedule it anyway
-            (``worker_continues``; :meth:`take_next` hands it out). Off: every next step goes
-            through the orchestrator (``THREADLINE_WORKER_CONTINUES``).
-        publish_async: the result of a step whose next step this worker claimed is published in
-            the background while the next step runs (decision 37); off: :meth:`save` returns
-            once Kafka acknowledged it (``THREADLINE_STEP_RESULT_ASYNC``). Either way a result
-            Kafka did not take stays in the outbox for the relay, and a run's results are
-            published in step order.
+        continues: the worker plans each save by the orchestrator's rule
+            (:func:`~threadline.orchestration.runs.plan_save`, decision 106): a step whose next
+            step the orchestrator would schedule is stored with that step claimed for this
+            worker (:meth:`take_next` hands it out) and, where the orchestrator would then only
+            announce the stored step, announced by the same statement. Its result (or
+            announcement) is published in the background while the next step runs (decision 37).
+            Off: every step is only stored and goes through the orchestrator
+            (``THREADLINE_WORKER_CONTINUES=0``; :meth:`stop_continuing` at shutdown).
         history_limit: most stored messages step 0 reads (the largest ``last_messages`` of the
             agents; each run then keeps its agent's last ``last_messages``).
-        lean: store-and-claim with the one-pass statement (decision 49,
-            ``THREADLINE_SAVE_CLAIM_LEAN``); off: migration 0013's.
-        announces: a step stored with the next one claimed (``lean``) is announced by the same
-            statement when the orchestrator would only announce it (migration 0026, decision
-            103): its lifecycle rows are published instead of its result
-            (``THREADLINE_WORKER_ANNOUNCES``).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, owner: str, lease_ttl_s: float,
                  connections: int | None = None, on_saved: Callable[[str], None] | None = None,
-                 continues: bool = False, publish_async: bool = False, history_limit: int = 200,
-                 lean: bool = True, announces: bool = True) -> None:
+                 continues: bool = False, history_limit: int = 200) -> None:
         self._db = db
-        self.announces = announces
         self._own: dict[str, list[int]] = {}  # run -> its lifecycle rows this worker queued lately
         self._history_limit = history_limit
-        self.lean = lean
         self.continues = continues
-        self.publish_async = publish_async
         self._next: dict[str, Claimed] = {}
         self._publishing: dict[str, asyncio.Task[None]] = {}  # run -> its last result's background publish
         # run -> (saved, published, statement sent, statement returned) of its last continued step
@@ -241,101 +247,95 @@ class PgStepStore:
         if task is not None:
             await asyncio.shield(task)
 
-    def _may_continue(self, record: StepRecord, result: StepResult) -> bool:
-        """The orchestrator's own rule (:func:`threadline.orchestration.runs.worker_continues`),
-        applied to the run as this worker sees it; the statement checks it again on the row."""
-        if not self.continues or not isinstance(record.outcome, Continue) or record.finish is not None:
-            return False
+    def _plan(self, record: StepRecord, result: StepResult) -> SavePlan:
+        """The orchestrator's own rule (:func:`~threadline.orchestration.runs.plan_save`) on the run
+        as this worker sees it; the statement checks the row against what the plan assumes."""
+        if not self.continues or record.finish is not None:
+            return SavePlan()
         run = record.run
         view = RunRow.stored_by_worker(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id,
                                        agent_id=run.agent_id, epoch=run.epoch, step=run.step, attempt=record.attempt)
-        return worker_continues(view, result)
+        plan = plan_save(view, result)
+        if plan.announce is not None and should_fail("save_unannounced", run.thread_id):
+            return replace(plan, announce=None)  # fault injection: as if the row refused the announcement
+        return plan
 
     async def save(self, record: StepRecord) -> None:
         """See :meth:`threadline.runtime.ports.StepStore.save`: one statement, one round trip
-        (:func:`threadline.store.steps.save_step`), then the step result is published from
-        memory and marked published later (:meth:`Outbox.publish_stored`)."""
-        run, outcome = record.run, record.outcome
-        error = outcome.error if isinstance(outcome, Fail) else None
-        tripwire = outcome.tripwire if isinstance(outcome, Trip) else None
-        result = StepResult(run_id=run.run_id, resource_id=run.resource_id, thread_id=run.thread_id, step=run.step,
-                            attempt=record.attempt, epoch=run.epoch, outcome=outcome.wire,
-                            finish_reason=outcome.finish_reason, text=record.text,
-                            usage=record.usage if record.usage is not None else {}, error=error, tripwire=tripwire)
-        final_fields: dict[str, Any] | None = None
-        if not isinstance(outcome, Continue | Suspend):
-            final_fields = {"status": _STATUS[outcome.wire], "finish_reason": outcome.finish_reason,
-                            "error": error}
-            if record.usage is not None:  # a step that ran (not one failed before it could)
-                final_fields.update(text=record.text, usage=record.usage, tripwire=tripwire)
-        key = thread_key(run.resource_id, run.thread_id)
-        finish: list[Queued] = []
-        nxt: Begun | None = None
-        continues = self._may_continue(record, result)
+        (:func:`threadline.store.steps.save_step`, with the run's finish and sub-agent calls in
+        its transaction when there are any), then the step result (or the lifecycle records that
+        announced the step) is published from memory and marked published later
+        (:meth:`Outbox.publish_stored`)."""
+        run = record.run
+        result = step_result(record)
+        plan = self._plan(record, result)
         own = self._own.pop(run.run_id, [])
-        announce = announcement(run, self._topics.lifecycle, own) if continues and self.announces and self.lean else None
-        sent = returned = 0.0
-        announced: list[int] = []
+        announce = (announcement(run, plan.announce, self._topics.lifecycle, own)
+                    if plan.announce is not None else None)
         state_json = orjson.dumps(record.state)  # encoded once: stored, and kept for the next step
         atomic = record.finish is not None or bool(record.children)
         async with self._conn() as conn, (conn.transaction() if atomic else nullcontext()):
-            if record.children:  # the sub-agent calls the step waits for: stored with it, or not at all
-                await record_child_requests(conn, run.run_id, run.step, record.children)
-            if record.finish is not None:  # the run's finish: published only once the step is durable
-                finish.append(await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
-                                            orjson.dumps(record.finish), key=key, headers=chunk_headers()))
-                if (parent := nested_target(run.options)) is not None:  # and its nested copy (decision 78)
-                    finish.append(await add_raw(
-                        conn, self._topics.chunks(parent["resource_id"], parent["thread_id"]),
-                        orjson.dumps(nested_chunk(record.finish, parent)),
-                        key=thread_key(parent["resource_id"], parent["thread_id"]), headers=chunk_headers()))
-            # consumed None: what was addressed to the run ends with it; left pending it would wake the next run
-            if continues:  # the next step claimed for this worker in the same statement (decision 31)
-                sent = time.perf_counter()
-                box_id, value, headers, row = await save_step_continue(
-                    conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
-                    state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result,
-                    lease_ttl_s=self._ttl, owner=self._owner, lean=self.lean, announce=announce)
-                returned = time.perf_counter()
-                announced = list(row.get("announced") or [])
-                nxt = (_begun(row, run.run_id, Carried(record.state, state_json)) if row["outcome"] is not None
-                       else None)
-            else:
-                box_id, value, headers = await save_step(
-                    conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
-                    state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result, final_fields=final_fields,
-                    lease_ttl_s=self._ttl)
+            finish = await self._queue_finish(conn, record)
+            sent = time.perf_counter()
+            saved = await save_step(
+                conn, topics=self._topics, run=_fence(run), entries=record.entries, consumed=record.consumed,
+                state=orjson.Fragment(state_json), next_seq=record.next_seq, result=result,
+                final_fields=final_fields(record), lease_ttl_s=self._ttl,
+                claim_for=self._owner if plan.claim is not None else None, announce=announce)
+            returned = time.perf_counter()
         if self._on_saved is not None:
             self._on_saved(run.run_id)
-        if isinstance(nxt, Claimed):
-            self._next[run.run_id] = nxt
-        elif nxt is not None:
-            log.warning("next step not claimed after the store", run_id=run.run_id, step=run.step + 1,
-                        outcome=type(nxt).__name__)
-        saved = time.perf_counter()
+        if saved.claimed:
+            self._next[run.run_id] = _claimed_next(record, saved, state_json)
+        saved_at = time.perf_counter()
         await pause_point("after_step_result_stored", run.thread_id)
-        continued = isinstance(nxt, Claimed)
-        if box_id is not None:  # the step result, for the orchestrator
-            out = [queued(box_id, self._topics.step_results, key, headers, value)]
-        else:  # announced by the statement (decision 103): its lifecycle rows instead
-            assert announce is not None and nxt is not None
-            kept = announce.records[len(announce.records) - len(announced):]  # the start's only when queued
-            out = [queued(i, announce.topic, key, h, v) for i, (v, h) in zip(announced, kept, strict=True)]
-            own = own + announced
-        if continued:
-            self._own[run.run_id] = own[-_OWN_KEPT:]
-            if len(self._own) > _OWN_RUNS:  # chains abandoned without a last save: only costs announcements
-                self._own.clear()
+        out = self._outgoing(run, saved, announce, own)
         earlier = self._publishing.get(run.run_id)
-        if continued and self.publish_async:  # the next step runs meanwhile (decision 37)
-            task = asyncio.create_task(self._publish(run, out, finish, earlier, continued),
+        if saved.claimed:  # the next step runs meanwhile (decision 37)
+            task = asyncio.create_task(self._publish(run, out, finish, earlier, True),
                                        name=f"step-result-{run.run_id}-{run.step}")
             self._publishing[run.run_id] = task
             task.add_done_callback(functools.partial(self._forget, run.run_id))
+            self._times[run.run_id] = (saved_at, time.perf_counter(), sent, returned)
         else:
-            await self._publish(run, out, finish, earlier, continued)
-        if continued:
-            self._times[run.run_id] = (saved, time.perf_counter(), sent, returned)
+            await self._publish(run, out, finish, earlier, False)
+
+    async def _queue_finish(self, conn: asyncpg.Connection, record: StepRecord) -> list[Queued]:
+        """In the save's transaction: the sub-agent calls the step waits for (stored with it, or not
+        at all) and the run's finish, published only once the step is durable (with its nested
+        copy, decision 78). Returns the finish's outbox rows."""
+        run = record.run
+        if record.children:
+            await record_child_requests(conn, run.run_id, run.step, record.children)
+        if record.finish is None:
+            return []
+        key = thread_key(run.resource_id, run.thread_id)
+        finish = [await add_raw(conn, self._topics.chunks(run.resource_id, run.thread_id),
+                                orjson.dumps(record.finish), key=key, headers=chunk_headers())]
+        if (parent := nested_target(run.options)) is not None:
+            finish.append(await add_raw(
+                conn, self._topics.chunks(parent["resource_id"], parent["thread_id"]),
+                orjson.dumps(nested_chunk(record.finish, parent)),
+                key=thread_key(parent["resource_id"], parent["thread_id"]), headers=chunk_headers()))
+        return finish
+
+    def _outgoing(self, run: StepRun, saved: Saved, announce: Announcement | None, own: list[int]) -> list[Queued]:
+        """The outbox rows the save queued for Kafka: the step result for the orchestrator, or the
+        lifecycle records that announced the step (decision 103), which this worker then counts
+        as its own while its chain goes on."""
+        key = thread_key(run.resource_id, run.thread_id)
+        if saved.box is not None:
+            out = [queued(saved.box, self._topics.step_results, key, saved.headers, saved.value)]
+        else:
+            assert announce is not None
+            kept = announce.records[len(announce.records) - len(saved.announced):]  # the start's only when queued
+            out = [queued(i, announce.topic, key, h, v) for i, (v, h) in zip(saved.announced, kept, strict=True)]
+            own = own + saved.announced
+        if saved.claimed:
+            self._own[run.run_id] = own[-_OWN_KEPT:]
+            if len(self._own) > _OWN_RUNS:  # chains abandoned without a last save: only costs announcements
+                self._own.clear()
+        return out
 
     def _forget(self, run_id: str, task: asyncio.Task[None]) -> None:
         if self._publishing.get(run_id) is task:
@@ -368,8 +368,7 @@ class PgStepStore:
                 raise OutboxNotAcknowledgedError({out[0]: RuntimeError("an earlier step result waits for the relay")})
             await self._outbox.flush(list(out))
         except Exception as exc:
-            background = continued and self.publish_async
-            if not is_transient(exc) and not background:
+            if not is_transient(exc) and not continued:
                 raise
             # stored and committed: the step is done; the relay publishes its result once Kafka
             # (or Postgres, for the mark) is back. Raising would only retry a step task that
@@ -378,7 +377,7 @@ class PgStepStore:
             if continued:
                 self._relayed.add(run.run_id)
             log.warning("step result stored; publishing it is left to the outbox relay", run_id=run.run_id,
-                        step=run.step, error=repr(exc), background=background)
+                        step=run.step, error=repr(exc), background=continued)
         finally:
             if not continued:
                 self._relayed.discard(run.run_id)
