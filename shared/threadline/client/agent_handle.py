@@ -1,5 +1,5 @@
 """``client.agent("support-agent")``: Mastra's Agent methods on one agent, so Mastra code ports
-line for line (seed ``004``)::
+line for line::
 
     support = tl.agent("support-agent")
     sub = await support.subscribe_to_thread({"resourceId": "user-123", "threadId": "thread-abc"})
@@ -17,16 +17,16 @@ Options are one dict as in Mastra (camelCase or snake_case keys), or keyword arg
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from threadline.client.run_output import RunOutput
 from threadline.events import RunResult
 
 if TYPE_CHECKING:
-    from threadline.client.http_subscription import HttpThreadSubscription
+    from threadline.client.client import ThreadlineClient
     from threadline.client.results import SendResult
-    from threadline.client.subscription import ThreadSubscription
+    from threadline.client.transport import Subscription
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
          "ifIdle": "if_idle", "streamOptions": "stream_options", "fromBeginning": "from_beginning",
@@ -68,33 +68,6 @@ def _memory(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None
     return _target(opts), thread_row
 
 
-class AgentClient(Protocol):
-    """What a handle asks of its client: the public API that both the client over Kafka
-    (:class:`~threadline.client.ThreadlineClient`) and the one over HTTP
-    (:class:`~threadline.client.HttpThreadlineClient`) have, keyword arguments as theirs."""
-
-    @property
-    def send_message(self) -> Callable[..., Awaitable[SendResult]]: ...
-    @property
-    def queue_message(self) -> Callable[..., Awaitable[SendResult]]: ...
-    @property
-    def send_signal(self) -> Callable[..., Awaitable[SendResult]]: ...
-    @property
-    def send_state_signal(self) -> Callable[..., Awaitable[SendResult]]: ...
-    @property
-    def send_notification_signal(self) -> Callable[..., Awaitable[Any]]: ...
-    @property
-    def subscribe_to_thread(self) -> Callable[..., Awaitable[ThreadSubscription | HttpThreadSubscription]]: ...
-    @property
-    def generate(self) -> Callable[..., Awaitable[RunResult]]: ...
-    @property
-    def stream(self) -> Callable[..., Awaitable[SendResult]]: ...
-    @property
-    def run_output(self) -> Callable[..., RunOutput]: ...
-    @property
-    def agent_details(self) -> Callable[[str], Awaitable[dict[str, Any] | None]]: ...
-
-
 class AgentHandle:
     """One agent of the cluster, seen from a client (Mastra's ``Agent`` methods).
 
@@ -108,7 +81,7 @@ class AgentHandle:
     acknowledge the request in time.
     """
 
-    def __init__(self, client: AgentClient, agent_id: str) -> None:
+    def __init__(self, client: ThreadlineClient, agent_id: str) -> None:
         self.client = client
         self.id = agent_id
 
@@ -167,7 +140,7 @@ class AgentHandle:
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
 
     async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None,
-                                  **kw: Any) -> ThreadSubscription | HttpThreadSubscription:
+                                  **kw: Any) -> Subscription:
         """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
         ``await abort()``, ``await unsubscribe()``."""
         opts = _snake(options, kw)
@@ -225,7 +198,7 @@ class AgentVoice:
         (``THREADLINE_MODEL_API_BASE``, provider keys)."""
         from threadline.config import get_settings
 
-        return getattr(self._agent.client, "settings", None) or get_settings()
+        return self._agent.client.settings or get_settings()
 
     async def _config(self) -> Any:
         from threadline.runtime.voice import voice_of

@@ -1,0 +1,123 @@
+"""The client's reads from PostgreSQL (the read model the services write), in one class.
+
+:class:`~threadline.client.kafka_transport.KafkaTransport` reads through it when it is given a
+DSN and no other reader; every read opens one connection and closes it (a client reads rarely).
+The statements are the store's (``threadline.store``, ``threadline.inbox.access``); the three
+listings the store has no function for yet are written here, in the gateway's shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from threadline.client.transport import ReadName
+
+
+def _row(record: Any) -> dict[str, Any]:
+    """A row with its timestamps as ISO-8601 strings (what the gateway answers)."""
+    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(record).items()}
+
+
+class PostgresReader:
+    """Reads by name (:data:`~threadline.client.transport.ReadName`) over short connections.
+
+    Args:
+        dsn: the cluster's PostgreSQL (``THREADLINE_PG_DSN``).
+        statement_cache: ``False`` behind a transaction-pooling PgBouncer.
+
+    Raises (every read): ``asyncpg`` / ``OSError`` errors when PostgreSQL cannot be reached.
+    """
+
+    def __init__(self, dsn: str, *, statement_cache: bool = True) -> None:
+        self._dsn = dsn
+        self._statement_cache = statement_cache
+
+    def __repr__(self) -> str:  # never the DSN's password
+        return "PostgresReader()"
+
+    async def read(self, name: ReadName, /, **params: Any) -> Any:
+        """The answer of read ``name`` (:data:`~threadline.client.transport.ReadName`).
+
+        Raises:
+            ValueError: an unknown read, or ``mark`` with a status other than seen / dismissed / archived.
+        """
+        query = getattr(self, f"_{name}", None)
+        if query is None:
+            raise ValueError(f"no read {name!r}")
+        from threadline.store.db import connect
+
+        conn = await connect(self._dsn, statement_cache=self._statement_cache)
+        try:
+            return await query(conn, **params)
+        finally:
+            await conn.close()
+
+    async def close(self) -> None:
+        """Nothing is held between reads."""
+
+    # --- one method per read (conn first, the read's parameters as keywords) -------------------
+    @staticmethod
+    async def _active_run(conn: Any, *, resource_id: str, thread_id: str) -> str | None:
+        run_id: str | None = await conn.fetchval(
+            "SELECT run_id FROM thread_leases WHERE thread_id = $1 AND resource_id = $2 AND run_id IS NOT NULL "
+            "AND expires_at > now()", thread_id, resource_id)
+        return run_id
+
+    @staticmethod
+    async def _agent(conn: Any, *, agent_id: str) -> dict[str, Any] | None:
+        from threadline.store.agents import read_agent
+
+        return await read_agent(conn, agent_id)
+
+    @staticmethod
+    async def _thread(conn: Any, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        from threadline.store.agents import read_thread
+
+        return await read_thread(conn, resource_id, thread_id)
+
+    @staticmethod
+    async def _threads(conn: Any, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        rows = await conn.fetch("SELECT thread_id AS id, title, metadata, created_at, updated_at FROM threads "
+                                "WHERE resource_id = $1 ORDER BY updated_at DESC, thread_id LIMIT $2", resource_id,
+                                max(1, min(limit, 1000)))
+        return [_row(r) for r in rows]
+
+    @staticmethod
+    async def _messages(conn: Any, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        rows = await conn.fetch("SELECT id, run_id, role, type, content, created_at FROM messages "
+                                "WHERE thread_id = $1 AND resource_id = $2 ORDER BY position", thread_id, resource_id)
+        return [_row(r) for r in rows]
+
+    @staticmethod
+    async def _runs(conn: Any, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        rows = await conn.fetch("SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage, "
+                                "error, tripwire, created_at, finished_at FROM runs "
+                                "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id,
+                                resource_id)
+        return [_row(r) for r in rows]
+
+    @staticmethod
+    async def _scores(conn: Any, *, run_id: str) -> list[dict[str, Any]]:
+        from threadline.store.scores import list_scores
+
+        return await list_scores(conn, run_id)
+
+    @staticmethod
+    async def _inbox(conn: Any, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        from threadline.inbox import access
+
+        return await access.list_records(conn, resource_id=resource_id, thread_id=thread_id, status=status)
+
+    @staticmethod
+    async def _notification(conn: Any, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
+        from threadline.inbox import access
+
+        return await access.read_record(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id)
+
+    @staticmethod
+    async def _mark(conn: Any, *, resource_id: str, thread_id: str, record_id: str,
+                    status: str) -> dict[str, Any] | None:
+        from threadline.inbox import access
+
+        return await access.mark(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
+                                 status=status)
