@@ -26,8 +26,8 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
-from threadline.client.active import Delivered
 from threadline.client.http_subscription import resolved
+from threadline.client.subscription import ThreadSubscription
 from threadline.client.transport import Follow, ReadName, Sent
 from threadline.events.base import Event
 from threadline.events.replies import Aborted, Accepted, Notified, RunResult
@@ -84,7 +84,8 @@ class MemoryTransport:
 
     def answer(self, request_type: str, responder: Responder) -> None:
         """Answer requests of ``request_type`` (``send_message``, ``generate``, …) with
-        ``responder(request)``: a mapping slot → reply (slots the client does not wait for are ignored)."""
+        ``responder(request)``: a mapping slot → reply (slots the client does not wait for are
+        ignored; one it waits for and the mapping leaves out is never answered)."""
         self._responders[request_type] = responder
 
     def emit(self, resource_id: str, thread_id: str, *chunks: dict[str, Any]) -> None:
@@ -96,11 +97,14 @@ class MemoryTransport:
 
     async def request(self, request: Event, expect: Mapping[str, tuple[str, ...]], *,
                       wait_s: float | None = None) -> Sent:
-        """Record the request; the responder's replies fill the slots the client expects."""
+        """Record the request; the responder's replies fill the slots the client expects (a slot
+        it leaves out is never answered: the client times out after ``reply_timeout_s``)."""
         self.requests.append(request)
         responder = self._responders.get(str(getattr(request, "type", "")), _default)
         answers = responder(request)
-        return Sent(request.event_id, {slot: resolved(answers[slot]) for slot in expect if slot in answers})
+        loop = asyncio.get_running_loop()
+        return Sent(request.event_id, {slot: resolved(answers[slot]) if slot in answers else loop.create_future()
+                                       for slot in expect})
 
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> MemorySubscription:
         """A subscription on the thread's emitted chunks, from the position ``follow`` names."""
@@ -148,14 +152,15 @@ class _Log:
 
 
 class MemorySubscription:
-    """Chunks of one thread of a :class:`MemoryTransport` (the interface of
-    :class:`~threadline.client.ThreadSubscription`; duplicates by ``(runId, seq)`` and what
-    ``after`` names are left out, and ``hide_signals`` applies)."""
+    """Chunks of one thread of a :class:`MemoryTransport`, with the interface and the filter of
+    :class:`~threadline.client.ThreadSubscription` (duplicates by ``(runId, seq)``, dead
+    attempts and what ``after`` names left out; ``hide_signals``)."""
 
     def __init__(self, log: _Log, start: int, follow: Follow) -> None:
         self._log = log
-        self._follow = follow
-        self._delivered = Delivered(dict(follow.after) if follow.after is not None else None)
+        self._filter = ThreadSubscription("memory", log.topic, on_abort=follow.on_abort, on_active=follow.on_active,
+                                          after=dict(follow.after) if follow.after is not None else None,
+                                          hide_signals=follow.hide_signals)
         self._closed = False
         self.topic: str | None = log.topic
         self.start_offset: int | None = start
@@ -168,37 +173,31 @@ class MemorySubscription:
     async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
         at = self.start_offset or 0
         while not self._closed:
-            while at < len(self._log.chunks):
+            while at < len(self._log.chunks) and not self._closed:
                 chunk, self.last_offset = self._log.chunks[at][1], at
                 at += 1
-                if self._delivered.take(chunk) and not self._hidden(chunk):
+                if self._filter.accept(chunk) and not self._filter._hidden(chunk):
                     yield chunk
-            if self._log.closed:
+            if self._log.closed or self._closed:
                 return
             await self._log.wake.wait()
 
-    def _hidden(self, chunk: dict[str, Any]) -> bool:
-        hide = self._follow.hide_signals
-        if not hide or chunk.get("type") not in ("data-user-message", "data-signal"):
-            return False
-        return hide is True or (chunk.get("data") or {}).get("type") in hide
-
     def cursor(self) -> dict[str, int]:
         """Highest ``seq`` delivered per run."""
-        return dict(self._delivered.seen)
+        return self._filter.cursor()
 
     def seen_run_id(self) -> str | None:
         """The run whose last delivered chunk was not its ``finish``."""
-        return self._delivered.streaming
+        return self._filter.seen_run_id()
 
     async def active_run_id(self) -> str | None:
-        """The ``active_run`` read, unless this subscription delivered that run's ``finish``."""
-        holder = await self._follow.on_active() if self._follow.on_active is not None else None
-        return self._delivered.active(holder)
+        """The client's ``active_run_id`` (the ``active_run`` read), unless this subscription
+        delivered that run's ``finish``."""
+        return await self._filter.active_run_id()
 
     async def abort(self) -> bool:
         """The client's ``abort`` of the thread."""
-        return await self._follow.on_abort() if self._follow.on_abort is not None else False
+        return await self._filter.abort()
 
     async def unsubscribe(self) -> None:
         """Stop reading (a reader waiting for chunks ends)."""
