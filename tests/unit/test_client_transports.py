@@ -3,6 +3,8 @@ the gateway's request bodies, and a Kafka client whose reads go through the read
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import orjson
 import pytest
@@ -61,7 +63,7 @@ async def _take(stream, n: int):
 
 async def test_scripted_replies_reads_and_errors_over_the_memory_transport():
     memory = MemoryTransport()
-    memory.answer("generate", lambda req: {"accepted": _accepted(req), "result": RunResult(
+    memory.answer("generate", lambda req: {"result": RunResult(
         request_id=req.event_id, run_id="run-1", text="scripted", finish_reason="stop")})
     memory.answer("send_signal", lambda req: {"accepted": ErrorReply(request_id=req.event_id, code="unknown_agent",
                                                                      message="no")})
@@ -84,18 +86,12 @@ async def test_scripted_replies_reads_and_errors_over_the_memory_transport():
         await ThreadlineClient(transport=memory).queue_message("x", resource_id="u", thread_id="t")
 
 
-def _accepted(req):
-    from threadline.events import Accepted
-
-    return Accepted(request_id=req.event_id, action="wake", run_id="run-1")
-
-
 async def test_a_reply_that_never_comes_times_out_after_reply_timeout_s():
     memory = MemoryTransport(reply_timeout_s=0.05)
-    memory.answer("abort", lambda req: {})
+    memory.answer("abort", lambda req: {"aborted": asyncio.get_running_loop().create_future()})  # never answered
     with pytest.raises(TimeoutError):
         await ThreadlineClient(transport=memory).abort(resource_id="u", thread_id="t")
-    memory.answer("send_message", lambda req: {})
+    memory.answer("send_message", lambda req: {"accepted": asyncio.get_running_loop().create_future()})
     sent = await ThreadlineClient(transport=memory).send_message("x", agent_id="a", resource_id="u", thread_id="t")
     with pytest.raises(TimeoutError):
         await sent.accepted
@@ -152,3 +148,10 @@ async def test_a_kafka_client_reads_through_the_reader_it_is_given_and_needs_no_
 def test_settings_and_a_transport_together_are_refused():
     with pytest.raises(ValueError, match="settings"):
         ThreadlineClient(NOWHERE, transport=MemoryTransport())
+
+
+async def test_an_unknown_read_is_refused_before_any_connection():
+    for reader in (PostgresReader(NOWHERE.pg_dsn), GatewayReader.connect("http://127.0.0.1:9")):
+        with pytest.raises(ValueError, match="no read 'read'"):
+            await reader.read("read")  # type: ignore[arg-type]  # not a ReadName on purpose
+        await reader.close()

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed
-from threadline.client.transport import ReadName
+from threadline.client.transport import ReadName, query_of
 from threadline.errors import ThreadlineError
 from threadline.events.replies import ErrorReply
 
@@ -141,10 +141,7 @@ class GatewayReader:
         Raises:
             ValueError: an unknown read, or ``mark`` with a status other than seen / dismissed / archived.
         """
-        query = getattr(self, f"_{name}", None)
-        if query is None:
-            raise ValueError(f"no read {name!r}")
-        return await query(**params)
+        return await query_of(self, name)(**params)
 
     async def _get(self, path: str, key: str | None = None, params: dict[str, str] | None = None) -> Any:
         answer = await self._http.call("GET", path, params=params, missing_ok=True)

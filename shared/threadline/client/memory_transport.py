@@ -84,8 +84,8 @@ class MemoryTransport:
 
     def answer(self, request_type: str, responder: Responder) -> None:
         """Answer requests of ``request_type`` (``send_message``, ``generate``, …) with
-        ``responder(request)``: a mapping slot → reply (slots the client does not wait for are
-        ignored; one it waits for and the mapping leaves out is never answered)."""
+        ``responder(request)``: a mapping slot → reply (or an ``asyncio.Future`` of it) that
+        replaces the default reply of each slot it names (see the module)."""
         self._responders[request_type] = responder
 
     def emit(self, resource_id: str, thread_id: str, *chunks: dict[str, Any]) -> None:
@@ -97,14 +97,14 @@ class MemoryTransport:
 
     async def request(self, request: Event, expect: Mapping[str, tuple[str, ...]], *,
                       wait_s: float | None = None) -> Sent:
-        """Record the request; the responder's replies fill the slots the client expects (a slot
-        it leaves out is never answered: the client times out after ``reply_timeout_s``)."""
+        """Record the request; the responder's replies, over the defaults, fill the slots the
+        client expects (a reply given as an ``asyncio.Future`` is that future: one never done
+        makes the client time out after ``reply_timeout_s``)."""
         self.requests.append(request)
-        responder = self._responders.get(str(getattr(request, "type", "")), _default)
-        answers = responder(request)
-        loop = asyncio.get_running_loop()
-        return Sent(request.event_id, {slot: resolved(answers[slot]) if slot in answers else loop.create_future()
-                                       for slot in expect})
+        responder = self._responders.get(str(getattr(request, "type", "")))
+        answers = {**_default(request), **(responder(request) if responder is not None else {})}
+        return Sent(request.event_id, {slot: answers[slot] if isinstance(answers[slot], asyncio.Future)
+                                       else resolved(answers[slot]) for slot in expect if slot in answers})
 
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> MemorySubscription:
         """A subscription on the thread's emitted chunks, from the position ``follow`` names."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from threadline.client.transport import ReadName
+from threadline.client.transport import ReadName, query_of
 
 
 def _row(record: Any) -> dict[str, Any]:
@@ -41,9 +41,7 @@ class PostgresReader:
         Raises:
             ValueError: an unknown read, or ``mark`` with a status other than seen / dismissed / archived.
         """
-        query = getattr(self, f"_{name}", None)
-        if query is None:
-            raise ValueError(f"no read {name!r}")
+        query = query_of(self, name)
         from threadline.store.db import connect
 
         conn = await connect(self._dsn, statement_cache=self._statement_cache)

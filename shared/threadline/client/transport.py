@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from threadline.events.base import Event
 
@@ -40,6 +40,21 @@ ReadName = Literal["active_run", "agent", "thread", "threads", "messages", "runs
 - ``mark`` (resource_id, thread_id, record_id, status) → the record marked, or ``None``.
 
 A thread of another resource reads as one that does not exist (``None`` / ``[]``)."""
+
+READS = frozenset(get_args(ReadName))
+
+
+def query_of(reader: object, name: str) -> Callable[..., Awaitable[Any]]:
+    """A reader's method for read ``name``: its ``_<name>``.
+
+    Raises:
+        ValueError: ``name`` is no read (:data:`ReadName`) or the reader has no method for it.
+    """
+    query: Callable[..., Awaitable[Any]] | None = getattr(reader, f"_{name}", None) if name in READS else None
+    if query is None:
+        raise ValueError(f"no read {name!r}")
+    return query
+
 
 Replies = dict[str, "asyncio.Future[Any]"]
 """Slot name → the future of its reply (an ``ErrorReply`` answers any slot)."""
