@@ -17,16 +17,16 @@ Options are one dict as in Mastra (camelCase or snake_case keys), or keyword arg
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
 from threadline.client.run_output import RunOutput
 from threadline.events import RunResult
 
 if TYPE_CHECKING:
-    from threadline.client.client import ThreadlineClient
     from threadline.client.results import SendResult
     from threadline.client.transport import Subscription
+    from threadline.config import Settings
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
          "ifIdle": "if_idle", "streamOptions": "stream_options", "fromBeginning": "from_beginning",
@@ -68,6 +68,35 @@ def _memory(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None
     return _target(opts), thread_row
 
 
+class AgentClient(Protocol):
+    """What a handle asks of its client, :class:`~threadline.client.ThreadlineClient` (its
+    methods, keyword arguments as theirs): a Protocol, so this module does not import the
+    client's, which imports this one for ``agent(id)``."""
+
+    @property
+    def settings(self) -> Settings | None: ...
+    @property
+    def send_message(self) -> Callable[..., Awaitable[SendResult]]: ...
+    @property
+    def queue_message(self) -> Callable[..., Awaitable[SendResult]]: ...
+    @property
+    def send_signal(self) -> Callable[..., Awaitable[SendResult]]: ...
+    @property
+    def send_state_signal(self) -> Callable[..., Awaitable[SendResult]]: ...
+    @property
+    def send_notification_signal(self) -> Callable[..., Awaitable[Any]]: ...
+    @property
+    def subscribe_to_thread(self) -> Callable[..., Awaitable[Subscription]]: ...
+    @property
+    def generate(self) -> Callable[..., Awaitable[RunResult]]: ...
+    @property
+    def stream(self) -> Callable[..., Awaitable[SendResult]]: ...
+    @property
+    def run_output(self) -> Callable[..., RunOutput]: ...
+    @property
+    def agent_details(self) -> Callable[[str], Awaitable[dict[str, Any] | None]]: ...
+
+
 class AgentHandle:
     """One agent of the cluster, seen from a client (Mastra's ``Agent`` methods).
 
@@ -81,7 +110,7 @@ class AgentHandle:
     acknowledge the request in time.
     """
 
-    def __init__(self, client: ThreadlineClient, agent_id: str) -> None:
+    def __init__(self, client: AgentClient, agent_id: str) -> None:
         self.client = client
         self.id = agent_id
 

@@ -41,11 +41,12 @@ from threadline.events import (
 )
 
 if TYPE_CHECKING:
+    import httpx
+
     from threadline.client.agent_handle import AgentHandle
-    from threadline.client.http import HttpThreadlineClient
     from threadline.config import Settings
 
-__all__ = ["BrokerUnavailableError", "RequestFailed", "SendResult", "ThreadlineClient"]
+__all__ = ["BrokerUnavailableError", "HttpThreadlineClient", "RequestFailed", "SendResult", "ThreadlineClient"]
 
 
 class ThreadlineClient:
@@ -88,8 +89,6 @@ class ThreadlineClient:
         """This client over the HTTP gateway, with a URL and an API key (or JWT) only: no Kafka,
         no PostgreSQL, no settings read (docs/gateway.md): ``async with
         ThreadlineClient.connect_http(url, api_key=key) as tl: ...``."""
-        from threadline.client.http import HttpThreadlineClient
-
         return HttpThreadlineClient(base_url, api_key=api_key, default_agent=default_agent, timeout_s=timeout_s)
 
     async def start(self) -> None:
@@ -374,3 +373,25 @@ class ThreadlineClient:
                         on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
                         on_active=lambda: self.active_run_id(resource_id=resource_id, thread_id=thread_id))
         return await self.transport.subscribe(resource_id, thread_id, follow)
+
+
+class HttpThreadlineClient(ThreadlineClient):
+    """:class:`ThreadlineClient` over the gateway's HTTP API (a constructor, nothing more).
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:18000``.
+        api_key: an API key or a JWT, sent as ``Authorization: Bearer …`` (``None``: a gateway
+            open for local development).
+        default_agent: the agent of calls that name none.
+        timeout_s: each HTTP call's timeout (``generate`` waits ``timeout_s`` more than its own).
+        transport: an ``httpx`` transport (tests: ``httpx.MockTransport`` / ``ASGITransport``).
+    """
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, default_agent: str | None = None,
+                 timeout_s: float = 60.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        from threadline.client.http_transport import HttpTransport
+
+        http = HttpTransport(base_url, api_key=api_key, timeout_s=timeout_s, transport=transport)
+        super().__init__(transport=http, default_agent=default_agent)
+        self.base_url = http.base_url
+        self.timeout_s = timeout_s
