@@ -35,7 +35,7 @@ async def _burst(tl: ThreadlineClient, thread: str) -> tuple[Any, Any, Any]:
     """abort, send_message "m" (deliver when active), queue_message "q": one producer, back to back."""
     abort = AbortRequest(agent_id="b12", resource_id="res-1", thread_id=thread)
     aborted = tl.transport.replies.expect(abort.event_id, "aborted")
-    await tl.transport.publish(abort)
+    await tl.publish(abort)
     m = await tl.send_message("m", agent_id="b12", resource_id="res-1", thread_id=thread,
                               if_active={"behavior": "deliver"})
     q = await tl.queue_message("q", agent_id="b12", resource_id="res-1", thread_id=thread)

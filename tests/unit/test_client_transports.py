@@ -155,3 +155,11 @@ async def test_an_unknown_read_is_refused_before_any_connection():
         with pytest.raises(ValueError, match="no read 'read'"):
             await reader.read("read")  # type: ignore[arg-type]  # not a ReadName on purpose
         await reader.close()
+
+
+async def test_publish_sends_a_raw_request_without_waiting_for_a_reply():
+    memory = MemoryTransport()
+    memory.answer("abort", lambda req: {"aborted": asyncio.get_running_loop().create_future()})  # never answered
+    raw = AbortRequest(agent_id="a", resource_id="u", thread_id="t")
+    await asyncio.wait_for(ThreadlineClient(transport=memory).publish(raw), 1)
+    assert memory.requests == [raw]

@@ -39,6 +39,7 @@ from threadline.events import (
     SendStateSignal,
     Stream,
 )
+from threadline.events.base import Event
 
 if TYPE_CHECKING:
     import httpx
@@ -117,6 +118,15 @@ class ThreadlineClient:
         await self.stop()
 
     # --- requests -------------------------------------------------------------------------------
+    async def publish(self, request: Event) -> None:
+        """Send a raw ingress request (an event of :mod:`threadline.events`) without waiting for
+        its reply (over Kafka: the ingress topic, keyed by its thread; over HTTP: its endpoint).
+
+        Raises:
+            BrokerUnavailableError: not acknowledged in time (it may still arrive, and is then handled once).
+        """
+        await self.transport.request(request, {})
+
     def _agent(self, agent_id: str | None) -> str:
         agent = agent_id or self.default_agent
         if not agent:
