@@ -34,7 +34,7 @@ def _assistant_texts(body: dict[str, Any]) -> list[str]:
 async def _burst(tl: ThreadlineClient, thread: str) -> tuple[Any, Any, Any]:
     """abort, send_message "m" (deliver when active), queue_message "q": one producer, back to back."""
     abort = AbortRequest(agent_id="b12", resource_id="res-1", thread_id=thread)
-    aborted = tl._replies.expect(abort.event_id, "aborted")
+    aborted = tl.transport.replies.expect(abort.event_id, "aborted")
     await tl.publish(abort)
     m = await tl.send_message("m", agent_id="b12", resource_id="res-1", thread_id=thread,
                               if_active={"behavior": "deliver"})

@@ -138,7 +138,7 @@ async def test_b13c_a_request_published_again_is_answered_the_same(services, set
         await producer.start()
         try:
             async with ThreadlineClient(settings) as tl:
-                first = tl._replies.expect(e1.event_id, "accepted")
+                first = tl.transport.replies.expect(e1.event_id, "accepted")
                 await producer.send_and_wait(Topics(cluster.prefix).ingress, orjson.dumps(e1.dump()), key=key)
                 await asyncio.sleep(3)  # the reply was "lost": the client sends e1 again, to the other instance
                 await producer.send_and_wait(second_topic, orjson.dumps(e1.dump()), key=key)
@@ -168,7 +168,7 @@ async def _state_race(services, settings, cluster, keys: tuple[str, str]) -> tup
         await producer.start()
         try:
             async with ThreadlineClient(settings) as tl:
-                waits = [tl._replies.expect_first(r.event_id, ("accepted", "skipped", "error")) for r in reqs]
+                waits = [tl.transport.replies.expect_first(r.event_id, ("accepted", "skipped", "error")) for r in reqs]
                 sub = await tl.subscribe_to_thread(RES, thread)
                 await producer.send_and_wait(Topics(cluster.prefix).ingress, orjson.dumps(reqs[0].dump()), key=key)
                 await asyncio.sleep(0.002)

@@ -74,7 +74,7 @@ async def test_bad_ingress_events_are_dead_lettered_answered_and_the_consumer_go
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
     await producer.start()
     async with ThreadlineClient(settings) as tl:
-        waiting = {rid: tl._replies.expect(rid, "error") for _, _, rid, _ in BAD if rid}
+        waiting = {rid: tl.transport.replies.expect(rid, "error") for _, _, rid, _ in BAD if rid}
         try:
             for raw, *_ in BAD:
                 await producer.send_and_wait(topics.ingress, raw, key=b"r:t-bad")
@@ -112,11 +112,11 @@ async def test_a_resent_request_is_answered_again_and_has_no_second_effect(servi
     await producer.start()
     async with ThreadlineClient(settings) as tl:
         sub = await tl.subscribe_to_thread("res-1", thread)
-        first = tl._replies.expect(request["event_id"], "accepted")
+        first = tl.transport.replies.expect(request["event_id"], "accepted")
         await producer.send_and_wait(topics.ingress, orjson.dumps(request), key=f"res-1:{thread}".encode())
         accepted = await asyncio.wait_for(first, 20)
         await collect_run(sub)
-        again = tl._replies.expect(request["event_id"], "accepted")
+        again = tl.transport.replies.expect(request["event_id"], "accepted")
         await producer.send_and_wait(topics.ingress, orjson.dumps(request), key=f"res-1:{thread}".encode())
         repeated = await asyncio.wait_for(again, 20)
         await producer.stop()

@@ -81,9 +81,9 @@ async def test_dirty_messages_and_signals_are_cleaned_and_a_dirty_id_is_refused(
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
     await producer.start()
     async with ThreadlineClient(settings) as tl:
-        ok_m = tl._replies.expect(msg["event_id"], "accepted")
-        ok_s = tl._replies.expect(sig["event_id"], "accepted")
-        refused = tl._replies.expect(bad["event_id"], "error")
+        ok_m = tl.transport.replies.expect(msg["event_id"], "accepted")
+        ok_s = tl.transport.replies.expect(sig["event_id"], "accepted")
+        refused = tl.transport.replies.expect(bad["event_id"], "error")
         try:
             for body in (msg, sig, bad):
                 await producer.send_and_wait(topics.ingress, json.dumps(body).encode(), key=key)
@@ -116,7 +116,7 @@ async def test_a_record_no_parser_can_read_gets_a_dead_letter_and_an_error_reply
     await producer.start()
     sent = []
     async with ThreadlineClient(settings) as tl:
-        waiting = {r: tl._replies.expect(r, "error") for r in records}
+        waiting = {r: tl.transport.replies.expect(r, "error") for r in records}
         try:
             for value in records.values():
                 sent.append(await producer.send_and_wait(topics.ingress, value, key=b"r:t-bytes"))

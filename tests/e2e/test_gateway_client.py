@@ -136,3 +136,33 @@ async def test_generate_and_abort_over_http(gateway, model, no_kafka_no_postgres
         assert result.text == "the answer" and result.finish_reason == "stop"
         assert await tl.abort(resource_id=TENANT_A, thread_id=thread) is False  # idle
         assert await tl.abort(resource_id=TENANT_A, thread_id=_thread()) is False  # no such thread
+
+
+async def test_a_kafka_client_reading_through_the_gateway_opens_no_postgres(gateway, model, settings, monkeypatch):
+    """Requests and chunks over Kafka, reads over the gateway (``reader=GatewayReader``): the
+    turn, the thread, its messages and runs, the active run, with PostgreSQL connections refused."""
+    from threadline.client import GatewayReader, KafkaTransport
+
+    def refuse(*_a, **_k):
+        raise OpenedConnectionError("the client opened a PostgreSQL connection")
+
+    monkeypatch.setattr(asyncpg, "connect", refuse)
+    model.queue({"text": "over both"}, model="threadline-gateway-tools")
+    thread = _thread()
+    reader = GatewayReader.connect(gateway.url, api_key=gateway.key_a)
+    async with ThreadlineClient(transport=KafkaTransport(settings, reader=reader)) as tl:
+        sub = await tl.subscribe_to_thread(TENANT_A, thread)
+        sent = await tl.send_message("hi", agent_id="gateway-tools", resource_id=TENANT_A, thread_id=thread)
+        accepted = await sent.accepted
+        assert accepted.action == "wake" and sent.signal is not None and sent.signal.id == accepted.signal_id
+        assert await accepted.output.text(timeout_s=60) == "over both"
+        for _ in range(100):  # the lease is released just after the finish
+            if await sub.active_run_id() is None:
+                break
+            await asyncio.sleep(0.1)
+        assert await sub.active_run_id() is None
+        assert (await tl.get_thread(resource_id=TENANT_A, thread_id=thread))["id"] == thread
+        assert [m["role"] for m in await tl.messages(resource_id=TENANT_A, thread_id=thread)][:1] == ["user"]
+        assert [r["run_id"] for r in await tl.runs(resource_id=TENANT_A, thread_id=thread)] == [accepted.run_id]
+        assert thread in [t["id"] for t in await tl.list_threads(resource_id=TENANT_A)]
+        await sub.unsubscribe()

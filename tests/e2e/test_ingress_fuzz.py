@@ -240,8 +240,8 @@ async def test_a_missing_reply_topic_an_empty_event_id_and_a_nul_are_refused(ser
     producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
     await producer.start()
     async with ThreadlineClient(settings) as tl:
-        bad_reply = tl._replies.expect(f"fz-{tag}-r", "error")
-        nul_reply = tl._replies.expect(f"fz-{tag}-nul", "error")
+        bad_reply = tl.transport.replies.expect(f"fz-{tag}-r", "error")
+        nul_reply = tl.transport.replies.expect(f"fz-{tag}-nul", "error")
         try:
             await producer.send_and_wait(topics.ingress, _dumps({**base, "event_id": f"fz-{tag}-r",
                                                                  "reply_to": f"no-such-topic-{tag}"}), key=key)

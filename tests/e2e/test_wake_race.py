@@ -31,7 +31,7 @@ async def test_c16_double_texting_starts_one_run(services, settings, model, clus
     try:
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
-            r1, r2 = tl._replies.expect(m1.event_id, "accepted"), tl._replies.expect(m2.event_id, "accepted")
+            r1, r2 = tl.transport.replies.expect(m1.event_id, "accepted"), tl.transport.replies.expect(m2.event_id, "accepted")
             await producer.send_and_wait(topics.ingress, orjson.dumps(m1.dump()), key=key)
             await asyncio.sleep(0.005)
             await producer.send_and_wait(second_topic, orjson.dumps(m2.dump()), key=key)

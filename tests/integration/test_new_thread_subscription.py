@@ -102,7 +102,7 @@ async def test_a_subscription_whose_topic_cannot_be_made_leaves_no_consumer(
         async def refused(*_a: Any, **_kw: Any) -> bool:
             raise RuntimeError("creating topic failed with error code 29")
 
-        monkeypatch.setattr(tl._admin, "ensure_chunk_topic", refused)
+        monkeypatch.setattr(tl.transport.admin, "ensure_chunk_topic", refused)
         before = len(started)
         with pytest.raises(RuntimeError, match="error code 29"):
             await tl.subscribe_to_thread("res", f"refused-{uuid.uuid4().hex[:8]}")

@@ -18,9 +18,10 @@ import pytest
 from tests.integration.pg import leased_run
 from tests.integration.save_step_cases import CASES, RECORDED, lifecycle, messages, neutral, set_up, snapshot
 from threadline.events import StartRun, StepResult
+from threadline.flows import orchestration
 from threadline.orchestration.runs import AnnounceStored, RunRow, plan_save
 from threadline.runtime.ports import RunState, StepRun
-from threadline.store import orchestration, steps
+from threadline.store import steps
 from threadline.store.db import Database, connect
 from threadline.topics import Topics
 from threadline.worker.step_store import announcement

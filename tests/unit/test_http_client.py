@@ -44,14 +44,14 @@ async def test_a_send_is_answered_at_once_and_reads_of_a_missing_thread_are_empt
         return _error(404, "not_found")
 
     tl = _client(handler)
-    sent = await tl.send_message({"content": "hi", "attributes": {"a": "1"}}, agent_id="a", resource_id="r/1",
+    sent = await tl.send_message({"contents": "hi", "attributes": {"a": "1"}}, agent_id="a", resource_id="r/1",
                                  thread_id="t 1", if_idle={"behavior": "persist"})
     accepted = await sent.accepted
     assert accepted.action == "persist" and sent.signal.id == "sig_1" and sent.signal.contents == "hi"
     assert (await sent.persisted).signal_id == "sig_1"
     assert seen[0].url.raw_path == b"/v1/resources/r%2F1/threads/t%201/messages"  # ids are one path segment
     assert seen[0].headers["authorization"] == "Bearer k-1"
-    assert orjson.loads(seen[0].content) == {"message": {"content": "hi", "attributes": {"a": "1"}}, "agent_id": "a",
+    assert orjson.loads(seen[0].content) == {"message": {"contents": "hi", "attributes": {"a": "1"}}, "agent_id": "a",
                                              "if_idle": {"behavior": "persist"}}
     assert await tl.get_thread(resource_id="r", thread_id="t") is None
     assert await tl.inbox(resource_id="r", thread_id="t") == [] and await tl.messages(resource_id="r", thread_id="t") == []

@@ -92,7 +92,7 @@ def test_setting_reaches_service_and_client(monkeypatch: pytest.MonkeyPatch) -> 
     settings = Settings()
     assert settings.replication_factor == 3
     assert Service(settings).admin.replication_factor == 3
-    assert ThreadlineClient(settings)._admin.replication_factor == 3
+    assert ThreadlineClient(settings).transport.admin.replication_factor == 3
     assert Settings(replication_factor=1).replication_factor == 1
     with pytest.raises(ValueError, match="greater than or equal to 1"):
         Settings(replication_factor=0)

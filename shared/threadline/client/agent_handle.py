@@ -1,5 +1,5 @@
 """``client.agent("support-agent")``: Mastra's Agent methods on one agent, so Mastra code ports
-line for line (docs/agents.md, "Client: Mastra's Agent methods")::
+line for line::
 
     support = tl.agent("support-agent")
     sub = await support.subscribe_to_thread({"resourceId": "user-123", "threadId": "thread-abc"})
@@ -24,9 +24,9 @@ from threadline.client.run_output import RunOutput
 from threadline.events import RunResult
 
 if TYPE_CHECKING:
-    from threadline.client.http_subscription import HttpThreadSubscription
     from threadline.client.results import SendResult
-    from threadline.client.subscription import ThreadSubscription
+    from threadline.client.transport import Subscription
+    from threadline.config import Settings
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
          "ifIdle": "if_idle", "streamOptions": "stream_options", "fromBeginning": "from_beginning",
@@ -69,10 +69,12 @@ def _memory(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None
 
 
 class AgentClient(Protocol):
-    """What a handle asks of its client: the public API that both the client over Kafka
-    (:class:`~threadline.client.ThreadlineClient`) and the one over HTTP
-    (:class:`~threadline.client.HttpThreadlineClient`) have, keyword arguments as theirs."""
+    """What a handle asks of its client, :class:`~threadline.client.ThreadlineClient` (its
+    methods, keyword arguments as theirs): a Protocol, so this module does not import the
+    client's, which imports this one for ``agent(id)``."""
 
+    @property
+    def settings(self) -> Settings | None: ...
     @property
     def send_message(self) -> Callable[..., Awaitable[SendResult]]: ...
     @property
@@ -84,7 +86,7 @@ class AgentClient(Protocol):
     @property
     def send_notification_signal(self) -> Callable[..., Awaitable[Any]]: ...
     @property
-    def subscribe_to_thread(self) -> Callable[..., Awaitable[ThreadSubscription | HttpThreadSubscription]]: ...
+    def subscribe_to_thread(self) -> Callable[..., Awaitable[Subscription]]: ...
     @property
     def generate(self) -> Callable[..., Awaitable[RunResult]]: ...
     @property
@@ -167,7 +169,7 @@ class AgentHandle:
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
 
     async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None,
-                                  **kw: Any) -> ThreadSubscription | HttpThreadSubscription:
+                                  **kw: Any) -> Subscription:
         """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
         ``await abort()``, ``await unsubscribe()``."""
         opts = _snake(options, kw)
@@ -225,7 +227,7 @@ class AgentVoice:
         (``THREADLINE_MODEL_API_BASE``, provider keys)."""
         from threadline.config import get_settings
 
-        return getattr(self._agent.client, "settings", None) or get_settings()
+        return self._agent.client.settings or get_settings()
 
     async def _config(self) -> Any:
         from threadline.runtime.voice import voice_of

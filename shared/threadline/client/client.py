@@ -1,33 +1,35 @@
-"""``ThreadlineClient``: Mastra's Agent thread API over Kafka.
+"""``ThreadlineClient``: Mastra's Agent thread API, over a transport.
 
-    async with ThreadlineClient() as tl:
+    async with ThreadlineClient() as tl:            # Kafka, settings from THREADLINE_*
         sub = await tl.subscribe_to_thread("user-123", "thread-abc")
         result = await tl.send_message("hi", agent_id="support-agent",
                                        resource_id="user-123", thread_id="thread-abc")
         accepted = await result.accepted          # {action: "wake", run_id: ...}
         async for chunk in sub.stream: ...
+
+Every verb is written once here; the transport moves requests, chunks and rows
+(:mod:`threadline.client.transport`): :class:`~threadline.client.kafka_transport.KafkaTransport`
+(the default), :class:`~threadline.client.http_transport.HttpTransport` (the gateway,
+``ThreadlineClient.connect_http(url, api_key=…)``) or
+:class:`~threadline.client.memory_transport.MemoryTransport` (in process, for unit tests).
+
+Every send builds its typed ingress request here, so a malformed one raises pydantic's
+``ValidationError`` (a ``ValueError``) before anything is sent, whatever the transport.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from aiokafka.errors import KafkaError
-
-from threadline.client.inbox_marks import InboxMarks
-from threadline.client.replies import ReplyListener
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
-from threadline.client.run_output import CreatedSignal, RunOutput
-from threadline.client.subscription import ThreadSubscription
-from threadline.config import Settings, get_settings
+from threadline.client.run_output import RunOutput
+from threadline.client.sending import answer, checked, given, slots, with_signal
+from threadline.client.transport import Follow, Subscription, Transport
 from threadline.events import (
     AbortRequest,
     Accepted,
-    ErrorReply,
     Generate,
     QueueMessage,
     RunResult,
@@ -38,83 +40,75 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
-from threadline.events.messages import now_iso
-from threadline.ids import new_id
-from threadline.kafka.admin import TopicAdmin
-from threadline.kafka.producer import Producer
-from threadline.kafka.security import client_kwargs
-from threadline.ops import tracing
-from threadline.store.payloads import PayloadStore
-from threadline.topics import Topics, thread_key
 
 if TYPE_CHECKING:
+    import httpx
+
     from threadline.client.agent_handle import AgentHandle
-    from threadline.client.http import HttpThreadlineClient
+    from threadline.config import Settings
+
+__all__ = ["BrokerUnavailableError", "HttpThreadlineClient", "RequestFailed", "SendResult", "ThreadlineClient"]
 
 
-class ThreadlineClient(InboxMarks):
-    """Publishes requests to the ingress topic and reads replies and chunk topics."""
+class ThreadlineClient:
+    """Mastra's Agent thread API (send, stream, generate, abort, subscribe, read) over ``transport``.
 
-    def __init__(self, settings: Settings | None = None, *, default_agent: str | None = None) -> None:
-        self.settings = settings or get_settings()
-        self.topics = Topics(self.settings.topic_prefix)
+    Args:
+        settings: for the default transport, :class:`~threadline.client.kafka_transport.KafkaTransport`
+            (default: ``THREADLINE_*``); not with ``transport``.
+        transport: where requests, chunks and reads go (:class:`~threadline.client.transport.Transport`).
+        default_agent: the agent of calls that name none.
+
+    Raises:
+        ValueError: both ``settings`` and ``transport``.
+    """
+
+    def __init__(self, settings: Settings | None = None, *, transport: Transport | None = None,
+                 default_agent: str | None = None) -> None:
+        if transport is None:
+            from threadline.client.kafka_transport import KafkaTransport
+
+            transport = KafkaTransport(settings)
+        elif settings is not None:
+            raise ValueError("settings configure the default transport: pass them to the transport instead")
+        self.transport = transport
         self.default_agent = default_agent
-        # bodies over max_record_bytes (a message of several MB) go to Postgres by reference
-        # (docs/decisions.md#payloads-by-reference); the connection is opened only when one is met
-        self._payloads = PayloadStore(dsn=self.settings.pg_dsn, statement_cache=self.settings.pg_use_statement_cache)
-        tracing.configure("client")  # on only with OTEL_EXPORTER_OTLP_ENDPOINT / THREADLINE_TRACE_FILE, or an app's own SDK
-        self._security = client_kwargs(self.settings)  # TLS / SASL (docs/operations.md)
-        self._producer = Producer(self.settings.kafka_bootstrap, client_id="threadline-client", linger_ms=0,
-                                  max_record_bytes=self.settings.max_record_bytes,
-                                  spill=lambda body, topic: self._payloads.put(body, topic=topic),
-                                  security=self._security)
-        self._admin = TopicAdmin(self.settings.kafka_bootstrap, security=self._security,  # chunk topics may be deleted
-                                 replication_factor=self.settings.replication_factor, recheck=True)  # (decision 41)
-        self._replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads,
-                                      security=self._security)
         self._started = False
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.transport!r})"
+
+    @property
+    def settings(self) -> Settings | None:
+        """The transport's settings (``None`` for a transport that reads none, e.g. over HTTP)."""
+        found: Settings | None = getattr(self.transport, "settings", None)
+        return found
 
     @staticmethod
     def connect_http(base_url: str, *, api_key: str | None = None, default_agent: str | None = None,
                      timeout_s: float = 60.0) -> HttpThreadlineClient:
-        """The same public API over the HTTP gateway, with a URL and an API key (or JWT) only: no
-        Kafka, no PostgreSQL, no settings read (:class:`threadline.client.http.HttpThreadlineClient`;
-        docs/gateway.md). Use it as this client: ``async with ThreadlineClient.connect_http(url,
-        api_key=key) as tl: ...``."""
-        from threadline.client.http import HttpThreadlineClient
-
+        """This client over the HTTP gateway, with a URL and an API key (or JWT) only: no Kafka,
+        no PostgreSQL, no settings read (docs/gateway.md): ``async with
+        ThreadlineClient.connect_http(url, api_key=key) as tl: ...``."""
         return HttpThreadlineClient(base_url, api_key=api_key, default_agent=default_agent, timeout_s=timeout_s)
 
     async def start(self) -> None:
-        """Connect to the broker. Raises :class:`BrokerUnavailableError` when it cannot be
-        reached within ``reply_timeout_s``."""
+        """Connect the transport (once; again after :meth:`stop`).
+
+        Raises:
+            BrokerUnavailableError: the cluster (broker, or gateway) cannot be reached in time.
+        """
         if self._started:
             return
-        try:
-            await asyncio.wait_for(self._connect(), self.settings.reply_timeout_s)
-        except (TimeoutError, KafkaError, OSError) as exc:
-            await self._close(2.0)
-            raise BrokerUnavailableError(f"cannot reach the Kafka broker at {self.settings.kafka_bootstrap}: "
-                                         f"{type(exc).__name__} {exc}".rstrip()) from exc
+        await self.transport.start()
         self._started = True
 
-    async def _connect(self) -> None:
-        await self._producer.start()
-        await self._admin.start()
-        await self._admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
-        await self._replies.start()
-
     async def stop(self) -> None:
-        """Disconnect; with the broker away, every part gets a few seconds, then is left behind."""
+        """Disconnect (idempotent)."""
         if not self._started:
             return
         self._started = False
-        await self._close(3.0)
-
-    async def _close(self, each_s: float) -> None:
-        for close in (self._replies.stop, self._admin.stop, self._producer.stop, self._payloads.close):
-            with contextlib.suppress(Exception):  # TimeoutError included: the broker is away
-                await asyncio.wait_for(close(), each_s)
+        await self.transport.stop()
 
     async def __aenter__(self) -> ThreadlineClient:
         await self.start()
@@ -125,18 +119,13 @@ class ThreadlineClient(InboxMarks):
 
     # --- requests -------------------------------------------------------------------------------
     async def publish(self, request: Event) -> None:
-        """Publish a raw request event to the ingress topic, keyed by its thread."""
-        key = thread_key(request.resource_id, request.thread_id)  # type: ignore[attr-defined]  # every ingress request has both
-        timeout_s = self.settings.reply_timeout_s
-        try:
-            with tracing.span(f"{self.topics.ingress} publish", **{  # the root of the request's trace
-                    "messaging.system": "kafka", "messaging.destination.name": self.topics.ingress,
-                    "threadline.request": getattr(request, "type", None), "threadline.thread_id": key}):
-                await asyncio.wait_for(self._producer.publish(self.topics.ingress, request, key=key), timeout_s)
-        except (TimeoutError, KafkaError) as exc:
-            raise BrokerUnavailableError(
-                f"request {request.event_id} not acknowledged by the Kafka broker within {timeout_s:g} s "
-                f"({type(exc).__name__}); it may still be delivered later and is then handled once") from exc
+        """Send a raw ingress request (an event of :mod:`threadline.events`) without waiting for
+        its reply (over Kafka: the ingress topic, keyed by its thread; over HTTP: its endpoint).
+
+        Raises:
+            BrokerUnavailableError: not acknowledged in time (it may still arrive, and is then handled once).
+        """
+        await self.transport.request(request, {})
 
     def _agent(self, agent_id: str | None) -> str:
         agent = agent_id or self.default_agent
@@ -145,38 +134,50 @@ class ThreadlineClient(InboxMarks):
         return agent
 
     async def _send(self, request: Any, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
-        request, signal = _with_signal(request)
-        accepted = self._replies.expect(request.event_id, kinds[0]) if len(kinds) == 1 \
-            else self._replies.expect_first(request.event_id, kinds)
-        persisted = self._replies.expect(request.event_id, "persisted") \
-            if getattr(getattr(request, "if_idle", None), "behavior", None) == "persist" \
-            or getattr(getattr(request, "if_active", None), "behavior", None) == "persist" else None
+        """Send a request that creates a signal; the :class:`SendResult` once the transport took it."""
+        request, signal = with_signal(request)
         sent_at_ms = int(time.time() * 1000)
-        await self.publish(request)
+        sent = await self.transport.request(request, slots(request, kinds))
 
         def answered(reply: Any) -> Any:
             if isinstance(reply, Accepted):
                 if reply.signal is not None:
                     signal.update(reply.signal)
+                if reply.signal_id:
+                    signal.id = reply.signal_id
                 if reply.action == "wake" and reply.run_id:
                     reply._output = self.run_output(reply.run_id, resource_id=request.resource_id,
                                                     thread_id=request.thread_id, sent_at_ms=sent_at_ms)
             return reply
 
-        return SendResult(request.event_id, _checked(accepted, self.settings.reply_timeout_s, answered),
-                          _checked(persisted, self.settings.reply_timeout_s) if persisted else None, signal,
-                          sent_at_ms)
+        timeout_s = self.transport.reply_timeout_s
+        persisted = sent.replies.get("persisted")
+        return SendResult(sent.request_id, checked(sent.replies["accepted"], timeout_s, answered),
+                          checked(persisted, timeout_s) if persisted is not None else None, signal, sent_at_ms)
+
+    async def _ask(self, request: Any, slot: str) -> Any:
+        """Send a request whose one reply ``slot`` answers it; that reply.
+
+        Raises:
+            RequestFailed: an error reply. TimeoutError: none within ``reply_timeout_s``.
+        """
+        sent = await self.transport.request(request, {slot: (slot,)})
+        return answer(await asyncio.wait_for(sent.replies[slot], self.transport.reply_timeout_s))
 
     def _objects(self, options: dict[str, Any] | None) -> dict[str, Any]:
         """Run options with call-level processors, hooks and ``prepare_step`` given as objects
-        replaced by references to the agents module (decision 73).
+        replaced by references to the agents module (decision 73); as given when the transport
+        names no agents module (the gateway encodes them).
 
         Raises:
             ConfigurationError: an object the agents module does not define at module level.
         """
+        module = self.transport.agents_module
+        if not options or module is None:
+            return dict(options or {})
         from threadline.runtime.refs import encode
 
-        return encode(options, self.settings.agents_module) if options else {}
+        return encode(options, module)
 
     def _idle(self, if_idle: dict[str, Any] | None) -> dict[str, Any] | None:
         """``if_idle`` with its ``stream_options`` / ``streamOptions`` objects as references."""
@@ -187,16 +188,19 @@ class ThreadlineClient(InboxMarks):
 
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
-        ``sent_at_ms`` (its chunks are read from the chunk topic's records written since)."""
+        ``sent_at_ms`` (its chunks are read from the thread's stream written since)."""
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
             resource_id, thread_id, from_time_ms=from_ms, after=after), sent_at_ms)
 
     async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: dict[str, Any] | None = None,
                            if_idle: dict[str, Any] | None = None) -> SendResult:
-        """``sendMessage``: deliver into the active run, or wake the idle thread."""
+        """``sendMessage``: deliver into the active run, or wake the idle thread.
+
+        ``message``: a string, a list of parts, or ``{contents, attributes?, metadata?, provider_options?}``.
+        """
         req = SendMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                          message=message, run_id=run_id, **_opts(if_active=if_active, if_idle=self._idle(if_idle)))
+                          message=message, run_id=run_id, **given(if_active=if_active, if_idle=self._idle(if_idle)))
         return await self._send(req)
 
     async def send_signal(self, signal: dict[str, Any], *, resource_id: str, thread_id: str,
@@ -204,7 +208,7 @@ class ThreadlineClient(InboxMarks):
                           if_active: dict[str, Any] | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
         """``sendSignal``: system context (``{type, contents, tag_name?, attributes?, metadata?}``)."""
         req = SendSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                         signal=signal, run_id=run_id, **_opts(if_active=if_active, if_idle=if_idle))
+                         signal=signal, run_id=run_id, **given(if_active=if_active, if_idle=if_idle))
         return await self._send(req)
 
     async def send_state_signal(self, state: dict[str, Any], *, resource_id: str, thread_id: str,
@@ -216,7 +220,7 @@ class ThreadlineClient(InboxMarks):
         mode are already the lane's current value (nothing was sent).
         """
         req = SendStateSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                              state=state, **_opts(if_active=if_active, if_idle=if_idle))
+                              state=state, **given(if_active=if_active, if_idle=if_idle))
         return await self._send(req, ("accepted", "skipped"))
 
     async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
@@ -225,28 +229,23 @@ class ThreadlineClient(InboxMarks):
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
         Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
-        accepted?}``.
+        accepted?}``. Raises :class:`RequestFailed` on an error reply.
         """
         items = notification if isinstance(notification, list) else [notification]
         req = SendNotificationSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                                     notifications=items, **_opts(if_idle=if_idle))
-        answer = self._replies.expect(req.event_id, "notified")
-        await self.publish(req)
-        reply = await asyncio.wait_for(answer, self.settings.reply_timeout_s)
-        if isinstance(reply, ErrorReply):
-            raise RequestFailed(reply)
-        return reply
+                                     notifications=items, **given(if_idle=if_idle))
+        return await self._ask(req, "notified")
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
         """``queueMessage``: the next turn after the active run, or a run now."""
         req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                           message=message, **_opts(if_idle=self._idle(if_idle)))
+                           message=message, **given(if_idle=self._idle(if_idle)))
         return await self._send(req)
 
     async def stream(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                      options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None) -> SendResult:
-        """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's topic."""
+        """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's stream."""
         req = Stream(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                      message=message, options=self._objects(options), thread=thread)
         return await self._send(req)
@@ -254,62 +253,28 @@ class ThreadlineClient(InboxMarks):
     async def generate(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                        options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None,
                        timeout_s: float = 300.0) -> RunResult:
-        """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps)."""
-        req = Generate(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                       message=message, options=self._objects(options), thread=thread)
-        result = self._replies.expect(req.event_id, "result")
-        sent = await self._send(req)
-        await sent.accepted
-        reply = await asyncio.wait_for(result, timeout_s)
-        if isinstance(reply, ErrorReply):
-            raise RequestFailed(reply)
-        return reply
+        """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps).
+
+        Raises:
+            RequestFailed: an error reply. TimeoutError: no ``accepted`` within ``reply_timeout_s``,
+                or no result within ``timeout_s``.
+        """
+        req, _ = with_signal(Generate(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
+                                      message=message, options=self._objects(options), thread=thread))
+        sent = await self.transport.request(req, {"accepted": ("accepted",), "result": ("result",)}, wait_s=timeout_s)
+        if "accepted" in sent.replies:  # over HTTP, the result is the answer
+            answer(await asyncio.wait_for(sent.replies["accepted"], self.transport.reply_timeout_s))
+        result: RunResult = answer(await asyncio.wait_for(sent.replies["result"], timeout_s))
+        return result
 
     async def abort(self, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                     run_id: str | None = None) -> bool:
-        """Abort the thread's active run (or ``run_id``); True if a run was aborted.
-
-        What is queued behind the run still runs. Mastra: ``subscription.abort()``.
-        """
+        """Abort the thread's active run (or ``run_id``); True if a run was aborted (False for a
+        thread with none, or none at all). What is queued behind the run still runs. Mastra:
+        ``subscription.abort()``."""
         req = AbortRequest(agent_id=agent_id or self.default_agent or "-", resource_id=resource_id,
                            thread_id=thread_id, run_id=run_id)
-        answer = self._replies.expect(req.event_id, "aborted")
-        await self.publish(req)
-        reply = await asyncio.wait_for(answer, self.settings.reply_timeout_s)
-        if isinstance(reply, ErrorReply):
-            raise RequestFailed(reply)
-        return bool(reply.aborted)
-
-    async def active_run_id(self, *, resource_id: str, thread_id: str) -> str | None:
-        """The thread's active run: the run holding its unexpired lease in PostgreSQL, else ``None``
-        (also for a thread of another resource, or none at all)."""
-        from threadline.store.queries import active_run
-
-        return await self._inbox(active_run, resource_id=resource_id, thread_id=thread_id)
-
-    async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
-        """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
-        dynamic_metadata, memory}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true when the
-        agent's metadata is a function of the request context), or ``None`` for an unknown id."""
-        from threadline.store.queries import read_agent
-
-        return await self._inbox(read_agent, agent_id=agent_id)
-
-    async def get_thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
-        ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
-        resource has no such thread."""
-        from threadline.store.queries import read_thread
-
-        return await self._inbox(read_thread, resource_id=resource_id, thread_id=thread_id)
-
-    async def scores(self, run_id: str) -> list[dict[str, Any]]:
-        """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
-        ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
-        sampled) are absent (decision 71)."""
-        from threadline.store.scores import list_scores
-
-        return await self._inbox(list_scores, run_id=run_id)
+        return bool((await self._ask(req, "aborted")).aborted)
 
     def agent(self, agent_id: str) -> AgentHandle:
         """A handle on one agent with Mastra's Agent methods (``send_message``, ``generate``, …),
@@ -318,113 +283,125 @@ class ThreadlineClient(InboxMarks):
 
         return AgentHandle(self, agent_id)
 
-    # --- the inbox (read from PostgreSQL, where the notification-scheduler keeps it) ---------------
-    async def _inbox(self, fn: Any, **kw: Any) -> Any:
-        import asyncpg
+    # --- reads (the transport's read model) -----------------------------------------------------
+    async def active_run_id(self, *, resource_id: str, thread_id: str) -> str | None:
+        """The thread's active run: the run holding its unexpired lease, else ``None`` (also for
+        a thread of another resource, or none at all)."""
+        found: str | None = await self.transport.read("active_run", resource_id=resource_id, thread_id=thread_id)
+        return found
 
-        conn = await asyncpg.connect(self.settings.pg_dsn)
-        try:
-            return await fn(conn, **kw)
-        finally:
-            await conn.close()
+    async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
+        """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
+        dynamic_metadata, memory, voice}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true
+        when the agent's metadata is a function of the request context), or ``None`` for an unknown id."""
+        found: dict[str, Any] | None = await self.transport.read("agent", agent_id=agent_id)
+        return found
+
+    async def get_thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
+        ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
+        resource has no such thread."""
+        found: dict[str, Any] | None = await self.transport.read("thread", resource_id=resource_id,
+                                                                 thread_id=thread_id)
+        return found
+
+    async def list_threads(self, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        """The resource's threads, most recently updated first (``{id, title, metadata,
+        created_at, updated_at}``; ``limit`` 1..1000)."""
+        return list(await self.transport.read("threads", resource_id=resource_id, limit=limit))
+
+    async def messages(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's stored messages, oldest first (``{id, run_id, role, type, content, created_at}``)."""
+        return list(await self.transport.read("messages", resource_id=resource_id, thread_id=thread_id))
+
+    async def runs(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        """The thread's runs, oldest first (``{run_id, agent_id, kind, status, finish_reason, text, usage, …}``)."""
+        return list(await self.transport.read("runs", resource_id=resource_id, thread_id=thread_id))
+
+    async def scores(self, run_id: str) -> list[dict[str, Any]]:
+        """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
+        ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
+        sampled) are absent (decision 71). Raises :class:`~threadline.client.GatewayError` over
+        the gateway, which serves no scores."""
+        return list(await self.transport.read("scores", run_id=run_id))
 
     async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
         """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
         Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
-        from threadline.store import inbox_access as access
-
-        return await self._inbox(access.list_records, resource_id=resource_id, thread_id=thread_id, status=status)
+        return list(await self.transport.read("inbox", resource_id=resource_id, thread_id=thread_id, status=status))
 
     async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
         """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
-        from threadline.store import inbox_access as access
-
-        return await self._inbox(access.read_record, resource_id=resource_id, thread_id=thread_id,
-                                 record_id=record_id)
+        found: dict[str, Any] | None = await self.transport.read("notification", resource_id=resource_id,
+                                                                 thread_id=thread_id, record_id=record_id)
+        return found
 
     async def mark_notification(self, record_id: str, status: str, *, resource_id: str,
                                 thread_id: str) -> dict[str, Any] | None:
         """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
         has no such record. Raises ``ValueError`` for another status."""
-        from threadline.store import inbox_access as access
+        if status not in ("seen", "dismissed", "archived"):
+            raise ValueError(f"status must be seen, dismissed or archived, not {status!r}")
+        found: dict[str, Any] | None = await self.transport.read("mark", resource_id=resource_id, thread_id=thread_id,
+                                                                 record_id=record_id, status=status)
+        return found
 
-        return await self._inbox(access.mark, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
-                                 status=status)
+    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The record marked ``seen`` (Mastra's ``markSeen``); ``None`` if the thread has no such record."""
+        return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
+
+    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The record marked ``dismissed``; ``None`` if the thread has no such record."""
+        return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
+
+    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        """The record marked ``archived``; ``None`` if the thread has no such record."""
+        return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
 
     # --- streams --------------------------------------------------------------------------------
     async def subscribe_to_thread(self, resource_id: str, thread_id: str, *, from_beginning: bool = False,
                                   from_offset: int | None = None,
                                   after: dict[str, int] | None = None,
                                   hide_signals: bool | list[str] = False,
-                                  from_time_ms: int | None = None) -> ThreadSubscription:
-        """Follow the thread's chunk topic (created now if it does not exist yet).
+                                  from_time_ms: int | None = None) -> Subscription:
+        """Follow the thread's chunks (over Kafka its chunk topic, created now if it does not
+        exist yet; over HTTP the gateway's SSE). The position is fixed when this returns.
 
         Args:
             from_beginning: replay the thread's retained stream (every run) first.
-            from_offset: start at this Kafka offset of the chunk topic.
+            from_offset: start at this offset of the thread's stream.
             after: ``{run_id: seq}`` already seen (a previous subscription's ``cursor()``):
                 those chunks are not shown again.
             hide_signals: hide the signal echo chunks (all, or of the listed signal types).
             from_time_ms: start at the first chunk written at or after this time (ms since the epoch).
 
-        The subscription's ``await active_run_id()`` asks the thread's lease in PostgreSQL.
+        The subscription's ``await active_run_id()`` is this client's :meth:`active_run_id`, and
+        its ``await abort()`` this client's :meth:`abort`.
         """
-        topic = self.topics.chunks(resource_id, thread_id)
-        sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=from_beginning,
-                                 from_offset=from_offset, from_time_ms=from_time_ms,
-                                 on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
-                                 on_active=lambda: self.active_run_id(resource_id=resource_id, thread_id=thread_id),
-                                 after=after, hide_signals=hide_signals, payloads=self._payloads,
-                                 security=self._security)
-        # the consumer connects while the topic is made (decision 101)
-        made, connected = await asyncio.gather(
-            self._admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms), sub.connect(),
-            return_exceptions=True)
-        try:
-            for outcome in (made, connected):
-                if isinstance(outcome, BaseException):
-                    raise outcome
-            await sub.start(new_topic=made is True)
-        except BaseException:
-            await sub.unsubscribe()
-            raise
-        return sub
+        follow = Follow(from_beginning=from_beginning, from_offset=from_offset, from_time_ms=from_time_ms,
+                        after=after, hide_signals=hide_signals,
+                        on_abort=lambda: self.abort(resource_id=resource_id, thread_id=thread_id),
+                        on_active=lambda: self.active_run_id(resource_id=resource_id, thread_id=thread_id))
+        return await self.transport.subscribe(resource_id, thread_id, follow)
 
 
-def _opts(**kw: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in kw.items() if v is not None}
+class HttpThreadlineClient(ThreadlineClient):
+    """:class:`ThreadlineClient` over the gateway's HTTP API (a constructor, nothing more).
 
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:18000``.
+        api_key: an API key or a JWT, sent as ``Authorization: Bearer …`` (``None``: a gateway
+            open for local development).
+        default_agent: the agent of calls that name none.
+        timeout_s: each HTTP call's timeout (``generate`` waits ``timeout_s`` more than its own).
+        transport: an ``httpx`` transport (tests: ``httpx.MockTransport`` / ``ASGITransport``).
+    """
 
-def _checked(fut: asyncio.Future[Any], timeout_s: float,
-             then: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
-    async def wait() -> Any:
-        reply = await asyncio.wait_for(fut, timeout_s)
-        if isinstance(reply, ErrorReply):
-            raise RequestFailed(reply)
-        return then(reply) if then is not None else reply
+    def __init__(self, base_url: str, *, api_key: str | None = None, default_agent: str | None = None,
+                 timeout_s: float = 60.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        from threadline.client.http_transport import HttpTransport
 
-    return asyncio.ensure_future(wait())
-
-
-def _with_signal(request: Any) -> tuple[Any, CreatedSignal]:
-    """``request`` with a new ``signal_id`` (unless it names one) and the :class:`CreatedSignal` it
-    will create, as far as the client knows it before ingress answers."""
-    if request.signal_id is None:
-        request = request.model_copy(update={"signal_id": new_id("sig")})
-    if isinstance(request, SendSignal):
-        sig = request.signal
-        body: dict[str, Any] = {"contents": sig.contents, "attributes": sig.attributes, "metadata": sig.metadata,
-                                "provider_options": sig.provider_options}
-        kind, tag = sig.type, sig.tag_name
-    elif isinstance(request, SendStateSignal):
-        st = request.state
-        body = {"contents": st.contents, "attributes": dict(st.attributes), "metadata": st.metadata}
-        kind, tag = "state", st.tag_name
-    else:
-        msg = request.message
-        body = {"contents": msg} if isinstance(msg, str | list) else msg.model_dump()
-        kind, tag = "user", None
-    signal = CreatedSignal(id=request.signal_id, type=kind, contents=body["contents"],
-                           attributes=dict(body.get("attributes") or {}), metadata=dict(body.get("metadata") or {}),
-                           created_at=now_iso(), tag_name=tag, provider_options=body.get("provider_options"))
-    return request, signal
+        http = HttpTransport(base_url, api_key=api_key, timeout_s=timeout_s, transport=transport)
+        super().__init__(transport=http, default_agent=default_agent)
+        self.base_url = http.base_url
+        self.timeout_s = timeout_s

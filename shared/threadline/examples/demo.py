@@ -20,10 +20,11 @@ from typing import Any
 
 import asyncpg
 
-from threadline.client import ThreadlineClient, ThreadSubscription
+from threadline.client import Subscription, ThreadlineClient
 from threadline.config import get_settings
 from threadline.runtime.llm import LOCAL_MARKER
 from threadline.store import queries
+from threadline.topics import Topics
 
 AGENT = "support-agent"
 TURNS = [
@@ -75,7 +76,7 @@ _seen_models: set[str] = set()
 """The model the workers answered with, once printed."""
 
 
-async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after: int = 1) -> dict[str, Any]:
+async def show_run(sub: Subscription, timeout_s: float = 120.0, stop_after: int = 1) -> dict[str, Any]:
     """Print run chunks as they arrive until ``stop_after`` runs finished; return the last finish."""
     deadline = time.monotonic() + timeout_s
     finished = 0
@@ -119,7 +120,7 @@ async def show_run(sub: ThreadSubscription, timeout_s: float = 120.0, stop_after
     raise RuntimeError("the run did not finish in time")
 
 
-async def notification_while_busy(tl: ThreadlineClient, sub: ThreadSubscription, model: str | None,
+async def notification_while_busy(tl: ThreadlineClient, sub: Subscription, model: str | None,
                                   resource: str, thread: str) -> bool:
     """Turn 4: a high notification while the agent answers: a summary now, in full when idle."""
     text, note, scripts = BUSY
@@ -164,7 +165,7 @@ async def main() -> int:
             for text, scripts in TURNS:
                 if local:
                     await script_local_model(model, scripts)
-                out(f"\n> publishing send_message to {tl.topics.ingress}: {text!r}")
+                out(f"\n> publishing send_message to {Topics(settings.topic_prefix).ingress}: {text!r}")
                 sent = await tl.send_message(text, agent_id=AGENT, resource_id=resource, thread_id=thread)
                 accepted = await sent.accepted
                 out(f"  accepted: {accepted.dump()}")

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from threadline.client.subscription import ThreadSubscription
+from threadline.client.transport import Subscription
 
 RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
@@ -52,7 +52,7 @@ def parse_event_id(value: str | None) -> Position | None:
     return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None)
 
 
-async def events(sub: ThreadSubscription, *, resume: Position | None) -> AsyncIterator[dict[str, Any]]:
+async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, Any]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
     first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come),
     then one event per chunk the filter accepts and that lies after ``resume``. Unsubscribes

@@ -1,0 +1,195 @@
+"""The gateway's HTTP API from the client's side: one call with the gateway's errors mapped to
+the client's (:class:`GatewayHttp`), and the read model over it (:class:`GatewayReader`).
+
+Errors: an ingress error reply is :class:`~threadline.client.results.RequestFailed` (as over
+Kafka); 503 is :class:`~threadline.client.results.BrokerUnavailableError`; 504 is
+``TimeoutError``; 401 / 403 / other refusals are :class:`GatewayError`. A thread that does not
+exist and a thread of another resource look the same (404): reads answer ``None`` / ``[]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from threadline.client.results import BrokerUnavailableError, RequestFailed
+from threadline.client.transport import ReadName, query_of
+from threadline.errors import ThreadlineError
+from threadline.events.replies import ErrorReply
+
+INGRESS_REFUSALS_ARE_NOT = frozenset({"validation_failed", "invalid_json", "invalid_argument"})
+"""422 codes of the gateway itself (a body it refused), not of ingress."""
+
+
+class GatewayError(ThreadlineError):
+    """The gateway refused a request: ``status`` (401, 403, 404, 422…), ``code`` and ``message``
+    of its ``{"error": {code, message}}`` body."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(f"{status} {code}: {message}")
+        self.status = status
+        self.code = code
+
+
+def seg(value: str) -> str:
+    """``value`` as one URL path segment."""
+    return quote(value, safe="")
+
+
+def thread_path(resource_id: str, thread_id: str) -> str:
+    """``/v1/resources/{resource_id}/threads/{thread_id}``, each id one segment."""
+    return f"/v1/resources/{seg(resource_id)}/threads/{seg(thread_id)}"
+
+
+class GatewayHttp:
+    """One ``httpx.AsyncClient`` on the gateway.
+
+    Args:
+        base_url: the gateway, e.g. ``http://127.0.0.1:18000``.
+        api_key: an API key or a JWT, sent as ``Authorization: Bearer …`` (``None``: a gateway
+            open for local development).
+        timeout_s: each call's timeout (seconds).
+        transport: an ``httpx`` transport (tests: ``httpx.MockTransport`` / ``ASGITransport``).
+    """
+
+    def __init__(self, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.http = httpx.AsyncClient(base_url=self.base_url, headers=headers, transport=transport,
+                                      timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)))
+
+    async def healthz(self) -> None:
+        """Raises :class:`BrokerUnavailableError` when the gateway does not answer ``/healthz``."""
+        try:
+            (await self.http.get("/healthz")).raise_for_status()
+        except httpx.HTTPError as exc:
+            raise BrokerUnavailableError(f"cannot reach the gateway at {self.base_url}: {type(exc).__name__}") from exc
+
+    async def close(self) -> None:
+        """Close the connections (idempotent)."""
+        await self.http.aclose()
+
+    async def call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+                   params: dict[str, str] | None = None, timeout_s: float | None = None,
+                   missing_ok: bool = False) -> Any:
+        """The JSON answer of one call; ``None`` for a 404 when ``missing_ok``.
+
+        Raises:
+            RequestFailed: ingress refused the request (422 with an ingress error code).
+            BrokerUnavailableError: the gateway cannot reach Kafka (503), or the gateway is unreachable.
+            TimeoutError: no answer in time (504, or the call's own timeout).
+            GatewayError: any other refusal.
+        """
+        try:
+            resp = await self.http.request(method, path, json=body, params=params,
+                                           timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT)
+        except httpx.TimeoutException as exc:
+            raise TimeoutError(f"{method} {path}: no answer from the gateway in time") from exc
+        except httpx.TransportError as exc:
+            raise BrokerUnavailableError(f"cannot reach the gateway at {self.base_url}: {type(exc).__name__}") from exc
+        if resp.status_code < 400:
+            return resp.json()
+        if resp.status_code == 404 and missing_ok:
+            return None
+        raise _refusal(resp)
+
+
+def _refusal(resp: httpx.Response) -> Exception:
+    """The client's error for a refused call (status 400 or over)."""
+    try:
+        err = resp.json()["error"]
+        code, message = str(err["code"]), str(err["message"])
+    except (ValueError, KeyError, TypeError):
+        code, message = "http_error", resp.text[:200]
+    if resp.status_code == 503:
+        return BrokerUnavailableError(f"gateway: {message}")
+    if resp.status_code == 504:
+        return TimeoutError(f"gateway: {message}")
+    if resp.status_code == 422 and code not in INGRESS_REFUSALS_ARE_NOT:
+        return RequestFailed(ErrorReply(request_id="-", code=code, message=message))
+    return GatewayError(resp.status_code, code, message)
+
+
+class GatewayReader:
+    """The read model over the gateway's ``GET`` endpoints (and the inbox's mark ``POST``).
+
+    Raises (every read): as :meth:`GatewayHttp.call`; ``scores`` raises :class:`GatewayError`
+    (501): the gateway serves no scores.
+    """
+
+    def __init__(self, http: GatewayHttp, *, owned: bool = False) -> None:
+        self._http = http
+        self._owned = owned
+
+    @classmethod
+    def connect(cls, base_url: str, *, api_key: str | None = None, timeout_s: float = 60.0) -> GatewayReader:
+        """A reader with its own connections to the gateway at ``base_url`` (closed by :meth:`close`)."""
+        return cls(GatewayHttp(base_url, api_key=api_key, timeout_s=timeout_s), owned=True)
+
+    async def close(self) -> None:
+        """Close the connections when this reader made them."""
+        if self._owned:
+            await self._http.close()
+
+    async def read(self, name: ReadName, /, **params: Any) -> Any:
+        """The answer of read ``name`` (:data:`~threadline.client.transport.ReadName`).
+
+        Raises:
+            ValueError: an unknown read, or ``mark`` with a status other than seen / dismissed / archived.
+        """
+        return await query_of(self, name)(**params)
+
+    async def _get(self, path: str, key: str | None = None, params: dict[str, str] | None = None) -> Any:
+        answer = await self._http.call("GET", path, params=params, missing_ok=True)
+        if key is None:
+            return answer
+        return [] if answer is None else list(answer[key])
+
+    async def _active_run(self, *, resource_id: str, thread_id: str) -> str | None:
+        answer = await self._get(f"{thread_path(resource_id, thread_id)}/active-run")
+        return None if answer is None else answer.get("run_id")
+
+    async def _agent(self, *, agent_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(f"/v1/agents/{seg(agent_id)}")
+        return found
+
+    async def _thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(thread_path(resource_id, thread_id))
+        return found
+
+    async def _threads(self, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+        answer = await self._http.call("GET", f"/v1/resources/{seg(resource_id)}/threads",
+                                       params={"limit": str(limit)})
+        return list(answer["threads"])
+
+    async def _messages(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/messages", "messages")
+        return rows
+
+    async def _runs(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/runs", "runs")
+        return rows
+
+    async def _scores(self, *, run_id: str) -> list[dict[str, Any]]:
+        raise GatewayError(501, "not_served", f"the gateway serves no scores (run {run_id}); read them from PostgreSQL")
+
+    async def _inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/inbox", "records",
+                                                     {"status": status} if status else None)
+        return rows
+
+    async def _notification(self, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
+        found: dict[str, Any] | None = await self._get(f"{thread_path(resource_id, thread_id)}/inbox/{seg(record_id)}")
+        return found
+
+    async def _mark(self, *, resource_id: str, thread_id: str, record_id: str, status: str) -> dict[str, Any] | None:
+        if status not in ("seen", "dismissed", "archived"):
+            raise ValueError(f"status must be seen, dismissed or archived, not {status!r}")
+        found: dict[str, Any] | None = await self._http.call(
+            "POST", f"{thread_path(resource_id, thread_id)}/inbox/{seg(record_id)}", {"status": status},
+            missing_ok=True)
+        return found

@@ -1,0 +1,79 @@
+"""What the client does around a request, whatever the transport: the signal it creates, the
+replies it waits for, and how a reply becomes a result or an error."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from threadline.client.results import RequestFailed
+from threadline.client.run_output import CreatedSignal
+from threadline.events import ErrorReply, SendSignal, SendStateSignal
+from threadline.events.messages import now_iso
+from threadline.ids import new_id
+
+
+def given(**kw: Any) -> dict[str, Any]:
+    """The keyword arguments that are not ``None``."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
+def slots(request: Any, accepted: tuple[str, ...] = ("accepted",)) -> dict[str, tuple[str, ...]]:
+    """The replies a send waits for: ``accepted`` (of the reply types ``accepted``), and
+    ``persisted`` when the request asks to persist (``if_idle`` / ``if_active`` ``persist``)."""
+    out = {"accepted": accepted}
+    if getattr(getattr(request, "if_idle", None), "behavior", None) == "persist" \
+            or getattr(getattr(request, "if_active", None), "behavior", None) == "persist":
+        out["persisted"] = ("persisted",)
+    return out
+
+
+def checked(fut: asyncio.Future[Any], timeout_s: float,
+            then: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
+    """A future of ``fut``'s reply within ``timeout_s`` (``TimeoutError`` else), passed through
+    ``then``; an ``ErrorReply`` raises :class:`RequestFailed`. A reply already there is taken
+    now (``then`` runs before this returns)."""
+    if fut.done() and not fut.cancelled() and fut.exception() is None:
+        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        try:
+            out.set_result(answer(fut.result(), then))
+        except RequestFailed as exc:
+            out.set_exception(exc)
+        return out
+
+    async def wait() -> Any:
+        return answer(await asyncio.wait_for(fut, timeout_s), then)
+
+    return asyncio.ensure_future(wait())
+
+
+def answer(reply: Any, then: Callable[[Any], Any] | None = None) -> Any:
+    """``then(reply)`` (or the reply). Raises :class:`RequestFailed` for an ``ErrorReply``."""
+    if isinstance(reply, ErrorReply):
+        raise RequestFailed(reply)
+    return then(reply) if then is not None else reply
+
+
+def with_signal(request: Any) -> tuple[Any, CreatedSignal]:
+    """``request`` with a new ``signal_id`` (unless it names one) and the :class:`CreatedSignal` it
+    will create, as far as the client knows it before ingress answers."""
+    if request.signal_id is None:
+        request = request.model_copy(update={"signal_id": new_id("sig")})
+    if isinstance(request, SendSignal):
+        sig = request.signal
+        body: dict[str, Any] = {"contents": sig.contents, "attributes": sig.attributes, "metadata": sig.metadata,
+                                "provider_options": sig.provider_options}
+        kind, tag = sig.type, sig.tag_name
+    elif isinstance(request, SendStateSignal):
+        st = request.state
+        body = {"contents": st.contents, "attributes": dict(st.attributes), "metadata": st.metadata}
+        kind, tag = "state", st.tag_name
+    else:
+        msg = request.message
+        body = {"contents": msg} if isinstance(msg, str | list) else msg.model_dump()
+        kind, tag = "user", None
+    signal = CreatedSignal(id=request.signal_id, type=kind, contents=body["contents"],
+                           attributes=dict(body.get("attributes") or {}), metadata=dict(body.get("metadata") or {}),
+                           created_at=now_iso(), tag_name=tag, provider_options=body.get("provider_options"))
+    return request, signal
