@@ -24,9 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 def annotations(tree: ast.AST) -> Iterator[ast.expr]:
     """Every annotation expression in ``tree``."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.AnnAssign):
-            yield node.annotation
-        elif isinstance(node, ast.arg) and node.annotation is not None:
+        if isinstance(node, ast.AnnAssign) or (isinstance(node, ast.arg) and node.annotation is not None):
             yield node.annotation
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
             yield node.returns
