@@ -74,7 +74,7 @@ class OffsetTracker:
         return len(self._pending)
 
 
-class _Rebalance(ConsumerRebalanceListener):
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka ships no types: its base is Any
     def __init__(self, owner: KeyedConsumer) -> None:
         self._owner = owner
 

@@ -111,7 +111,8 @@ class Producer:
                                           "and no payload store is configured")
             pid = await self.spill(value, topic)
             value, headers = reference(pid, len(value)), with_ref_header(headers, pid)
-        return await self._p.send(topic, value, key=k, headers=headers, partition=partition)
+        fut: asyncio.Future[Any] = await self._p.send(topic, value, key=k, headers=headers, partition=partition)
+        return fut
 
     async def send(self, topic: str, event: Event, *, key: str | None) -> asyncio.Future[Any]:
         """Queue ``event``; returns its delivery future."""
