@@ -12,7 +12,8 @@ Kinds Threadline does not know (a user's ``data-*`` chunk, a newer Mastra kind) 
 :func:`known`, then by ``type``: ``k = known(chunk)``; ``if k and k["type"] == ChunkKind.FINISH:``.
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations``: the TypedDicts need their annotations evaluated for
+# ``NotRequired`` to show in ``__required_keys__`` on Python 3.11.
 
 from collections.abc import Mapping, Sequence
 from typing import Final, Literal, NotRequired, TypeAlias, TypedDict, cast
@@ -191,7 +192,7 @@ class AttemptDiscardedPayload(TypedDict):
 class ToolOutputPayload(TypedDict):
     """A child run's chunk mirrored into its parent's thread (decision 78)."""
 
-    output: ChunkBody
+    output: "ChunkBody"
     toolCallId: str | None
     toolName: str | None
     parentRunId: str | None
