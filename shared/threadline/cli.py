@@ -85,7 +85,7 @@ def _attrs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: Any) -> None:
+async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: object) -> None:
     from threadline.client.client import ThreadlineClient
 
     async with ThreadlineClient() as tl:

@@ -23,7 +23,7 @@ class ReplyListener:
     """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
 
     def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadRefs | None = None,
-                 security: Mapping[str, Any] | None = None) -> None:
+                 security: Mapping[str, object] | None = None) -> None:
         self._payloads = payloads
         self._security = dict(security or {})
         self._bootstrap = bootstrap

@@ -5,7 +5,6 @@ declared dead (``attempt-discarded``) are dropped, so the stream shows every chu
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -40,7 +39,7 @@ class ThreadSubscription:
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
                  on_active: Callable[[], Awaitable[str | None]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
-                 payloads: PayloadRefs | None = None, security: Mapping[str, Any] | None = None) -> None:
+                 payloads: PayloadRefs | None = None, security: Mapping[str, object] | None = None) -> None:
         self._on_abort = on_abort
         self._on_active = on_active
         self._from_time_ms = from_time_ms

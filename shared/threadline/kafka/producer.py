@@ -37,7 +37,7 @@ class Producer:
 
     def __init__(self, bootstrap: str, *, linger_ms: int = 2, client_id: str = "threadline",
                  max_record_bytes: int = 512 * 1024, spill: Spill | None = None,
-                 security: Mapping[str, Any] | None = None) -> None:
+                 security: Mapping[str, object] | None = None) -> None:
         self._bootstrap = bootstrap
         self._security = dict(security or {})
         self._max_record_bytes = max_record_bytes

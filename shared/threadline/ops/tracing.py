@@ -18,15 +18,12 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeAlias, cast
+from typing import TYPE_CHECKING, cast
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.trace import Span, Tracer
     from opentelemetry.util.types import Attributes
-
-AttributeValue: TypeAlias = str | bool | int | float | None
-"""A span attribute's value (``None``: left out)."""
 
 _enabled = False
 _provider: TracerProvider | None = None
@@ -128,7 +125,7 @@ def _attributes(attributes: Mapping[str, object]) -> Attributes:
 
 @contextmanager
 def consuming(topic: str, headers: Iterable[tuple[str, bytes | str]] | None,
-              **attributes: AttributeValue) -> Iterator[None]:
+              **attributes: object) -> Iterator[None]:
     """A consumer span for handling one record of ``topic``, the child of the context its
     headers carry (a new trace when they carry none). A no-op when tracing is off."""
     if not _enabled:
@@ -140,8 +137,7 @@ def consuming(topic: str, headers: Iterable[tuple[str, bytes | str]] | None,
     parent = propagate.extract(_from_headers(headers))
     token = otel_context.attach(parent)
     try:
-        attrs = {"messaging.system": "kafka", "messaging.destination.name": topic,
-                 **{k: v for k, v in attributes.items() if v is not None}}
+        attrs = _attributes({"messaging.system": "kafka", "messaging.destination.name": topic, **attributes})
         with _on().start_as_current_span(f"{topic} process", kind=trace.SpanKind.CONSUMER, attributes=attrs):
             yield
     finally:
@@ -157,7 +153,7 @@ def start_span(name: str, **attributes: object) -> Span | None:
 
 
 @contextmanager
-def span(name: str, **attributes: AttributeValue) -> Iterator[None]:
+def span(name: str, **attributes: object) -> Iterator[None]:
     """An internal span (a step, a model call, a tool) under the current one; a no-op when off.
     ``None`` attribute values are left out."""
     if not _enabled:
