@@ -1,7 +1,8 @@
 """The chunk envelope of the per-thread chunk topics (invariant 5, docs/decisions.md §15).
 
 Hot path note: workers build chunk dicts directly and encode them with orjson; this model is the
-published schema and what subscribers may validate against.
+published schema and what subscribers may validate against. In the process, each kind's body is a
+``TypedDict`` (:mod:`threadline.events.chunk_types`): the builders below return them.
 """
 
 from __future__ import annotations
