@@ -162,3 +162,14 @@ def test_hidden_echo_hides_signal_echoes_only() -> None:
 def test_is_data_kind() -> None:
     assert chunk_types.is_data_kind(ChunkKind.DATA_SIGNAL) and chunk_types.is_data_kind("data-x")
     assert not chunk_types.is_data_kind(ChunkKind.TEXT_DELTA)
+
+
+def test_readers_tolerate_a_known_kind_without_its_payload() -> None:
+    from threadline.client.transcript import replay_transcript
+
+    chunks_in: list[Any] = [
+        {"type": ChunkKind.START, "runId": "r", "seq": 0, "step": 0, "attempt": 1},
+        {"type": ChunkKind.ATTEMPT_DISCARDED, "runId": "r", "seq": 1},
+        {"type": ChunkKind.DATA_USER_MESSAGE, "runId": "r", "seq": 2},
+        {"type": ChunkKind.FINISH, "runId": "r", "seq": 3}]
+    assert replay_transcript(chunks_in) == [{"id": "None", "role": "user", "text": "", "toolCallIds": []}]

@@ -129,7 +129,7 @@ class RunOutput:
         async for chunk in self._iterate():
             k = known(chunk)
             if k is not None and k["type"] == ChunkKind.TEXT_DELTA:
-                yield k["payload"]["text"]
+                yield (k.get("payload") or {}).get("text", "")
 
     async def _iterate(self) -> AsyncIterator[ChunkBody]:
         async with self._lock:
@@ -174,16 +174,16 @@ class RunOutput:
 
     def _kept(self) -> list[ChunkBody]:
         """The chunks read, without those of attempts an ``attempt-discarded`` declared dead."""
-        dead: dict[tuple[str | None, int], int] = {}
+        dead: dict[tuple[str | None, int | None], int] = {}
         for c in self._chunks:  # a nested chunk's attempts are its sub-agent run's (decision 78)
             inner = known(_inner(c))
             if inner is not None and inner["type"] == ChunkKind.ATTEMPT_DISCARDED:
-                p = inner["payload"]
-                key = (inner.get("runId"), p["step"])
+                p = inner.get("payload") or {}
+                key = (inner.get("runId"), p.get("step"))
                 dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
         return [c for c in self._chunks if _inner(c)["type"] == ChunkKind.ATTEMPT_DISCARDED
                 or not isinstance(c.get("attempt"), int)
-                or c.get("attempt", 0) > dead.get((c.get("runId"), c.get("step", -1)), -1)]
+                or c.get("attempt", 0) > dead.get((c.get("runId"), c.get("step")), -1)]
 
     async def text(self, *, timeout_s: float | None = None) -> str:
         """The run's text (its ``text-delta`` chunks), once it has finished.
@@ -192,7 +192,8 @@ class RunOutput:
             RunFailed, TimeoutError: as :meth:`consume_stream`.
         """
         chunks = await self.consume_stream(timeout_s=timeout_s)
-        return "".join(k["payload"]["text"] for k in map(known, chunks) if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
+        return "".join((k.get("payload") or {}).get("text", "") for k in map(known, chunks)
+                       if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
     async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
         """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished.
@@ -206,7 +207,7 @@ class RunOutput:
             chunks = self._kept()
         for k in map(known, reversed(chunks)):
             if k is not None and k["type"] == ChunkKind.FINISH:
-                return k["payload"]["stepResult"].get("reason")
+                return ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
         return None
 
 
@@ -214,7 +215,7 @@ def _inner(chunk: ChunkBody) -> ChunkBody:
     """The sub-agent chunk a nested ``tool-output`` carries (decision 78), else the chunk itself."""
     k = known(chunk)
     if k is not None and k["type"] == ChunkKind.TOOL_OUTPUT:
-        inner = k["payload"].get("output")
+        inner = (k.get("payload") or {}).get("output")
         if isinstance(inner, dict) and inner.get("runId") == k.get("runId"):
             return inner
     return chunk
@@ -223,4 +224,4 @@ def _inner(chunk: ChunkBody) -> ChunkBody:
 def _nested_in(chunk: ChunkBody, run_id: str) -> bool:
     """A sub-agent's chunk delivered to ``run_id``'s thread (Mastra: part of the parent's stream)."""
     k = known(chunk)
-    return k is not None and k["type"] == ChunkKind.TOOL_OUTPUT and k["payload"].get("parentRunId") == run_id
+    return k is not None and k["type"] == ChunkKind.TOOL_OUTPUT and (k.get("payload") or {}).get("parentRunId") == run_id

@@ -148,7 +148,7 @@ class ThreadSubscription:
             return False
         k = known(chunk)
         if k is not None and k["type"] == ChunkKind.ATTEMPT_DISCARDED:  # that attempt and every earlier one of the step are dead
-            p = k["payload"]
+            p = k.get("payload") or {}
             key = (run_id, int(p.get("step", -1)))
             self._dead[key] = max(self._dead.get(key, -1), int(p.get("attempt", -1)))
         elif isinstance(attempt := chunk.get("attempt"), int) and \

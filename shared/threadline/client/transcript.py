@@ -46,7 +46,7 @@ def _dead_attempts(chunks: list[ChunkBody]) -> dict[tuple[str, int], int]:
     for c in chunks:
         k = known(c)
         if k is not None and k["type"] == ChunkKind.ATTEMPT_DISCARDED:
-            p = k["payload"]
+            p = k.get("payload") or {}
             key = (str(k.get("runId")), int(p.get("step", -1)))
             dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
     return dead
@@ -54,7 +54,7 @@ def _dead_attempts(chunks: list[ChunkBody]) -> dict[tuple[str, int], int]:
 
 def _endings(chunks: list[ChunkBody]) -> dict[str, str | None]:
     """``runId -> its finish's stepResult.reason``."""
-    return {str(k.get("runId")): k["payload"]["stepResult"].get("reason")
+    return {str(k.get("runId")): ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
             for k in map(known, chunks) if k is not None and k["type"] == ChunkKind.FINISH}
 
 
@@ -80,22 +80,24 @@ def replay_transcript(chunks: Iterable[ChunkBody]) -> list[TranscriptEntry]:
         if k is None or (isinstance(attempt, int) and attempt <= dead.get((run_id, c.get("step", -1)), -1)):
             continue
         if k["type"] == ChunkKind.DATA_USER_MESSAGE:
-            data = k["data"]
+            data = k.get("data") or {}
             out.setdefault(str(data.get("id")), {"id": str(data.get("id")), "role": "user",
                                                   "text": _text_of(data.get("contents")), "toolCallIds": []})
             continue
         if endings.get(run_id) in UNSTORED_ENDINGS:
             continue
-        if (k["type"] == ChunkKind.START or k["type"] == ChunkKind.STEP_START) and k["payload"].get("messageId"):
-            current[run_id] = str(k["payload"]["messageId"])
+        if k["type"] == ChunkKind.START or k["type"] == ChunkKind.STEP_START:
+            message_id = (k.get("payload") or {}).get("messageId")
+            if message_id:
+                current[run_id] = str(message_id)
         if (k["type"] != ChunkKind.TEXT_DELTA and k["type"] != ChunkKind.TOOL_CALL) or run_id not in current:
             continue
         msg = out.setdefault(current[run_id], {"id": current[run_id], "role": "assistant", "text": "",
                                                "toolCallIds": []})
         if k["type"] == ChunkKind.TEXT_DELTA:
-            msg["text"] += k["payload"].get("text", "")
+            msg["text"] += (k.get("payload") or {}).get("text", "")
         else:
-            msg["toolCallIds"].append(k["payload"].get("toolCallId"))
+            msg["toolCallIds"].append((k.get("payload") or {}).get("toolCallId"))
     return list(out.values())
 
 
