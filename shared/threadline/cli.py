@@ -23,6 +23,7 @@ import typer
 from threadline.cli_common import _fail, _guard, _print, _run
 from threadline.cli_voice import register as _register_voice
 from threadline.config import get_settings
+from threadline.events.chunk_types import ChunkKind
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="Drive Threadline threads from a shell.")
@@ -84,7 +85,7 @@ def _attrs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: Any) -> None:
+async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: object) -> None:
     from threadline.client.client import ThreadlineClient
 
     async with ThreadlineClient() as tl:
@@ -250,7 +251,7 @@ def subscribe(resource: Resource, thread: Thread,
                 async def pump() -> None:
                     async for chunk in sub.stream:
                         _print(chunk)
-                        if until_finish and chunk.get("type") == "finish":
+                        if until_finish and chunk["type"] == ChunkKind.FINISH:
                             return
                 await (asyncio.wait_for(pump(), timeout) if timeout else pump())
             except TimeoutError:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Coroutine, Iterator
 from urllib.parse import urlsplit
 
 import orjson
@@ -19,7 +18,7 @@ from threadline.config import get_settings
 __all__ = ["Unreachable", "_fail", "_guard", "_print", "_run"]
 
 
-def _print(obj: Any) -> None:
+def _print(obj: object) -> None:
     if hasattr(obj, "dump"):
         obj = obj.dump()
     sys.stdout.write(orjson.dumps(obj, default=str).decode() + "\n")
@@ -100,7 +99,7 @@ def _guard() -> Iterator[None]:
         _fail("no reply from ingress (is the cluster up? `make up`)", 3)
 
 
-def _run(coro: Any) -> None:
+def _run(coro: Coroutine[object, object, object]) -> None:
     """Run a command's coroutine under :func:`_guard`."""
     with _guard():
         asyncio.run(coro)

@@ -62,7 +62,7 @@ def clean_json(value: Any) -> Any:
     return value
 
 
-def find_bad_text(value: Any) -> bool:
+def find_bad_text(value: object) -> bool:
     """Whether any string in the JSON-like ``value`` (dict keys included) holds U+0000 or a lone
     surrogate half."""
     if isinstance(value, str):

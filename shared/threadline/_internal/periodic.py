@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from threadline.logging import get_logger
 from threadline.transient import is_transient
@@ -30,7 +29,7 @@ class Periodic:
             outlives it is cancelled, logged as ``failure``, and the next one runs on time.
     """
 
-    def __init__(self, name: str, interval_s: float, fn: Callable[[], Awaitable[Any]], *, failure: str,
+    def __init__(self, name: str, interval_s: float, fn: Callable[[], Awaitable[object]], *, failure: str,
                  timeout_s: float | None = None) -> None:
         self._name = name
         self._interval_s = interval_s

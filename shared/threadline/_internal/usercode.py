@@ -18,7 +18,9 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 USER_THREADS = int(os.environ.get("THREADLINE_USER_THREADS", "64"))
 """Threads plain user callables run in (per process); more calls at once wait for a free one."""
@@ -33,7 +35,7 @@ def busy() -> int:
     return _busy
 
 
-def _counted(call: Callable[[], Any]) -> Any:
+def _counted(call: Callable[[], _T]) -> _T:
     global _busy
     with _busy_lock:
         _busy += 1
@@ -51,7 +53,7 @@ def _executor() -> ThreadPoolExecutor:
     return _pool
 
 
-def is_async(fn: Callable[..., Any]) -> bool:
+def is_async(fn: Callable[..., object]) -> bool:
     """True when calling ``fn`` returns a coroutine by construction (an ``async def``, a partial
     of one, or an object whose ``__call__`` is one)."""
     if inspect.iscoroutinefunction(fn):
@@ -60,7 +62,7 @@ def is_async(fn: Callable[..., Any]) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-async def call_user(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+async def call_user(fn: Callable[..., Any], *args: object, **kwargs: object) -> Any:
     """``fn(*args, **kwargs)``: awaited on the loop when ``fn`` is async; otherwise run in a
     thread of the user-code pool (an awaitable it returns is then awaited on the loop).
 

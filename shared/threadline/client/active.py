@@ -4,7 +4,9 @@ active run (Mastra's ``activeRunId()``). Shared by the Kafka and the HTTP subscr
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Collection, Mapping
+
+from threadline.events.chunk_types import ChunkBody, ChunkKind, known
 
 
 class Delivered:
@@ -23,14 +25,14 @@ class Delivered:
         self.streaming: str | None = None
         self.finished: str | None = None
 
-    def take(self, chunk: dict[str, Any]) -> bool:
+    def take(self, chunk: ChunkBody | Mapping[str, object]) -> bool:
         """Record ``chunk`` as delivered; ``False`` (nothing recorded) when it has no ``runId``
         string or ``seq`` integer, or its ``seq`` was delivered already."""
         run_id, seq = chunk.get("runId"), chunk.get("seq")
         if not isinstance(run_id, str) or not isinstance(seq, int) or seq <= self.seen.get(run_id, -1):
             return False
         self.seen[run_id] = seq
-        if chunk.get("type") == "finish":  # every run ends with one finish (after abort / error / tripwire)
+        if chunk.get("type") == ChunkKind.FINISH:  # every run ends with one finish (after abort / error / tripwire)
             self.finished = run_id
             if self.streaming == run_id:
                 self.streaming = None
@@ -43,3 +45,12 @@ class Delivered:
         was delivered last: a run never goes on after its finish, and its lease is released just
         after the finish is published (by the orchestrator, once it applied the run's last step)."""
         return None if holder is not None and holder == self.finished else holder
+
+
+def hidden_echo(chunk: ChunkBody, hide: bool | Collection[str]) -> bool:
+    """``hide_signals`` of a subscription: ``True`` hides every signal echo (``data-user-message``,
+    ``data-signal``), a collection of signal types hides the echoes of those types only."""
+    k = known(chunk) if hide else None
+    if k is None or (k["type"] != ChunkKind.DATA_USER_MESSAGE and k["type"] != ChunkKind.DATA_SIGNAL):
+        return False
+    return hide is True or (not isinstance(hide, bool) and k["data"].get("type") in hide)

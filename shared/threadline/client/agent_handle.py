@@ -18,7 +18,7 @@ Options are one dict as in Mastra (camelCase or snake_case keys), or keyword arg
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 from threadline.client.run_output import RunOutput
 from threadline.events import RunResult
@@ -27,36 +27,52 @@ if TYPE_CHECKING:
     from threadline.client.results import SendResult
     from threadline.client.transport import Subscription
     from threadline.config import Settings
+    from threadline.runtime.voice import Voice
 
 _KEYS = {"resourceId": "resource_id", "threadId": "thread_id", "runId": "run_id", "ifActive": "if_active",
          "ifIdle": "if_idle", "streamOptions": "stream_options", "fromBeginning": "from_beginning",
          "hideSignals": "hide_signals", "timeoutS": "timeout_s"}
 
 
-def _snake(options: Mapping[str, Any] | None, kw: Mapping[str, Any]) -> dict[str, Any]:
+def _snake(options: Mapping[str, object] | None, kw: Mapping[str, object]) -> dict[str, object]:
     """Mastra's option names (``resourceId``, ``ifIdle.streamOptions``) as Python's; ``kw`` wins."""
     out = {_KEYS.get(k, k): v for k, v in (options or {}).items()}
     for branch in ("if_active", "if_idle"):
-        if isinstance(out.get(branch), Mapping):
-            out[branch] = {_KEYS.get(k, k): v for k, v in out[branch].items()}
+        nested = out.get(branch)
+        if isinstance(nested, Mapping):
+            out[branch] = {_KEYS.get(k, k): v for k, v in nested.items()}
     out.update({k: v for k, v in kw.items() if v is not None})
     return out
 
 
-def _target(opts: dict[str, Any]) -> dict[str, Any]:
-    """``resource_id`` / ``thread_id`` of the options (a ``TypeError`` when one is missing)."""
+class Target(TypedDict):
+    """The thread a call is about."""
+
+    resource_id: str
+    thread_id: str
+
+
+def _target(opts: dict[str, object]) -> Target:
+    """``resource_id`` / ``thread_id`` of the options (a ``TypeError`` when one is missing or
+    not a string)."""
     missing = [k for k in ("resource_id", "thread_id") if not opts.get(k)]
     if missing:
         raise TypeError(f"options need resourceId and threadId (missing: {', '.join(missing)})")
-    return {"resource_id": opts.pop("resource_id"), "thread_id": opts.pop("thread_id")}
+    resource_id, thread_id = opts.pop("resource_id"), opts.pop("thread_id")
+    if not isinstance(resource_id, str) or not isinstance(thread_id, str):
+        raise TypeError("resourceId and threadId are strings")
+    return {"resource_id": resource_id, "thread_id": thread_id}
 
 
-def _memory(opts: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any] | None]:
+def _memory(opts: dict[str, object]) -> tuple[Target, dict[str, object] | None]:
     """``generate`` / ``stream`` options: ``memory: {resource, thread: id | {id, title, metadata}}``
-    (or ``resource_id`` / ``thread_id``) → the target and the thread row's ``{title, metadata}``."""
+    (or ``resource_id`` / ``thread_id``) → the target and the thread row's ``{title, metadata}``.
+    A ``TypeError`` when ``memory`` is not a mapping."""
     memory = opts.pop("memory", None) or {}
-    thread_row: dict[str, Any] | None = None
-    if memory.get("options"):  # Mastra's per-call memory options: {lastMessages, readOnly}
+    if not isinstance(memory, Mapping):
+        raise TypeError("options.memory is a mapping {resource, thread, options?}")
+    thread_row: dict[str, object] | None = None
+    if isinstance(memory.get("options"), Mapping):  # Mastra's per-call memory options: {lastMessages, readOnly}
         opts["memory_options"] = dict(memory["options"])
     if memory:
         thread = memory.get("thread")
@@ -137,45 +153,45 @@ class AgentHandle:
         metadata: dict[str, Any] = (await self.details())["metadata"]
         return metadata
 
-    async def send_message(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> SendResult:
+    async def send_message(self, message: object, options: Mapping[str, object] | None = None, **kw: object) -> SendResult:
         """``sendMessage(message, {resourceId, threadId, runId?, ifActive?, ifIdle?})``."""
         opts = _snake(options, kw)
         return await self.client.send_message(message, agent_id=self.id, **_target(opts), **opts)
 
-    async def queue_message(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> SendResult:
+    async def queue_message(self, message: object, options: Mapping[str, object] | None = None, **kw: object) -> SendResult:
         """``queueMessage(message, {resourceId, threadId, ifIdle?})``."""
         opts = _snake(options, kw)
         return await self.client.queue_message(message, agent_id=self.id, **_target(opts), **opts)
 
-    async def send_signal(self, signal: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-                          **kw: Any) -> SendResult:
+    async def send_signal(self, signal: Mapping[str, object], options: Mapping[str, object] | None = None,
+                          **kw: object) -> SendResult:
         """``sendSignal({type, contents, tagName?, attributes?, metadata?}, {resourceId, threadId, …})``."""
         opts = _snake(options, kw)
         return await self.client.send_signal(dict(signal), agent_id=self.id, **_target(opts), **opts)
 
-    async def send_state_signal(self, state: Mapping[str, Any], options: Mapping[str, Any] | None = None,
-                                **kw: Any) -> SendResult:
+    async def send_state_signal(self, state: Mapping[str, object], options: Mapping[str, object] | None = None,
+                                **kw: object) -> SendResult:
         """``sendStateSignal({id, cacheKey, contents, mode?, value?|delta?}, {resourceId, threadId, …})``;
         ``accepted`` resolves to a ``Skipped`` reply when the lane's value is unchanged."""
         opts = _snake(options, kw)
         return await self.client.send_state_signal(dict(state), agent_id=self.id, **_target(opts), **opts)
 
-    async def send_notification_signal(self, notification: Mapping[str, Any] | list[dict[str, Any]],
-                                       options: Mapping[str, Any] | None = None, **kw: Any) -> Any:
+    async def send_notification_signal(self, notification: Mapping[str, object] | list[dict[str, object]],
+                                       options: Mapping[str, object] | None = None, **kw: object) -> Any:
         """``sendNotificationSignal({source, kind, summary, priority?, …}, {resourceId, threadId, ifIdle?})``:
         the ``notified`` reply (per notification ``{record, decision, signal_id?, run_id?, accepted?}``)."""
         opts = _snake(options, kw)
         items = notification if isinstance(notification, list) else dict(notification)
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)
 
-    async def subscribe_to_thread(self, options: Mapping[str, Any] | None = None,
-                                  **kw: Any) -> Subscription:
+    async def subscribe_to_thread(self, options: Mapping[str, object] | None = None,
+                                  **kw: object) -> Subscription:
         """``subscribeToThread({resourceId, threadId})``: ``stream``, ``await active_run_id()``,
         ``await abort()``, ``await unsubscribe()``."""
         opts = _snake(options, kw)
         return await self.client.subscribe_to_thread(**_target(opts), **opts)
 
-    async def generate(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> RunResult:
+    async def generate(self, message: object, options: Mapping[str, object] | None = None, **kw: object) -> RunResult:
         """``generate(message, {memory: {resource, thread}, maxSteps?, …})``: waits for the run's result.
 
         Raises:
@@ -184,11 +200,12 @@ class AgentHandle:
         """
         opts = _snake(options, kw)
         target, thread = _memory(opts)
-        timeout_s = float(opts.pop("timeout_s", 300.0))
+        timeout = opts.pop("timeout_s", 300.0)
+        timeout_s = float(timeout) if isinstance(timeout, (int, float, str)) else 300.0
         return await self.client.generate(message, agent_id=self.id, options=opts, thread=thread,
                                           timeout_s=timeout_s, **target)
 
-    async def stream(self, message: Any, options: Mapping[str, Any] | None = None, **kw: Any) -> RunOutput:
+    async def stream(self, message: object, options: Mapping[str, object] | None = None, **kw: object) -> RunOutput:
         """``stream(message, {memory: {resource, thread}, …})``: the run's :class:`RunOutput`
         (``full_stream``, ``text_stream``, ``await text()``), once ingress has accepted the request.
 
@@ -213,6 +230,23 @@ class AgentHandle:
         return AgentVoice(self)
 
 
+class SpeakOptions(TypedDict, total=False):
+    """``voice.speak`` options (Mastra's camelCase ``responseFormat`` too)."""
+
+    speaker: str | None
+    response_format: str | None
+    responseFormat: str | None
+
+
+class ListenOptions(TypedDict, total=False):
+    """``voice.listen`` options."""
+
+    filename: str
+    """Its extension names the format (default ``audio.wav``)."""
+    language: str | None
+    """ISO-639-1."""
+
+
 class AgentVoice:
     """One agent's voice, seen from a client (decision 74): the agent's voice configuration is read
     from the cluster (``details()["voice"]``), and the speech / transcription call is made from
@@ -222,19 +256,19 @@ class AgentVoice:
     def __init__(self, agent: AgentHandle) -> None:
         self._agent = agent
 
-    def _settings(self) -> Any:
+    def _settings(self) -> Settings:
         """The client's settings; a client over HTTP has none: the process's environment's
         (``THREADLINE_MODEL_API_BASE``, provider keys)."""
         from threadline.config import get_settings
 
         return self._agent.client.settings or get_settings()
 
-    async def _config(self) -> Any:
+    async def _config(self) -> Voice | None:
         from threadline.runtime.voice import voice_of
 
         return voice_of((await self._agent.details()).get("voice"))
 
-    async def speak(self, text: str, options: Mapping[str, Any] | None = None) -> bytes:
+    async def speak(self, text: str, options: SpeakOptions | None = None) -> bytes:
         """Text to speech: the audio bytes (``options``: ``speaker``, ``response_format`` /
         ``responseFormat``).
 
@@ -244,13 +278,13 @@ class AgentVoice:
         """
         from threadline.runtime.voice import speak
 
-        opts = dict(options or {})
+        opts: SpeakOptions = options or {}
         settings = self._settings()
         return await speak(await self._config(), text, api_base=settings.model_api_base,
                            timeout_s=settings.model_timeout_s, speaker=opts.get("speaker"),
                            response_format=opts.get("response_format", opts.get("responseFormat")))
 
-    async def listen(self, audio: bytes, options: Mapping[str, Any] | None = None) -> str:
+    async def listen(self, audio: bytes, options: ListenOptions | None = None) -> str:
         """Speech to text: the transcript (``options``: ``filename`` (its extension names the
         format, default ``audio.wav``), ``language``).
 
@@ -260,7 +294,7 @@ class AgentVoice:
         """
         from threadline.runtime.voice import listen
 
-        opts = dict(options or {})
+        opts: ListenOptions = options or {}
         settings = self._settings()
         return await listen(await self._config(), audio, api_base=settings.model_api_base,
                             timeout_s=settings.model_timeout_s, filename=opts.get("filename", "audio.wav"),

@@ -19,8 +19,9 @@ import httpx
 import orjson
 from httpx_sse import EventSource
 
-from threadline.client.active import Delivered
+from threadline.client.active import Delivered, hidden_echo
 from threadline.errors import ThreadlineError
+from threadline.events.chunk_types import ChunkBody, ChunkParseError, parse_chunk
 from threadline.logging import get_logger
 
 log = get_logger(__name__)
@@ -156,7 +157,7 @@ class HttpThreadSubscription:
                 await resp.aclose()
 
     @property
-    def stream(self) -> AsyncIterator[dict[str, Any]]:
+    def stream(self) -> AsyncIterator[ChunkBody]:
         return self._iterate()
 
     async def _reconnect(self) -> None:
@@ -181,7 +182,7 @@ class HttpThreadSubscription:
                     raise
                 await asyncio.sleep(min(2.0, 0.1 * failures))
 
-    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+    async def _iterate(self) -> AsyncIterator[ChunkBody]:
         while not self._closed:
             if self._events is None:
                 await self._reconnect()
@@ -195,8 +196,11 @@ class HttpThreadSubscription:
                     if ev.id:
                         with contextlib.suppress(ValueError):
                             self.last_offset = int(ev.id.partition(":")[0])
-                    chunk = orjson.loads(ev.data)
-                    if isinstance(chunk, dict) and self.accept(chunk) and not self._hidden(chunk):
+                    try:
+                        chunk = parse_chunk(ev.data)
+                    except ChunkParseError:
+                        continue
+                    if self.accept(chunk) and not self._hidden(chunk):
                         yield chunk
             except (httpx.TransportError, httpx.StreamError) as exc:
                 if self._closed:
@@ -204,12 +208,11 @@ class HttpThreadSubscription:
                 log.info("stream connection dropped; resuming", path=self._path, error=type(exc).__name__)
             await self._close()
 
-    def accept(self, chunk: dict[str, Any]) -> bool:
+    def accept(self, chunk: ChunkBody) -> bool:
         """Duplicate filter for one chunk (as :meth:`ThreadSubscription.accept`; the gateway's
         stream already left out dead attempts); True if it should be shown."""
         return self._delivered.take(chunk)
 
-    def _hidden(self, chunk: dict[str, Any]) -> bool:
-        if not self._hide or chunk.get("type") not in ("data-user-message", "data-signal"):
-            return False
-        return self._hide is True or (chunk.get("data") or {}).get("type") in self._hide
+    def _hidden(self, chunk: ChunkBody) -> bool:
+        """``hide_signals``: True hides every signal echo, a list hides those signal types."""
+        return hidden_echo(chunk, self._hide)

@@ -30,6 +30,7 @@ from threadline.client.http_subscription import resolved
 from threadline.client.subscription import ThreadSubscription
 from threadline.client.transport import Follow, ReadName, Sent
 from threadline.events.base import Event
+from threadline.events.chunk_types import ChunkBody, parse_chunk
 from threadline.events.replies import Aborted, Accepted, Notified, RunResult
 from threadline.ids import new_id
 
@@ -167,14 +168,14 @@ class MemorySubscription:
         self.last_offset: int | None = None
 
     @property
-    def stream(self) -> AsyncIterator[dict[str, Any]]:
+    def stream(self) -> AsyncIterator[ChunkBody]:
         return self._iterate()
 
-    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+    async def _iterate(self) -> AsyncIterator[ChunkBody]:
         at = self.start_offset or 0
         while not self._closed:
             while at < len(self._log.chunks) and not self._closed:
-                chunk, self.last_offset = self._log.chunks[at][1], at
+                chunk, self.last_offset = parse_chunk(self._log.chunks[at][1]), at
                 at += 1
                 if self._filter.accept(chunk) and not self._filter._hidden(chunk):
                     yield chunk

@@ -23,7 +23,7 @@ class ReplyListener:
     """Futures per ``(request_id, reply type)``; replies that arrive first are kept for a while."""
 
     def __init__(self, bootstrap: str, topic: str, *, payloads: PayloadRefs | None = None,
-                 security: Mapping[str, Any] | None = None) -> None:
+                 security: Mapping[str, object] | None = None) -> None:
         self._payloads = payloads
         self._security = dict(security or {})
         self._bootstrap = bootstrap
@@ -96,7 +96,7 @@ class ReplyListener:
                 reply = decode((await resolve(record, self._payloads)).value, REPLY_ADAPTER)
             except Exception:  # noqa: BLE001 - not ours to judge; ingress dead-letters bad input
                 continue
-            keys = [(reply.request_id, reply.type)]
+            keys: list[tuple[str, str]] = [(reply.request_id, reply.type)]
             if reply.type == "error":  # an error answers whatever was awaited
                 keys = [k for k in self._waiting if k[0] == reply.request_id] or keys
             for key in keys:

@@ -12,18 +12,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from threadline.errors import ThreadlineError
+from threadline.events.chunk_types import ChunkBody, ChunkKind, known
 
 
 class ChunkSource(Protocol):
     """What a run's stream reads: a started thread subscription (Kafka's or the gateway's SSE one)."""
 
     @property
-    def stream(self) -> AsyncIterator[dict[str, Any]]: ...
+    def stream(self) -> AsyncIterator[ChunkBody]: ...
 
     async def unsubscribe(self) -> None: ...
 
@@ -75,7 +76,7 @@ class CreatedSignal:
 class RunFailed(ThreadlineError):  # noqa: N818 - Mastra's wording: the run failed
     """The woken run ended in an error (``error`` chunk); ``error`` is its payload."""
 
-    def __init__(self, run_id: str, error: dict[str, Any]) -> None:
+    def __init__(self, run_id: str, error: Mapping[str, object]) -> None:
         super().__init__(f"run {run_id} failed: {error.get('message') or error}")
         self.run_id = run_id
         self.error = error
@@ -105,17 +106,17 @@ class RunOutput:
         self.run_id = run_id
         self._open = open_subscription
         self._from_ms = max(0, sent_at_ms - margin_ms)
-        self._chunks: list[dict[str, Any]] = []
+        self._chunks: list[ChunkBody] = []
         self._done = False
         self._lock = asyncio.Lock()
 
     @property
-    def stream(self) -> AsyncIterator[dict[str, Any]]:
+    def stream(self) -> AsyncIterator[ChunkBody]:
         """Chunk dicts of the run, ending after its ``finish``."""
         return self._iterate()
 
     @property
-    def full_stream(self) -> AsyncIterator[dict[str, Any]]:
+    def full_stream(self) -> AsyncIterator[ChunkBody]:
         """Mastra's ``fullStream``: the same as :attr:`stream`."""
         return self._iterate()
 
@@ -126,10 +127,11 @@ class RunOutput:
 
     async def _texts(self) -> AsyncIterator[str]:
         async for chunk in self._iterate():
-            if chunk.get("type") == "text-delta":
-                yield (chunk.get("payload") or {}).get("text", "")
+            k = known(chunk)
+            if k is not None and k["type"] == ChunkKind.TEXT_DELTA:
+                yield (k.get("payload") or {}).get("text", "")
 
-    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+    async def _iterate(self) -> AsyncIterator[ChunkBody]:
         async with self._lock:
             for chunk in list(self._chunks):
                 yield chunk
@@ -137,7 +139,7 @@ class RunOutput:
                 return
             seen: dict[str, int] = {}  # the run's own chunks and its sub-agents' nested ones, by runId
             for c in self._chunks:
-                seen[c["runId"]] = c["seq"]
+                seen[c.get("runId", "")] = c.get("seq", -1)
             sub = await self._open(self._from_ms, seen)
             try:
                 async for chunk in sub.stream:
@@ -145,13 +147,13 @@ class RunOutput:
                         continue
                     self._chunks.append(chunk)
                     yield chunk
-                    if chunk.get("type") == "finish":
+                    if chunk["type"] == ChunkKind.FINISH:
                         self._done = True
                         return
             finally:
                 await sub.unsubscribe()
 
-    async def consume_stream(self, *, timeout_s: float | None = None) -> list[dict[str, Any]]:
+    async def consume_stream(self, *, timeout_s: float | None = None) -> list[ChunkBody]:
         """Read the run to its ``finish`` (Mastra's ``consumeStream()``); returns its chunks.
 
         Raises:
@@ -164,22 +166,24 @@ class RunOutput:
 
         await asyncio.wait_for(drain(), timeout_s)
         kept = self._kept()
-        error = next((c.get("payload") or {} for c in kept if c.get("type") == "error"), None)
-        if error is not None:
-            raise RunFailed(self.run_id, error)
+        for c in kept:
+            k = known(c)
+            if k is not None and k["type"] == ChunkKind.ERROR:
+                raise RunFailed(self.run_id, k.get("payload") or {})
         return kept
 
-    def _kept(self) -> list[dict[str, Any]]:
+    def _kept(self) -> list[ChunkBody]:
         """The chunks read, without those of attempts an ``attempt-discarded`` declared dead."""
-        dead: dict[Any, int] = {}
+        dead: dict[tuple[str | None, int | None], int] = {}
         for c in self._chunks:  # a nested chunk's attempts are its sub-agent run's (decision 78)
-            inner = _inner(c)
-            if inner.get("type") == "attempt-discarded":
+            inner = known(_inner(c))
+            if inner is not None and inner["type"] == ChunkKind.ATTEMPT_DISCARDED:
                 p = inner.get("payload") or {}
                 key = (inner.get("runId"), p.get("step"))
                 dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
-        return [c for c in self._chunks if _inner(c).get("type") == "attempt-discarded"
-                or not isinstance(c.get("attempt"), int) or c["attempt"] > dead.get((c.get("runId"), c.get("step")), -1)]
+        return [c for c in self._chunks if _inner(c)["type"] == ChunkKind.ATTEMPT_DISCARDED
+                or not isinstance(c.get("attempt"), int)
+                or c.get("attempt", 0) > dead.get((c.get("runId"), c.get("step")), -1)]
 
     async def text(self, *, timeout_s: float | None = None) -> str:
         """The run's text (its ``text-delta`` chunks), once it has finished.
@@ -188,7 +192,8 @@ class RunOutput:
             RunFailed, TimeoutError: as :meth:`consume_stream`.
         """
         chunks = await self.consume_stream(timeout_s=timeout_s)
-        return "".join((c.get("payload") or {}).get("text", "") for c in chunks if c.get("type") == "text-delta")
+        return "".join((k.get("payload") or {}).get("text", "") for k in map(known, chunks)
+                       if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
     async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
         """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished.
@@ -200,19 +205,23 @@ class RunOutput:
             chunks = await self.consume_stream(timeout_s=timeout_s)
         except RunFailed:
             chunks = self._kept()
-        finish = next((c for c in reversed(chunks) if c.get("type") == "finish"), None)
-        return ((finish or {}).get("payload") or {}).get("stepResult", {}).get("reason")
+        for k in map(known, reversed(chunks)):
+            if k is not None and k["type"] == ChunkKind.FINISH:
+                return ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
+        return None
 
 
-def _inner(chunk: dict[str, Any]) -> dict[str, Any]:
+def _inner(chunk: ChunkBody) -> ChunkBody:
     """The sub-agent chunk a nested ``tool-output`` carries (decision 78), else the chunk itself."""
-    if chunk.get("type") == "tool-output":
-        inner = (chunk.get("payload") or {}).get("output")
-        if isinstance(inner, dict) and inner.get("runId") == chunk.get("runId"):
+    k = known(chunk)
+    if k is not None and k["type"] == ChunkKind.TOOL_OUTPUT:
+        inner = (k.get("payload") or {}).get("output")
+        if isinstance(inner, dict) and inner.get("runId") == k.get("runId"):
             return inner
     return chunk
 
 
-def _nested_in(chunk: dict[str, Any], run_id: str) -> bool:
+def _nested_in(chunk: ChunkBody, run_id: str) -> bool:
     """A sub-agent's chunk delivered to ``run_id``'s thread (Mastra: part of the parent's stream)."""
-    return chunk.get("type") == "tool-output" and (chunk.get("payload") or {}).get("parentRunId") == run_id
+    k = known(chunk)
+    return k is not None and k["type"] == ChunkKind.TOOL_OUTPUT and (k.get("payload") or {}).get("parentRunId") == run_id

@@ -5,13 +5,12 @@ declared dead (``attempt-discarded``) are dropped, so the stream shows every chu
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
-import orjson
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from threadline.client.active import Delivered
+from threadline.client.active import Delivered, hidden_echo
 from threadline.errors import InvalidEventError
+from threadline.events.chunk_types import ChunkBody, ChunkKind, ChunkParseError, known, parse_chunk
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
 
@@ -40,7 +39,7 @@ class ThreadSubscription:
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
                  on_active: Callable[[], Awaitable[str | None]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
-                 payloads: PayloadRefs | None = None, security: Mapping[str, Any] | None = None) -> None:
+                 payloads: PayloadRefs | None = None, security: Mapping[str, object] | None = None) -> None:
         self._on_abort = on_abort
         self._on_active = on_active
         self._from_time_ms = from_time_ms
@@ -139,24 +138,25 @@ class ThreadSubscription:
             self._consumer = None
 
     @property
-    def stream(self) -> AsyncIterator[dict[str, Any]]:
+    def stream(self) -> AsyncIterator[ChunkBody]:
         return self._iterate()
 
-    def accept(self, chunk: dict[str, Any]) -> bool:
+    def accept(self, chunk: ChunkBody) -> bool:
         """Dedupe/dead-attempt filter for one chunk; True if it should be shown."""
         run_id = chunk.get("runId")
         if not isinstance(run_id, str):
             return False
-        if chunk.get("type") == "attempt-discarded":  # that attempt and every earlier one of the step are dead
-            p = chunk.get("payload") or {}
+        k = known(chunk)
+        if k is not None and k["type"] == ChunkKind.ATTEMPT_DISCARDED:  # that attempt and every earlier one of the step are dead
+            p = k.get("payload") or {}
             key = (run_id, int(p.get("step", -1)))
             self._dead[key] = max(self._dead.get(key, -1), int(p.get("attempt", -1)))
-        elif isinstance(chunk.get("attempt"), int) and \
-                chunk["attempt"] <= self._dead.get((run_id, chunk.get("step")), -1):  # type: ignore[arg-type]  # a foreign step value just misses
+        elif isinstance(attempt := chunk.get("attempt"), int) and \
+                attempt <= self._dead.get((run_id, chunk.get("step", -1)), -1):
             return False
         return self._delivered.take(chunk)
 
-    async def _iterate(self) -> AsyncIterator[dict[str, Any]]:
+    async def _iterate(self) -> AsyncIterator[ChunkBody]:
         assert self._consumer is not None, "call start() first"
         async for record in self._consumer:
             self.last_offset = record.offset
@@ -166,14 +166,12 @@ class ThreadSubscription:
                 log.warning("chunk payload not resolvable; passed on as its reference",
                             topic=self.topic, offset=record.offset)
             try:
-                chunk = orjson.loads(record.value)
-            except orjson.JSONDecodeError:
+                chunk = parse_chunk(record.value)
+            except ChunkParseError:
                 continue
-            if isinstance(chunk, dict) and self.accept(chunk) and not self._hidden(chunk):
+            if self.accept(chunk) and not self._hidden(chunk):
                 yield chunk
 
-    def _hidden(self, chunk: dict[str, Any]) -> bool:
+    def _hidden(self, chunk: ChunkBody) -> bool:
         """``hide_signals``: True hides every signal echo, a list hides those signal types."""
-        if not self._hide or chunk.get("type") not in ("data-user-message", "data-signal"):
-            return False
-        return self._hide is True or (chunk.get("data") or {}).get("type") in self._hide
+        return hidden_echo(chunk, self._hide)

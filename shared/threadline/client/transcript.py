@@ -14,72 +14,97 @@ documented replay rule (docs/decisions.md, "The replay rule"), so that it equals
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal, TypedDict
+
+from threadline.events.chunk_types import ChunkBody, ChunkKind, JsonValue, known
 
 UNSTORED_ENDINGS = frozenset({"error", "tripwire"})
 """``finish`` reasons whose run stores no assistant message."""
 
 
-def _text_of(contents: Any) -> str:
+class TranscriptEntry(TypedDict):
+    """One message of a transcript, as :func:`replay_transcript` and :func:`stored_transcript` give it."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    text: str
+    toolCallIds: list[str | None]
+
+
+def _text_of(contents: JsonValue) -> str:
     if isinstance(contents, str):
         return contents
     if isinstance(contents, list):
-        return "".join(p.get("text", "") for p in contents if isinstance(p, dict) and p.get("type") == "text")
+        return "".join(str(p.get("text", "")) for p in contents if isinstance(p, dict) and p.get("type") == "text")
     return ""
 
 
-def replay_transcript(chunks: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def _dead_attempts(chunks: list[ChunkBody]) -> dict[tuple[str, int], int]:
+    """``(runId, step) -> the highest attempt declared dead`` by the ``attempt-discarded`` chunks."""
+    dead: dict[tuple[str, int], int] = {}
+    for c in chunks:
+        k = known(c)
+        if k is not None and k["type"] == ChunkKind.ATTEMPT_DISCARDED:
+            p = k.get("payload") or {}
+            key = (str(k.get("runId")), int(p.get("step", -1)))
+            dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
+    return dead
+
+
+def _endings(chunks: list[ChunkBody]) -> dict[str, str | None]:
+    """``runId -> its finish's stepResult.reason``."""
+    return {str(k.get("runId")): ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
+            for k in map(known, chunks) if k is not None and k["type"] == ChunkKind.FINISH}
+
+
+def replay_transcript(chunks: Iterable[ChunkBody]) -> list[TranscriptEntry]:
     """The transcript of ``chunks`` (in topic order) by the replay rule of this module.
 
     Returns ``[{id, role: "user" | "assistant", text, toolCallIds}]`` in first-seen order.
     """
     chunks = list(chunks)
-    dead: dict[tuple[str, int], int] = {}
-    for c in chunks:
-        if c.get("type") == "attempt-discarded":
-            p = c.get("payload") or {}
-            key = (str(c.get("runId")), int(p.get("step", -1)))
-            dead[key] = max(dead.get(key, -1), int(p.get("attempt", -1)))
-    endings = {c.get("runId"): ((c.get("payload") or {}).get("stepResult") or {}).get("reason")
-               for c in chunks if c.get("type") == "finish"}
-    out: dict[str, dict[str, Any]] = {}
+    dead, endings = _dead_attempts(chunks), _endings(chunks)
+    out: dict[str, TranscriptEntry] = {}
     current: dict[str, str] = {}  # run id → the assistant message id it streams under
     seen: set[tuple[str, int]] = set()
     for c in chunks:
-        run_id, kind = str(c.get("runId")), c.get("type")
+        run_id = str(c.get("runId"))
         seq = c.get("seq")
         if isinstance(seq, int):
             if (run_id, seq) in seen:
                 continue
             seen.add((run_id, seq))
-        if isinstance(c.get("attempt"), int) and c["attempt"] <= dead.get((run_id, c.get("step", -1)), -1):
+        attempt = c.get("attempt")
+        k = known(c)
+        if k is None or (isinstance(attempt, int) and attempt <= dead.get((run_id, c.get("step", -1)), -1)):
             continue
-        if kind == "data-user-message":
-            data = c.get("data") or {}
+        if k["type"] == ChunkKind.DATA_USER_MESSAGE:
+            data = k.get("data") or {}
             out.setdefault(str(data.get("id")), {"id": str(data.get("id")), "role": "user",
                                                   "text": _text_of(data.get("contents")), "toolCallIds": []})
             continue
         if endings.get(run_id) in UNSTORED_ENDINGS:
             continue
-        payload = c.get("payload") or {}
-        if kind in ("start", "step-start") and payload.get("messageId"):
-            current[run_id] = str(payload["messageId"])
-        if kind not in ("text-delta", "tool-call") or run_id not in current:
+        if k["type"] == ChunkKind.START or k["type"] == ChunkKind.STEP_START:
+            message_id = (k.get("payload") or {}).get("messageId")
+            if message_id:
+                current[run_id] = str(message_id)
+        if (k["type"] != ChunkKind.TEXT_DELTA and k["type"] != ChunkKind.TOOL_CALL) or run_id not in current:
             continue
         msg = out.setdefault(current[run_id], {"id": current[run_id], "role": "assistant", "text": "",
                                                "toolCallIds": []})
-        if kind == "text-delta":
-            msg["text"] += payload.get("text", "")
+        if k["type"] == ChunkKind.TEXT_DELTA:
+            msg["text"] += (k.get("payload") or {}).get("text", "")
         else:
-            msg["toolCallIds"].append(payload.get("toolCallId"))
+            msg["toolCallIds"].append((k.get("payload") or {}).get("toolCallId"))
     return list(out.values())
 
 
-def stored_transcript(messages: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+def stored_transcript(messages: Iterable[Mapping[str, Any]]) -> list[TranscriptEntry]:
     """The same view of stored messages (``{id, role, content: {parts}}``, e.g. ``threadline thread``
     lines), for comparing with :func:`replay_transcript`; roles other than user/assistant are left out."""
-    out = []
+    out: list[TranscriptEntry] = []
     for m in messages:
         if m["role"] not in ("user", "assistant"):
             continue

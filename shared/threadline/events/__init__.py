@@ -2,11 +2,13 @@
 
 Families, one module each: ``ingress`` (requests users publish), ``replies`` (answers to them),
 ``commands`` (run commands, step tasks and step results between the internal services),
-``lifecycle`` (run and thread lifecycle), ``chunks`` (the per-thread stream) and ``dead_letters``.
+``lifecycle`` (run and thread lifecycle), ``chunks`` (the per-thread stream; its bodies typed one
+kind each in ``chunk_types``) and ``dead_letters``.
 ``codec`` turns them into Kafka records (key, headers, JSON value) and back.
 """
 
 from threadline.events.base import SCHEMA_VERSION, SCHEMA_VERSIONS, Event
+from threadline.events.chunk_types import ChunkBody, ChunkKind, parse_chunk
 from threadline.events.chunks import Chunk
 from threadline.events.commands import AbortRun, InternalEvent, RunCommand, StartRun, StepResult, StepTask
 from threadline.events.dead_letters import DeadLetter
@@ -38,6 +40,8 @@ __all__ = [
     "Aborted",
     "Accepted",
     "Chunk",
+    "ChunkBody",
+    "ChunkKind",
     "DeadLetter",
     "ErrorReply",
     "Event",
@@ -66,4 +70,5 @@ __all__ = [
     "StepResult",
     "StepTask",
     "Stream",
+    "parse_chunk",
 ]

@@ -3,7 +3,8 @@ without decoding the body (``tl-type``, ``tl-version``, ``tl-event-id``)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import TypeVar
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -11,6 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 from threadline.errors import InvalidEventError, UnknownEventError
 from threadline.events.base import SCHEMA_VERSION, Event
 from threadline.ops import tracing
+
+_T = TypeVar("_T")
 
 Headers = list[tuple[str, bytes]]
 
@@ -30,12 +33,12 @@ def encode(event: Event) -> tuple[bytes, Headers]:
     return orjson.dumps(body), headers
 
 
-def encode_dict(body: dict[str, Any]) -> bytes:
+def encode_dict(body: Mapping[str, object]) -> bytes:
     """Encode a ready JSON dict (hot path: chunks)."""
     return orjson.dumps(body)
 
 
-def header(headers: Any, name: str) -> str | None:
+def header(headers: Iterable[tuple[str, bytes | str]] | None, name: str) -> str | None:
     """Value of header ``name`` as text, or ``None``."""
     for key, value in headers or ():
         if key == name:
@@ -43,7 +46,7 @@ def header(headers: Any, name: str) -> str | None:
     return None
 
 
-def decode(value: bytes | None, adapter: TypeAdapter[Any]) -> Any:
+def decode(value: bytes | None, adapter: TypeAdapter[_T]) -> _T:
     """Parse and validate ``value`` with ``adapter``.
 
     Raises:
@@ -59,7 +62,7 @@ def decode(value: bytes | None, adapter: TypeAdapter[Any]) -> Any:
     return validate(body, adapter)
 
 
-def validate(body: Any, adapter: TypeAdapter[Any]) -> Any:
+def validate(body: object, adapter: TypeAdapter[_T]) -> _T:
     """Validate an already parsed record body with ``adapter`` (the second half of :func:`decode`).
 
     Raises:

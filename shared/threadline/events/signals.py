@@ -11,6 +11,7 @@ validated, so no input can forge a tag.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from threadline._internal.attrdict import AttrDict
@@ -61,7 +62,7 @@ def _stringify(value: object) -> str:
     return str(value)
 
 
-def render_markup(tag: str, attributes: dict[str, Any] | None, contents: str) -> str:
+def render_markup(tag: str, attributes: Mapping[str, object] | None, contents: str) -> str:
     """``<tag k="v">contents</tag>``, or ``<tag k="v" />`` when ``contents`` is empty.
 
     Raises:

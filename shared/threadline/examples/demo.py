@@ -22,6 +22,7 @@ import asyncpg
 
 from threadline.client import Subscription, ThreadlineClient
 from threadline.config import get_settings
+from threadline.events.chunk_types import ChunkBody, ChunkKind, FinishChunk, is_data_kind, known
 from threadline.runtime.llm import LOCAL_MARKER
 from threadline.store import queries
 from threadline.topics import Topics
@@ -76,48 +77,58 @@ _seen_models: set[str] = set()
 """The model the workers answered with, once printed."""
 
 
-async def show_run(sub: Subscription, timeout_s: float = 120.0, stop_after: int = 1) -> dict[str, Any]:
+async def show_run(sub: Subscription, timeout_s: float = 120.0, stop_after: int = 1) -> FinishChunk:
     """Print run chunks as they arrive until ``stop_after`` runs finished; return the last finish."""
     deadline = time.monotonic() + timeout_s
     finished = 0
     async for chunk in sub.stream:
-        kind, payload = chunk["type"], chunk.get("payload") or {}
-        if kind == "start":
-            out(f"  [run {chunk['runId']} started]")
-        elif kind == "data-user-message":
-            out(f"  user> {chunk['data'].get('contents')}")
-        elif kind == "text-start":
-            out("  agent> ", end="")
-        elif kind == "text-delta":
-            out(payload["text"], end="")
-        elif kind == "text-end":
-            out()
-        elif kind == "tool-call":
-            out(f"  [tool call] {payload['toolName']}({payload.get('args')})")
-        elif kind == "tool-result":
-            out(f"  [tool result] {payload.get('result')}")
-        elif kind == "data-signal":
-            data = chunk.get("data") or {}
-            out(f"  [{data.get('tagName') or data.get('type')} signal] {data.get('contents')!r} "
-                f"{data.get('attributes') or ''}")
-        elif kind.startswith("data-"):
-            out(f"  [{kind}] {chunk.get('data')}")
-        elif kind in ("tripwire", "error"):
-            out(f"  [{kind}] {payload}")
-        elif kind == "step-finish" and not _seen_models:
-            meta = payload.get("metadata") or {}
-            if meta.get("modelId"):  # the model the worker called (its THREADLINE_MODEL or the agent's)
-                _seen_models.add(meta["modelId"])
-                name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
-                out(f"  [answered by model {name}, as the running workers are configured]")
-        elif kind == "finish":
-            out(f"  [finish] reason={payload.get('finishReason')} usage={payload.get('output', {}).get('usage')}")
+        show_chunk(chunk)
+        k = known(chunk)
+        if k is not None and k["type"] == ChunkKind.FINISH:
             finished += 1
             if finished >= stop_after:
-                return chunk
+                return k
         if time.monotonic() > deadline:
             break
     raise RuntimeError("the run did not finish in time")
+
+
+def show_chunk(chunk: ChunkBody) -> None:
+    """Print one chunk as a line (or a part of one) of the demo's transcript."""
+    k = known(chunk)
+    if k is None:
+        if is_data_kind(chunk["type"]):
+            out(f"  [{chunk['type']}] {chunk.get('data')}")
+        return
+    if k["type"] == ChunkKind.START:
+        out(f"  [run {k.get('runId')} started]")
+    elif k["type"] == ChunkKind.DATA_USER_MESSAGE:
+        out(f"  user> {k['data'].get('contents')}")
+    elif k["type"] == ChunkKind.TEXT_START:
+        out("  agent> ", end="")
+    elif k["type"] == ChunkKind.TEXT_DELTA:
+        out(k["payload"]["text"], end="")
+    elif k["type"] == ChunkKind.TEXT_END:
+        out()
+    elif k["type"] == ChunkKind.TOOL_CALL:
+        out(f"  [tool call] {k['payload']['toolName']}({k['payload'].get('args')})")
+    elif k["type"] == ChunkKind.TOOL_RESULT:
+        out(f"  [tool result] {k['payload'].get('result')}")
+    elif k["type"] == ChunkKind.DATA_SIGNAL:
+        data = k["data"]
+        out(f"  [{data.get('tagName') or data.get('type')} signal] {data.get('contents')!r} "
+            f"{data.get('attributes') or ''}")
+    elif k["type"] == ChunkKind.TRIPWIRE or k["type"] == ChunkKind.ERROR:
+        out(f"  [{k['type']}] {k['payload']}")
+    elif k["type"] == ChunkKind.STEP_FINISH and not _seen_models:
+        meta = k["payload"].get("metadata")
+        if meta and meta.get("modelId"):  # the model the worker called (its THREADLINE_MODEL or the agent's)
+            _seen_models.add(meta["modelId"])
+            name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
+            out(f"  [answered by model {name}, as the running workers are configured]")
+    elif k["type"] == ChunkKind.FINISH:
+        usage = k["payload"].get("output", {}).get("usage")
+        out(f"  [finish] reason={k['payload'].get('finishReason')} usage={usage}")
 
 
 async def notification_while_busy(tl: ThreadlineClient, sub: Subscription, model: str | None,

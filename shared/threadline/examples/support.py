@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from threadline.events.chunk_types import ChunkKind
 from threadline.runtime import Agent, Processor, create_tool
 
 CUSTOMERS = {
@@ -61,9 +62,9 @@ class WordCounter(Processor):
 
     async def process_output_stream(self, *, part, state, writer, **_):
         state.setdefault("words", 0)
-        if part.type == "text-delta":
+        if part.type == ChunkKind.TEXT_DELTA:
             state["words"] += len(part.payload.text.split())
-        if part.type == "finish":
+        if part.type == ChunkKind.FINISH:
             await writer.custom({"type": "data-word-count", "data": {"words": state["words"]}})
         return part
 

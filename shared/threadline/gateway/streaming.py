@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
 
 import orjson
 
 from threadline.client.transport import Subscription
+from threadline.events.chunk_types import ChunkBody
 
 RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
@@ -35,7 +35,7 @@ class Position:
     run_id: str | None = None
 
 
-def event_id(offset: int, chunk: dict[str, Any]) -> str:
+def event_id(offset: int, chunk: ChunkBody) -> str:
     """``<offset>:<seq>:<runId>`` of a chunk read at ``offset``."""
     return f"{offset}:{chunk.get('seq')}:{chunk.get('runId')}"
 
@@ -52,7 +52,7 @@ def parse_event_id(value: str | None) -> Position | None:
     return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None)
 
 
-async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, Any]]:
+async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, str | int]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
     first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come),
     then one event per chunk the filter accepts and that lies after ``resume``. Unsubscribes

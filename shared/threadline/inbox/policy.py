@@ -22,6 +22,7 @@ subscribers only (see ``threadline.flows.inbox.dispatch_due``).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import SimpleNamespace
@@ -54,8 +55,9 @@ class Decision:
     deliver_at: datetime | None = None
     summary_at: datetime | None = None
 
-    def dump(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"action": self.action, "reason": self.reason}
+    def dump(self) -> dict[str, str]:
+        """``{action, reason, deliverAt?, summaryAt?}`` (times as ISO 8601)."""
+        out: dict[str, str] = {"action": self.action, "reason": self.reason}
         if self.deliver_at:
             out["deliverAt"] = self.deliver_at.isoformat()
         if self.summary_at:
@@ -77,7 +79,7 @@ def default_decision(priority: str, active: bool, now: datetime, *, digest_windo
     return Decision("summarize", "active-batch-summary" if active else "idle-low-summary", summary_at=later)
 
 
-def _coerce(value: Any, reason: str) -> Decision | None:
+def _coerce(value: object, reason: str) -> Decision | None:
     if value is None:
         return None
     if isinstance(value, Decision):
@@ -123,7 +125,7 @@ async def decide(policy: dict[str, Any] | None, record: dict[str, Any], *, activ
     return default_decision(record.get("priority", "medium"), active, now, digest_window_s=digest_window_s)
 
 
-def _fill(d: Decision, record: dict[str, Any], active: bool, now: datetime, window: float) -> Decision:
+def _fill(d: Decision, record: Mapping[str, object], active: bool, now: datetime, window: float) -> Decision:
     if d.action == "summarize" and d.summary_at is None:
         d.summary_at = now + timedelta(seconds=window)
     if d.action == "defer" and d.deliver_at is None:

@@ -77,7 +77,7 @@ class TopicAdmin:
             they have leaders (the service's producer starts fetching their metadata).
     """
 
-    def __init__(self, bootstrap: str, *, replication_factor: int = 1, security: Mapping[str, Any] | None = None,
+    def __init__(self, bootstrap: str, *, replication_factor: int = 1, security: Mapping[str, object] | None = None,
                  registry: ChunkTopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False,
                  on_taken: Callable[[list[str]], None] | None = None) -> None:
         if replication_factor < 1:

@@ -74,7 +74,7 @@ class OffsetTracker:
         return len(self._pending)
 
 
-class _Rebalance(ConsumerRebalanceListener):
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka ships no types: its base is Any
     def __init__(self, owner: KeyedConsumer) -> None:
         self._owner = owner
 
@@ -112,7 +112,7 @@ class KeyedConsumer:
                  client_id: str = "threadline", max_in_flight: int = 2000,
                  commit_interval_s: float = 0.2, session_timeout_ms: int = 10000,
                  max_poll_interval_ms: int = 300000, fetch_max_wait_ms: int = 50, metadata_max_age_ms: int = 5000,
-                 security: Mapping[str, Any] | None = None) -> None:
+                 security: Mapping[str, object] | None = None) -> None:
         self._topics = topics
         self.group_id = group_id
         self.joined = False

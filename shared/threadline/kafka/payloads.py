@@ -13,12 +13,17 @@ listener), so handlers and subscribers never see the reference.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import orjson
 
 from threadline.errors import InvalidEventError
 from threadline.events.codec import Headers, header
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+_R = TypeVar("_R", bound="DataclassInstance")
 
 REF_HEADER = "tl-payload-ref"
 """The header naming a spilled record's payload id."""
@@ -46,7 +51,7 @@ def with_ref_header(headers: Headers | None, pid: str) -> Headers:
     return [*(headers or []), (REF_HEADER, pid.encode())]
 
 
-async def resolve(record: Any, store: PayloadRefs | None) -> Any:
+async def resolve(record: _R, store: PayloadRefs | None) -> _R:
     """``record`` (a :class:`~threadline.kafka.consumer.Record` or any dataclass with ``headers``
     and ``value``) with its stored body back in ``value``; the record itself when it carries no
     reference.

@@ -37,7 +37,7 @@ class Producer:
 
     def __init__(self, bootstrap: str, *, linger_ms: int = 2, client_id: str = "threadline",
                  max_record_bytes: int = 512 * 1024, spill: Spill | None = None,
-                 security: Mapping[str, Any] | None = None) -> None:
+                 security: Mapping[str, object] | None = None) -> None:
         self._bootstrap = bootstrap
         self._security = dict(security or {})
         self._max_record_bytes = max_record_bytes
@@ -111,7 +111,8 @@ class Producer:
                                           "and no payload store is configured")
             pid = await self.spill(value, topic)
             value, headers = reference(pid, len(value)), with_ref_header(headers, pid)
-        return await self._p.send(topic, value, key=k, headers=headers, partition=partition)
+        fut: asyncio.Future[Any] = await self._p.send(topic, value, key=k, headers=headers, partition=partition)
+        return fut
 
     async def send(self, topic: str, event: Event, *, key: str | None) -> asyncio.Future[Any]:
         """Queue ``event``; returns its delivery future."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ssl
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from threadline.config import Settings
 from threadline.errors import ConfigurationError
@@ -66,7 +66,7 @@ def broker_security(settings: Settings) -> BaseSecurity | None:
                             ssl_context=context, use_ssl=tls)
 
 
-def client_kwargs(settings: Settings) -> dict[str, Any]:
+def client_kwargs(settings: Settings) -> dict[str, object]:
     """Keyword arguments for ``AIOKafkaProducer`` / ``AIOKafkaConsumer`` / ``AIOKafkaAdminClient``
     (``{}`` for plaintext). Raises :class:`ConfigurationError` as :func:`broker_security`."""
     security = broker_security(settings)

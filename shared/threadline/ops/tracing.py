@@ -18,11 +18,16 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.trace import Span, Tracer
+    from opentelemetry.util.types import Attributes
 
 _enabled = False
-_provider: Any = None
-_tracer: Any = None
+_provider: TracerProvider | None = None
+_tracer: Tracer | None = None
 """The tracer every span of Threadline comes from, once :func:`configure` turned tracing on
 (OpenTelemetry is imported only then: a process without tracing does not load it)."""
 
@@ -98,7 +103,7 @@ def current_headers() -> list[tuple[str, bytes]]:
     return headers_of(inject({})) if _enabled else []
 
 
-def _from_headers(headers: Iterable[tuple[str, Any]] | None) -> dict[str, str]:
+def _from_headers(headers: Iterable[tuple[str, bytes | str]] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in headers or ():
         if key in ("traceparent", "tracestate"):
@@ -106,8 +111,21 @@ def _from_headers(headers: Iterable[tuple[str, Any]] | None) -> dict[str, str]:
     return out
 
 
+def _on() -> Tracer:
+    """The tracer (tracing is on)."""
+    assert _tracer is not None, "tracing is off"
+    return _tracer
+
+
+def _attributes(attributes: Mapping[str, object]) -> Attributes:
+    """The span attributes without the ``None`` values (OpenTelemetry drops a value of a type
+    it does not take, with a warning)."""
+    return cast("Attributes", {k: v for k, v in attributes.items() if v is not None})
+
+
 @contextmanager
-def consuming(topic: str, headers: Iterable[tuple[str, Any]] | None, **attributes: Any) -> Iterator[None]:
+def consuming(topic: str, headers: Iterable[tuple[str, bytes | str]] | None,
+              **attributes: object) -> Iterator[None]:
     """A consumer span for handling one record of ``topic``, the child of the context its
     headers carry (a new trace when they carry none). A no-op when tracing is off."""
     if not _enabled:
@@ -119,28 +137,27 @@ def consuming(topic: str, headers: Iterable[tuple[str, Any]] | None, **attribute
     parent = propagate.extract(_from_headers(headers))
     token = otel_context.attach(parent)
     try:
-        attrs = {"messaging.system": "kafka", "messaging.destination.name": topic,
-                 **{k: v for k, v in attributes.items() if v is not None}}
-        with _tracer.start_as_current_span(f"{topic} process", kind=trace.SpanKind.CONSUMER, attributes=attrs):
+        attrs = _attributes({"messaging.system": "kafka", "messaging.destination.name": topic, **attributes})
+        with _on().start_as_current_span(f"{topic} process", kind=trace.SpanKind.CONSUMER, attributes=attrs):
             yield
     finally:
         otel_context.detach(token)
 
 
-def start_span(name: str, **attributes: Any) -> Any:
+def start_span(name: str, **attributes: object) -> Span | None:
     """A span under the current one that the caller ends (``.end()``), for work that spans the
     yields of an async generator (a model call's stream); ``None`` when tracing is off."""
     if not _enabled:
         return None
-    return _tracer.start_span(name, attributes={k: v for k, v in attributes.items() if v is not None})
+    return _on().start_span(name, attributes=_attributes(attributes))
 
 
 @contextmanager
-def span(name: str, **attributes: Any) -> Iterator[None]:
+def span(name: str, **attributes: object) -> Iterator[None]:
     """An internal span (a step, a model call, a tool) under the current one; a no-op when off.
     ``None`` attribute values are left out."""
     if not _enabled:
         yield
         return
-    with _tracer.start_as_current_span(name, attributes={k: v for k, v in attributes.items() if v is not None}):
+    with _on().start_as_current_span(name, attributes=_attributes(attributes)):
         yield

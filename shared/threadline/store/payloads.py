@@ -10,7 +10,7 @@ replayed from offset 0 for as long as the topic keeps it).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -21,12 +21,18 @@ log = get_logger(__name__)
 __all__ = ["PayloadStore"]
 
 
+class RowSource(Protocol):
+    """A pool that runs one query and returns its first row (``store.db.Database``)."""
+
+    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
+
+
 class PayloadStore:
     """The :class:`~threadline.kafka.payloads.PayloadRefs` of Threadline, in PostgreSQL: reads and
     writes spilled payloads through a service's pool (``db``) or, for a client, a connection of
     its own opened on first use (``dsn``)."""
 
-    def __init__(self, *, db: Any = None, dsn: str | None = None, statement_cache: bool = True) -> None:
+    def __init__(self, *, db: RowSource | None = None, dsn: str | None = None, statement_cache: bool = True) -> None:
         if (db is None) == (dsn is None):
             raise ValueError("give either db or dsn")
         self._db = db
@@ -35,7 +41,7 @@ class PayloadStore:
         self._conn: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
 
-    async def _run(self, query: str, *args: Any) -> Any:
+    async def _run(self, query: str, *args: object) -> asyncpg.Record | None:
         if self._db is not None:
             return await self._db.fetchrow(query, *args)
         async with self._lock:
