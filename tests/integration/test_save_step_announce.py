@@ -18,7 +18,7 @@ import pytest
 from tests.integration.pg import leased_run
 from tests.integration.test_save_step_claim import _VOLATILE, _call, _neutral, _setup, _snapshot
 from threadline.events import StartRun, StepResult
-from threadline.runtime.ports import RunState, StepRun
+from threadline.runtime.step.ports import RunState, StepRun
 from threadline.store import orchestration, steps
 from threadline.store.db import Database, connect
 from threadline.topics import Topics

@@ -20,7 +20,7 @@ from aiokafka.errors import KafkaTimeoutError
 from tests.integration.test_step_store import _run
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.runtime.ports import Claimed, Continue, Finish, StepRecord
+from threadline.runtime.step.ports import Claimed, Continue, Finish, StepRecord
 from threadline.store.db import Database
 from threadline.store.outbox import Outbox
 from threadline.topics import Topics

@@ -21,7 +21,7 @@ from tests.integration.pg import leased_run
 from threadline.errors import StaleWriterError
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.runtime.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
+from threadline.runtime.step.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
 from threadline.store.db import Database, PoolTimeoutError
 from threadline.store.outbox import Outbox
 from threadline.topics import Topics

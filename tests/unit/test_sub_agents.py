@@ -16,8 +16,8 @@ from threadline.events import StepResult
 from threadline.orchestration.runs import RunRow, SuspendRun, on_step_result, worker_continues
 from threadline.runtime import Agent
 from threadline.runtime.dynamic import resolve_config
-from threadline.runtime.ports import Continue, RunState, StepInputs, Suspend
 from threadline.runtime.registry import load_agents
+from threadline.runtime.step.ports import Continue, RunState, StepInputs, Suspend
 from threadline.runtime.sub_agents import (
     SubAgentTool,
     child_ids,

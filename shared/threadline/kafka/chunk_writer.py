@@ -27,7 +27,7 @@ _PRUNE_EVERY = 1024
 
 
 class ChunkWriter:
-    """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
+    """The Kafka :class:`~threadline.runtime.step.ports.ChunkSink`: assigns ``seq`` (strictly
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_text_unmarked", "_topic",

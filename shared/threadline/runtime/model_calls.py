@@ -4,7 +4,7 @@ One model call of a step goes through :class:`ModelCaller`: the models of the ag
 list are tried in order; each is retried up to its ``max_retries`` with exponential backoff and
 jitter (or the provider's ``Retry-After``) while the error is transient (``retryable``) and the
 model has streamed nothing yet. A model that is exhausted hands over to the next one; when the
-last one is exhausted its error goes to the error processors (:mod:`threadline.runtime.loop`).
+last one is exhausted its error goes to the error processors (:mod:`threadline.runtime.step.loop`).
 
 Waiting happens inside the step: the worker's keep-alive keeps renewing the run's lease, and the
 step holds no database connection while it waits.
@@ -26,7 +26,7 @@ from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import MODEL_CALL_SECONDS, MODEL_ERRORS
 from threadline.runtime.model_outcome import ModelOutcome
-from threadline.runtime.ports import ModelFn
+from threadline.runtime.step.ports import ModelFn
 
 log = get_logger(__name__)
 DEFAULT_MAX_RETRIES = 2

@@ -1,6 +1,6 @@
 """Executing step tasks on a processor-worker. Any worker can take any step: everything a step
 needs is read from PostgreSQL and everything the next step needs is written back, fenced by the
-thread lease. The step itself runs in :class:`threadline.runtime.loop.StepLoop`; this module
+thread lease. The step itself runs in :class:`threadline.runtime.step.loop.StepLoop`; this module
 claims it (waiting while another live worker has it), keeps it alive, stops it when its run is
 aborted, hands it back on shutdown, and ends the run when the step cannot run at all."""
 
@@ -28,10 +28,11 @@ from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
 from threadline.runtime.agent import Agent
 from threadline.runtime.llm import stream_model
-from threadline.runtime.loop import StepLoop
 from threadline.runtime.memory import DEFAULT_LAST_MESSAGES
 from threadline.runtime.model_calls import RetryPolicy
-from threadline.runtime.ports import (
+from threadline.runtime.registry import Catalogue
+from threadline.runtime.step.loop import StepLoop
+from threadline.runtime.step.ports import (
     AbortedRun,
     Begun,
     Busy,
@@ -43,7 +44,6 @@ from threadline.runtime.ports import (
     StepRecord,
     StepRun,
 )
-from threadline.runtime.registry import Catalogue
 from threadline.runtime.sub_agents import nested_target
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits

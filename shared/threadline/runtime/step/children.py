@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from threadline.runtime.ports import StepStore
-from threadline.runtime.step_state import StepState
-from threadline.runtime.tool_runner import read_result
+from threadline.runtime.step.ports import StepStore
+from threadline.runtime.step.state import StepState
+from threadline.runtime.step.tools import read_result
 
 ToolOutcome = Callable[[StepState, dict[str, Any], Any, "str | None"], Awaitable[dict[str, Any]]]
 

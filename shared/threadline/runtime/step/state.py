@@ -14,8 +14,8 @@ from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model_calls import ModelChoice
 from threadline.runtime.model_outcome import ModelOutcome
-from threadline.runtime.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.processor import ProcessorRunner
+from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
 from threadline.runtime.transform import SUPPRESS, display_chunk
 

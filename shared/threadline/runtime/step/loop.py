@@ -1,5 +1,5 @@
 """One step of a run: the agentic loop (processors, the model call, tools), against the ports of
-:mod:`threadline.runtime.ports` — where the step's state is loaded and saved, where its chunks
+:mod:`threadline.runtime.step.ports` — where the step's state is loaded and saved, where its chunks
 go, and the model function. No SQL, no Kafka here.
 
 One step:
@@ -43,7 +43,11 @@ from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
 from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
-from threadline.runtime.ports import (
+from threadline.runtime.processor import ProcessorRunner, TripWire
+from threadline.runtime.refs import resolve_options
+from threadline.runtime.registry import Catalogue
+from threadline.runtime.step.children import resume_children
+from threadline.runtime.step.ports import (
     ChunkSink,
     Continue,
     Fail,
@@ -57,13 +61,9 @@ from threadline.runtime.ports import (
     Suspend,
     Trip,
 )
-from threadline.runtime.processor import ProcessorRunner, TripWire
-from threadline.runtime.refs import resolve_options
-from threadline.runtime.registry import Catalogue
-from threadline.runtime.step_state import StepState, StepWriter, add_usage, error_view, final_text, replay
-from threadline.runtime.sub_agent_steps import resume_children
+from threadline.runtime.step.state import StepState, StepWriter, add_usage, error_view, final_text, replay
+from threadline.runtime.step.tools import read_result, run_tool_call, set_invocation
 from threadline.runtime.sub_agents import Pending, SubAgentTool, request_for
-from threadline.runtime.tool_runner import read_result, run_tool_call, set_invocation
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.runtime.transform import transcript_entries
 from threadline.runtime.workflows import journal_factory

@@ -1,5 +1,5 @@
 """The ports of the step loop: what one step of a run reads and writes, and where its chunks
-go. The loop (:mod:`threadline.runtime.loop`) works against these protocols only; the
+go. The loop (:mod:`threadline.runtime.step.loop`) works against these protocols only; the
 processor-worker plugs in PostgreSQL (:class:`threadline.worker.step_store.PgStepStore`) and Kafka
 (:class:`threadline.kafka.chunk_writer.ChunkWriter`), tests may plug in memory.
 
