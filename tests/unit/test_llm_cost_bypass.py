@@ -15,7 +15,7 @@ import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
 
-from threadline.runtime import llm, llm_stream
+from threadline.runtime.model import llm, llm_stream
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 

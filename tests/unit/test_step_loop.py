@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.runtime import Agent, create_tool
-from threadline.runtime.llm import ModelOutcome
+from threadline.runtime.model.llm import ModelOutcome
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import (
     Continue,

@@ -22,7 +22,7 @@ import asyncpg
 
 from threadline.client import ThreadlineClient, ThreadSubscription
 from threadline.config import get_settings
-from threadline.runtime.llm import LOCAL_MARKER
+from threadline.runtime.model.llm import LOCAL_MARKER
 
 AGENT = "support-agent"
 TURNS = [

@@ -255,7 +255,7 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
             options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
-            if options:  # sent by threadline.runtime.provider_options.prepare_messages
+            if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)
             continue

@@ -27,9 +27,9 @@ from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
 from threadline.runtime.agent import Agent
-from threadline.runtime.llm import stream_model
 from threadline.runtime.memory import DEFAULT_LAST_MESSAGES
-from threadline.runtime.model_calls import RetryPolicy
+from threadline.runtime.model.llm import stream_model
+from threadline.runtime.model.model_calls import RetryPolicy
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import (
@@ -79,7 +79,7 @@ class StepExecutor:
         db, producer, admin, outbox, topics, settings: the service's connections and settings.
         agents: the agents this worker runs, by id.
         catalogue: processors and hooks requests may name.
-        model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+        model: the model function (default :func:`~threadline.runtime.model.llm.stream_model`).
     """
 
     def __init__(self, *, db: Database, producer: Producer, admin: TopicAdmin, outbox: Outbox,

@@ -35,14 +35,14 @@ from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.ops import tracing
-from threadline.runtime import structured
 from threadline.runtime.agent import Agent
 from threadline.runtime.dynamic import ConfigCache, editor_overrides, processor_runner, run_system_messages
 from threadline.runtime.editor import tool_descriptions, with_descriptions
-from threadline.runtime.llm import ModelOutcome, stream_model
 from threadline.runtime.memory import for_run, recent
 from threadline.runtime.messages import MessageList
-from threadline.runtime.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
+from threadline.runtime.model import structured
+from threadline.runtime.model.llm import ModelOutcome, stream_model
+from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.processor import ProcessorRunner, TripWire
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
@@ -91,7 +91,7 @@ class StepLoop:
         model_api_base: the OpenAI-compatible base URL for local models (``None``: the provider's).
         model_timeout_s: seconds a model call may take.
         catalogue: processors and hooks requests may name.
-        model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+        model: the model function (default :func:`~threadline.runtime.model.llm.stream_model`).
         retry_policy: waits between model-level retries (docs/models.md).
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from threadline.runtime.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import ModelOutcome
 
 
 @dataclass(slots=True)
@@ -358,7 +358,7 @@ class StepStore(Protocol):
 
 class ModelFn(Protocol):
     """The model call: yields Mastra chunks ``{type, payload}`` and fills ``outcome``
-    (:func:`threadline.runtime.llm.stream_model`)."""
+    (:func:`threadline.runtime.model.llm.stream_model`)."""
 
     def __call__(self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,

@@ -12,8 +12,8 @@ from threadline.errors import ModelCallError
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
-from threadline.runtime.model_calls import ModelChoice
-from threadline.runtime.model_outcome import ModelOutcome
+from threadline.runtime.model.model_calls import ModelChoice
+from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.processor import ProcessorRunner
 from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending

@@ -1,7 +1,7 @@
 """One set of rules for a streamed model answer, whichever path read it (docs/decisions.md §20).
 
 :class:`StreamNormaliser` is fed the chunk dicts of an OpenAI-compatible stream (``{"choices":
-[{"index", "delta", "finish_reason"}], "usage"}``) as :mod:`threadline.runtime.llm_stream` hands
+[{"index", "delta", "finish_reason"}], "usage"}``) as :mod:`threadline.runtime.model.llm_stream` hands
 them over — decoded from the provider's SSE bytes, converted from the openai SDK's objects or from
 litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload}``). The rules:
 
@@ -114,7 +114,7 @@ def parse_args(text: str, obj: Any = None) -> Any:
 
 class StreamNormaliser:
     """Turns one stream's chunk dicts into Mastra chunks and fills ``outcome`` (a
-    :class:`threadline.runtime.llm.ModelOutcome`).
+    :class:`threadline.runtime.model.llm.ModelOutcome`).
 
     Call :meth:`feed` per chunk and :meth:`end` once the stream ended cleanly; both return the
     Mastra chunks to yield. ``events`` counts the chunks fed.

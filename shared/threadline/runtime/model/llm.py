@@ -1,15 +1,15 @@
 """The one adapter around litellm (K5): streams Mastra chunks, assembles tool calls by index,
 decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
 and maps every litellm exception to a small set of error kinds before processors see it. The
-rules a stream is read by are :mod:`threadline.runtime.llm_normalise`'s.
+rules a stream is read by are :mod:`threadline.runtime.model.llm_normalise`'s.
 
 Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). How its
 stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, or litellm's
 ``CustomStreamWrapper`` when litellm callbacks are configured) is in
-:mod:`threadline.runtime.llm_stream`; every path yields the same chunk dicts and fills the same
+:mod:`threadline.runtime.model.llm_stream`; every path yields the same chunk dicts and fills the same
 :class:`ModelOutcome`. litellm's cost estimate for a stream it has just opened (always 0 or
 ``None``, ~1 ms of CPU) is skipped when no litellm callback is configured
-(:func:`threadline.runtime.llm_stream.no_open_cost_estimate`).
+(:func:`threadline.runtime.model.llm_stream.no_open_cost_estimate`).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ litellm.drop_params = True
 
 from threadline._internal import step_clock  # noqa: E402 - after litellm is configured above
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
-from threadline.runtime import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
-from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
-from threadline.runtime.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
@@ -154,7 +154,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
     """litellm arguments that route ``model``: local model names go to ``api_base``; Mastra's
-    provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.providers`).
+    provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.model.providers`).
 
     Raises:
         ModelCallError: kind ``authentication`` when the provider's API key is not set.
@@ -183,7 +183,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
     ``tool-call-input-streaming-start``/``tool-call-delta``/``tool-call-input-streaming-end`` and
-    ``tool-call`` (with parsed ``args``), by the rules of :mod:`threadline.runtime.llm_normalise`
+    ``tool-call`` (with parsed ``args``), by the rules of :mod:`threadline.runtime.model.llm_normalise`
     (docs/decisions.md §20), the same on every read path. The finish reason is ``tool-calls``
     whenever tool calls were streamed, whatever the provider said (C13).
 
@@ -202,7 +202,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     for key, value in (model_settings or {}).items():
         if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
             kwargs[_SETTINGS.get(key, key)] = value
-    if response_format is not None:  # structured output (threadline.runtime.structured)
+    if response_format is not None:  # structured output (threadline.runtime.model.structured)
         kwargs["response_format"] = response_format
     for key, value in provider_opts.request_options(provider_options, model).items():
         if key not in _CORE:  # provider options never reroute the call or replace the prompt

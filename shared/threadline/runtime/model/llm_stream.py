@@ -1,4 +1,4 @@
-"""How :func:`threadline.runtime.llm.stream_model` reads the stream ``litellm.acompletion``
+"""How :func:`threadline.runtime.model.llm.stream_model` reads the stream ``litellm.acompletion``
 returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": …,
 "finish_reason": …}], "usage": …}``), by the cheapest of three paths that is safe for it.
 
@@ -16,7 +16,7 @@ On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
 ``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
 ``llm.classify`` sees the same exceptions on every path. What a stream's end means (a clean end
 without a finish reason, no event at all, a cut-off) is decided the same way on every path
-(:mod:`threadline.runtime.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
+(:mod:`threadline.runtime.model.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
 stream for it. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
 Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
 

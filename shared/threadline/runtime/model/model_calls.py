@@ -25,7 +25,7 @@ from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import MODEL_CALL_SECONDS, MODEL_ERRORS
-from threadline.runtime.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.step.ports import ModelFn
 
 log = get_logger(__name__)

@@ -2,7 +2,7 @@
 client: litellm still routes it (``get_llm_provider``), maps its parameters
 (``get_optional_params``) and builds its body (``OpenAIGPTConfig.transform_request``); this
 module only sends that body over the HTTP client litellm gives its openai clients (one per event
-loop) and hands the response to :mod:`threadline.runtime.llm_stream`'s SSE reader (its ``raw``
+loop) and hands the response to :mod:`threadline.runtime.model.llm_stream`'s SSE reader (its ``raw``
 path).
 
 Around a short call, ``litellm.acompletion`` spends ~2.5 ms of CPU outside those three steps
@@ -13,7 +13,7 @@ docs/benchmarks.md, "The model call sent directly".
 A failure is raised as litellm raises it: the openai SDK's own exception for the response
 (``AsyncOpenAI._make_status_error_from_response``, ``APITimeoutError``, ``APIConnectionError``),
 wrapped as litellm's OpenAI handler wraps it (``OpenAIError``) and mapped by litellm's
-``exception_type``, so :func:`threadline.runtime.llm.classify` sees the same exceptions.
+``exception_type``, so :func:`threadline.runtime.model.llm.classify` sees the same exceptions.
 
 Only calls whose every argument is in :data:`_ARGS`, for litellm's ``openai`` provider, with no
 litellm callback configured and no openai client setting read from litellm's globals or the
@@ -49,7 +49,7 @@ from litellm.utils import (
 )
 
 from threadline.config import get_settings
-from threadline.runtime import llm_stream
+from threadline.runtime.model import llm_stream
 
 _ARGS = frozenset({"model", "messages", "stream", "stream_options", "tools", "tool_choice", "api_base", "api_key",
                    "timeout", "num_retries", "max_retries", "response_format", "temperature", "top_p", "n", "stop",
