@@ -103,6 +103,12 @@ class ChunkWriter:
             self.held = None
         self.hold_finish = False
 
+    def finish_stored(self) -> None:
+        """The held ``finish`` was stored with the step's result (the outbox publishes it): the
+        stream counts as finished."""
+        self.held = None
+        self.finished = True
+
     def _prune(self) -> None:
         pending = []
         for fut in self._futures:

@@ -2,7 +2,8 @@
 :mod:`threadline.runtime.step.ports` — where the step's state is loaded and saved, where its chunks
 go, and the model function. No SQL, no Kafka here.
 
-One step:
+One step (the attempt's stages, each returning a value: :func:`~.prepare.prepare` →
+:func:`~.respond.respond` → :func:`~.tools.run_tools` → :func:`~.conclude.conclude`):
  1. step 0: the thread history, the instructions, ``start``;
  2. the signals the step drained join the list (echo chunks; a new response message id after
     step 0);
@@ -18,35 +19,30 @@ One step:
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from threadline._internal.attrdict import AttrDict, wrap
-from threadline._internal.faults import armed, pause_point
-from threadline._internal.usercode import call_user
-from threadline.errors import ModelCallError, StaleWriterError
+from threadline._internal.attrdict import wrap
+from threadline._internal.faults import pause_point
+from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
-from threadline.ops import tracing
 from threadline.runtime.agent import Agent
 from threadline.runtime.dynamic import ConfigCache, editor_overrides, processor_runner, run_system_messages
 from threadline.runtime.editor import tool_descriptions, with_descriptions
-from threadline.runtime.memory import for_run, recent
+from threadline.runtime.memory import Memory, for_run, recent
 from threadline.runtime.messages import MessageList
-from threadline.runtime.model import structured
-from threadline.runtime.model.llm import ModelOutcome, stream_model
-from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
+from threadline.runtime.model.llm import stream_model
+from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelLimiter, RetryPolicy
 from threadline.runtime.processor import ProcessorRunner, TripWire
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step.children import resume_children
+from threadline.runtime.step.conclude import Attempted, conclude
 from threadline.runtime.step.ports import (
     ChunkSink,
     Continue,
@@ -61,26 +57,23 @@ from threadline.runtime.step.ports import (
     Suspend,
     Trip,
 )
-from threadline.runtime.step.state import StepState, StepWriter, add_usage, error_view, final_text, replay
-from threadline.runtime.step.tools import read_result, run_tool_call, set_invocation
-from threadline.runtime.sub_agents import Pending, SubAgentTool, request_for
-from threadline.runtime.tools import ToolContext, ToolHooks
+from threadline.runtime.step.prepare import ModelSetup, prepare
+from threadline.runtime.step.respond import respond
+from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
+from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
-from threadline.runtime.workflows import journal_factory
 from threadline.transient import is_transient
 
 log = get_logger(__name__)
-DEFAULT_MAX_STEPS = 5
 
 
-@dataclass(frozen=True, slots=True)
-class Attempted:
-    """How one attempt of a step ended (no processor retry pending)."""
-
-    finish_reason: str
-    """The model's finish reason."""
-    continued: bool
-    """The run takes another step (tool results, or signals pending, within ``max_steps``)."""
+def model_error(exc: ModelCallError) -> dict[str, Any]:
+    """The failed run's ``error``: ``{kind, message, statusCode, retryable, retry_after_s?}``."""
+    error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+                             "retryable": exc.retryable}
+    if exc.retry_after_s is not None:
+        error["retry_after_s"] = exc.retry_after_s
+    return error
 
 
 class StepLoop:
@@ -102,14 +95,11 @@ class StepLoop:
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
                  retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
                  limiter: ModelLimiter | None = None) -> None:
-        self._limiter = limiter
-        self._retry_policy = retry_policy or RetryPolicy()
-        self._max_retries = max_retries
+        self._setup = ModelSetup(fn=model, default_model=default_model, api_base=model_api_base,
+                                 timeout_s=model_timeout_s, retry_policy=retry_policy or RetryPolicy(),
+                                 max_retries=max_retries, limiter=limiter)
         self._default_model = default_model
-        self._api_base = model_api_base
-        self._timeout_s = model_timeout_s
         self._catalogue = catalogue or Catalogue()
-        self._model = model
         self._configs = ConfigCache()
 
     async def run(self, run: StepRun, agent: Agent, inputs: StepInputs, sink: ChunkSink,
@@ -120,9 +110,31 @@ class StepLoop:
         :class:`~threadline.errors.StaleWriterError` propagate (the step is re-executed or was
         taken over).
         """
-        step_no, state = run.step, run.state
-        request_context = {**(run.options.get("request_context") or agent.default_options.get("request_context") or {}),
-                           "thread_id": run.thread_id, "resource_id": run.resource_id}
+        step, options, memory = await self._open(run, agent, inputs, sink)
+        if run.step == 0:
+            await sink.emit(chunks.start_chunk(agent.id, step.response_id))
+        elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
+            await resume_children(step, store)
+        if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
+            step.response_id = new_id("msg")
+        consumed = []
+        for sig in inputs.signals:
+            step.ml.add(signal_to_message(sig.payload, thread_id=run.thread_id, resource_id=run.resource_id),
+                        "input")
+            consumed.append(sig.id)
+        step.echoes = [chunks.echo_chunk(sig.payload) for sig in inputs.signals]
+        outcome = await self._outcome(step, options, consumed, store)
+        await sink.flush()
+        await self._save(step, outcome, memory, consumed, store)
+        return outcome
+
+    async def _open(self, run: StepRun, agent: Agent, inputs: StepInputs,
+                    sink: ChunkSink) -> tuple[StepState, dict[str, Any], Memory]:
+        """Steps 1 of the module docstring: the run's configuration, options, processors and
+        message list (the thread history and instructions at step 0, the stored list after)."""
+        state = run.state
+        request_context = {**(run.options.get("request_context") or agent.default_options.get("request_context")
+                              or {}), "thread_id": run.thread_id, "resource_id": run.resource_id}
         # the options given as functions of the request context, resolved once per run on this worker
         cfg = await self._configs.get(run.run_id, agent, request_context, self._default_model)
         options = resolve_options({**cfg.default_options, **run.options}, self._catalogue.module)
@@ -130,9 +142,8 @@ class StepLoop:
         runner = processor_runner(options, cfg, request_context, agent.id, self._catalogue.processors,
                                   states=state.processor_state,
                                   retry_count=state.retry_count + (1 if inputs.restarted and state.retry_count else 0))
-        signals = inputs.signals
         memory = for_run(cfg.memory, options.get("memory_options"))
-        if step_no == 0:
+        if run.step == 0:
             ml = MessageList(thread_id=run.thread_id, resource_id=run.resource_id)
             ml.add(recent(inputs.history, memory), "memory")
             # the editor's overrides as stored now, locked fields stripped; kept with the run (decision 69)
@@ -149,65 +160,63 @@ class StepLoop:
                          models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
                          agent_metadata=cfg.metadata)
         runner.writer = StepWriter(step, through_processors=False)
-        if step_no == 0:
-            await sink.emit(chunks.start_chunk(agent.id, response_id))
-        elif state.sub_agent_calls:  # the children of the suspended step ended: their results first
-            await resume_children(step, store, self._tool_outcome)
-        if step_no > 0 and signals:  # a drained signal starts a new assistant message after it
-            step.response_id = new_id("msg")
-        consumed = []
-        for sig in signals:
-            ml.add(signal_to_message(sig.payload, thread_id=run.thread_id, resource_id=run.resource_id), "input")
-            consumed.append(sig.id)
-        step.echoes = [chunks.echo_chunk(sig.payload) for sig in signals]
-        outcome: StepOutcome
+        return step, options, memory
+
+    async def _outcome(self, step: StepState, options: dict[str, Any], consumed: list[str],
+                       store: StepStore) -> StepOutcome:
+        """Steps 3–7 of the module docstring, and how the step ended: a tripwire, a failed model
+        call or a failing step end the run (their chunks emitted here); transient faults raise."""
         try:
             done = await self._step(step, options, consumed, store)
-            outcome = (Suspend(done.finish_reason) if step.children.requests  # waits for child runs
-                       else Continue(done.finish_reason) if done.continued else Finish(done.finish_reason))
         except TripWire as tw:
-            outcome = Trip(tw.payload())
-            log.info("tripwire", run_id=run.run_id, processor_id=tw.processor_id, reason=tw.reason)
+            trip = Trip(tw.payload())
+            log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
             for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
                 step.ml.remove_by_ids([msg["id"]])
-            await sink.emit(chunks.tripwire_chunk(outcome.tripwire))
-            await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=outcome.tripwire)
+            await step.writer.emit(chunks.tripwire_chunk(trip.tripwire))
+            await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=trip.tripwire)
+            return trip
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
-            error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
-                                     "retryable": exc.retryable}
-            if exc.retry_after_s is not None:
-                error["retry_after_s"] = exc.retry_after_s
-            outcome = Fail(error)
-            await self._fail(step, outcome.error)
+            failed = Fail(model_error(exc))
         except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
                 raise
-            log.exception("step failed", run_id=run.run_id, step=step_no)
-            outcome = Fail({"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
-            await self._fail(step, outcome.error)
-        await sink.flush()
+            log.exception("step failed", run_id=step.run.run_id, step=step.run.step)
+            failed = Fail({"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+        else:
+            if step.children.requests:  # waits for child runs
+                return Suspend(done.finish_reason)
+            return Continue(done.finish_reason) if done.continued else Finish(done.finish_reason)
+        await self._fail(step, failed.error)
+        return failed
+
+    async def _save(self, step: StepState, outcome: StepOutcome, memory: Memory, consumed: list[str],
+                    store: StepStore) -> None:
+        """Step 8 of the module docstring: the state written back, then the step saved with its
+        held ``finish`` (decision 19), which the sink then counts as stored."""
+        run, state, sink = step.run, step.run.state, step.writer
         state.message_list = step.ml.to_state()
-        state.retry_count = runner.retry_count
+        state.retry_count = step.runner.retry_count
         state.response_message_id = step.response_id
+        suspended = isinstance(outcome, Suspend)
         final = not isinstance(outcome, Continue | Suspend)
-        state.sub_agent_calls = step.children.calls if isinstance(outcome, Suspend) else None
+        state.sub_agent_calls = step.children.calls if suspended else None
         await pause_point("before_step_result_write", run.thread_id)
-        held = getattr(sink, "held", None)  # the finish, published once stored (decision 19)
+        held = sink.held  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
-        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml._entries if memory.stores else []
+        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml.entries() if memory.stores else []
         if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
-            entries = await transcript_entries(entries, step.tools if step.tools is not None else agent.tools,
-                                               agent.transform)
+            entries = await transcript_entries(entries, step.tools if step.tools is not None else step.agent.tools,
+                                               step.agent.transform)
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,
-                                    finish=held, children=step.children.requests if isinstance(outcome, Suspend) else []))
+                                    finish=held, children=step.children.requests if suspended else []))
         if final:
             self._configs.drop(run.run_id)
         if held is not None:
-            sink.held, sink.finished = None, True  # type: ignore[attr-defined]  # a ChunkWriter's
-        return outcome
+            sink.finish_stored()
 
     async def _step(self, step: StepState, options: dict[str, Any], consumed: list[str],
                     store: StepStore) -> Attempted:
@@ -274,21 +283,6 @@ class StepLoop:
         await store.restart_attempt(step.run, step.writer.attempt, step.runner.retry_count)
         await step.writer.emit(chunks.attempt_discarded_chunk(step.run.step, dead, reason, retry))
 
-    def _caller(self, step: StepState, options: dict[str, Any], model: str, chosen: ModelChoice) -> ModelCaller:
-        """The model call of an attempt: the fallback list from the model in use, or only the
-        model a processor chose. Retries: the entry's, else the call's ``max_retries`` (or
-        ``model_settings.maxRetries``), else the agent's, else the worker's default."""
-        settings = options.get("model_settings") or {}
-        default = options.get("max_retries", settings.get("maxRetries", settings.get("max_retries")))
-        if default is None:
-            default = step.agent.max_retries if step.agent.max_retries is not None else self._max_retries
-        assert step.models is not None
-        if model == chosen.model:
-            return ModelCaller(self._model, step.models, default_retries=int(default), policy=self._retry_policy,
-                               start=step.model_index, limiter=self._limiter)
-        return ModelCaller(self._model, [ModelChoice(model, chosen.max_retries)], default_retries=int(default),
-                           policy=self._retry_policy, limiter=self._limiter)
-
     def _retry_cap(self, options: dict[str, Any], agent: Agent, runner: ProcessorRunner) -> int | None:
         cap: int | None = options.get("max_processor_retries", agent.max_processor_retries)
         if cap is None and runner.error:
@@ -299,193 +293,13 @@ class StepLoop:
 
     async def _attempt(self, step: StepState, options: dict[str, Any], consumed: list[str],
                        store: StepStore) -> Attempted:
-        """One attempt of the step: input step processors, the model, output step, tools, step-finish."""
-        run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
-        step_no = run.step
-        step.children = Pending()
-        ml.replace_all_system_messages(step.state.system_snapshot or [])
-        if step.models is None:
-            step.models = (agent.resolve_models(self._default_model, runner.request_context)
-                           if isinstance(agent.model, str)  # else a function (user code) may be called
-                           else await call_user(agent.resolve_models, self._default_model, runner.request_context))
-        chosen = step.models[step.model_index]
-        step_input: dict[str, Any] = {
-            "model": chosen.model,
-            "tools": dict(step.tools if step.tools is not None else agent.tools), "tool_choice": options.get("tool_choice"),
-            "active_tools": options.get("active_tools"), "provider_options": options.get("provider_options"),
-            "model_settings": options.get("model_settings"), "structured_output": options.get("structured_output"),
-        }
-        step_input = await runner.process_input_step(ml, step_input, step_number=step_no, steps=step.steps)
-        model = step_input.get("model") or self._default_model
-        caller = self._caller(step, options, model, chosen)
-        spec = structured.resolve(step_input.get("structured_output"))  # a bad schema fails here, clearly
-        extra = {"response_format": spec.response_format()} if spec is not None else {}
-        tools = dict(step_input.get("tools") or {})
-        if step_input.get("active_tools") is not None:
-            tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
-        prompt = [{"role": "system", "content": m["content"],  # instructions keep their providerOptions
-                   **({"providerOptions": m["providerOptions"]} if m.get("providerOptions") else {})}
-                  for m in ml.all_system_messages()] + ml.get.all.core()
-        prompt, cached = await runner.process_llm_request(prompt, model=model, step_number=step_no,
-                                                          steps=step.steps)
-        await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
-            step.response_id, started_at_ms=None if cached else int(time.time() * 1000)))
-        step.response_message()
-        outcome = ModelOutcome()
-        processed: list[AttrDict] = []
-        recorded, step.recorded = step.recorded, None
-        if cached:
-            source: Any = replay(cached, outcome)
-        elif recorded is not None:  # a crashed attempt got this far: same output, same tool call ids
-            log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
-            source = replay(recorded, outcome)
-        else:
-            source = caller.stream(outcome, messages=prompt, tools=[t.spec() for t in tools.values()] or None,
-                                   tool_choice=step_input.get("tool_choice"),
-                                   model_settings=step_input.get("model_settings"),
-                                   provider_options=step_input.get("provider_options"),
-                                   api_base=self._api_base, timeout_s=self._timeout_s, **extra)
-        raw_chunks: list[dict[str, Any]] = []
-        try:
-            async for chunk in source:
-                raw_chunks.append(chunk)
-                chunk["from"] = chunks.FROM_AGENT
-                part = await step.emit(chunk)
-                if part is not None:
-                    processed.append(part)
-        finally:
-            await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
-            if caller.choices is step.models:  # a fallback model stays in use for the step's retries
-                step.model_index = caller.index
-        if recorded is not None:
-            outcome.usage = recorded.get("usage")
-            outcome.finish_reason = recorded.get("finish_reason", outcome.finish_reason)
-        usage = outcome.usage
-        add_usage(step.usage_total, usage)  # billed even if a processor retries the attempt below
-        if not cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
-            raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
-                                 kind="server_error", retryable=True)
-        await runner.process_llm_response(raw_chunks, model=model, step_number=step_no, steps=step.steps,
-                                          from_cache=bool(cached))
-        text = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "text-delta")
-        reasoning = "".join(p["payload"].get("text", "") for p in processed if p["type"] == "reasoning-delta")
-        calls = [dict(p["payload"]) for p in processed if p["type"] == "tool-call"]
-        parts = step.response_message()["content"]["parts"]
-        parts.append(wrap({"type": "step-start"}))
-        if reasoning:  # what the output processors let through (a ReasoningTransformer's edits)
-            parts.append(wrap({"type": "reasoning", "reasoning": reasoning,
-                               "details": [{"type": "text", "text": reasoning}]}))
-        invocations = [wrap({"type": "tool-invocation", "toolInvocation": {
-            "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
-            "args": call.get("args") or {}}}) for call in calls]
-        texts = [wrap({"type": "text", "text": text})] if text else []
-        # stored in the order streamed: calls whose input began before the text come first (B08 e)
-        parts.extend(invocations + texts if _calls_first(processed) else texts + invocations)
-        obj: Any = None
-        if spec is not None and outcome.finish_reason != "tool-calls":  # the final answer is the object
-            obj = spec.parse(text)
-            await step.writer.emit(chunks.object_chunk(obj))
-            await step.writer.emit(chunks.object_chunk(obj, final=True))
-        if armed("after_tool_call_chunk_published"):
-            await step.writer.flush()
-            await pause_point("after_tool_call_chunk_published")
-        await runner.process_output_step(ml, step_number=step_no, steps=step.steps,
-                                         finish_reason=outcome.finish_reason,
-                                         tool_calls=[wrap(c) for c in calls] or None, text=text, usage=usage)
-        results = []
-        if outcome.finish_reason == "tool-calls":
-            done, owned = None, False  # the calls that ran before a crash; the owner just confirmed
-            if recorded is None and not cached:  # before any tool runs: a re-execution replays this
-                output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in raw_chunks],
-                          "usage": outcome.usage, "finish_reason": outcome.finish_reason}
-                done = await store.record_model_output(run, step.writer.attempt, output,
-                                                       [c["toolCallId"] for c in calls])
-                owned = not armed("after_model_output_recorded")  # a held owner asks again
-                await pause_point("after_model_output_recorded")
-            results = await self._run_tools(step, calls, tools, options, store, done, owned)
-        step.steps.append({"stepNumber": step_no, "text": text, "toolCalls": calls, "toolResults": results,
-                           "finishReason": outcome.finish_reason, "usage": usage,
-                           **({"object": obj} if spec is not None and obj is not None else {})})
-        max_steps = int(options.get("max_steps") or DEFAULT_MAX_STEPS)
-        # pending signals matter only when nothing else continues the run (decision 88)
-        more = bool(results) or bool(step.children.requests) or await store.more_pending(run, consumed)
-        continued = bool(step.children.requests) or (more and step_no + 1 < max_steps)
-        await step.emit(chunks.step_finish_chunk(step.response_id, reason=outcome.finish_reason,
-                                                 is_continued=continued, text=text, usage=usage,
-                                                 model=caller.choices[caller.index].model))
-        return Attempted(outcome.finish_reason, continued)
-
-    async def _run_tools(self, step: StepState, calls: list[dict[str, Any]], tools: dict[str, Any],
-                         options: dict[str, Any], store: StepStore,
-                         done: dict[str, tuple[Any, str | None]] | None, owned: bool) -> list[dict[str, Any]]:
-        """Run the step's tool calls in order, each at most once per run. ``done``: what
-        :meth:`StepStore.record_model_output` returned (the calls that already ran), or None to
-        read it here; ``owned``: that call confirmed this attempt's ownership just now, so the
-        first tool needs no second check (decision 88)."""
-        run, ml = step.run, step.ml
-        call_hooks = options.get("hooks")
-        if isinstance(call_hooks, str):  # named in a JSON request: looked up in the catalogue
-            call_hooks = self._catalogue.hooks.get(call_hooks)
-        hooks = step.agent.hooks.merged(ToolHooks.of(call_hooks))
-        results = []
-        if done is None:
-            done = await store.tool_results(run, [c["toolCallId"] for c in calls])
-        for call in calls:
-            sub = tools.get(call["toolName"])
-            if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
-                step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
-                step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
-                continue
-            # still this step's owner? (else another worker runs it)
-            if call["toolCallId"] not in done and not owned and not await store.still_owner(run, step.writer.attempt):
-                raise StaleWriterError(run.run_id, run.epoch)
-            owned = False  # a tool ran (or was reused) since: the next one asks again
-            if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
-                prior_result, prior_error = done[call["toolCallId"]]
-                log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
-                results.append(await self._tool_outcome(step, call, prior_result, prior_error))
-                continue
-            ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
-                              resource_id=run.resource_id, agent_id=step.agent.id, step=run.step,
-                              idempotency_key=f"{run.run_id}:{call['toolCallId']}",
-                              writer=StepWriter(step, through_processors=True),
-                              request_context=step.runner.request_context,
-                              journal=journal_factory(store, run, step.writer.attempt))
-            try:
-                with tracing.span(f"execute_tool {call['toolName']}", **{
-                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
-                        "gen_ai.tool.call.id": call["toolCallId"]}):
-                    output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
-                                                        agent_meta={"agent_id": step.agent.id, "agentId": step.agent.id,
-                                                                    "agent_name": step.agent.name,
-                                                                    "agent_metadata": step.agent_metadata})
-            except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
-                ctx.abort_signal.set()
-                raise
-            final = output
-            if error is None:
-                await step.runner.process_tool_result(ml, step_number=run.step, steps=step.steps,
-                                                      tool_name=call["toolName"], tool_call_id=call["toolCallId"],
-                                                      args=call.get("args"), result=output)
-                found, replaced = read_result(ml, call["toolCallId"])
-                final = replaced if found else output
-            # what ran is recorded (the processed view only)
-            await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
-            await pause_point("after_tool_result_stored", run.thread_id)
-            results.append(await self._tool_outcome(step, call, final, error))
-        return results
-
-    async def _tool_outcome(self, step: StepState, call: dict[str, Any], result: Any,
-                            error: str | None) -> dict[str, Any]:
-        """Put a tool's (final) result or error into the list and onto the stream."""
-        base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
-        if error is not None:
-            set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
-            await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
-            return {**base, "error": error}
-        set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
-        await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
-        return {**base, "result": result}
+        """One attempt of the step, in four stages each returning a value: the request, the
+        model's response, the tools' results, the step's conclusion."""
+        request = await prepare(step, options, self._setup)
+        response = await respond(step, request, self._setup)
+        hooks = step_hooks(step, options, self._catalogue.hooks)
+        results = await run_tools(step, response, request.tools, hooks, store)
+        return await conclude(step, request, response, results, options, consumed, store)
 
     async def _output_result(self, step: StepState, finish_reason: str) -> None:
         await step.runner.process_output_result(step.ml, result={
@@ -512,9 +326,3 @@ class StepLoop:
             log.warning("process_output_result raised on a failed run", exc_info=True)
         await self._finish_chunk(step, "error", finish_reason="error")
 
-
-def _calls_first(processed: list[AttrDict]) -> bool:
-    """Did a tool call's input begin streaming before the step's first text?"""
-    kinds = [p["type"] for p in processed]
-    first_text = kinds.index("text-delta") if "text-delta" in kinds else len(kinds)
-    return any(k in ("tool-call-input-streaming-start", "tool-call") for k in kinds[:first_text])

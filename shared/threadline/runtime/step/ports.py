@@ -294,13 +294,27 @@ class ChunkSink(Protocol):
     attempt: int
     seq: int
     finished: bool
+    """A ``finish`` chunk was published (or stored to be, :meth:`finish_stored`)."""
+    held: dict[str, Any] | None
+    """The stamped ``finish`` chunk held back instead of published, if any (decision 19): the
+    step store saves it with the step's result and it is published only once that is durable."""
 
     async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        """Stamp and send ``chunk``; returns it stamped."""
+        """Stamp and send ``chunk`` (a ``finish`` may be held, :attr:`held`); returns it stamped."""
         ...
 
     async def flush(self) -> None:
         """Wait until every emitted chunk is acknowledged (raises the first delivery failure)."""
+        ...
+
+    def drop_held(self) -> None:
+        """Forget the held ``finish``, never stored (its step could not be saved): its ``seq``
+        goes to the next chunk, and later finishes are sent, not held."""
+        ...
+
+    def finish_stored(self) -> None:
+        """The held ``finish`` was stored with the step's result (published from there): nothing
+        is held any more and the stream counts as finished."""
         ...
 
 
