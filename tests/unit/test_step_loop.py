@@ -150,7 +150,7 @@ async def test_a_later_step_continues_the_stored_message_list() -> None:
 
 
 def test_run_state_round_trips_and_omits_an_unset_system_snapshot() -> None:
-    stored = {"message_list": {"entries": []}, "response_message_id": "msg-1", "retry_count": 2,
+    stored = {"version": 1, "message_list": {"entries": []}, "response_message_id": "msg-1", "retry_count": 2,
               "processor_state": {"p": {"n": 1}}, "steps": [{"stepNumber": 0}], "usage": {"totalTokens": 4}}
     state = RunState.of(stored)
     assert state.dump() == stored
