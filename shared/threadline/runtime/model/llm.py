@@ -9,7 +9,7 @@ stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, o
 :mod:`threadline.runtime.model.llm_stream`; every path yields the same chunk dicts and fills the same
 :class:`ModelOutcome`. litellm's cost estimate for a stream it has just opened (always 0 or
 ``None``, ~1 ms of CPU) is skipped when no litellm callback is configured
-(:func:`threadline.runtime.model.llm_stream.no_open_cost_estimate`).
+(:func:`threadline.runtime.model._litellm_private.no_open_cost_estimate`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from threadline._internal import step_clock  # noqa: E402 - after litellm is con
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model._litellm_private import no_open_cost_estimate  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
@@ -218,7 +219,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         if provider_stream is not None:
             path = "raw"
         else:
-            with llm_stream.no_open_cost_estimate():
+            with no_open_cost_estimate():
                 response = await litellm.acompletion(**kwargs)
             path = llm_stream.reader(response)
             provider_stream = getattr(response, "completion_stream", None)

@@ -38,18 +38,20 @@ import httpx
 import litellm
 import openai
 import orjson
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
-from litellm.litellm_core_utils.get_litellm_params import get_litellm_params
-from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
-from litellm.llms.openai.common_utils import BaseOpenAILLM, OpenAIError, upstream_error_response
-from litellm.utils import (
+
+from threadline.config import get_settings
+from threadline.runtime.model._litellm_private import (
+    BaseOpenAILLM,
+    OpenAIError,
+    OpenAIGPTConfig,
+    callbacks_configured,
+    exception_type,
+    get_litellm_params,
+    upstream_error_response,
     validate_and_fix_openai_messages,
     validate_and_fix_openai_tools,
     validate_chat_completion_tool_choice,
 )
-
-from threadline.config import get_settings
-from threadline.runtime.model import llm_stream
 
 _ARGS = frozenset({"model", "messages", "stream", "stream_options", "tools", "tool_choice", "api_base", "api_key",
                    "timeout", "num_retries", "max_retries", "response_format", "temperature", "top_p", "n", "stop",
@@ -83,7 +85,7 @@ class Request:
 def prepare(kwargs: dict[str, Any]) -> Request | None:
     """The call ``litellm.acompletion(**kwargs)`` would make, built by litellm, when this path
     sends it exactly as litellm would (module docstring); else ``None``."""
-    if not get_settings().model_direct or not kwargs.get("stream") or llm_stream.callbacks_configured():
+    if not get_settings().model_direct or not kwargs.get("stream") or callbacks_configured():
         return None
     if not _ARGS.issuperset(kwargs) or kwargs.get("num_retries") or kwargs.get("max_retries"):
         return None

@@ -20,32 +20,29 @@ without a finish reason, no event at all, a cut-off) is decided the same way on 
 stream for it. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
 Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
 
-Also here: :func:`no_open_cost_estimate`, which skips litellm's cost estimate of a stream it has
-just opened when no litellm callback needs it.
+litellm's internals this reading relies on (``exception_type``, the callback lists) are behind
+:mod:`threadline.runtime.model._litellm_private`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import functools
 import importlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import httpx
 import litellm
-import litellm.integrations.custom_logger
 import openai
 import orjson
 from litellm import exceptions as lx
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 from openai.types.chat import ChatCompletionChunk
 from pydantic import BaseModel
+
+from threadline.runtime.model._litellm_private import NoopCallback, callbacks_configured, exception_type
 
 # What the SDK maps to APITimeoutError / APIConnectionError while reading a stream's body: httpx's
 # errors, and those of httpx2 (the transport of openai 3.x) when it is installed.
@@ -71,76 +68,11 @@ _DRAIN_S = 0.1
 """After ``[DONE]`` the rest of an HTTP/1.1 body is read for this long, so the connection can be
 reused (as the SDK does)."""
 
-_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
-                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
-
-
-def callbacks_configured() -> bool:
-    """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
-    litellm's wrapper, which reports the call's success or failure to them."""
-    return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
-
-
-class _NoopCallback(litellm.integrations.custom_logger.CustomLogger):
-    """A litellm callback that does nothing: its presence alone routes streams through the wrapper."""
-
-
 def register_noop_callback() -> None:
     """Register one no-op litellm callback (the processor-worker's test switch
     ``THREADLINE_LITELLM_NOOP_CALLBACK``): from then on :func:`reader` answers ``"wrapper"``."""
-    if not any(isinstance(cb, _NoopCallback) for cb in litellm.callbacks):
-        litellm.callbacks.append(_NoopCallback())
-
-
-_SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
-
-
-@contextlib.contextmanager
-def no_open_cost_estimate() -> Iterator[None]:
-    """Around ``litellm.acompletion(stream=True)``: unless a litellm callback is configured, skip
-    the cost litellm computes for the stream it returns as soon as it opens.
-
-    litellm prices the just-opened ``CustomStreamWrapper`` for its ``_hidden_params`` (proxy
-    response headers); the wrapper holds no usage yet, so the figure is ``0.0`` (a model in
-    litellm's price map) or ``None``, and computing it costs ~1 ms of CPU per call (model-info
-    and pricing lookups; docs/benchmarks.md, "The model call"). Skipped, the wrapper's
-    ``response_cost`` is ``None``, as litellm leaves it for a bare provider stream. The cost of the
-    finished call, which callbacks receive, is computed elsewhere and not touched: with a
-    callback configured nothing is skipped at all. Only calls inside this context are affected
-    (a context variable), not other litellm calls of the process.
-    """
-    token = _SKIP_OPEN_COST.set(not callbacks_configured())
-    try:
-        yield
-    finally:
-        _SKIP_OPEN_COST.reset(token)
-
-
-def _install_open_cost_bypass() -> bool:
-    """Wrap litellm's ``Logging.response_cost_calculator`` so it answers ``None`` for a
-    ``CustomStreamWrapper`` inside :func:`no_open_cost_estimate`. Returns whether it is installed
-    (False, and nothing changed, if this litellm has no such method)."""
-    try:
-        from litellm.litellm_core_utils.litellm_logging import Logging
-        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
-    except ImportError:  # pragma: no cover - depends on the installed litellm
-        return False
-    original = getattr(Logging, "response_cost_calculator", None)
-    if original is None or getattr(original, "threadline_bypass", False):
-        return original is not None
-
-    @functools.wraps(original)
-    def response_cost_calculator(self: Any, result: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if _SKIP_OPEN_COST.get() and isinstance(result, CustomStreamWrapper):
-            return None
-        return original(self, result, *args, **kwargs)
-
-    response_cost_calculator.threadline_bypass = True  # type: ignore[attr-defined]  # marks the wrapper, once
-    Logging.response_cost_calculator = response_cost_calculator  # type: ignore[method-assign]  # the bypass itself
-    return True
-
-
-OPEN_COST_BYPASS = _install_open_cost_bypass()
+    if not any(isinstance(cb, NoopCallback) for cb in litellm.callbacks):
+        litellm.callbacks.append(NoopCallback())
 
 
 def reader(response: Any) -> str:
