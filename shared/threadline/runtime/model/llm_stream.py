@@ -106,73 +106,111 @@ async def sse_json(response: Any) -> AsyncIterator[Any]:
         json.JSONDecodeError: an event's data is not JSON (an empty data included).
     """
     chunks = response.aiter_bytes()
-    pending, skip_lf, done = b"", False, False
-    data: list[bytes] = []
-    event, has_id, retry = b"", False, False
+    decoder, done = _SSEDecoder(), False
     try:
         async for block in chunks:
-            if not block:
-                continue
-            if skip_lf:  # the previous block ended in CR: a leading LF completes that CRLF
-                skip_lf = False
-                if block[0] == 10:
-                    block = block[1:]
-            if pending:
-                block = pending + block
-            if b"\r" in block:
-                skip_lf = block[-1] == 13
-                block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            lines = block.split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+            for line in decoder.lines(block):
                 if line:
-                    if line.startswith(b"data:"):
-                        value = line[5:]
-                        data.append(value[1:] if value.startswith(b" ") else value)
-                    elif line[0] != 58:  # not a ":" comment
-                        name, _, value = line.partition(b":")
-                        value = value[1:] if value.startswith(b" ") else value
-                        if name == b"data":  # a bare "data" line: an empty data line
-                            data.append(value)
-                        elif name == b"event":
-                            event = value
-                        elif name == b"id":
-                            has_id = has_id or b"\0" not in value
-                        elif name == b"retry":
-                            retry = _is_int(value)
+                    decoder.field(line)
                     continue
-                if not data and not event and not has_id and not retry:
+                taken = decoder.dispatch()
+                if taken is None:
                     continue
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
-                thread_event = event.decode() if event.startswith(b"thread.") else None
-                data, event, retry = [], b"", False
-                if payload.startswith(b"[DONE]"):
+                if taken[0].startswith(b"[DONE]"):
                     done = True
                     break
-                obj = _loads(payload)
-                if thread_event:  # an Assistants event: no chat chunk (no choices), as the SDK yields it
-                    yield {"data": obj, "event": thread_event}
-                    continue
-                if isinstance(obj, dict) and obj.get("error"):
-                    error = obj["error"]
-                    message = error.get("message") if isinstance(error, dict) else None
-                    raise openai.APIError(message if message and isinstance(message, str)
-                                          else "An error occurred during streaming",
-                                          response.request, body=error)
-                yield obj
+                yield _event_json(*taken, response)
             if done:
                 break
         if done and getattr(response, "http_version", None) == "HTTP/1.1":
-            try:
-                async with asyncio.timeout(_DRAIN_S):
-                    async for _ in chunks:
-                        pass
-            except (TimeoutError, *_REQUEST_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
-                pass
+            await _drain(chunks)
     except _TIMEOUTS as exc:
         raise openai.APITimeoutError(request=response.request) from exc
     except _REQUEST_ERRORS as exc:
         raise openai.APIConnectionError(request=response.request) from exc
+
+
+class _SSEDecoder:
+    """The line and field rules of :func:`sse_json`, one body block at a time."""
+
+    __slots__ = ("data", "event", "has_id", "pending", "retry", "skip_lf")
+
+    def __init__(self) -> None:
+        self.pending, self.skip_lf = b"", False
+        self.data: list[bytes] = []
+        self.event, self.has_id, self.retry = b"", False, False
+
+    def lines(self, block: bytes) -> list[bytes]:
+        """The complete lines ``block`` ends (CR, LF or CRLF); an unterminated tail waits for
+        the next block."""
+        if not block:
+            return []
+        if self.skip_lf:  # the previous block ended in CR: a leading LF completes that CRLF
+            self.skip_lf = False
+            if block[0] == 10:
+                block = block[1:]
+        if self.pending:
+            block = self.pending + block
+        if b"\r" in block:
+            self.skip_lf = block[-1] == 13
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = block.split(b"\n")
+        self.pending = lines.pop()
+        return lines
+
+    def field(self, line: bytes) -> None:
+        """A non-blank line: a ``data``, ``event``, ``id`` or ``retry`` field (a comment or an
+        unknown field is ignored)."""
+        if line.startswith(b"data:"):
+            value = line[5:]
+            self.data.append(value[1:] if value.startswith(b" ") else value)
+            return
+        if line[0] == 58:  # a ":" comment
+            return
+        name, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if name == b"data":  # a bare "data" line: an empty data line
+            self.data.append(value)
+        elif name == b"event":
+            self.event = value
+        elif name == b"id":
+            self.has_id = self.has_id or b"\0" not in value
+        elif name == b"retry":
+            self.retry = _is_int(value)
+
+    def dispatch(self) -> tuple[bytes, str | None] | None:
+        """A blank line: the event's data and its Assistants ``thread.*`` name, if any (``None``:
+        nothing to dispatch); the event's fields reset (the id stays, as in the SDK)."""
+        data, event = self.data, self.event
+        if not data and not event and not self.has_id and not self.retry:
+            return None
+        self.data, self.event, self.retry = [], b"", False
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        return payload, (event.decode() if event.startswith(b"thread.") else None)
+
+
+def _event_json(payload: bytes, thread_event: str | None, response: Any) -> Any:
+    """An event's JSON (an Assistants event wrapped as the SDK yields it); an in-band error
+    event raises ``openai.APIError``."""
+    obj = _loads(payload)
+    if thread_event:  # an Assistants event: no chat chunk (no choices), as the SDK yields it
+        return {"data": obj, "event": thread_event}
+    if isinstance(obj, dict) and obj.get("error"):
+        error = obj["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise openai.APIError(message if message and isinstance(message, str) else "An error occurred during streaming",
+                              response.request, body=error)
+    return obj
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the rest of an HTTP/1.1 body for up to ``_DRAIN_S``, so the connection can be reused."""
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, *_REQUEST_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+        pass
 
 
 def _loads(payload: bytes) -> Any:
