@@ -14,8 +14,9 @@ stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, o
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -193,36 +194,14 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             ``stream_interrupted`` for a stream cut off, ``bad_response`` for an empty or non-SSE
             ``200`` body (both retryable).
     """
-    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
-    kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
-                  stream_options={"include_usage": True})
-    if tools:
-        kwargs["tools"] = tools
-        if tool_choice is not None:
-            kwargs["tool_choice"] = _tool_choice(tool_choice)
-    for key, value in (model_settings or {}).items():
-        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
-            kwargs[_SETTINGS.get(key, key)] = value
-    if response_format is not None:  # structured output (threadline.runtime.model.structured)
-        kwargs["response_format"] = response_format
-    for key, value in provider_opts.request_options(provider_options, model).items():
-        if key not in _CORE:  # provider options never reroute the call or replace the prompt
-            kwargs[key] = value
+    kwargs = request_kwargs(model, messages=messages, tools=tools, tool_choice=tool_choice,
+                            model_settings=model_settings, provider_options=provider_options, api_base=api_base,
+                            timeout_s=timeout_s, response_format=response_format)
     norm: llm_normalise.StreamNormaliser | None = None
     stream: Any = None
-    watch: dict[str, Any] = {}
     try:
         step_clock.mark("model_called")
-        provider_stream: Any = None
-        if (request := llm_direct.prepare(kwargs)) is not None:
-            provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
-        if provider_stream is not None:
-            path = "raw"
-        else:
-            with no_open_cost_estimate():
-                response = await litellm.acompletion(**kwargs)
-            path = llm_stream.reader(response)
-            provider_stream = getattr(response, "completion_stream", None)
+        path, response, provider_stream = await _open(kwargs)
         step_clock.mark("model_opened")
         if path == "wrapper":
             watch = llm_stream.watch_raw(response)
@@ -232,22 +211,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             chunks = stream = llm_stream.provider_chunks(provider_stream, model, raw=path == "raw", watch=watch)
         # litellm invents usage the provider never sent (C13): taken only when the provider sent one
         norm = llm_normalise.StreamNormaliser(outcome, take_usage=False)
-        try:
-            async for chunk in chunks:
-                norm.take_usage = bool(watch["usage"])
-                for event in norm.feed(chunk):
-                    yield event
-        except Exception as exc:
-            if path == "wrapper" and watch["clean_end"] and not watch["events"]:
-                raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
-            if not (path == "wrapper" and llm_stream.clean_eof_refused(exc, watch)):
-                raise
-            # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
-            # before handing over the usage it held back
-            if watch.get("last_usage"):
-                outcome.usage = llm_normalise.usage(watch["last_usage"])
-        if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
-            raise llm_normalise.bad_response()
+        async with contextlib.aclosing(_normalised(chunks, norm, watch, wrapper=path == "wrapper")) as events:
+            async for event in events:
+                yield event
     except ModelCallError:
         raise
     except Exception as exc:
@@ -261,6 +227,70 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             await stream.aclose()
     for event in norm.end():
         yield event
+
+
+def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
+                   api_base: str | None, timeout_s: float, response_format: dict[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
+    prompt (provider options on its messages), tools, settings under litellm's names, structured
+    output and the provider's request options (which never reroute the call or replace the prompt)."""
+    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
+    kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
+                  stream_options={"include_usage": True})
+    if tools:
+        kwargs["tools"] = tools
+        if tool_choice is not None:
+            kwargs["tool_choice"] = _tool_choice(tool_choice)
+    for key, value in (model_settings or {}).items():
+        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
+            kwargs[_SETTINGS.get(key, key)] = value
+    if response_format is not None:  # structured output (threadline.runtime.model.structured)
+        kwargs["response_format"] = response_format
+    for key, value in provider_opts.request_options(provider_options, model).items():
+        if key not in _CORE:
+            kwargs[key] = value
+    return kwargs
+
+
+async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
+    """Open the call: sent directly when :func:`llm_direct.prepare` takes it (a ``422`` asks
+    again through litellm), else ``litellm.acompletion``. Returns the read path (``raw``, ``sdk``
+    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream."""
+    if (request := llm_direct.prepare(kwargs)) is not None:
+        provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
+        if provider_stream is not None:
+            return "raw", None, provider_stream
+    with no_open_cost_estimate():
+        response = await litellm.acompletion(**kwargs)
+    return llm_stream.reader(response), response, getattr(response, "completion_stream", None)
+
+
+async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: dict[str, Any], *,
+                      wrapper: bool) -> AsyncGenerator[dict[str, Any], None]:
+    """The stream's Mastra chunks, by the rules of :mod:`.llm_normalise`.
+
+    Raises:
+        ModelCallError: ``bad_response`` for an empty or non-SSE ``200`` body.
+        Exception: what reading the stream raised (litellm's wrapper's refusal of a stream that
+            ended cleanly without a finish reason excepted, §20).
+    """
+    try:
+        async for chunk in chunks:
+            norm.take_usage = bool(watch["usage"])
+            for event in norm.feed(chunk):
+                yield event
+    except Exception as exc:
+        if wrapper and watch["clean_end"] and not watch["events"]:
+            raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
+        if not (wrapper and llm_stream.clean_eof_refused(exc, watch)):
+            raise
+        # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
+        # before handing over the usage it held back
+        if watch.get("last_usage"):
+            norm.outcome.usage = llm_normalise.usage(watch["last_usage"])
+    if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
+        raise llm_normalise.bad_response()
 
 
 def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:
