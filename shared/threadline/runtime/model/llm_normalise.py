@@ -181,13 +181,25 @@ class StreamNormaliser:
             self._fragment(index, fragment, out)
 
     def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
-        fn = fragment.get("function") or {}
-        name = fn.get("name") if isinstance(fn, dict) else None
-        name = clean_text(name) if isinstance(name, str) else None
-        args = fn.get("arguments") if isinstance(fn, dict) else None
-        args = clean_text(args) if isinstance(args, str) else args
-        call_id = fragment.get("id") or None
-        call_id = clean_text(call_id) if isinstance(call_id, str) else None
+        name, args, call_id = _fragment_fields(fragment)
+        entry = self._entry(index, call_id)
+        if name and not entry["toolName"]:
+            entry["toolName"] = name
+        if not entry["started"]:
+            entry["started"] = True
+            out.append({"type": "tool-call-input-streaming-start",
+                        "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
+        if isinstance(args, dict):
+            entry["argsObject"] = args
+        elif args and isinstance(args, str):
+            entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
+            out.append({"type": "tool-call-delta",
+                        "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
+                                    "toolName": entry["toolName"]}})
+
+    def _entry(self, index: int, call_id: str | None) -> dict[str, Any]:
+        """The call a fragment belongs to: the one with its id, else the one at its index (which
+        adopts the id if it had none yet), else a new one; it becomes the index's call."""
         entry = self._by_id.get(call_id) if call_id else None
         if entry is None:
             current = self._at_index.get(index)
@@ -203,19 +215,7 @@ class StreamNormaliser:
             if call_id is not None:
                 self._by_id[call_id] = entry
         self._at_index[index] = entry
-        if name and not entry["toolName"]:
-            entry["toolName"] = name
-        if not entry["started"]:
-            entry["started"] = True
-            out.append({"type": "tool-call-input-streaming-start",
-                        "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
-        if isinstance(args, dict):
-            entry["argsObject"] = args
-        elif args and isinstance(args, str):
-            entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
-            out.append({"type": "tool-call-delta",
-                        "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
-                                    "toolName": entry["toolName"]}})
+        return entry
 
     def end(self) -> list[dict[str, Any]]:
         """The closing chunks of a stream that ended cleanly (text/reasoning ends, each call's
@@ -243,3 +243,15 @@ def finish_reason(raw: str | None, had_calls: bool) -> str:
     if had_calls and raw != "length":
         return "tool-calls"
     return FINISH.get(raw, "other")
+
+
+def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, Any, str | None]:
+    """A tool-call fragment's ``(name, arguments, id)``, text cleaned (decision 18)."""
+    fn = fragment.get("function") or {}
+    name = fn.get("name") if isinstance(fn, dict) else None
+    name = clean_text(name) if isinstance(name, str) else None
+    args = fn.get("arguments") if isinstance(fn, dict) else None
+    args = clean_text(args) if isinstance(args, str) else args
+    call_id = fragment.get("id") or None
+    call_id = clean_text(call_id) if isinstance(call_id, str) else None
+    return name, args, call_id
