@@ -170,6 +170,16 @@ class ModelCaller:
         """Another model follows the one in use."""
         return self.index + 1 < len(self.choices)
 
+    async def _succeeded(self, choice: ModelChoice, outcome: ModelOutcome, started: float, call_span: Any) -> None:
+        """A call's success: its duration observed, its usage on its span, its output tokens charged."""
+        MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
+        usage = outcome.usage or {}
+        if call_span is not None:
+            call_span.set_attribute("gen_ai.usage.input_tokens", usage.get("inputTokens") or 0)
+            call_span.set_attribute("gen_ai.usage.output_tokens", usage.get("outputTokens") or 0)
+        if self._limiter is not None:
+            await self._limiter.settle(choice.model, usage.get("outputTokens"))
+
     async def stream(self, outcome: ModelOutcome, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         """Yield the chunks of the first call that succeeds; fill ``outcome``.
 
@@ -194,13 +204,7 @@ class ModelCaller:
                     async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
                         yielded = True
                         yield chunk
-                    MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
-                    if call_span is not None:
-                        usage = outcome.usage or {}
-                        call_span.set_attribute("gen_ai.usage.input_tokens", usage.get("inputTokens") or 0)
-                        call_span.set_attribute("gen_ai.usage.output_tokens", usage.get("outputTokens") or 0)
-                    if self._limiter is not None:
-                        await self._limiter.settle(choice.model, (outcome.usage or {}).get("outputTokens"))
+                    await self._succeeded(choice, outcome, started, call_span)
                     return
                 except ModelCallError as exc:
                     MODEL_CALL_SECONDS.labels("error").observe(time.perf_counter() - started)
