@@ -11,6 +11,7 @@ from pydantic import BaseModel
 
 from threadline.errors import ModelCallError, StaleWriterError
 from threadline.runtime import Agent, create_tool
+from threadline.runtime.step.conclude import continues
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import (
     Continue,
@@ -21,7 +22,7 @@ from threadline.runtime.step.ports import (
     StepInputs,
     StepRun,
 )
-from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel
+from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, text_delta
 
 pytestmark = pytest.mark.unit
 
@@ -57,6 +58,37 @@ async def test_a_one_step_run_streams_answers_and_saves_once() -> None:
     assert saved.next_seq == sink.seq and saved.usage == {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
     assert [m["role"] for m, source in saved.entries if source in ("input", "response")] == ["user", "assistant"]
     assert saved.state["steps"][0]["text"] == "hi there" and saved.state["message_list"] is not None
+
+
+async def test_a_held_finish_is_saved_with_the_step_then_counted_as_stored() -> None:
+    sink, store = MemorySink("run-1", 0, hold_finish=True), MemoryStepStore()
+    outcome = await _loop(ScriptedModel([text_delta("hi")])).run(
+        _run(), Agent(id="a"), StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, store)
+    assert outcome == Finish("stop")
+    [saved] = store.saved
+    assert saved.finish is not None and saved.finish["type"] == "finish"  # stored with the result (decision 19)
+    assert saved.finish["seq"] == saved.next_seq - 1
+    assert sink.held is None and sink.finished  # the port was told: finish_stored()
+
+
+async def test_a_held_finish_stays_held_when_the_save_is_fenced_off() -> None:
+    sink, store = MemorySink("run-1", 0, hold_finish=True), MemoryStepStore(owner=False)
+    with pytest.raises(StaleWriterError):
+        await _loop(ScriptedModel([text_delta("hi")])).run(
+            _run(), Agent(id="a"), StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, store)
+    assert sink.held is not None and not sink.finished  # for the worker to drop (drop_held)
+    sink.drop_held()
+    assert sink.held is None and sink.seq == sink.chunks[-1]["seq"] + 1 and "finish" not in sink.types()
+
+
+@pytest.mark.parametrize(("results", "children", "pending", "step_no", "expected"), [
+    (True, False, False, 0, True), (True, False, False, 4, False),  # tool results, within max_steps (5)
+    (False, False, True, 0, True), (False, False, True, 4, False),  # signals pending
+    (False, True, False, 4, True),  # waiting for child runs: always (the step suspends)
+    (False, False, False, 0, False),
+])
+def test_the_continuation_rule(results: bool, children: bool, pending: bool, step_no: int, expected: bool) -> None:
+    assert continues(results=results, children=children, pending=pending, step_no=step_no, max_steps=5) is expected
 
 
 class Lookup(BaseModel):

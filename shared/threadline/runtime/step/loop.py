@@ -130,7 +130,7 @@ class StepLoop:
 
     async def _open(self, run: StepRun, agent: Agent, inputs: StepInputs,
                     sink: ChunkSink) -> tuple[StepState, dict[str, Any], Memory]:
-        """Steps 1 of the module docstring: the run's configuration, options, processors and
+        """Step 1 of the module docstring: the run's configuration, options, processors and
         message list (the thread history and instructions at step 0, the stored list after)."""
         state = run.state
         request_context = {**(run.options.get("request_context") or agent.default_options.get("request_context")
