@@ -1,4 +1,4 @@
-"""The model call alone: CPU that ``threadline.runtime.llm.stream_model`` spends per call and per
+"""The model call alone: CPU that ``threadline.runtime.model.llm.stream_model`` spends per call and per
 chunk, against the fake model server in its own process (no Kafka, no Postgres, no services).
 
     python -m bench.model_call                    # 200 short calls + one 20,000-chunk stream
@@ -29,7 +29,7 @@ from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from threadline.runtime import llm
+from threadline.runtime.model import llm
 from threadline.testing.harness import ModelServerProcess
 from threadline.testing.model_script import ModelScript
 

@@ -10,7 +10,7 @@ from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
 from threadline.flows.orchestration import ABORT_CHANNEL
 from threadline.kafka.consumer import Record
-from threadline.runtime import llm_stream
+from threadline.runtime.model import llm_stream
 from threadline.runtime.registry import load_agents, load_catalogue
 from threadline.service import Service
 from threadline.store.listen import Listener

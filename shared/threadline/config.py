@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     model_direct: bool = True
     """A model call litellm would send with the openai client (its ``openai`` provider, the
     arguments the project maps, no litellm callback) is built by litellm and sent by
-    ``threadline.runtime.llm_direct`` over litellm's own HTTP client, without litellm's per-call
+    ``threadline.runtime.model.llm_direct`` over litellm's own HTTP client, without litellm's per-call
     set-up (docs/decisions.md, 87). Off: every call is ``litellm.acompletion``."""
     step_heartbeat_s: float = 2.0
     """How often a worker executing a step says it is alive; another worker takes the step over

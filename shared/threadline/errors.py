@@ -59,7 +59,7 @@ class RunError(ThreadlineError):
 
 
 class ModelCallError(RunError):
-    """The model call failed. ``kind`` is one of ``threadline.runtime.llm.ERROR_KINDS``.
+    """The model call failed. ``kind`` is one of ``threadline.runtime.model.llm.ERROR_KINDS``.
 
     ``retry_after_s`` is the provider's ``Retry-After`` (seconds) when it sent one; ``streamed``
     is true when the model had streamed output before failing; ``model`` names the model.

@@ -20,7 +20,7 @@ from tests.integration.save_step_cases import CASES, RECORDED, lifecycle, messag
 from threadline.events import StartRun, StepResult
 from threadline.flows import orchestration
 from threadline.orchestration.runs import AnnounceStored, RunRow, plan_save
-from threadline.runtime.ports import RunState, StepRun
+from threadline.runtime.step.ports import RunState, StepRun
 from threadline.store import steps
 from threadline.store.db import Database, connect
 from threadline.topics import Topics

@@ -23,7 +23,7 @@ from tests.integration.test_step_store import _run
 from threadline.flows.publish import Outbox
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.runtime.ports import Claimed, Continue, Finish, StepRecord
+from threadline.runtime.step.ports import Claimed, Continue, Finish, StepRecord
 from threadline.store.db import Database
 from threadline.topics import Topics, thread_key
 from threadline.worker.step_store import PgStepStore

@@ -22,7 +22,7 @@ from threadline.errors import StaleWriterError
 from threadline.flows.publish import Outbox
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.producer import Producer
-from threadline.runtime.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
+from threadline.runtime.step.ports import Busy, Claimed, Continue, Finish, Skipped, StepRecord
 from threadline.store.db import Database, PoolTimeoutError
 from threadline.topics import Topics
 from threadline.worker.keepalive import KeepAlive

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 
 from threadline._internal.usercode import call_user, is_async
-from threadline.runtime.tool_runner import run_tool_call
+from threadline.runtime.step.tools import run_tool_call
 from threadline.runtime.tools import ToolContext, ToolHooks, create_tool
 
 

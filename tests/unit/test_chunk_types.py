@@ -22,9 +22,9 @@ from threadline.events.chunk_types import (
     known,
     parse_chunk,
 )
-from threadline.runtime.llm import ModelOutcome
-from threadline.runtime.llm_normalise import StreamNormaliser
-from threadline.runtime.sub_agents import nested_chunk
+from threadline.events.chunks import nested_chunk
+from threadline.runtime.model.llm import ModelOutcome
+from threadline.runtime.model.llm_normalise import StreamNormaliser
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import pytest
 
 from threadline.config import Settings
 from threadline.events import StepTask
-from threadline.runtime.ports import Skipped
+from threadline.runtime.step.ports import Skipped
 from threadline.worker.executor import StepExecutor
 
 

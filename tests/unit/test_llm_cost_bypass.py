@@ -15,7 +15,7 @@ import litellm
 import pytest
 from litellm.integrations.custom_logger import CustomLogger
 
-from threadline.runtime import llm, llm_stream
+from threadline.runtime.model import _litellm_private, llm
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 
@@ -38,7 +38,7 @@ def priced(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
         return original(*args, **kwargs)
 
     monkeypatch.setattr(litellm, "response_cost_calculator", counting)
-    for name in llm_stream._CALLBACK_LISTS:  # whatever litellm appends to them is dropped afterwards
+    for name in _litellm_private._CALLBACK_LISTS:  # whatever litellm appends to them is dropped afterwards
         monkeypatch.setattr(litellm, name, list(getattr(litellm, name, None) or []))
     return seen
 
@@ -58,7 +58,7 @@ def _streams(seen: list[Any]) -> int:
 
 
 async def test_no_callback_no_open_stream_estimate(server, priced: list[Any]) -> None:
-    assert llm_stream.OPEN_COST_BYPASS
+    assert _litellm_private.OPEN_COST_BYPASS
     assert await _stream_model(server, "threadline-cost-none") == "one two three"
     assert _streams(priced) == 0
 

@@ -14,7 +14,7 @@ from typing import Any
 import litellm
 import pytest
 
-from threadline.runtime import llm, llm_direct
+from threadline.runtime.model import llm, llm_direct
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 

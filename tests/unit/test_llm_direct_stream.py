@@ -15,7 +15,7 @@ import litellm
 import pytest
 
 from threadline.errors import ModelCallError
-from threadline.runtime import llm, llm_direct, llm_stream
+from threadline.runtime.model import llm, llm_direct, llm_stream
 from threadline.testing import model_script as ms
 from threadline.testing.model_server import start_in_thread
 

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from threadline.runtime.llm import ModelOutcome
-from threadline.runtime.llm_normalise import StreamNormaliser, count, finish_reason, parse_args, usage
+from threadline.runtime.model.llm import ModelOutcome
+from threadline.runtime.model.llm_normalise import StreamNormaliser, count, finish_reason, parse_args, usage
 
 pytestmark = pytest.mark.unit
 

@@ -12,7 +12,7 @@ import openai
 import pytest
 from openai._streaming import SSEDecoder
 
-from threadline.runtime import llm_stream
+from threadline.runtime.model import llm_stream
 
 
 class FakeResponse:

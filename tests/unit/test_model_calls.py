@@ -1,4 +1,4 @@
-"""Model-level retries and fallbacks (threadline.runtime.model_calls), against a scripted model."""
+"""Model-level retries and fallbacks (threadline.runtime.model.model_calls), against a scripted model."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from threadline.errors import ConfigurationError, ModelCallError
 from threadline.runtime import Agent
-from threadline.runtime.llm import ModelOutcome
-from threadline.runtime.model_calls import ModelCaller, ModelChoice, RetryPolicy, fallback_list
+from threadline.runtime.model.llm import ModelOutcome
+from threadline.runtime.model.model_calls import ModelCaller, ModelChoice, RetryPolicy, fallback_list
 
 
 def _model(script: dict[str, list[Any]]):

@@ -6,8 +6,8 @@ text, copied per chunk")."""
 
 from __future__ import annotations
 
-from threadline.runtime.llm_normalise import StreamNormaliser
-from threadline.runtime.model_outcome import ModelOutcome
+from threadline.runtime.model.llm_normalise import StreamNormaliser
+from threadline.runtime.model.model_outcome import ModelOutcome
 
 
 def _delta(**delta: object) -> dict[str, object]:

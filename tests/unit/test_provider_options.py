@@ -1,4 +1,4 @@
-"""providerOptions → litellm's names (threadline.runtime.provider_options), and their way from a
+"""providerOptions → litellm's names (threadline.runtime.model.provider_options), and their way from a
 signal to the prompt."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import pytest
 
 from threadline.events.signals import signal_to_message
 from threadline.runtime.messages import to_core
-from threadline.runtime.provider_options import prepare_messages, request_options
+from threadline.runtime.model.provider_options import prepare_messages, request_options
 
 CACHE = {"anthropic": {"cacheControl": {"type": "ephemeral"}}}
 

@@ -1,4 +1,4 @@
-"""The model-string table (threadline.runtime.providers): Mastra's provider ids and key variables
+"""The model-string table (threadline.runtime.model.providers): Mastra's provider ids and key variables
 → litellm's model names and keys; a missing key is an authentication error naming the variable."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import litellm
 import pytest
 
 from threadline.errors import ModelCallError
-from threadline.runtime.llm import call_kwargs
-from threadline.runtime.providers import PROVIDERS, Route, route
+from threadline.runtime.model.llm import call_kwargs
+from threadline.runtime.model.providers import PROVIDERS, Route, route
 
 SEED_MODELS = [  # common providers' model strings and the variables each names
     ("openai/gpt-5.6-sol", "OPENAI_API_KEY", "openai/gpt-5.6-sol"),

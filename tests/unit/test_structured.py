@@ -1,4 +1,4 @@
-"""structuredOutput (threadline.runtime.structured): the request it makes, validation, bad schemas."""
+"""structuredOutput (threadline.runtime.model.structured): the request it makes, validation, bad schemas."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pydantic import BaseModel
 
 from threadline.errors import ModelCallError
 from threadline.events.replies import RunResult
-from threadline.runtime.structured import resolve
+from threadline.runtime.model.structured import resolve
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.checker import Figures, clean
-from tests.unit.test_step_loop import SIGNAL, MemorySink, MemoryStore, _loop, _run, scripted
+from tests.unit.test_step_loop import SIGNAL, _loop, _run
 from threadline.errors import ConfigurationError
 from threadline.events import StepResult
 from threadline.events.chunks import nested_chunk
@@ -18,14 +18,15 @@ from threadline.orchestration.children import child_outcome
 from threadline.orchestration.runs import RunRow, SavePlan, SuspendRun, on_step_result, plan_save
 from threadline.runtime import Agent
 from threadline.runtime.dynamic import resolve_config
-from threadline.runtime.ports import Continue, RunState, StepInputs, Suspend
 from threadline.runtime.registry import load_agents
+from threadline.runtime.step.ports import Continue, RunState, StepInputs, Suspend
 from threadline.runtime.sub_agents import (
     SubAgentTool,
     child_ids,
     prompt_of,
     sub_agent_tools,
 )
+from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel
 
 pytestmark = pytest.mark.unit
 
@@ -112,8 +113,8 @@ def test_a_nested_chunk_is_checked_as_the_child_chunk_it_carries() -> None:
 async def test_the_loop_suspends_on_a_sub_agent_call_then_resumes_with_its_result() -> None:
     lead = Agent(id="lead", agents={"helper": helper})
     call = {"type": "tool-call", "payload": {"toolCallId": "k1", "toolName": "agent-helper", "args": {"prompt": "go"}}}
-    store, first = MemoryStore(), MemorySink("run-1", 0)
-    outcome = await _loop(scripted([call])).run(
+    store, first = MemoryStepStore(), MemorySink("run-1", 0)
+    outcome = await _loop(ScriptedModel([call])).run(
         _run(), lead, StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), first, store)
     assert outcome == Suspend("tool-calls") and outcome.wire == "suspended"
     [saved] = store.saved
@@ -124,9 +125,9 @@ async def test_the_loop_suspends_on_a_sub_agent_call_then_resumes_with_its_resul
     assert [c["type"] for c in first.chunks][-2:] == ["tool-call", "step-finish"]  # no result, no finish
     assert first.chunks[-1]["payload"]["stepResult"]["isContinued"] is True
     # the orchestrator stored the child's outcome as the tool result; the next step starts with it
-    store2 = MemoryStore()
+    store2 = MemoryStepStore()
     store2.tools["k1"] = ({"text": "child says hi"}, None)
-    model = scripted([{"type": "text-delta", "payload": {"text": "thanks"}}])
+    model = ScriptedModel([{"type": "text-delta", "payload": {"text": "thanks"}}])
     sink = MemorySink("run-1", 1)
     outcome2 = await _loop(model).run(_run(step=1, state=RunState.of(saved.state)), lead,
                                       StepInputs(attempt=1, seq_base=0, restarted=False), sink, store2)

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from threadline.errors import ConfigurationError
 from threadline.runtime import Agent
 from threadline.runtime.dynamic import resolve_config
-from threadline.runtime.tool_runner import run_tool_call
+from threadline.runtime.step.tools import run_tool_call
 from threadline.runtime.tools import ToolContext, ToolHooks
 from threadline.runtime.workflows import (
     Entry,

@@ -16,7 +16,7 @@ Kinds Threadline does not know (a user's ``data-*`` chunk, a newer Mastra kind) 
 # ``NotRequired`` to show in ``__required_keys__`` on Python 3.11.
 
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal, NotRequired, TypeAlias, TypedDict, cast
+from typing import Any, Final, Literal, NotRequired, TypeAlias, TypedDict, cast
 
 import orjson
 
@@ -329,6 +329,9 @@ KnownChunk: TypeAlias = (
 """Every kind Threadline writes, discriminated by ``type``."""
 ChunkBody: TypeAlias = KnownChunk | OtherChunk
 """A chunk as a subscriber reads it: a known kind, or any other kept as is."""
+Emitted: TypeAlias = ChunkBody | dict[str, Any]
+"""A chunk a sink takes: a typed body from a builder, or a dict a processor or tool wrote itself
+(a ``data-*`` chunk of user code, whose shape is the user's)."""
 
 
 KNOWN_KINDS: Final = frozenset({

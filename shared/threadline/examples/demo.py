@@ -23,7 +23,7 @@ import asyncpg
 from threadline.client import Subscription, ThreadlineClient
 from threadline.config import get_settings
 from threadline.events.chunk_types import ChunkBody, ChunkKind, FinishChunk, is_data_kind, known
-from threadline.runtime.llm import LOCAL_MARKER
+from threadline.runtime.model.llm import LOCAL_MARKER
 from threadline.store import queries
 from threadline.topics import Topics
 

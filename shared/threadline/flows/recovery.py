@@ -11,6 +11,7 @@ import asyncpg
 import orjson
 
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
+from threadline.events.chunk_types import ChunkBody
 from threadline.flows.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
 from threadline.orchestration.recovery import RunSnapshot
 from threadline.store import leases, outbox
@@ -114,7 +115,7 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
         claimed = await claim_terminal(conn, run["run_id"])
         if claimed is not None:
             step, attempt, seq = claimed["step"], claimed["attempt"], claimed["next_seq"]
-            terminal = []
+            terminal: list[ChunkBody] = []
             if claimed["outstanding"]:
                 terminal.append(chunks.attempt_discarded_chunk(step, attempt, "stuck"))
                 attempt += 1

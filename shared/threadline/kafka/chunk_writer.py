@@ -14,11 +14,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
 from threadline._internal import step_clock
+from threadline.events.chunk_types import Emitted
 from threadline.events.chunks import chunk_headers, envelope, nested_chunk
 from threadline.kafka.producer import Producer
 
@@ -26,7 +27,7 @@ _PRUNE_EVERY = 1024
 
 
 class ChunkWriter:
-    """The Kafka :class:`~threadline.runtime.ports.ChunkSink`: assigns ``seq`` (strictly
+    """The Kafka :class:`~threadline.runtime.step.ports.ChunkSink`: assigns ``seq`` (strictly
     increasing within the run) and publishes."""
 
     __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_text_unmarked", "_topic",
@@ -68,8 +69,9 @@ class ChunkWriter:
         """No ``text-delta`` emitted yet: the first one marks the step clock's ``first_text`` (the
         step's task, decision 84; a later one would not change it), so the others skip the clock."""
 
-    async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        """Stamp and publish ``chunk``; returns it (with the stamp)."""
+    async def emit(self, body: Emitted) -> dict[str, Any]:
+        """Stamp and publish ``body``; returns it (with the stamp)."""
+        chunk = cast(dict[str, Any], body)  # a TypedDict is a plain dict at run time: stamped in place
         if self.first_sent is None:
             self.first_sent = time.perf_counter()
         kind = chunk.get("type")
@@ -101,6 +103,12 @@ class ChunkWriter:
             self.seq = self.held["seq"]
             self.held = None
         self.hold_finish = False
+
+    def finish_stored(self) -> None:
+        """The held ``finish`` was stored with the step's result (the outbox publishes it): the
+        stream counts as finished."""
+        self.held = None
+        self.finished = True
 
     def _prune(self) -> None:
         pending = []

@@ -10,7 +10,7 @@ from typing import Any
 from threadline.errors import ConfigurationError
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.memory import Memory, memory_config
-from threadline.runtime.model_calls import ModelChoice, check_fallback_list, fallback_list
+from threadline.runtime.model.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
@@ -171,26 +171,16 @@ class Agent:
         from threadline.runtime.voice import voice_config
 
         self.voice = voice_config(voice, where=f"agent {id}: voice")
-        notifications = notifications or {}
-        self.delivery_policy: dict[str, Any] = dict(notifications.get("delivery_policy")
-                                                    or notifications.get("deliveryPolicy") or {})
-        window = notifications.get("digest_window_s", notifications.get("digestWindowS"))
-        if window is not None:
-            self.delivery_policy.setdefault("digest_window_s", float(window))
+        self.delivery_policy: dict[str, Any] = _delivery_policy(notifications or {})
         self._instructions = instructions
         if not callable(instructions):
             self._system = normalize_instructions(instructions)
         self.model = model
         self.tools: dict[str, Tool] = {} if callable(tools) else tool_dict(tools, id)
-        from threadline.runtime.workflows import workflow_tools
-
         if callable(workflows):
             self.dynamic["workflows"] = workflows
-        self.workflow_tools = {} if callable(workflows) else workflow_tools(workflows, f"agent {id}")
+        self.workflow_tools = self._workflow_tools(workflows)
         """The tools of the static ``workflows`` (``workflow-<key>``), also in ``tools``."""
-        for name in self.workflow_tools.keys() & self.tools.keys():
-            raise ConfigurationError(f"agent {id}: a tool is named {name!r} like a workflow's tool")
-        self.tools.update(self.workflow_tools)
         from threadline.runtime.sub_agents import static_sub_agents
 
         self.agents: dict[str, Agent] = static_sub_agents(agents, id)
@@ -205,6 +195,20 @@ class Agent:
             raise ConfigurationError(f"agent {id}: max_retries must be a non-negative integer")
         self.max_retries = max_retries
         check_fallback_list(model)
+
+    def _workflow_tools(self, workflows: Any) -> dict[str, Tool]:
+        """The tools of the static ``workflows``, added to :attr:`tools` (``{}`` for a function).
+
+        Raises:
+            ConfigurationError: a tool has a workflow tool's name, or a workflow is invalid.
+        """
+        from threadline.runtime.workflows import workflow_tools
+
+        found: dict[str, Tool] = {} if callable(workflows) else workflow_tools(workflows, f"agent {self.id}")
+        for name in found.keys() & self.tools.keys():
+            raise ConfigurationError(f"agent {self.id}: a tool is named {name!r} like a workflow's tool")
+        self.tools.update(found)
+        return found
 
     @property
     def dynamic_instructions(self) -> bool:
@@ -245,3 +249,12 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(id={self.id!r})"
+
+
+def _delivery_policy(notifications: dict[str, Any]) -> dict[str, Any]:
+    """The agent's notification delivery policy, with ``digest_window_s`` (seconds) when given."""
+    policy = dict(notifications.get("delivery_policy") or notifications.get("deliveryPolicy") or {})
+    window = notifications.get("digest_window_s", notifications.get("digestWindowS"))
+    if window is not None:
+        policy.setdefault("digest_window_s", float(window))
+    return policy

@@ -22,7 +22,7 @@ from threadline.orchestration.options import normalize_options
 from threadline.runtime.agent import Agent, normalize_instructions, tool_dict
 from threadline.runtime.editor import strip
 from threadline.runtime.memory import Memory, memory_config
-from threadline.runtime.model_calls import ModelChoice, fallback_list
+from threadline.runtime.model.model_calls import ModelChoice, fallback_list
 from threadline.runtime.processor import PrepareStep, ProcessorRunner, check_processor_list, resolve_list
 from threadline.runtime.sub_agents import sub_agent_tools
 from threadline.runtime.tools import Tool

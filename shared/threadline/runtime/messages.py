@@ -124,6 +124,11 @@ class MessageList:
             return msg
         raise ConfigurationError(f"cannot add {type(item).__name__} to a MessageList")
 
+    def entries(self) -> Sequence[tuple[AttrDict, str]]:
+        """The chat messages with their source (``memory``, ``input``, ``response``…), in order:
+        what a step stores (the list's own entries, not a copy)."""
+        return self._entries
+
     def source_of(self, message_id: str) -> str | None:
         """Source of the message with this id, or ``None``."""
         for m, s in self._entries:
@@ -255,7 +260,7 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
             options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
-            if options:  # sent by threadline.runtime.provider_options.prepare_messages
+            if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)
             continue

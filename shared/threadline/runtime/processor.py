@@ -272,20 +272,7 @@ class ProcessorRunner:
         """
         if result is None or result is ml:
             return
-        if isinstance(result, MessageList):
-            raise ConfigurationError("a processor returned a different MessageList instance; "
-                                     "mutate the one it was given")
-        system = None
-        if isinstance(result, dict) and ("messages" in result or "system_messages" in result
-                                         or "systemMessages" in result):
-            system = result.get("system_messages", result.get("systemMessages"))
-            messages = result.get("messages")
-            if result.get("message_list") is not None and result.get("message_list") is not ml:
-                raise ConfigurationError("a processor returned a different MessageList instance")
-        elif isinstance(result, list):
-            messages = result
-        else:
-            raise ConfigurationError(f"unsupported processor return value {type(result).__name__}")
+        messages, system = _returned(ml, result)
         if system is not None:
             ml.replace_all_system_messages(list(system))
         if messages is None:
@@ -501,3 +488,22 @@ class PrepareStep(Processor):
 
 def _snake(key: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in key)
+
+
+def _returned(ml: MessageList, result: Any) -> tuple[list[Any] | None, list[Any] | None]:
+    """A processor's return value as ``(messages, system_messages)`` (``None``: unchanged).
+
+    Raises:
+        ConfigurationError: a different ``MessageList`` instance, or an unsupported value.
+    """
+    if isinstance(result, MessageList):
+        raise ConfigurationError("a processor returned a different MessageList instance; "
+                                 "mutate the one it was given")
+    if isinstance(result, list):
+        return result, None
+    if not (isinstance(result, dict) and ("messages" in result or "system_messages" in result
+                                          or "systemMessages" in result)):
+        raise ConfigurationError(f"unsupported processor return value {type(result).__name__}")
+    if result.get("message_list") is not None and result.get("message_list") is not ml:
+        raise ConfigurationError("a processor returned a different MessageList instance")
+    return result.get("messages"), result.get("system_messages", result.get("systemMessages"))

@@ -190,7 +190,7 @@ async def run_scorer(entry: ScorerEntry, run: ScorerRun, *, api_base: str | None
         return score_of(await call_user(entry.scorer, run))
     import litellm
 
-    from threadline.runtime.llm import call_kwargs, classify
+    from threadline.runtime.model.llm import call_kwargs, classify
 
     kwargs = call_kwargs(entry.scorer.model, api_base=api_base, timeout_s=timeout_s)
     try:

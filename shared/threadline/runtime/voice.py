@@ -77,7 +77,7 @@ async def speak(voice: Voice | None, text: str, *, api_base: str | None, timeout
         raise ConfigurationError("the agent has no voice to speak with (voice.speak_model)")
     import litellm
 
-    from threadline.runtime.llm import call_kwargs, classify
+    from threadline.runtime.model.llm import call_kwargs, classify
 
     kwargs = _kwargs(call_kwargs(voice.speak_model, api_base=api_base, timeout_s=timeout_s))
     try:
@@ -100,7 +100,7 @@ async def listen(voice: Voice | None, audio: bytes, *, api_base: str | None, tim
         raise ConfigurationError("the agent has no voice to listen with (voice.listen_model)")
     import litellm
 
-    from threadline.runtime.llm import call_kwargs, classify
+    from threadline.runtime.model.llm import call_kwargs, classify
 
     kwargs = _kwargs(call_kwargs(voice.listen_model, api_base=api_base, timeout_s=timeout_s))
     if language:

@@ -37,12 +37,14 @@ class SchedulerClock:
 
     async def now(self, conn: asyncpg.Connection) -> datetime:
         if not self.test_clock:
-            return await conn.fetchval("SELECT now()")
+            now: datetime = await conn.fetchval("SELECT now()")
+            return now
         if not self._ready:
             await create_table(conn)
             self._ready = True
-        return await conn.fetchval(
+        shifted: datetime = await conn.fetchval(
             f"SELECT now() + make_interval(secs => coalesce((SELECT offset_s FROM {TABLE} WHERE id = 1), 0))")
+        return shifted
 
 
 async def create_table(conn: asyncpg.Connection) -> None:

@@ -162,7 +162,8 @@ class Database:
 
     async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
         async with self.connection() as conn:
-            return await conn.fetch(query, *args)
+            rows: list[asyncpg.Record] = await conn.fetch(query, *args)
+            return rows
 
     async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
         async with self.connection() as conn:
@@ -170,7 +171,8 @@ class Database:
 
     async def execute(self, query: str, *args: Any) -> str:
         async with self.connection() as conn:
-            return await conn.execute(query, *args)
+            status: str = await conn.execute(query, *args)
+            return status
 
     async def ping(self) -> bool:
         """Whether PostgreSQL answers ``SELECT 1`` on a pooled connection (a health check; the

@@ -58,7 +58,7 @@ async def held_elsewhere(conn: asyncpg.Connection, thread_id: str) -> bool:
 
 async def take(conn: asyncpg.Connection, lease: Lease, run_id: str, ttl_s: float) -> int:
     """Give the (locked) lease to ``run_id``; return the new epoch (:attr:`Lease.next_epoch`)."""
-    epoch = await conn.fetchval(
+    epoch: int = await conn.fetchval(
         "UPDATE thread_leases SET run_id = $2, epoch = epoch + 1, "
         "expires_at = now() + make_interval(secs => $3), updated_at = now() "
         "WHERE thread_id = $1 RETURNING epoch", lease.thread_id, run_id, ttl_s)
@@ -88,7 +88,7 @@ async def check(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: in
 
 async def release(conn: asyncpg.Connection, thread_id: str, run_id: str, epoch: int) -> bool:
     """Free the lease if ``run_id`` still holds it at ``epoch`` (a stale release changes nothing)."""
-    status = await conn.execute(
+    status: str = await conn.execute(
         "UPDATE thread_leases SET run_id = NULL, expires_at = NULL, updated_at = now() "
         "WHERE thread_id = $1 AND run_id = $2 AND epoch = $3", thread_id, run_id, epoch)
     return status.endswith(" 1")

@@ -44,13 +44,14 @@ async def enqueue(conn: asyncpg.Connection, run: dict[str, Any], scorers: list[s
 async def claim(conn: asyncpg.Connection, *, claim_s: float, limit: int) -> list[asyncpg.Record]:
     """Claim up to ``limit`` pending jobs whose claim expired (or none was made) for ``claim_s``
     seconds; another instance skips them meanwhile. Returns ``(run_id, scorer, attempts)`` rows."""
-    return await conn.fetch(
+    rows: list[asyncpg.Record] = await conn.fetch(
         "UPDATE run_scores s SET claimed_until = now() + make_interval(secs => $1), attempts = s.attempts + 1 "
         "FROM (SELECT run_id, scorer FROM run_scores WHERE status = 'pending' "
         "      AND (claimed_until IS NULL OR claimed_until < now()) ORDER BY created_at LIMIT $2 "
         "      FOR UPDATE SKIP LOCKED) AS c "
         "WHERE s.run_id = c.run_id AND s.scorer = c.scorer RETURNING s.run_id, s.scorer, s.attempts",
         claim_s, limit)
+    return rows
 
 
 async def store(conn: asyncpg.Connection, topics: Topics, *, run: dict[str, Any], scorer: str,

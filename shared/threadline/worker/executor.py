@@ -1,6 +1,6 @@
 """Executing step tasks on a processor-worker. Any worker can take any step: everything a step
 needs is read from PostgreSQL and everything the next step needs is written back, fenced by the
-thread lease. The step itself runs in :class:`threadline.runtime.loop.StepLoop`; this module
+thread lease. The step itself runs in :class:`threadline.runtime.step.loop.StepLoop`; this module
 claims it (waiting while another live worker has it), keeps it alive, stops it when its run is
 aborted, hands it back on shutdown, and ends the run when the step cannot run at all."""
 
@@ -30,11 +30,12 @@ from threadline.ops import tracing
 from threadline.ops.metrics import CHUNKS, FIRST_CHUNK_SECONDS, STEP_SECONDS, STEPS_IN_FLIGHT
 from threadline.orchestration.children import nested_target
 from threadline.runtime.agent import Agent
-from threadline.runtime.llm import stream_model
-from threadline.runtime.loop import StepLoop
 from threadline.runtime.memory import DEFAULT_LAST_MESSAGES
-from threadline.runtime.model_calls import RetryPolicy
-from threadline.runtime.ports import (
+from threadline.runtime.model.llm import stream_model
+from threadline.runtime.model.model_calls import RetryPolicy
+from threadline.runtime.registry import Catalogue
+from threadline.runtime.step.loop import StepLoop
+from threadline.runtime.step.ports import (
     AbortedRun,
     Begun,
     Busy,
@@ -46,7 +47,6 @@ from threadline.runtime.ports import (
     StepRecord,
     StepRun,
 )
-from threadline.runtime.registry import Catalogue
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
 from threadline.store.runs import run_status
@@ -80,7 +80,7 @@ class StepExecutor:
         db, producer, admin, outbox, topics, settings: the service's connections and settings.
         agents: the agents this worker runs, by id.
         catalogue: processors and hooks requests may name.
-        model: the model function (default :func:`~threadline.runtime.llm.stream_model`).
+        model: the model function (default :func:`~threadline.runtime.model.llm.stream_model`).
     """
 
     def __init__(self, *, db: Database, producer: Producer, admin: TopicAdmin, outbox: Outbox,

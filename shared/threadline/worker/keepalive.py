@@ -56,7 +56,7 @@ class KeepAlive:
     def add(self, run: Any, writer: Any) -> None:
         """Keep ``run``'s step alive until :meth:`discard` (starts the loop on first use).
 
-        ``run``: a :class:`~threadline.runtime.ports.StepRun`, or a mapping with ``run_id``,
+        ``run``: a :class:`~threadline.runtime.step.ports.StepRun`, or a mapping with ``run_id``,
         ``thread_id`` and ``epoch``; ``writer``: the step's chunk sink (its ``attempt`` is the one
         this process executes)."""
         if isinstance(run, Mapping):

@@ -1,4 +1,4 @@
-"""The processor-worker's :class:`~threadline.runtime.ports.StepStore` on PostgreSQL (the SQL is
+"""The processor-worker's :class:`~threadline.runtime.step.ports.StepStore` on PostgreSQL (the SQL is
 in :mod:`threadline.store.steps`): claiming a step and loading what it reads, saving what it
 produced with its result in the outbox, and the crash-safety writes in between — every write
 fenced by the thread lease."""
@@ -26,7 +26,7 @@ from threadline.flows.publish import Outbox, OutboxNotAcknowledgedError
 from threadline.logging import get_logger
 from threadline.orchestration.children import nested_target
 from threadline.orchestration.runs import AnnounceStored, RunRow, SavePlan, plan_save
-from threadline.runtime.ports import (
+from threadline.runtime.step.ports import (
     AbortedRun,
     Begun,
     Busy,
@@ -217,7 +217,7 @@ class PgStepStore:
 
     async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None,
                     thread_id: str = "") -> Begun:
-        """See :meth:`threadline.runtime.ports.StepStore.begin`: one statement, one round trip
+        """See :meth:`threadline.runtime.step.ports.StepStore.begin`: one statement, one round trip
         (:func:`threadline.store.steps.begin_step`). ``thread_id`` (the step task's) only
         selects the fault-injection point ``step_first_write``. A task of a step that a worker
         continued claims the run's current step (the task stands for the chain, decision 32)."""
@@ -261,7 +261,7 @@ class PgStepStore:
         return plan
 
     async def save(self, record: StepRecord) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.save`: one statement, one round trip
+        """See :meth:`threadline.runtime.step.ports.StepStore.save`: one statement, one round trip
         (:func:`threadline.store.steps.save_step`, with the run's finish and sub-agent calls in
         its transaction when there are any), then the step result (or the lifecycle records that
         announced the step) is published from memory and marked published later
@@ -384,24 +384,24 @@ class PgStepStore:
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any],
                                   call_ids: Sequence[str] = ()) -> dict[str, tuple[Any, str | None]]:
-        """See :meth:`threadline.runtime.ports.StepStore.record_model_output` (one statement)."""
+        """See :meth:`threadline.runtime.step.ports.StepStore.record_model_output` (one statement)."""
         async with self._conn() as conn:
             return await record_model_output(conn, _fence(run), attempt, self._owner, output, call_ids, self._ttl)
 
     async def restart_attempt(self, run: StepRun, attempt: int, retry_count: int) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.restart_attempt`."""
+        """See :meth:`threadline.runtime.step.ports.StepStore.restart_attempt`."""
         async with self._conn() as conn, conn.transaction():
             await restart_attempt(conn, run.run_id, run.thread_id, run.epoch, run.step, attempt=attempt,
                                   retry_count=retry_count)
 
     async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
-        """See :meth:`threadline.runtime.ports.StepStore.tool_results`."""
+        """See :meth:`threadline.runtime.step.ports.StepStore.tool_results`."""
         async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
                                error: str | None) -> None:
-        """See :meth:`threadline.runtime.ports.StepStore.save_tool_result`. The tool's side effect
+        """See :meth:`threadline.runtime.step.ports.StepStore.save_tool_result`. The tool's side effect
         has happened: a transient fault (PostgreSQL restarting) is retried with backoff for up
         to :data:`TOOL_RESULT_RETRY_S` rather than handing the step back, whose re-execution would
         run the tool again (the insert keeps the first record, so a retry after a lost answer
@@ -417,7 +417,7 @@ class PgStepStore:
                     await save_tool_result(conn, run.run_id, call_id, tool_name, result, error)
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
-        """See :meth:`threadline.runtime.ports.StepStore.still_owner`."""
+        """See :meth:`threadline.runtime.step.ports.StepStore.still_owner`."""
         async with self._conn() as conn:
             return await heartbeat(conn, run.run_id, self._owner, attempt)
 
@@ -428,7 +428,7 @@ class PgStepStore:
                          owner=self._owner, attempt=attempt)
 
     async def more_pending(self, run: StepRun, exclude: list[str]) -> bool:
-        """See :meth:`threadline.runtime.ports.StepStore.more_pending`."""
+        """See :meth:`threadline.runtime.step.ports.StepStore.more_pending`."""
         async with self._conn() as conn:
             return await has_pending(conn, run.run_id, exclude)
 

@@ -4,17 +4,12 @@ step's tool results when the children ended."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
-
-from threadline.runtime.ports import StepStore
-from threadline.runtime.step_state import StepState
-from threadline.runtime.tool_runner import read_result
-
-ToolOutcome = Callable[[StepState, dict[str, Any], Any, "str | None"], Awaitable[dict[str, Any]]]
+from threadline.runtime.step.ports import StepStore
+from threadline.runtime.step.state import StepState
+from threadline.runtime.step.tools import read_result, tool_outcome
 
 
-async def resume_children(step: StepState, store: StepStore, tool_outcome: ToolOutcome) -> None:
+async def resume_children(step: StepState, store: StepStore) -> None:
     """For each call in ``step.state.sub_agent_calls``: ``process_tool_result`` (a result, not an
     error), then ``tool_outcome`` (the invocation updated, the ``tool-result`` / ``tool-error``
     chunk through the output processors); the results join the suspended step's summary. A call

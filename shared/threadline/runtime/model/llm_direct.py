@@ -2,7 +2,7 @@
 client: litellm still routes it (``get_llm_provider``), maps its parameters
 (``get_optional_params``) and builds its body (``OpenAIGPTConfig.transform_request``); this
 module only sends that body over the HTTP client litellm gives its openai clients (one per event
-loop) and hands the response to :mod:`threadline.runtime.llm_stream`'s SSE reader (its ``raw``
+loop) and hands the response to :mod:`threadline.runtime.model.llm_stream`'s SSE reader (its ``raw``
 path).
 
 Around a short call, ``litellm.acompletion`` spends ~2.5 ms of CPU outside those three steps
@@ -13,7 +13,7 @@ docs/benchmarks.md, "The model call sent directly".
 A failure is raised as litellm raises it: the openai SDK's own exception for the response
 (``AsyncOpenAI._make_status_error_from_response``, ``APITimeoutError``, ``APIConnectionError``),
 wrapped as litellm's OpenAI handler wraps it (``OpenAIError``) and mapped by litellm's
-``exception_type``, so :func:`threadline.runtime.llm.classify` sees the same exceptions.
+``exception_type``, so :func:`threadline.runtime.model.llm.classify` sees the same exceptions.
 
 Only calls whose every argument is in :data:`_ARGS`, for litellm's ``openai`` provider, with no
 litellm callback configured and no openai client setting read from litellm's globals or the
@@ -38,18 +38,20 @@ import httpx
 import litellm
 import openai
 import orjson
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
-from litellm.litellm_core_utils.get_litellm_params import get_litellm_params
-from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
-from litellm.llms.openai.common_utils import BaseOpenAILLM, OpenAIError, upstream_error_response
-from litellm.utils import (
+
+from threadline.config import get_settings
+from threadline.runtime.model._litellm_private import (
+    BaseOpenAILLM,
+    OpenAIError,
+    OpenAIGPTConfig,
+    callbacks_configured,
+    exception_type,
+    get_litellm_params,
+    upstream_error_response,
     validate_and_fix_openai_messages,
     validate_and_fix_openai_tools,
     validate_chat_completion_tool_choice,
 )
-
-from threadline.config import get_settings
-from threadline.runtime import llm_stream
 
 _ARGS = frozenset({"model", "messages", "stream", "stream_options", "tools", "tool_choice", "api_base", "api_key",
                    "timeout", "num_retries", "max_retries", "response_format", "temperature", "top_p", "n", "stop",
@@ -83,12 +85,7 @@ class Request:
 def prepare(kwargs: dict[str, Any]) -> Request | None:
     """The call ``litellm.acompletion(**kwargs)`` would make, built by litellm, when this path
     sends it exactly as litellm would (module docstring); else ``None``."""
-    if not get_settings().model_direct or not kwargs.get("stream") or llm_stream.callbacks_configured():
-        return None
-    if not _ARGS.issuperset(kwargs) or kwargs.get("num_retries") or kwargs.get("max_retries"):
-        return None
-    if any(os.environ.get(name) for name in _ENV_SETTINGS) or any(getattr(litellm, name, None)
-                                                                  for name in _GLOBAL_SETTINGS):
+    if not _eligible(kwargs):
         return None
     api_base = kwargs.get("api_base")
     name, provider, _, _ = litellm.get_llm_provider(kwargs["model"], api_base=api_base)
@@ -96,6 +93,26 @@ def prepare(kwargs: dict[str, Any]) -> Request | None:
     if provider != "openai" or not key:
         return None
     base = (api_base or _DEFAULT_BASE).rstrip("/")
+    body = _body(kwargs, name, api_base, key)
+    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json", "Accept": "application/json"}
+    return Request(url=f"{base}/chat/completions", headers=headers, body=orjson.dumps(body),
+                   timeout_s=float(kwargs.get("timeout") or 600.0), name=name)
+
+
+def _eligible(kwargs: dict[str, Any]) -> bool:
+    """The path is on, the call streams, no litellm callback is set, every argument is one this
+    path maps, no retries are asked of litellm and no openai client setting comes from litellm's
+    globals or the environment."""
+    if not get_settings().model_direct or not kwargs.get("stream") or callbacks_configured():
+        return False
+    if not _ARGS.issuperset(kwargs) or kwargs.get("num_retries") or kwargs.get("max_retries"):
+        return False
+    return not (any(os.environ.get(name) for name in _ENV_SETTINGS)
+                or any(getattr(litellm, name, None) for name in _GLOBAL_SETTINGS))
+
+
+def _body(kwargs: dict[str, Any], name: str, api_base: str | None, key: str) -> dict[str, Any]:
+    """The request body litellm's openai path would send for ``kwargs`` (model ``name``)."""
     # what litellm's completion() does first: messages and tools validated, tool_choice checked
     messages = validate_and_fix_openai_messages(messages=kwargs["messages"])
     params = {k: v for k, v in kwargs.items() if k in _MAPPED and k != "messages"}
@@ -109,15 +126,13 @@ def prepare(kwargs: dict[str, Any]) -> Request | None:
     # the parameters completion() hands the transformation: the endpoint decides whether Anthropic's
     # cache marks are kept (a custom base) or stripped (api.openai.com), and how tools are sanitized
     litellm_params = get_litellm_params(custom_llm_provider="openai", api_base=api_base, api_key=key)
-    body = _CONFIG.transform_request(model=name, messages=messages, optional_params=optional,
-                                     litellm_params=litellm_params, headers={})
+    body: dict[str, Any] = _CONFIG.transform_request(model=name, messages=messages, optional_params=optional,
+                                                     litellm_params=litellm_params, headers={})
     body["stream"] = True
     if kwargs.get("stream_options") is not None:
         body["stream_options"] = kwargs["stream_options"]
     body.update(body.pop("extra_body", None) or {})  # the openai client merges extra_body into the body
-    headers = {"Authorization": f"Bearer {key}", "Content-Type": "application/json", "Accept": "application/json"}
-    return Request(url=f"{base}/chat/completions", headers=headers, body=orjson.dumps(body),
-                   timeout_s=float(kwargs.get("timeout") or 600.0), name=name)
+    return body
 
 
 class Opened:

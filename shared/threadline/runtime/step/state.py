@@ -9,13 +9,14 @@ from typing import Any
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
+from threadline.events.chunk_types import Emitted
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
-from threadline.runtime.model_calls import ModelChoice
-from threadline.runtime.model_outcome import ModelOutcome
-from threadline.runtime.ports import ChunkSink, RunState, StepRun
+from threadline.runtime.model.model_calls import ModelChoice
+from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.processor import ProcessorRunner
+from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
 from threadline.runtime.transform import SUPPRESS, display_chunk
 
@@ -56,7 +57,7 @@ class StepState:
     """The run's working state."""
     usage_total: dict[str, Any] = field(default_factory=dict)
     """Usage summed over the run (``RunState.usage``)."""
-    echoes: list[dict[str, Any]] = field(default_factory=list)
+    echoes: list[Emitted] = field(default_factory=list)
     """Echo chunks of the drained signals (emitted once the input processors passed)."""
     recorded: dict[str, Any] | None = None
     """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
@@ -79,7 +80,7 @@ class StepState:
         self.model_index += 1
         return True
 
-    async def emit(self, chunk: dict[str, Any], *, processed: bool = True) -> AttrDict | None:
+    async def emit(self, chunk: Emitted, *, processed: bool = True) -> AttrDict | None:
         """Send a chunk through ``process_output_stream`` (unless ``processed`` is False) and emit
         it, its tool payloads as the ``display`` transforms show them (decision 72). Returns the
         processed chunk, untransformed (what the step goes on with), or ``None`` when dropped."""
@@ -88,16 +89,17 @@ class StepState:
             part = await self.runner.process_output_stream(part, self.ml)
             if part is None:
                 return None
+        kept: AttrDict = part
         shown: Any = part
         if self.transforms:
             shown = await display_chunk(part, self.tools if self.tools is not None else self.agent.tools,
                                         self.agent.transform)
             if shown is SUPPRESS:
-                return part
+                return kept
             if shown is not part:
                 shown = wrap(shown)
         await self.writer.emit(shown)
-        return part
+        return kept
 
     @property
     def transforms(self) -> bool:
@@ -135,7 +137,7 @@ def final_text(step: StepState) -> str:
         if msg["role"] == "assistant":
             texts = [p.get("text", "") for p in msg["content"].get("parts") or () if p.get("type") == "text"]
             if texts:
-                return texts[-1]
+                return str(texts[-1])
     return ""
 
 
@@ -149,8 +151,9 @@ def add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
 
 
 def error_view(exc: ModelCallError) -> AttrDict:
-    return wrap({"kind": exc.kind, "message": str(exc), "status_code": exc.status_code,
+    view: AttrDict = wrap({"kind": exc.kind, "message": str(exc), "status_code": exc.status_code,
                  "retry_after_s": exc.retry_after_s, "retryable": exc.retryable})
+    return view
 
 
 async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, Any]]:

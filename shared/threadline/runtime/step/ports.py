@@ -1,5 +1,5 @@
 """The ports of the step loop: what one step of a run reads and writes, and where its chunks
-go. The loop (:mod:`threadline.runtime.loop`) works against these protocols only; the
+go. The loop (:mod:`threadline.runtime.step.loop`) works against these protocols only; the
 processor-worker plugs in PostgreSQL (:class:`threadline.worker.step_store.PgStepStore`) and Kafka
 (:class:`threadline.kafka.chunk_writer.ChunkWriter`), tests may plug in memory.
 
@@ -17,12 +17,52 @@ from typing import Any, Literal, Protocol
 
 import orjson
 
-from threadline.runtime.model_outcome import ModelOutcome
+from threadline.errors import UnknownEventError
+from threadline.events.chunk_types import Emitted
+from threadline.runtime.model.model_outcome import ModelOutcome
+
+STATE_VERSION = 1
+"""The layout of ``runs.state`` this release writes (its ``version`` key); a newer one is refused."""
+
+STATE_VERSIONS: dict[int, str] = {
+    1: "message_list, response_message_id, retry_count, processor_state, steps, usage, and when set "
+       "system_snapshot, editor, sub_agent_calls; a state stored with no version reads as 1",
+}
+"""One line per layout of ``runs.state``, oldest first (tests/contract/run_state/ keeps one frozen
+state per version, read by today's code)."""
+
+
+class StateVersionError(UnknownEventError):
+    """A run's stored state has a newer layout than this worker reads (a newer release wrote it,
+    during a rolling deploy). Raised by the claim, so the step is not run: the worker's record
+    handling dead-letters the step task with code ``state_version`` and this message (an
+    :class:`~threadline.errors.InvalidEventError`: not retried, no crash loop); the recovery
+    sweep later reschedules the stuck step (``reschedule``, docs of
+    :mod:`threadline.recovery.decide`), which a worker of the newer release then runs, and
+    fails the run after ``max_recoveries`` rescheduled attempts made no progress."""
+
+    def __init__(self, version: object) -> None:
+        super().__init__(f"run state version {version!r} is unknown to this worker (it reads 1 to "
+                         f"{STATE_VERSION}; a newer release wrote it?): the step is not run here", code="state_version")
+        self.version = version
+
+
+def state_version(stored: Mapping[str, Any]) -> int:
+    """The layout version of a stored state (absent: 1).
+
+    Raises:
+        StateVersionError: a version this release does not know (newer, or not a positive integer).
+    """
+    version = stored.get("version", 1)
+    if type(version) is not int or version not in STATE_VERSIONS:
+        raise StateVersionError(version)
+    return version
 
 
 @dataclass(slots=True)
 class RunState:
-    """A run's working state between its steps (stored as JSON in ``runs.state``)."""
+    """A run's working state between its steps (stored as JSON in ``runs.state``, with the layout
+    version :data:`STATE_VERSION` under ``version``)."""
 
     message_list: dict[str, Any] | None = None
     """The run's :class:`~threadline.runtime.messages.MessageList` (``to_state()``); ``None``
@@ -55,7 +95,12 @@ class RunState:
         """The state as stored (``None``/``{}``: a new run). The stored dict is not shared: it is
         copied through JSON (a state read from ``runs.state`` holds JSON values only; ~8x faster
         than ``copy.deepcopy``, which took 0.54 ms per step at 60 messages), or deep-copied when it
-        holds anything JSON cannot carry."""
+        holds anything JSON cannot carry.
+
+        Raises:
+            StateVersionError: the state has a newer layout than :data:`STATE_VERSION`.
+        """
+        state_version(stored or {})  # every known version reads as today's (only 1 so far)
         return cls._of_fields(_json_copy(dict(stored or {})), live=False)
 
     @classmethod
@@ -76,10 +121,10 @@ class RunState:
                    sub_agent_calls=data.get("sub_agent_calls"), live=live)
 
     def dump(self) -> dict[str, Any]:
-        """The JSON stored in ``runs.state``."""
-        out: dict[str, Any] = {"processor_state": self.processor_state, "steps": self.steps, "usage": self.usage,
-                               "message_list": self.message_list, "retry_count": self.retry_count,
-                               "response_message_id": self.response_message_id}
+        """The JSON stored in ``runs.state`` (``version``: :data:`STATE_VERSION`)."""
+        out: dict[str, Any] = {"version": STATE_VERSION, "processor_state": self.processor_state,
+                               "steps": self.steps, "usage": self.usage, "message_list": self.message_list,
+                               "retry_count": self.retry_count, "response_message_id": self.response_message_id}
         if self.system_snapshot is not None:
             out["system_snapshot"] = self.system_snapshot
         if self.editor:
@@ -294,13 +339,27 @@ class ChunkSink(Protocol):
     attempt: int
     seq: int
     finished: bool
+    """A ``finish`` chunk was published (or stored to be, :meth:`finish_stored`)."""
+    held: dict[str, Any] | None
+    """The stamped ``finish`` chunk held back instead of published, if any (decision 19): the
+    step store saves it with the step's result and it is published only once that is durable."""
 
-    async def emit(self, chunk: dict[str, Any]) -> dict[str, Any]:
-        """Stamp and send ``chunk``; returns it stamped."""
+    async def emit(self, chunk: Emitted) -> dict[str, Any]:
+        """Stamp and send ``chunk`` (a ``finish`` may be held, :attr:`held`); returns it stamped."""
         ...
 
     async def flush(self) -> None:
         """Wait until every emitted chunk is acknowledged (raises the first delivery failure)."""
+        ...
+
+    def drop_held(self) -> None:
+        """Forget the held ``finish``, never stored (its step could not be saved): its ``seq``
+        goes to the next chunk, and later finishes are sent, not held."""
+        ...
+
+    def finish_stored(self) -> None:
+        """The held ``finish`` was stored with the step's result (published from there): nothing
+        is held any more and the stream counts as finished."""
         ...
 
 
@@ -358,7 +417,7 @@ class StepStore(Protocol):
 
 class ModelFn(Protocol):
     """The model call: yields Mastra chunks ``{type, payload}`` and fills ``outcome``
-    (:func:`threadline.runtime.llm.stream_model`)."""
+    (:func:`threadline.runtime.model.llm.stream_model`)."""
 
     def __call__(self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                  tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,

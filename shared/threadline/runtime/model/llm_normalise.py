@@ -1,7 +1,7 @@
 """One set of rules for a streamed model answer, whichever path read it (docs/decisions.md §20).
 
 :class:`StreamNormaliser` is fed the chunk dicts of an OpenAI-compatible stream (``{"choices":
-[{"index", "delta", "finish_reason"}], "usage"}``) as :mod:`threadline.runtime.llm_stream` hands
+[{"index", "delta", "finish_reason"}], "usage"}``) as :mod:`threadline.runtime.model.llm_stream` hands
 them over — decoded from the provider's SSE bytes, converted from the openai SDK's objects or from
 litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload}``). The rules:
 
@@ -114,7 +114,7 @@ def parse_args(text: str, obj: Any = None) -> Any:
 
 class StreamNormaliser:
     """Turns one stream's chunk dicts into Mastra chunks and fills ``outcome`` (a
-    :class:`threadline.runtime.llm.ModelOutcome`).
+    :class:`threadline.runtime.model.llm.ModelOutcome`).
 
     Call :meth:`feed` per chunk and :meth:`end` once the stream ended cleanly; both return the
     Mastra chunks to yield. ``events`` counts the chunks fed.
@@ -181,13 +181,25 @@ class StreamNormaliser:
             self._fragment(index, fragment, out)
 
     def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
-        fn = fragment.get("function") or {}
-        name = fn.get("name") if isinstance(fn, dict) else None
-        name = clean_text(name) if isinstance(name, str) else None
-        args = fn.get("arguments") if isinstance(fn, dict) else None
-        args = clean_text(args) if isinstance(args, str) else args
-        call_id = fragment.get("id") or None
-        call_id = clean_text(call_id) if isinstance(call_id, str) else None
+        name, args, call_id = _fragment_fields(fragment)
+        entry = self._entry(index, call_id)
+        if name and not entry["toolName"]:
+            entry["toolName"] = name
+        if not entry["started"]:
+            entry["started"] = True
+            out.append({"type": "tool-call-input-streaming-start",
+                        "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
+        if isinstance(args, dict):
+            entry["argsObject"] = args
+        elif args and isinstance(args, str):
+            entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
+            out.append({"type": "tool-call-delta",
+                        "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
+                                    "toolName": entry["toolName"]}})
+
+    def _entry(self, index: int, call_id: str | None) -> dict[str, Any]:
+        """The call a fragment belongs to: the one with its id, else the one at its index (which
+        adopts the id if it had none yet), else a new one; it becomes the index's call."""
         entry = self._by_id.get(call_id) if call_id else None
         if entry is None:
             current = self._at_index.get(index)
@@ -203,19 +215,7 @@ class StreamNormaliser:
             if call_id is not None:
                 self._by_id[call_id] = entry
         self._at_index[index] = entry
-        if name and not entry["toolName"]:
-            entry["toolName"] = name
-        if not entry["started"]:
-            entry["started"] = True
-            out.append({"type": "tool-call-input-streaming-start",
-                        "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
-        if isinstance(args, dict):
-            entry["argsObject"] = args
-        elif args and isinstance(args, str):
-            entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
-            out.append({"type": "tool-call-delta",
-                        "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
-                                    "toolName": entry["toolName"]}})
+        return entry
 
     def end(self) -> list[dict[str, Any]]:
         """The closing chunks of a stream that ended cleanly (text/reasoning ends, each call's
@@ -243,3 +243,15 @@ def finish_reason(raw: str | None, had_calls: bool) -> str:
     if had_calls and raw != "length":
         return "tool-calls"
     return FINISH.get(raw, "other")
+
+
+def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, Any, str | None]:
+    """A tool-call fragment's ``(name, arguments, id)``, text cleaned (decision 18)."""
+    fn = fragment.get("function") or {}
+    name = fn.get("name") if isinstance(fn, dict) else None
+    name = clean_text(name) if isinstance(name, str) else None
+    args = fn.get("arguments") if isinstance(fn, dict) else None
+    args = clean_text(args) if isinstance(args, str) else args
+    call_id = fragment.get("id") or None
+    call_id = clean_text(call_id) if isinstance(call_id, str) else None
+    return name, args, call_id

@@ -1,4 +1,4 @@
-"""How :func:`threadline.runtime.llm.stream_model` reads the stream ``litellm.acompletion``
+"""How :func:`threadline.runtime.model.llm.stream_model` reads the stream ``litellm.acompletion``
 returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": …,
 "finish_reason": …}], "usage": …}``), by the cheapest of three paths that is safe for it.
 
@@ -16,36 +16,33 @@ On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
 ``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
 ``llm.classify`` sees the same exceptions on every path. What a stream's end means (a clean end
 without a finish reason, no event at all, a cut-off) is decided the same way on every path
-(:mod:`threadline.runtime.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
+(:mod:`threadline.runtime.model.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
 stream for it. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
 Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
 
-Also here: :func:`no_open_cost_estimate`, which skips litellm's cost estimate of a stream it has
-just opened when no litellm callback needs it.
+litellm's internals this reading relies on (``exception_type``, the callback lists) are behind
+:mod:`threadline.runtime.model._litellm_private`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
-import functools
 import importlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
 import httpx
 import litellm
-import litellm.integrations.custom_logger
 import openai
 import orjson
 from litellm import exceptions as lx
-from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 from openai.types.chat import ChatCompletionChunk
 from pydantic import BaseModel
+
+from threadline.runtime.model._litellm_private import NoopCallback, callbacks_configured, exception_type
 
 # What the SDK maps to APITimeoutError / APIConnectionError while reading a stream's body: httpx's
 # errors, and those of httpx2 (the transport of openai 3.x) when it is installed.
@@ -71,76 +68,11 @@ _DRAIN_S = 0.1
 """After ``[DONE]`` the rest of an HTTP/1.1 body is read for this long, so the connection can be
 reused (as the SDK does)."""
 
-_CALLBACK_LISTS = ("callbacks", "success_callback", "_async_success_callback", "failure_callback",
-                   "_async_failure_callback", "input_callback", "_async_input_callback", "service_callback")
-
-
-def callbacks_configured() -> bool:
-    """Is any litellm callback set (Langfuse, a custom logger, …)? Then every call goes through
-    litellm's wrapper, which reports the call's success or failure to them."""
-    return any(getattr(litellm, name, None) for name in _CALLBACK_LISTS)
-
-
-class _NoopCallback(litellm.integrations.custom_logger.CustomLogger):
-    """A litellm callback that does nothing: its presence alone routes streams through the wrapper."""
-
-
 def register_noop_callback() -> None:
     """Register one no-op litellm callback (the processor-worker's test switch
     ``THREADLINE_LITELLM_NOOP_CALLBACK``): from then on :func:`reader` answers ``"wrapper"``."""
-    if not any(isinstance(cb, _NoopCallback) for cb in litellm.callbacks):
-        litellm.callbacks.append(_NoopCallback())
-
-
-_SKIP_OPEN_COST: contextvars.ContextVar[bool] = contextvars.ContextVar("threadline_skip_open_cost", default=False)
-
-
-@contextlib.contextmanager
-def no_open_cost_estimate() -> Iterator[None]:
-    """Around ``litellm.acompletion(stream=True)``: unless a litellm callback is configured, skip
-    the cost litellm computes for the stream it returns as soon as it opens.
-
-    litellm prices the just-opened ``CustomStreamWrapper`` for its ``_hidden_params`` (proxy
-    response headers); the wrapper holds no usage yet, so the figure is ``0.0`` (a model in
-    litellm's price map) or ``None``, and computing it costs ~1 ms of CPU per call (model-info
-    and pricing lookups; docs/benchmarks.md, "The model call"). Skipped, the wrapper's
-    ``response_cost`` is ``None``, as litellm leaves it for a bare provider stream. The cost of the
-    finished call, which callbacks receive, is computed elsewhere and not touched: with a
-    callback configured nothing is skipped at all. Only calls inside this context are affected
-    (a context variable), not other litellm calls of the process.
-    """
-    token = _SKIP_OPEN_COST.set(not callbacks_configured())
-    try:
-        yield
-    finally:
-        _SKIP_OPEN_COST.reset(token)
-
-
-def _install_open_cost_bypass() -> bool:
-    """Wrap litellm's ``Logging.response_cost_calculator`` so it answers ``None`` for a
-    ``CustomStreamWrapper`` inside :func:`no_open_cost_estimate`. Returns whether it is installed
-    (False, and nothing changed, if this litellm has no such method)."""
-    try:
-        from litellm.litellm_core_utils.litellm_logging import Logging
-        from litellm.litellm_core_utils.streaming_handler import CustomStreamWrapper
-    except ImportError:  # pragma: no cover - depends on the installed litellm
-        return False
-    original = getattr(Logging, "response_cost_calculator", None)
-    if original is None or getattr(original, "threadline_bypass", False):
-        return original is not None
-
-    @functools.wraps(original)
-    def response_cost_calculator(self: Any, result: Any = None, *args: Any, **kwargs: Any) -> Any:
-        if _SKIP_OPEN_COST.get() and isinstance(result, CustomStreamWrapper):
-            return None
-        return original(self, result, *args, **kwargs)
-
-    response_cost_calculator.threadline_bypass = True  # type: ignore[attr-defined]  # marks the wrapper, once
-    Logging.response_cost_calculator = response_cost_calculator  # type: ignore[method-assign]  # the bypass itself
-    return True
-
-
-OPEN_COST_BYPASS = _install_open_cost_bypass()
+    if not any(isinstance(cb, NoopCallback) for cb in litellm.callbacks):
+        litellm.callbacks.append(NoopCallback())
 
 
 def reader(response: Any) -> str:
@@ -174,73 +106,111 @@ async def sse_json(response: Any) -> AsyncIterator[Any]:
         json.JSONDecodeError: an event's data is not JSON (an empty data included).
     """
     chunks = response.aiter_bytes()
-    pending, skip_lf, done = b"", False, False
-    data: list[bytes] = []
-    event, has_id, retry = b"", False, False
+    decoder, done = _SSEDecoder(), False
     try:
         async for block in chunks:
-            if not block:
-                continue
-            if skip_lf:  # the previous block ended in CR: a leading LF completes that CRLF
-                skip_lf = False
-                if block[0] == 10:
-                    block = block[1:]
-            if pending:
-                block = pending + block
-            if b"\r" in block:
-                skip_lf = block[-1] == 13
-                block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-            lines = block.split(b"\n")
-            pending = lines.pop()
-            for line in lines:
+            for line in decoder.lines(block):
                 if line:
-                    if line.startswith(b"data:"):
-                        value = line[5:]
-                        data.append(value[1:] if value.startswith(b" ") else value)
-                    elif line[0] != 58:  # not a ":" comment
-                        name, _, value = line.partition(b":")
-                        value = value[1:] if value.startswith(b" ") else value
-                        if name == b"data":  # a bare "data" line: an empty data line
-                            data.append(value)
-                        elif name == b"event":
-                            event = value
-                        elif name == b"id":
-                            has_id = has_id or b"\0" not in value
-                        elif name == b"retry":
-                            retry = _is_int(value)
+                    decoder.field(line)
                     continue
-                if not data and not event and not has_id and not retry:
+                taken = decoder.dispatch()
+                if taken is None:
                     continue
-                payload = data[0] if len(data) == 1 else b"\n".join(data)
-                thread_event = event.decode() if event.startswith(b"thread.") else None
-                data, event, retry = [], b"", False
-                if payload.startswith(b"[DONE]"):
+                if taken[0].startswith(b"[DONE]"):
                     done = True
                     break
-                obj = _loads(payload)
-                if thread_event:  # an Assistants event: no chat chunk (no choices), as the SDK yields it
-                    yield {"data": obj, "event": thread_event}
-                    continue
-                if isinstance(obj, dict) and obj.get("error"):
-                    error = obj["error"]
-                    message = error.get("message") if isinstance(error, dict) else None
-                    raise openai.APIError(message if message and isinstance(message, str)
-                                          else "An error occurred during streaming",
-                                          response.request, body=error)
-                yield obj
+                yield _event_json(*taken, response)
             if done:
                 break
         if done and getattr(response, "http_version", None) == "HTTP/1.1":
-            try:
-                async with asyncio.timeout(_DRAIN_S):
-                    async for _ in chunks:
-                        pass
-            except (TimeoutError, *_REQUEST_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
-                pass
+            await _drain(chunks)
     except _TIMEOUTS as exc:
         raise openai.APITimeoutError(request=response.request) from exc
     except _REQUEST_ERRORS as exc:
         raise openai.APIConnectionError(request=response.request) from exc
+
+
+class _SSEDecoder:
+    """The line and field rules of :func:`sse_json`, one body block at a time."""
+
+    __slots__ = ("data", "event", "has_id", "pending", "retry", "skip_lf")
+
+    def __init__(self) -> None:
+        self.pending, self.skip_lf = b"", False
+        self.data: list[bytes] = []
+        self.event, self.has_id, self.retry = b"", False, False
+
+    def lines(self, block: bytes) -> list[bytes]:
+        """The complete lines ``block`` ends (CR, LF or CRLF); an unterminated tail waits for
+        the next block."""
+        if not block:
+            return []
+        if self.skip_lf:  # the previous block ended in CR: a leading LF completes that CRLF
+            self.skip_lf = False
+            if block[0] == 10:
+                block = block[1:]
+        if self.pending:
+            block = self.pending + block
+        if b"\r" in block:
+            self.skip_lf = block[-1] == 13
+            block = block.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        lines = block.split(b"\n")
+        self.pending = lines.pop()
+        return lines
+
+    def field(self, line: bytes) -> None:
+        """A non-blank line: a ``data``, ``event``, ``id`` or ``retry`` field (a comment or an
+        unknown field is ignored)."""
+        if line.startswith(b"data:"):
+            value = line[5:]
+            self.data.append(value[1:] if value.startswith(b" ") else value)
+            return
+        if line[0] == 58:  # a ":" comment
+            return
+        name, _, value = line.partition(b":")
+        value = value[1:] if value.startswith(b" ") else value
+        if name == b"data":  # a bare "data" line: an empty data line
+            self.data.append(value)
+        elif name == b"event":
+            self.event = value
+        elif name == b"id":
+            self.has_id = self.has_id or b"\0" not in value
+        elif name == b"retry":
+            self.retry = _is_int(value)
+
+    def dispatch(self) -> tuple[bytes, str | None] | None:
+        """A blank line: the event's data and its Assistants ``thread.*`` name, if any (``None``:
+        nothing to dispatch); the event's fields reset (the id stays, as in the SDK)."""
+        data, event = self.data, self.event
+        if not data and not event and not self.has_id and not self.retry:
+            return None
+        self.data, self.event, self.retry = [], b"", False
+        payload = data[0] if len(data) == 1 else b"\n".join(data)
+        return payload, (event.decode() if event.startswith(b"thread.") else None)
+
+
+def _event_json(payload: bytes, thread_event: str | None, response: Any) -> Any:
+    """An event's JSON (an Assistants event wrapped as the SDK yields it); an in-band error
+    event raises ``openai.APIError``."""
+    obj = _loads(payload)
+    if thread_event:  # an Assistants event: no chat chunk (no choices), as the SDK yields it
+        return {"data": obj, "event": thread_event}
+    if isinstance(obj, dict) and obj.get("error"):
+        error = obj["error"]
+        message = error.get("message") if isinstance(error, dict) else None
+        raise openai.APIError(message if message and isinstance(message, str) else "An error occurred during streaming",
+                              response.request, body=error)
+    return obj
+
+
+async def _drain(chunks: AsyncIterator[bytes]) -> None:
+    """Read the rest of an HTTP/1.1 body for up to ``_DRAIN_S``, so the connection can be reused."""
+    try:
+        async with asyncio.timeout(_DRAIN_S):
+            async for _ in chunks:
+                pass
+    except (TimeoutError, *_REQUEST_ERRORS):  # type: ignore[misc]  # a tuple of exception classes
+        pass
 
 
 def _loads(payload: bytes) -> Any:

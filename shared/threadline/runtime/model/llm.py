@@ -1,21 +1,22 @@
 """The one adapter around litellm (K5): streams Mastra chunks, assembles tool calls by index,
 decides the step's finish reason from what was streamed, takes usage from wherever it arrives,
 and maps every litellm exception to a small set of error kinds before processors see it. The
-rules a stream is read by are :mod:`threadline.runtime.llm_normalise`'s.
+rules a stream is read by are :mod:`threadline.runtime.model.llm_normalise`'s.
 
 Every call is ``litellm.acompletion`` (routing, auth, request mapping, error mapping). How its
 stream is read (the provider's SSE bytes parsed here, the SDK's chunk objects, or litellm's
 ``CustomStreamWrapper`` when litellm callbacks are configured) is in
-:mod:`threadline.runtime.llm_stream`; every path yields the same chunk dicts and fills the same
+:mod:`threadline.runtime.model.llm_stream`; every path yields the same chunk dicts and fills the same
 :class:`ModelOutcome`. litellm's cost estimate for a stream it has just opened (always 0 or
 ``None``, ~1 ms of CPU) is skipped when no litellm callback is configured
-(:func:`threadline.runtime.llm_stream.no_open_cost_estimate`).
+(:func:`threadline.runtime.model._litellm_private.no_open_cost_estimate`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -29,9 +30,10 @@ litellm.drop_params = True
 
 from threadline._internal import step_clock  # noqa: E402 - after litellm is configured above
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
-from threadline.runtime import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
-from threadline.runtime import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
-from threadline.runtime.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model._litellm_private import no_open_cost_estimate  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
@@ -154,7 +156,7 @@ def _retry_after(exc: BaseException) -> float | None:
 
 def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
     """litellm arguments that route ``model``: local model names go to ``api_base``; Mastra's
-    provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.providers`).
+    provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.model.providers`).
 
     Raises:
         ModelCallError: kind ``authentication`` when the provider's API key is not set.
@@ -183,7 +185,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
     ``tool-call-input-streaming-start``/``tool-call-delta``/``tool-call-input-streaming-end`` and
-    ``tool-call`` (with parsed ``args``), by the rules of :mod:`threadline.runtime.llm_normalise`
+    ``tool-call`` (with parsed ``args``), by the rules of :mod:`threadline.runtime.model.llm_normalise`
     (docs/decisions.md §20), the same on every read path. The finish reason is ``tool-calls``
     whenever tool calls were streamed, whatever the provider said (C13).
 
@@ -192,36 +194,14 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             ``stream_interrupted`` for a stream cut off, ``bad_response`` for an empty or non-SSE
             ``200`` body (both retryable).
     """
-    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
-    kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
-                  stream_options={"include_usage": True})
-    if tools:
-        kwargs["tools"] = tools
-        if tool_choice is not None:
-            kwargs["tool_choice"] = _tool_choice(tool_choice)
-    for key, value in (model_settings or {}).items():
-        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
-            kwargs[_SETTINGS.get(key, key)] = value
-    if response_format is not None:  # structured output (threadline.runtime.structured)
-        kwargs["response_format"] = response_format
-    for key, value in provider_opts.request_options(provider_options, model).items():
-        if key not in _CORE:  # provider options never reroute the call or replace the prompt
-            kwargs[key] = value
+    kwargs = request_kwargs(model, messages=messages, tools=tools, tool_choice=tool_choice,
+                            model_settings=model_settings, provider_options=provider_options, api_base=api_base,
+                            timeout_s=timeout_s, response_format=response_format)
     norm: llm_normalise.StreamNormaliser | None = None
     stream: Any = None
-    watch: dict[str, Any] = {}
     try:
         step_clock.mark("model_called")
-        provider_stream: Any = None
-        if (request := llm_direct.prepare(kwargs)) is not None:
-            provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
-        if provider_stream is not None:
-            path = "raw"
-        else:
-            with llm_stream.no_open_cost_estimate():
-                response = await litellm.acompletion(**kwargs)
-            path = llm_stream.reader(response)
-            provider_stream = getattr(response, "completion_stream", None)
+        path, response, provider_stream = await _open(kwargs)
         step_clock.mark("model_opened")
         if path == "wrapper":
             watch = llm_stream.watch_raw(response)
@@ -231,22 +211,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             chunks = stream = llm_stream.provider_chunks(provider_stream, model, raw=path == "raw", watch=watch)
         # litellm invents usage the provider never sent (C13): taken only when the provider sent one
         norm = llm_normalise.StreamNormaliser(outcome, take_usage=False)
-        try:
-            async for chunk in chunks:
-                norm.take_usage = bool(watch["usage"])
-                for event in norm.feed(chunk):
-                    yield event
-        except Exception as exc:
-            if path == "wrapper" and watch["clean_end"] and not watch["events"]:
-                raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
-            if not (path == "wrapper" and llm_stream.clean_eof_refused(exc, watch)):
-                raise
-            # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
-            # before handing over the usage it held back
-            if watch.get("last_usage"):
-                outcome.usage = llm_normalise.usage(watch["last_usage"])
-        if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
-            raise llm_normalise.bad_response()
+        async with contextlib.aclosing(_normalised(chunks, norm, watch, wrapper=path == "wrapper")) as events:
+            async for event in events:
+                yield event
     except ModelCallError:
         raise
     except Exception as exc:
@@ -260,6 +227,70 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             await stream.aclose()
     for event in norm.end():
         yield event
+
+
+def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
+                   api_base: str | None, timeout_s: float, response_format: dict[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
+    prompt (provider options on its messages), tools, settings under litellm's names, structured
+    output and the provider's request options (which never reroute the call or replace the prompt)."""
+    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
+    kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
+                  stream_options={"include_usage": True})
+    if tools:
+        kwargs["tools"] = tools
+        if tool_choice is not None:
+            kwargs["tool_choice"] = _tool_choice(tool_choice)
+    for key, value in (model_settings or {}).items():
+        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
+            kwargs[_SETTINGS.get(key, key)] = value
+    if response_format is not None:  # structured output (threadline.runtime.model.structured)
+        kwargs["response_format"] = response_format
+    for key, value in provider_opts.request_options(provider_options, model).items():
+        if key not in _CORE:
+            kwargs[key] = value
+    return kwargs
+
+
+async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
+    """Open the call: sent directly when :func:`llm_direct.prepare` takes it (a ``422`` asks
+    again through litellm), else ``litellm.acompletion``. Returns the read path (``raw``, ``sdk``
+    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream."""
+    if (request := llm_direct.prepare(kwargs)) is not None:
+        provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
+        if provider_stream is not None:
+            return "raw", None, provider_stream
+    with no_open_cost_estimate():
+        response = await litellm.acompletion(**kwargs)
+    return llm_stream.reader(response), response, getattr(response, "completion_stream", None)
+
+
+async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: dict[str, Any], *,
+                      wrapper: bool) -> AsyncGenerator[dict[str, Any], None]:
+    """The stream's Mastra chunks, by the rules of :mod:`.llm_normalise`.
+
+    Raises:
+        ModelCallError: ``bad_response`` for an empty or non-SSE ``200`` body.
+        Exception: what reading the stream raised (litellm's wrapper's refusal of a stream that
+            ended cleanly without a finish reason excepted, §20).
+    """
+    try:
+        async for chunk in chunks:
+            norm.take_usage = bool(watch["usage"])
+            for event in norm.feed(chunk):
+                yield event
+    except Exception as exc:
+        if wrapper and watch["clean_end"] and not watch["events"]:
+            raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
+        if not (wrapper and llm_stream.clean_eof_refused(exc, watch)):
+            raise
+        # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
+        # before handing over the usage it held back
+        if watch.get("last_usage"):
+            norm.outcome.usage = llm_normalise.usage(watch["last_usage"])
+    if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
+        raise llm_normalise.bad_response()
 
 
 def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:

@@ -4,7 +4,7 @@ One model call of a step goes through :class:`ModelCaller`: the models of the ag
 list are tried in order; each is retried up to its ``max_retries`` with exponential backoff and
 jitter (or the provider's ``Retry-After``) while the error is transient (``retryable``) and the
 model has streamed nothing yet. A model that is exhausted hands over to the next one; when the
-last one is exhausted its error goes to the error processors (:mod:`threadline.runtime.loop`).
+last one is exhausted its error goes to the error processors (:mod:`threadline.runtime.step.loop`).
 
 Waiting happens inside the step: the worker's keep-alive keeps renewing the run's lease, and the
 step holds no database connection while it waits.
@@ -25,8 +25,8 @@ from threadline.errors import ConfigurationError, ModelCallError
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.ops.metrics import MODEL_CALL_SECONDS, MODEL_ERRORS
-from threadline.runtime.model_outcome import ModelOutcome
-from threadline.runtime.ports import ModelFn
+from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.step.ports import ModelFn
 
 log = get_logger(__name__)
 DEFAULT_MAX_RETRIES = 2
@@ -170,6 +170,16 @@ class ModelCaller:
         """Another model follows the one in use."""
         return self.index + 1 < len(self.choices)
 
+    async def _succeeded(self, choice: ModelChoice, outcome: ModelOutcome, started: float, call_span: Any) -> None:
+        """A call's success: its duration observed, its usage on its span, its output tokens charged."""
+        MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
+        usage = outcome.usage or {}
+        if call_span is not None:
+            call_span.set_attribute("gen_ai.usage.input_tokens", usage.get("inputTokens") or 0)
+            call_span.set_attribute("gen_ai.usage.output_tokens", usage.get("outputTokens") or 0)
+        if self._limiter is not None:
+            await self._limiter.settle(choice.model, usage.get("outputTokens"))
+
     async def stream(self, outcome: ModelOutcome, **kwargs: Any) -> AsyncIterator[dict[str, Any]]:
         """Yield the chunks of the first call that succeeds; fill ``outcome``.
 
@@ -194,13 +204,7 @@ class ModelCaller:
                     async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
                         yielded = True
                         yield chunk
-                    MODEL_CALL_SECONDS.labels("ok").observe(time.perf_counter() - started)
-                    if call_span is not None:
-                        usage = outcome.usage or {}
-                        call_span.set_attribute("gen_ai.usage.input_tokens", usage.get("inputTokens") or 0)
-                        call_span.set_attribute("gen_ai.usage.output_tokens", usage.get("outputTokens") or 0)
-                    if self._limiter is not None:
-                        await self._limiter.settle(choice.model, (outcome.usage or {}).get("outputTokens"))
+                    await self._succeeded(choice, outcome, started, call_span)
                     return
                 except ModelCallError as exc:
                     MODEL_CALL_SECONDS.labels("error").observe(time.perf_counter() - started)

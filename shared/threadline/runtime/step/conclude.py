@@ -1,0 +1,55 @@
+"""Stage 4 of an attempt: the step's summary joins ``RunState.steps``, the continuation rule
+decides whether the run takes another step, and the ``step-finish`` chunk goes through the
+output processors onto the stream."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from threadline.events import chunks
+from threadline.runtime.step.ports import StepStore
+from threadline.runtime.step.prepare import ModelRequest
+from threadline.runtime.step.respond import ModelResponse
+from threadline.runtime.step.state import StepState
+
+DEFAULT_MAX_STEPS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Attempted:
+    """How one attempt of a step ended (no processor retry pending)."""
+
+    finish_reason: str
+    """The model's finish reason."""
+    continued: bool
+    """The run takes another step (tool results, or signals pending, within ``max_steps``)."""
+
+
+def continues(*, results: bool, children: bool, pending: bool, step_no: int, max_steps: int) -> bool:
+    """The continuation rule: a step waiting for child runs always continues (it suspends);
+    otherwise tool results, or signals still pending, continue the run while ``step_no + 1 <
+    max_steps``."""
+    return children or ((results or pending) and step_no + 1 < max_steps)
+
+
+async def conclude(step: StepState, request: ModelRequest, response: ModelResponse,
+                   results: list[dict[str, Any]], options: dict[str, Any], consumed: list[str],
+                   store: StepStore) -> Attempted:
+    """Record the step's summary, decide whether the run continues and emit ``step-finish``.
+    ``consumed``: the signals this step drained (not counted as pending)."""
+    step_no = step.run.step
+    step.steps.append({"stepNumber": step_no, "text": response.text, "toolCalls": response.calls,
+                       "toolResults": results, "finishReason": response.finish_reason, "usage": response.usage,
+                       **({"object": response.object} if request.spec is not None and response.object is not None
+                          else {})})
+    children = bool(step.children.requests)
+    # pending signals matter only when nothing else continues the run (decision 88)
+    pending = not results and not children and await store.more_pending(step.run, consumed)
+    continued = continues(results=bool(results), children=children, pending=pending, step_no=step_no,
+                          max_steps=int(options.get("max_steps") or DEFAULT_MAX_STEPS))
+    caller = request.caller
+    await step.emit(chunks.step_finish_chunk(step.response_id, reason=response.finish_reason,
+                                             is_continued=continued, text=response.text, usage=response.usage,
+                                             model=caller.choices[caller.index].model))
+    return Attempted(response.finish_reason, continued)

@@ -1,0 +1,155 @@
+"""Stage 2 of an attempt: the model's answer. The ``step-start`` chunk; the model called (or a
+processor's cached response, or the output a crashed attempt recorded, replayed); each chunk
+through ``process_output_stream`` onto the stream; ``process_llm_response``; the response
+message's parts built from the *processed* chunks; a structured answer's ``object`` chunks;
+``process_output_step`` (before any tool runs)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.faults import armed, pause_point
+from threadline.errors import ModelCallError
+from threadline.events import chunks
+from threadline.logging import get_logger
+from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.step.prepare import ModelRequest, ModelSetup
+from threadline.runtime.step.state import StepState, add_usage, replay
+
+log = get_logger(__name__)
+
+
+@dataclass(slots=True, kw_only=True)
+class ModelResponse:
+    """The model's answer to one attempt, as the output processors let it through."""
+
+    text: str
+    """The answer's text (the processed ``text-delta`` chunks joined)."""
+    reasoning: str
+    """The reasoning text (the processed ``reasoning-delta`` chunks joined)."""
+    calls: list[dict[str, Any]]
+    """The tool calls ``{toolCallId, toolName, args}``, in order."""
+    usage: dict[str, Any] | None
+    """The step's token usage (``inputTokens``, ``outputTokens``…; ``None``: not reported)."""
+    finish_reason: str
+    """``stop``, ``tool-calls``, ``length``…"""
+    object: Any = None
+    """The parsed structured answer (``None``: none asked for, or the step called tools)."""
+    chunks: list[dict[str, Any]]
+    """The chunks as the model streamed them, before the output processors."""
+    fresh: bool
+    """The model was asked now (not a cached response, not a crashed attempt's replayed output)."""
+
+
+async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> ModelResponse:
+    """Stream the attempt's answer and build the response message from it.
+
+    Raises:
+        ModelCallError: the call failed after its retries and fallbacks, or the model finished
+            with reason ``other`` and no output, or the structured answer does not parse.
+        TripWire: a processor aborted.
+    """
+    runner, step_no = step.runner, step.run.step
+    await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
+        step.response_id, started_at_ms=None if request.cached else int(time.time() * 1000)))
+    step.response_message()
+    outcome = ModelOutcome()
+    recorded, step.recorded = step.recorded, None
+    raw, processed = await _stream(step, _source(request, recorded, outcome, setup), request)
+    if recorded is not None:
+        outcome.usage = recorded.get("usage")
+        outcome.finish_reason = recorded.get("finish_reason", outcome.finish_reason)
+    add_usage(step.usage_total, outcome.usage)  # billed even if a processor retries the attempt
+    if not request.cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
+        raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
+                             kind="server_error", retryable=True)
+    await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=step.steps,
+                                      from_cache=bool(request.cached))
+    response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
+    _add_parts(step, response, _calls_first(processed))
+    if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
+        response.object = request.spec.parse(response.text)
+        await step.writer.emit(chunks.object_chunk(response.object))
+        await step.writer.emit(chunks.object_chunk(response.object, final=True))
+    if armed("after_tool_call_chunk_published"):
+        await step.writer.flush()
+        await pause_point("after_tool_call_chunk_published")
+    await runner.process_output_step(step.ml, step_number=step_no, steps=step.steps,
+                                     finish_reason=response.finish_reason,
+                                     tool_calls=[wrap(c) for c in response.calls] or None, text=response.text,
+                                     usage=response.usage)
+    return response
+
+
+def _source(request: ModelRequest, recorded: dict[str, Any] | None, outcome: ModelOutcome,
+            setup: ModelSetup) -> AsyncIterator[dict[str, Any]]:
+    """Where the attempt's chunks come from: a cached response, a crashed attempt's output, or
+    the model."""
+    if request.cached:
+        return replay(request.cached, outcome)
+    if recorded is not None:  # a crashed attempt got this far: same output, same tool call ids
+        log.info("model output replayed from the crashed attempt", chunks=len(recorded.get("chunks") or []))
+        return replay(recorded, outcome)
+    extra = {"response_format": request.spec.response_format()} if request.spec is not None else {}
+    return request.caller.stream(outcome, messages=request.prompt,
+                                 tools=[t.spec() for t in request.tools.values()] or None,
+                                 tool_choice=request.tool_choice, model_settings=request.model_settings,
+                                 provider_options=request.provider_options, api_base=setup.api_base,
+                                 timeout_s=setup.timeout_s, **extra)
+
+
+async def _stream(step: StepState, source: Any,
+                  request: ModelRequest) -> tuple[list[dict[str, Any]], list[AttrDict]]:
+    """Each chunk through the output processors onto the stream. Returns the chunks as streamed
+    and as processed (dropped ones left out)."""
+    raw: list[dict[str, Any]] = []
+    processed: list[AttrDict] = []
+    try:
+        async for chunk in source:
+            raw.append(chunk)
+            chunk["from"] = chunks.FROM_AGENT
+            part = await step.emit(chunk)
+            if part is not None:
+                processed.append(part)
+    finally:
+        await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
+        if request.caller.choices is step.models:  # a fallback model stays in use for the step's retries
+            step.model_index = request.caller.index
+    return raw, processed
+
+
+def _response(processed: list[AttrDict], outcome: ModelOutcome, raw: list[dict[str, Any]], *,
+              fresh: bool) -> ModelResponse:
+    """The answer as the processors let it through (a ReasoningTransformer's edits included)."""
+    def joined(kind: str) -> str:
+        return "".join(p["payload"].get("text", "") for p in processed if p["type"] == kind)
+
+    return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"),
+                         calls=[dict(p["payload"]) for p in processed if p["type"] == "tool-call"],
+                         usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh)
+
+
+def _add_parts(step: StepState, response: ModelResponse, calls_first: bool) -> None:
+    """The step's parts on the response message: ``step-start``, the reasoning, then the text and
+    the tool invocations in the order streamed (calls whose input began before the text first)."""
+    parts = step.response_message()["content"]["parts"]
+    parts.append(wrap({"type": "step-start"}))
+    if response.reasoning:
+        parts.append(wrap({"type": "reasoning", "reasoning": response.reasoning,
+                           "details": [{"type": "text", "text": response.reasoning}]}))
+    invocations = [wrap({"type": "tool-invocation", "toolInvocation": {
+        "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
+        "args": call.get("args") or {}}}) for call in response.calls]
+    texts = [wrap({"type": "text", "text": response.text})] if response.text else []
+    parts.extend(invocations + texts if calls_first else texts + invocations)
+
+
+def _calls_first(processed: list[AttrDict]) -> bool:
+    """Did a tool call's input begin streaming before the step's first text?"""
+    kinds = [p["type"] for p in processed]
+    first_text = kinds.index("text-delta") if "text-delta" in kinds else len(kinds)
+    return any(k in ("tool-call-input-streaming-start", "tool-call") for k in kinds[:first_text])

@@ -1,0 +1,196 @@
+"""Stage 3 of an attempt, the step's tools: each call at most once per run, with hooks around
+it, ``process_tool_result`` after it, the result into the message list and onto the stream
+(Mastra's Agent API "Tool hook", docs/processors.md ``processToolResult``); a sub-agent call
+becomes a child run (decision 77)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from threadline._internal.attrdict import AttrDict, wrap
+from threadline._internal.faults import armed, pause_point
+from threadline._internal.usercode import call_user
+from threadline.errors import StaleWriterError
+from threadline.events import chunks
+from threadline.logging import get_logger
+from threadline.ops import tracing
+from threadline.runtime.messages import MessageList
+from threadline.runtime.step.ports import StepStore
+from threadline.runtime.step.state import StepState, StepWriter
+from threadline.runtime.sub_agents import SubAgentTool, request_for
+from threadline.runtime.tools import Tool, ToolContext, ToolHooks
+from threadline.runtime.workflows import journal_factory
+from threadline.text import clean_json, clean_text
+
+if TYPE_CHECKING:
+    from threadline.runtime.step.respond import ModelResponse
+
+log = get_logger(__name__)
+Done = dict[str, tuple[Any, "str | None"]]
+"""The tool calls that already ran in this step, ``(result, error)`` by call id."""
+
+
+def step_hooks(step: StepState, options: dict[str, Any], named: dict[str, Any]) -> ToolHooks:
+    """The agent's tool hooks merged with the call's (``options["hooks"]``; a name in a JSON
+    request is looked up in ``named``, the catalogue's hooks)."""
+    call_hooks = options.get("hooks")
+    if isinstance(call_hooks, str):
+        call_hooks = named.get(call_hooks)
+    return step.agent.hooks.merged(ToolHooks.of(call_hooks))
+
+
+async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Any], hooks: ToolHooks,
+                    store: StepStore) -> list[dict[str, Any]]:
+    """Run the step's tool calls in order, each at most once per run; returns their results
+    ``{toolCallId, toolName, result | error}`` (a sub-agent call has none yet: it is queued in
+    ``step.children``). A fresh model output is recorded first, so a re-execution replays it
+    and reuses the results of the calls that ran (decision 88).
+
+    Raises:
+        StaleWriterError: another attempt or worker owns the step (before a tool would run).
+    """
+    if response.finish_reason != "tool-calls":
+        return []
+    run, ids = step.run, [c["toolCallId"] for c in response.calls]
+    done: Done | None = None
+    owned = False  # the owner was just confirmed: the first tool needs no second check
+    if response.fresh:  # before any tool runs: a re-execution replays this
+        output = {"chunks": [{"type": c["type"], "payload": c.get("payload")} for c in response.chunks],
+                  "usage": response.usage, "finish_reason": response.finish_reason}
+        done = await store.record_model_output(run, step.writer.attempt, output, ids)
+        owned = not armed("after_model_output_recorded")  # a held owner asks again
+        await pause_point("after_model_output_recorded")
+    if done is None:
+        done = await store.tool_results(run, ids)
+    results = []
+    for call in response.calls:
+        sub = tools.get(call["toolName"])
+        if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
+            step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
+            step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
+            continue
+        if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
+            result, error = done[call["toolCallId"]]
+            log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
+        else:  # still this step's owner? (else another worker runs it)
+            if not owned and not await store.still_owner(run, step.writer.attempt):
+                raise StaleWriterError(run.run_id, run.epoch)
+            result, error = await _execute(step, call, tools, hooks, store)
+        owned = False  # a tool ran (or was reused) since: the next one asks again
+        results.append(await tool_outcome(step, call, result, error))
+    return results
+
+
+async def _execute(step: StepState, call: dict[str, Any], tools: dict[str, Any], hooks: ToolHooks,
+                   store: StepStore) -> tuple[Any, str | None]:
+    """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
+    run, agent = step.run, step.agent
+    ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
+                      resource_id=run.resource_id, agent_id=agent.id, step=run.step,
+                      idempotency_key=f"{run.run_id}:{call['toolCallId']}",
+                      writer=StepWriter(step, through_processors=True), request_context=step.runner.request_context,
+                      journal=journal_factory(store, run, step.writer.attempt))
+    try:
+        with tracing.span(f"execute_tool {call['toolName']}", **{
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
+                "gen_ai.tool.call.id": call["toolCallId"]}):
+            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx, agent_meta={
+                "agent_id": agent.id, "agentId": agent.id, "agent_name": agent.name,
+                "agent_metadata": step.agent_metadata})
+    except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
+        ctx.abort_signal.set()
+        raise
+    final = output
+    if error is None:
+        await step.runner.process_tool_result(step.ml, step_number=run.step, steps=step.steps,
+                                              tool_name=call["toolName"], tool_call_id=call["toolCallId"],
+                                              args=call.get("args"), result=output)
+        found, replaced = read_result(step.ml, call["toolCallId"])
+        final = replaced if found else output
+    await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
+    await pause_point("after_tool_result_stored", run.thread_id)
+    return final, error
+
+
+async def tool_outcome(step: StepState, call: dict[str, Any], result: Any, error: str | None) -> dict[str, Any]:
+    """Put a tool's (final) result or error into the list and onto the stream; returns the
+    step summary's entry ``{toolCallId, toolName, result | error}``."""
+    base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
+    if error is not None:
+        set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
+        await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
+        return {**base, "error": error}
+    set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
+    await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
+    return {**base, "result": result}
+
+
+async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+                        context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+    """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
+    the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
+    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
+    output, error = await _run(call=call, tools=tools, hooks=hooks, context=context, agent_meta=agent_meta)
+    return clean_json(output), (clean_text(error) if error is not None else None)
+
+
+async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+               context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+    name, args = call["toolName"], call.get("args") or {}
+    hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
+                     "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,
+                                 "thread_id": context.thread_id, "resource_id": context.resource_id},
+                     "metadata": agent_meta})
+    if hooks.before_tool_call is not None:
+        decision = await call_user(hooks.before_tool_call, hook_ctx)
+        if isinstance(decision, dict) and decision.get("proceed") is False:
+            output = decision.get("output")
+            await _after(hooks, hook_ctx, output, None)
+            return output, None
+    tool = tools.get(name)
+    output = None
+    error: str | None = None
+    if tool is None:
+        error = f"unknown tool {name!r}"
+    else:
+        try:
+            output = await tool.run(args, context)
+        except Exception as exc:
+            if getattr(exc, "interrupts_step", False):  # a workflow lost its step or journal (decision 81)
+                raise
+            error = f"{type(exc).__name__}: {exc}"
+            log.info("tool raised", tool=name, error=error)
+    await _after(hooks, hook_ctx, output, error)
+    return output, error
+
+
+async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None) -> None:
+    if hooks.after_tool_call is None:
+        return
+    ctx["output"] = output
+    ctx["error"] = error
+    await call_user(hooks.after_tool_call, ctx)
+
+
+def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: Any) -> AttrDict | None:
+    """Update the ``tool-invocation`` part of ``call_id`` in the response message; return it."""
+    msg = ml.get_by_id(message_id)
+    if msg is None:
+        return None
+    for part in msg["content"]["parts"]:
+        if part.get("type") == "tool-invocation" and part["toolInvocation"]["toolCallId"] == call_id:
+            invocation: AttrDict = part["toolInvocation"]
+            invocation.update(fields)
+            return invocation
+    return None
+
+
+def read_result(ml: MessageList, call_id: str) -> tuple[bool, Any]:
+    """Newest ``result``-state invocation of ``call_id`` (after ``update_tool_invocation``)."""
+    for msg in reversed(ml.get.all.db()):
+        for part in msg["content"].get("parts") or ():
+            inv = part.get("toolInvocation") if part.get("type") == "tool-invocation" else None
+            if inv and inv.get("toolCallId") == call_id and inv.get("state") == "result":
+                return True, inv.get("result")
+    return False, None
