@@ -116,7 +116,7 @@ class Agent:
         workflows: ``{key: Workflow}`` (:mod:`threadline.runtime.workflows`), or a function
             ``(request_context) -> that mapping``: each is the tool ``workflow-<key>``, durable
             (a crash resumes after its last finished step; docs/workflows.md).
-        editor: which fields stored editor overrides may change (seed ``004``, "Editor"):
+        editor: which fields stored editor overrides may change (Mastra's Editor):
             omitted — instructions and tool descriptions; ``False`` — nothing;
             ``{"instructions": False}`` / ``{"tools": {"description": False}}`` lock that field
             (:mod:`threadline.runtime.editor`). ``id``, ``name`` and ``model`` always come from code.

@@ -1,4 +1,4 @@
-"""Dynamic configuration (seed ``004``: options given as a function of the request context):
+"""Dynamic configuration (Mastra's Agent options given as a function of the request context):
 an agent's ``model``, ``tools``, ``workflows``, ``default_options``, ``memory``, ``metadata`` and processor
 lists resolved for one run. Each function may be plain (run off the event loop) or ``async``.
 

@@ -1,4 +1,4 @@
-"""Editor overrides (seed ``004``, "Editor 覆寫"): stored edits of a code-defined agent's
+"""Editor overrides (Mastra's Editor overrides): stored edits of a code-defined agent's
 ``instructions`` and its tools' ``description``, applied at the agent's next run. The agent's
 ``editor`` option says which fields may be edited:
 

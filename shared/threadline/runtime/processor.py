@@ -265,7 +265,7 @@ class ProcessorRunner:
     # --- message-returning phases --------------------------------------------------------------
     def apply_messages(self, ml: MessageList, result: Any, *, before_ids: list[str],
                        default_source: str, split_system: bool = True) -> None:
-        """Apply a processor's return value to the list (seed "持久保存"; merge rule 1.4).
+        """Apply a processor's return value to the list (Mastra's processor merge rule: returned messages persist).
 
         Raises:
             ConfigurationError: a different ``MessageList`` instance was returned.
@@ -422,7 +422,7 @@ class ProcessorRunner:
                                      steps=steps, finish_reason=finish_reason, tool_calls=tool_calls,
                                      text=text, usage=usage, system_messages=ml.get_system_messages())
             if isinstance(result, list) and not result:
-                continue  # seed's QualityGuardrail returns [] when the step passes: no change
+                continue  # a guardrail (Mastra's QualityGuardrail example) returns [] when the step passes: no change
             self.apply_messages(ml, result, before_ids=before, default_source="response")
 
     async def process_tool_result(self, ml: MessageList, *, step_number: int, steps: list[Any],

@@ -1,4 +1,4 @@
-"""Call-level processors, tool hooks and ``prepare_step`` given as objects (issue 18 item 8,
+"""Call-level processors, tool hooks and ``prepare_step`` given as objects (Mastra's per-call options,
 decision 73).
 
 A request travels as JSON, so code cannot cross the wire. Code that calls the client in-process

@@ -1,4 +1,4 @@
-"""Scorers (Mastra's agent ``scorers``, seed ``004``): functions or LLM judges that score a
+"""Scorers (Mastra's agent ``scorers``): functions or LLM judges that score a
 finished run's input and output, each with a sampling rate. The notification-scheduler runs them
 after the run ended, off its critical path (:mod:`threadline.flows.scoring`, decision 71).
 

@@ -1,4 +1,4 @@
-"""Sub-agents as tools (Mastra's Agent option ``agents``, seed ``004``; decisions 76-79).
+"""Sub-agents as tools (Mastra's Agent option ``agents``; decisions 76-79).
 
 Each sub-agent under key ``k`` is exposed to the model as the tool ``agent-k`` (Mastra's naming)
 taking ``{"prompt": str}``. A call never runs inline: the worker records it with the step

@@ -1,4 +1,4 @@
-"""Tool payload transforms (seed ``004``'s ``transform``, Mastra's ``ToolPayloadTransformPolicy``;
+"""Tool payload transforms (Mastra's tool ``transform``, ``ToolPayloadTransformPolicy``;
 decision 72): what a tool's input, output or error looks like on the stream (target ``display``)
 and in the stored, user-visible transcript (target ``transcript``). The model is never shown a
 transformed payload: the run's message list (what the next step sends the model) keeps the raw

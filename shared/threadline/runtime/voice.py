@@ -1,4 +1,4 @@
-"""Voice (seed ``004``'s ``voice``, Mastra's ``CompositeVoice``; issue 18 item 6, decision 74):
+"""Voice (Mastra's Agent ``voice`` and ``CompositeVoice``; decision 74):
 text to speech (``speak``) and speech to text (``listen``) through litellm's speech and
 transcription calls.
 

@@ -1,4 +1,4 @@
-"""Durable workflows (Mastra's ``createWorkflow`` / ``createStep``; seed ``004``, the agent's
+"""Durable workflows (Mastra's ``createWorkflow`` / ``createStep``; the Agent's
 ``workflows`` option): typed steps composed in sequence (``then``), in parallel (``parallel``) and
 by condition (``branch``), callable by the model as the tool ``workflow-<key>``.
 

@@ -23,7 +23,7 @@ What is used, and why:
   the call through litellm (:func:`callbacks_configured`).
 * The patch: ``litellm_core_utils.litellm_logging.Logging.response_cost_calculator`` wrapped to
   skip the cost of a just-opened ``CustomStreamWrapper`` (always 0 or ``None``, ~1 ms of CPU per
-  call; docs/benchmarks.md, "The model call"), only inside :func:`no_open_cost_estimate` and only
+  call; bench/results/HISTORY.md, "The model call"), only inside :func:`no_open_cost_estimate` and only
   when no callback is configured.
 
 What breaks on an upgrade: a moved or renamed import fails at import (the worker does not start;
@@ -85,7 +85,7 @@ def no_open_cost_estimate() -> Iterator[None]:
     litellm prices the just-opened ``CustomStreamWrapper`` for its ``_hidden_params`` (proxy
     response headers); the wrapper holds no usage yet, so the figure is ``0.0`` (a model in
     litellm's price map) or ``None``, and computing it costs ~1 ms of CPU per call (model-info
-    and pricing lookups; docs/benchmarks.md, "The model call"). Skipped, the wrapper's
+    and pricing lookups; bench/results/HISTORY.md, "The model call"). Skipped, the wrapper's
     ``response_cost`` is ``None``, as litellm leaves it for a bare provider stream. The cost of the
     finished call, which callbacks receive, is computed elsewhere and not touched: with a
     callback configured nothing is skipped at all. Only calls inside this context are affected

@@ -8,7 +8,7 @@ path).
 Around a short call, ``litellm.acompletion`` spends ~2.5 ms of CPU outside those three steps
 (its logging object and callbacks set-up, ``completion()`` in a thread of the loop's default
 executor, the openai client's request building, a ``CustomStreamWrapper`` nobody reads);
-docs/benchmarks.md, "The model call sent directly".
+bench/results/HISTORY.md, "The model call sent directly".
 
 A failure is raised as litellm raises it: the openai SDK's own exception for the response
 (``AsyncOpenAI._make_status_error_from_response``, ``APITimeoutError``, ``APIConnectionError``),

@@ -6,7 +6,7 @@ returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": �
    of ``ChatCompletionChunk`` in the SDK's default SSE mode, and no litellm callback is set: the
    SSE bytes of its HTTP response are decoded here and every ``data:`` event parsed with orjson
    (:func:`sse_json`). The openai SDK would build a ``ChatCompletionChunk`` model per chunk, ~100
-   µs of CPU each against ~2 µs for this (docs/benchmarks.md, "The model call").
+   µs of CPU each against ~2 µs for this (bench/results/HISTORY.md, "The model call").
 2. **sdk** — the same stream, but read through the SDK (an ``AsyncStream`` of another chunk type
    or mode, or a client with its own decoder): its chunk objects turned into the same dicts.
 3. **wrapper** — litellm's ``CustomStreamWrapper`` (litellm callbacks are configured, or the

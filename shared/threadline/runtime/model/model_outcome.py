@@ -15,7 +15,7 @@ class ModelOutcome:
     ``text`` and ``reasoning`` are kept as the streamed pieces and joined when read: appending to
     a ``str`` held in an attribute copies the whole string each time (CPython extends a string in
     place only for a local variable), so a 200,000-chunk stream spent half of the worker's CPU
-    per chunk copying its text so far (docs/benchmarks.md, "The streamed text, copied per chunk").
+    per chunk copying its text so far (bench/results/HISTORY.md, "The streamed text, copied per chunk").
     """
 
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
