@@ -38,7 +38,7 @@ class StateVersionError(UnknownEventError):
     handling dead-letters the step task with code ``state_version`` and this message (an
     :class:`~threadline.errors.InvalidEventError`: not retried, no crash loop); the recovery
     sweep later reschedules the stuck step (``reschedule``, docs of
-    :mod:`threadline.recovery.decide`), which a worker of the newer release then runs, and
+    :mod:`threadline.orchestration.recovery`), which a worker of the newer release then runs, and
     fails the run after ``max_recoveries`` rescheduled attempts made no progress."""
 
     def __init__(self, version: object) -> None:
