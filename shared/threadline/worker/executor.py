@@ -64,6 +64,16 @@ ABORT_MEMORY_S = 300.0
 its start here (milliseconds); a step begun later reads the abort from the run row instead."""
 
 
+
+def _log_timing(writer: ChunkWriter, gap: dict[str, float | None] | None, start: dict[str, float] | None) -> None:
+    """Log where the overhead before this step's first chunk went (``step gap``, the previous
+    step's points in ``gap``) and where a step begun from its task spent its start (``step start``)."""
+    if gap is not None:
+        gap["first_sent"] = writer.first_sent
+        log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}), **step_gap.save_split(gap))
+    if start is not None and (begun_in := step_gap.start_segments(start)) is not None:
+        log.info("step start", **begun_in)
+
 def _observe_step(started: float, outcome: str, writer: ChunkWriter, first_seq: int) -> None:
     """The step's metrics: its duration by outcome, its time to first chunk, its chunks."""
     STEPS_IN_FLIGHT.dec()
@@ -215,13 +225,7 @@ class StepExecutor:
         run, inputs = claimed.run, claimed.inputs
         if gap is not None:
             gap["next_begun"] = time.perf_counter()
-        writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
-                             step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
-                             key=thread_key(run.resource_id, run.thread_id),
-                             ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
-        if (parent := nested_target(run.options)) is not None:  # a child run: nested chunks (decision 78)
-            writer.mirror = (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
-                             thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
+        writer = self._writer(run, inputs)
         if run.run_id in self._aborted:  # aborted at the boundary, before this (continued) step began
             await self._end_aborted(run, writer)
             return None, None
@@ -245,35 +249,9 @@ class StepExecutor:
                 child = asyncio.create_task(self._step(run, inputs, writer))
                 step_clock.POINTS.reset(timed)
                 self._running[run.run_id] = child
-                try:
-                    outcome = await child
-                except asyncio.CancelledError:
-                    current = asyncio.current_task()
-                    if run.run_id not in self._aborted or (current is not None and current.cancelling()):
-                        self._keepalive.discard(run.run_id)  # no beat after the hand-back
-                        await self._hand_back(run)
-                        raise  # shutdown, not an abort
-                    outcome = "aborted"
-                    await self._end_aborted(run, writer)
-                except StaleWriterError:
-                    if await run_status(self._db, run.run_id) == "aborted":
-                        await self._end_aborted(run, writer)
-                    raise
-                except Exception as exc:
-                    if is_transient(exc):  # Kafka or Postgres went away: hand the step back
-                        log.warning("infrastructure fault mid-step; the step task is retried and the "
-                                    "step re-executed under a new attempt", error=repr(exc))
-                        raise
-                    log.exception("step could not run; failing the run")
-                    outcome = "failed"
-                    await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
-                ended = outcome
+                outcome = ended = await self._outcome(run, writer, child)
                 nxt = self._store.take_next(run.run_id) if outcome == "continue" else None
-                if gap is not None:  # the overhead before this step's first chunk, where it went
-                    gap["first_sent"] = writer.first_sent
-                    log.info("step gap", **(step_gap.segments(gap) or {"incomplete": True}), **step_gap.save_split(gap))
-                if start is not None and (begun_in := step_gap.start_segments(start)) is not None:
-                    log.info("step start", **begun_in)
+                _log_timing(writer, gap, start)
                 log.info("step done", outcome=outcome, chunks=writer.seq - run.next_seq, continues=nxt is not None)
         except StaleWriterError as exc:
             log.warning("stale writer: step result discarded", run_id=exc.run_id, epoch=exc.epoch)
@@ -287,6 +265,45 @@ class StepExecutor:
             return nxt, None
         return nxt, {"flush_start": writer.flush_started, "flushed": writer.flushed_at, "saved": times[0],
                      "published": times[1], "save_sent": times[2], "save_returned": times[3]}
+
+    def _writer(self, run: StepRun, inputs: StepInputs) -> ChunkWriter:
+        """The step's chunk writer on the thread's topic; a child run's also mirrors its chunks,
+        nested, to its parent's thread (decision 78)."""
+        writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
+                             step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
+                             key=thread_key(run.resource_id, run.thread_id),
+                             ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
+        if (parent := nested_target(run.options)) is not None:
+            writer.mirror = (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
+                             thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
+        return writer
+
+    async def _outcome(self, run: StepRun, writer: ChunkWriter, child: asyncio.Task[str]) -> str:
+        """The step task's outcome: its own, ``aborted`` (an abort cancelled it) or ``failed`` (it
+        raised; the run is failed). Re-raises a shutdown's cancellation (the step handed back), a
+        stale writer (the run ended if it was aborted) and a transient fault (the task retried)."""
+        try:
+            return await child
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if run.run_id not in self._aborted or (current is not None and current.cancelling()):
+                self._keepalive.discard(run.run_id)  # no beat after the hand-back
+                await self._hand_back(run)
+                raise  # shutdown, not an abort
+            await self._end_aborted(run, writer)
+            return "aborted"
+        except StaleWriterError:
+            if await run_status(self._db, run.run_id) == "aborted":
+                await self._end_aborted(run, writer)
+            raise
+        except Exception as exc:
+            if is_transient(exc):  # Kafka or Postgres went away: hand the step back
+                log.warning("infrastructure fault mid-step; the step task is retried and the "
+                            "step re-executed under a new attempt", error=repr(exc))
+                raise
+            log.exception("step could not run; failing the run")
+            await self._fail_run(run, writer, {"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
+            return "failed"
 
     async def _step(self, run: StepRun, inputs: StepInputs, writer: ChunkWriter) -> str:
         """Run the step in the loop; returns the outcome for the log."""
