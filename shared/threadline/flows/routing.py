@@ -42,7 +42,9 @@ from threadline.store import outbox
 from threadline.store.arrival import Arrival, arrive
 from threadline.store.leases import Lease
 from threadline.store.processed import claim_event, remember, remembered
-from threadline.store.runs import insert_signal, insert_signal_message
+from threadline.store.queries import thread_owner
+from threadline.store.runs import insert_signal, insert_signal_message, run_holder, signal_exists
+from threadline.store.state_lanes import lock_lane, save_lane
 from threadline.store.wake import NewRun, store_wake
 from threadline.topics import Topics, thread_key
 
@@ -148,7 +150,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
     try:
         if refusal is not None:
             raise refusal
-        if req.signal_id is not None and await conn.fetchval("SELECT 1 FROM signals WHERE id = $1", req.signal_id):
+        if req.signal_id is not None and await signal_exists(conn, req.signal_id):
             raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
         if arrival.lease is None:
             raise other_resource(req.thread_id)
@@ -159,8 +161,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
         message = exc.message if isinstance(exc, RequestRejected) else str(exc)
         return await answer(ErrorReply(request_id=req.event_id, code=exc.code, message=message))
     lease = arrival.lease
-    holder = await conn.fetchrow("SELECT agent_id, status FROM runs WHERE run_id = $1", lease.run_id) \
-        if lease.active else None
+    holder = await run_holder(conn, lease.run_id) if lease.active else None
     route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id,
                                            run_agent_id=holder["agent_id"] if holder else None,
                                            run_ended=holder is not None and holder["status"] != "running"))
@@ -279,21 +280,14 @@ async def _state_lane(conn: asyncpg.Connection, req: Inbound, signal: dict[str, 
     ``metadata.state`` on the signal."""
     st = req.state
     assert st is not None
-    row = await conn.fetchrow("SELECT * FROM state_lanes WHERE thread_id = $1 AND lane_id = $2 FOR UPDATE",
-                              req.thread_id, st.id)
+    row = await lock_lane(conn, req.thread_id, st.id)
     lane = Lane(row["current_cache_key"], row["current_mode"], row["version"]) if row is not None else None
     decision = decide_state(st, thread_id=req.thread_id, lane=lane)
     if isinstance(decision, Skip):
         return decision
     signal["metadata"] = {**signal["metadata"], "state": decision.state}
-    await conn.execute(
-        "INSERT INTO state_lanes (thread_id, lane_id, current_cache_key, current_mode, version, last_signal_id, "
-        "last_snapshot_signal_id) VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $4 = 'snapshot' THEN $6 END) "
-        "ON CONFLICT (thread_id, lane_id) DO UPDATE SET current_cache_key = EXCLUDED.current_cache_key, "
-        "current_mode = EXCLUDED.current_mode, version = EXCLUDED.version, last_signal_id = EXCLUDED.last_signal_id, "
-        "last_snapshot_signal_id = CASE WHEN EXCLUDED.current_mode = 'snapshot' THEN EXCLUDED.last_signal_id "
-        "ELSE state_lanes.last_snapshot_signal_id END, updated_at = now()",
-        req.thread_id, st.id, st.cache_key, st.mode, decision.version, signal["id"])
+    await save_lane(conn, req.thread_id, st.id, cache_key=st.cache_key, mode=st.mode, version=decision.version,
+                    signal_id=signal["id"])
     return None
 
 
@@ -305,7 +299,7 @@ async def route_abort(conn: asyncpg.Connection, req: AbortRequest, *, topics: To
         if not await claim_event(conn, "ingress", req.event_id):
             routed.duplicate = True
             return routed
-        owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", req.thread_id)
+        owner = await thread_owner(conn, req.thread_id)
         if owner is not None and owner != req.resource_id:
             reply: Event = ErrorReply(request_id=req.event_id, code="thread_owned_by_other_resource",
                                       message=f"thread {req.thread_id!r} belongs to another resource")
