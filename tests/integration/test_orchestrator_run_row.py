@@ -12,8 +12,9 @@ import orjson
 
 from tests.integration.pg import leased_run, statements
 from threadline.events import StepResult
-from threadline.flows.orchestration import RUN_ROW_COLUMNS, apply_step_result
+from threadline.flows.orchestration import apply_step_result
 from threadline.store.db import Database
+from threadline.store.runs import RUN_ROW_COLUMNS
 from threadline.topics import Topics
 
 STEPS = [{"stepNumber": 0, "text": "four", "toolCalls": [], "toolResults": [], "finishReason": "stop"}]

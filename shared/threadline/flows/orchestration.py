@@ -35,37 +35,23 @@ from threadline.orchestration.runs import (
     unannounced_start,
 )
 from threadline.store import leases, outbox
+from threadline.store import runs as rows
+from threadline.store.announce import announce_step
+from threadline.store.listen import notify
 from threadline.store.processed import claim_event
-from threadline.store.runs import create_run, insert_signal_message
+from threadline.store.recoveries import end_signals
+from threadline.store.runs import claim_terminal, create_run, insert_signal_message
 from threadline.store.sub_agents import abort_children, child_ended, start_children
 from threadline.topics import Topics, thread_key
 
 log = get_logger(__name__)
 
 __all__ = ["ABORT_CHANNEL", "TERMINAL", "abort_run", "announce_on", "announce_start", "announced", "apply_step_result",
-           "claim_terminal", "lifecycle_event", "on_step_result", "start_next", "start_run"]
-
-
-RUN_ROW_COLUMNS = ("run_id, thread_id, resource_id, agent_id, kind, request_id, reply_to, status, epoch, step, attempt, "
-                   "steps_done, options, next_seq, finish_reason, text, usage, error, tripwire, tripwire_processor_id, "
-                   "created_at, updated_at, finished_at, terminal_emitted, step_started, step_owner, step_heartbeat, "
-                   "continued_from, results_applied, start_announced, parent_run_id, parent_tool_call_id, "
-                   "waiting_children")
-"""Every ``runs`` column but ``state``: the run's row as the orchestrator locks it (decision 105).
-The state (the whole message list, history included) is read only for a ``generate`` reply's
-steps (:func:`_steps`)."""
+           "lifecycle_event", "on_step_result", "start_next", "start_run"]
 
 
 async def _run_for_update(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Record | None:
-    if run_id is None:
-        return None
-    return await conn.fetchrow(f"SELECT {RUN_ROW_COLUMNS} FROM runs WHERE run_id = $1 FOR UPDATE", run_id)
-
-
-async def _steps(conn: asyncpg.Connection, run_id: str) -> list[Any]:
-    """The run's ``state.steps`` (a ``generate`` reply's steps; ``[]`` when none)."""
-    steps = await conn.fetchval("SELECT state->'steps' FROM runs WHERE run_id = $1", run_id)
-    return list(steps or [])
+    return None if run_id is None else await rows.lock_run(conn, run_id)
 
 
 async def announce_start(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics) -> list[int]:
@@ -76,7 +62,7 @@ async def announce_start(conn: asyncpg.Connection, run: asyncpg.Record, topics: 
     kinds = unannounced_start(RunRow.of(run))
     if not kinds:
         return []
-    await conn.execute("UPDATE runs SET start_announced = true WHERE run_id = $1", run["run_id"])
+    await rows.mark_start_announced(conn, run["run_id"])
     key = thread_key(run["resource_id"], run["thread_id"])
     return [await outbox.add(conn, topics.lifecycle, lifecycle_event(kind, run), key=key) for kind in kinds]
 
@@ -103,34 +89,15 @@ async def start_run(conn: asyncpg.Connection, cmd: StartRun, topics: Topics) -> 
     return ids
 
 
-RUN_VIEW_COLUMNS = ("run_id, resource_id, thread_id, agent_id, status, epoch, step, steps_done, attempt, kind, "
-                    "request_id, reply_to, continued_from, results_applied, start_announced")
-"""The ``runs`` columns :meth:`RunRow.of` and a lifecycle event read: not ``state`` (the run's
-whole message list, tens of KB on a long thread, which PostgreSQL would decompress and send and
-the orchestrator decode on every continued step) nor ``options``."""
-
-_ANNOUNCE = (
-    "WITH applied AS (UPDATE runs SET results_applied = $3 + 1 WHERE run_id = $1 AND epoch = $2 "
-    "AND status = $9 AND step = $10 AND results_applied IS NOT DISTINCT FROM $11 "
-    "AND continued_from IS NOT DISTINCT FROM $12 AND start_announced = $13 RETURNING run_id), "
-    "claimed AS (INSERT INTO processed_events (consumer, event_id) SELECT 'orchestrator', $4 FROM applied "
-    "ON CONFLICT DO NOTHING RETURNING event_id) "
-    "INSERT INTO outbox (topic, key, headers, value) SELECT $5, $6, $7, $8 FROM claimed RETURNING id")
-"""A continued step's announcement in one statement (decisions 98, 106): the run's
-``results_applied`` moved on only while the row is the one
-:func:`~threadline.orchestration.runs.on_step_result` answered ``Announce`` on (every column it
-read, compared with what was read: a compare-and-set, not the rule again), the event claimed,
-the ``step_finished`` lifecycle event queued; no row returned when any of it did not hold."""
-
-
 async def announced(conn: asyncpg.Connection, res: StepResult, topics: Topics) -> list[int] | None:
     """A ``continue`` whose next step the worker claimed itself, announced outside a transaction:
-    the run read unlocked, the move decided on it, then written by one statement (:data:`_ANNOUNCE`)
-    that holds the run's row lock only while it runs — the worker's next step writes the same row
-    (and the orchestrator's transaction would hold it, with the lease row, over seven round trips).
+    the run read unlocked, the move decided on it, then written by one statement
+    (:func:`~threadline.store.announce.announce_step`) that holds the run's row lock only while it
+    runs — the worker's next step writes the same row (and the orchestrator's transaction would
+    hold it, with the lease row, over seven round trips).
     Returns the outbox ids, or ``None`` when the move is another one or the row changed meanwhile
     (the caller then applies the result in its transaction, which decides again under the locks)."""
-    row = await conn.fetchrow(f"SELECT {RUN_VIEW_COLUMNS} FROM runs WHERE run_id = $1", res.run_id)
+    row = await rows.read_run(conn, res.run_id)
     return None if row is None else await announce_on(conn, res, row, topics)
 
 
@@ -144,12 +111,8 @@ async def announce_on(conn: asyncpg.Connection, res: StepResult, row: asyncpg.Re
     event = lifecycle_event("step_finished", row, step=move.finished_step)
     value, headers = encode(event)
     key = thread_key(row["resource_id"], row["thread_id"])
-    box_id = await conn.fetchval(_ANNOUNCE, res.run_id, res.epoch, res.step, res.event_id, topics.lifecycle, key,
-                                 outbox.stored_headers(headers), value, run.status, run.step, run.results_applied,
-                                 run.continued_from, run.start_announced)
-    if box_id is None:
-        return None
-    return [outbox.queued(box_id, topics.lifecycle, key, headers, value)]
+    box_id = await announce_step(conn, res, run, topic=topics.lifecycle, key=key, headers=headers, value=value)
+    return None if box_id is None else [box_id]
 
 
 async def on_step_result(conn: asyncpg.Connection, res: StepResult, topics: Topics,
@@ -178,7 +141,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
         ids += await announce_start(conn, run, topics)  # a result that overtook the run's scheduled StartRun
         key = thread_key(run["resource_id"], run["thread_id"])
         if isinstance(move, Announce):  # the worker claimed the next step with this one's store
-            await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
+            await rows.mark_results_applied(conn, res.run_id, res.step)
             ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("step_finished", run, step=move.finished_step),
                                         key=key))
             return ids
@@ -187,11 +150,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
                 ids += await start_children(conn, run, res.step, topics, lease_ttl_s)
             return ids
         if not isinstance(move, EndRun):
-            updated = await conn.fetchval(
-                "UPDATE runs SET step = step + 1, attempt = 1, step_started = false, continued_from = NULL, "
-                "results_applied = $2 + 1, updated_at = now() "
-                "WHERE run_id = $1 AND step = $2 AND steps_done = $2 + 1 AND status = 'running' RETURNING step",
-                res.run_id, res.step)
+            updated = await rows.advance_step(conn, res.run_id, res.step)
             if updated is None:
                 return ids
             await leases.check(conn, run["thread_id"], run["run_id"], run["epoch"], renew_s=lease_ttl_s)
@@ -201,7 +160,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
             for kind in move.lifecycle:
                 ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event(kind, run, step=res.step), key=key))
             return ids
-        await conn.execute("UPDATE runs SET results_applied = $2 + 1 WHERE run_id = $1", res.run_id, res.step)
+        await rows.mark_results_applied(conn, res.run_id, res.step)
         ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("step_finished", run, step=move.finished_step),
                                     key=key))
         ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event(
@@ -210,7 +169,7 @@ async def apply_step_result(conn: asyncpg.Connection, res: StepResult, topics: T
         if move.reply_result:
             reply = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=res.text or "",
                               finish_reason=res.finish_reason or "other", usage=res.usage,
-                              steps=await _steps(conn, res.run_id), tripwire=res.tripwire,
+                              steps=await rows.run_steps(conn, res.run_id), tripwire=res.tripwire,
                               error=res.error)
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, reply, key=run["request_id"]))
         await leases.release(conn, run["thread_id"], run["run_id"], run["epoch"])
@@ -229,10 +188,7 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
                      lease_ttl_s: float) -> int | None:
     """Start a run for the oldest waiting input of the thread: signals delivered to ``prev``
     after its last drain first, then queued turns. Returns the StartRun outbox id."""
-    sig = await conn.fetchrow(
-        "SELECT * FROM signals WHERE thread_id = $1 AND status = 'pending' "
-        "AND (run_id = $2 OR (mode = 'queue' AND run_id IS NULL)) ORDER BY (mode = 'queue'), seq LIMIT 1",
-        prev["thread_id"], prev["run_id"])
+    sig = await rows.next_waiting(conn, prev["thread_id"], prev["run_id"])
     if sig is None:
         return None
     lease = await leases.lock_thread(conn, prev["resource_id"], prev["thread_id"])
@@ -246,8 +202,7 @@ async def start_next(conn: asyncpg.Connection, prev: asyncpg.Record, topics: Top
                      thread_id=prev["thread_id"], epoch=epoch, options=new.options, kind=new.kind,
                      request_id=sig["request_id"], reply_to=new.reply_to)
     # the signal is the new run's input now (a leftover delivery becomes a wake)
-    await conn.execute("UPDATE signals SET run_id = $2, mode = CASE WHEN mode = 'deliver' THEN 'wake' ELSE mode END "
-                       "WHERE id = $1", sig["id"], new.run_id)
+    await rows.give_signal(conn, sig["id"], new.run_id)
     start = StartRun(run_id=new.run_id, resource_id=prev["resource_id"], thread_id=prev["thread_id"], epoch=epoch,
                      handover=True)
     return await outbox.add(conn, topics.run_commands, start,
@@ -276,14 +231,6 @@ ABORT_CHANNEL = "threadline_abort"
 """Postgres NOTIFY channel: the id of every aborted run, so the worker running it stops now."""
 
 
-async def claim_terminal(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
-    """Claim the right to emit the run's terminal chunks (exactly one emitter per run).
-    ``outstanding``: an attempt of the current step started and did not store its result."""
-    return await conn.fetchrow(
-        "UPDATE runs SET terminal_emitted = true WHERE run_id = $1 AND NOT terminal_emitted "
-        "RETURNING next_seq, step, attempt, step_started AND steps_done = step AS outstanding", run_id)
-
-
 async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lease_ttl_s: float) -> list[int]:
     """End the thread's active run with ``abort``.
 
@@ -307,19 +254,14 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
                                             key=cmd.request_id))
             return ids
         ids += await announce_start(conn, run, topics)  # an abort that overtook the run's scheduled StartRun
-        await conn.execute("UPDATE runs SET status = 'aborted', finish_reason = 'abort', finished_at = now(), "
-                           "updated_at = now() WHERE run_id = $1", run["run_id"])
-        await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
-                           "updated_at = now() WHERE thread_id = $1", run["thread_id"])
-        await conn.execute("SELECT pg_notify($1, $2)", ABORT_CHANNEL, run["run_id"])
+        await rows.mark_aborted(conn, run["run_id"])
+        await leases.revoke(conn, run["thread_id"])
+        await notify(conn, ABORT_CHANNEL, run["run_id"])
         # the run's own input, and what it already drained, end with it; messages delivered to
         # it but not yet drained are answered by the runs that follow
-        ended = await conn.fetch(
-            "UPDATE signals SET status = 'consumed', consumed_by_run = run_id, consumed_at = now() "
-            "WHERE run_id = $1 AND status = 'pending' AND (mode IN ('wake', 'queue') OR drained_step IS NOT NULL) "
-            "RETURNING payload", run["run_id"])
-        for sig in ended:  # the user's words stay in the thread even though the run was stopped
-            await insert_signal_message(conn, sig["payload"], thread_id=run["thread_id"],
+        for payload in await end_signals(conn, run["run_id"]):
+            # the user's words stay in the thread even though the run was stopped
+            await insert_signal_message(conn, payload, thread_id=run["thread_id"],
                                         resource_id=run["resource_id"], run_id=run["run_id"])
         if move.emit_terminal:  # no step outstanding: nobody else will end the stream
             claimed = await claim_terminal(conn, run["run_id"])
@@ -333,7 +275,7 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
         ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("run_aborted", run, finish_reason="abort"), key=key))
         if move.reply_result:
             result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",
-                               finish_reason="abort", steps=await _steps(conn, run["run_id"]))
+                               finish_reason="abort", steps=await rows.run_steps(conn, run["run_id"]))
             ids.append(await outbox.add(conn, run["reply_to"] or topics.replies, result, key=run["request_id"]))
         if cmd.request_id:
             ids.append(await outbox.add(conn, reply_topic, Aborted(request_id=cmd.request_id, aborted=True,

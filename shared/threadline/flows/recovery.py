@@ -12,11 +12,11 @@ import orjson
 
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
 from threadline.events.chunk_types import ChunkBody
-from threadline.flows.orchestration import TERMINAL, announce_start, claim_terminal, hand_over
+from threadline.flows.orchestration import TERMINAL, announce_start, hand_over
 from threadline.orchestration.recovery import RunSnapshot
 from threadline.store import leases, outbox
 from threadline.store import recoveries as rows
-from threadline.store.runs import insert_signal_message
+from threadline.store.runs import claim_terminal, insert_signal_message
 from threadline.store.sub_agents import abort_children, child_ended
 from threadline.topics import Topics, thread_key
 

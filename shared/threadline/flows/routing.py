@@ -42,7 +42,9 @@ from threadline.store import outbox
 from threadline.store.arrival import Arrival, arrive
 from threadline.store.leases import Lease
 from threadline.store.processed import claim_event, remember, remembered
-from threadline.store.runs import insert_signal, insert_signal_message
+from threadline.store.queries import thread_owner
+from threadline.store.runs import insert_signal, insert_signal_message, run_holder, signal_exists
+from threadline.store.state_lanes import lock_lane, save_lane
 from threadline.store.wake import NewRun, store_wake
 from threadline.topics import Topics, thread_key
 
@@ -137,30 +139,12 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
     raises is answered ``invalid_request_context`` and nothing is stored."""
     reply_topic = req.reply_to or topics.replies
     routed = Routed()
-
-    async def answer(*replies: Event) -> Routed:
-        for r in replies:
-            routed.outbox_ids.append(await outbox.add(conn, reply_topic, r, key=req.event_id))
-        routed.reply = replies[0]
-        await remember(conn, "ingress", req.event_id, replies[0])
-        return routed
-
-    try:
-        if refusal is not None:
-            raise refusal
-        if req.signal_id is not None and await conn.fetchval("SELECT 1 FROM signals WHERE id = $1", req.signal_id):
-            raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
-        if arrival.lease is None:
-            raise other_resource(req.thread_id)
-        assert signal is not None  # no refusal: _precheck made it
-        if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
-            return await answer(Skipped(request_id=req.event_id))
-    except (RequestRejected, InvalidEventError) as exc:
-        message = exc.message if isinstance(exc, RequestRejected) else str(exc)
-        return await answer(ErrorReply(request_id=req.event_id, code=exc.code, message=message))
+    early = await _refused(conn, req, arrival, signal, refusal)
+    if early is not None:
+        return await _answer(conn, req, routed, reply_topic, early)
+    assert signal is not None and arrival.lease is not None  # _refused: _precheck made it, the thread is ours
     lease = arrival.lease
-    holder = await conn.fetchrow("SELECT agent_id, status FROM runs WHERE run_id = $1", lease.run_id) \
-        if lease.active else None
+    holder = await run_holder(conn, lease.run_id) if lease.active else None
     route_ = decide_route(req, ThreadState(active=lease.active, run_id=lease.run_id,
                                            run_agent_id=holder["agent_id"] if holder else None,
                                            run_ended=holder is not None and holder["status"] != "running"))
@@ -168,11 +152,57 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
         try:
             check(req)
         except ConfigurationError as exc:
-            return await answer(ErrorReply(request_id=req.event_id, code="invalid_request_context", message=str(exc)))
+            return await _answer(conn, req, routed, reply_topic,
+                                 ErrorReply(request_id=req.event_id, code="invalid_request_context", message=str(exc)))
     if route_.attributes:
         signal["attributes"] = {**signal["attributes"], **route_.attributes}
     signal_options: dict[str, Any] = {"reply_to": req.reply_to, "kind": req.kind}
+    if not isinstance(route_, Wake):
+        return await _answer(conn, req, routed, reply_topic,
+                             *await _store_signal(conn, req, route_, signal, signal_options, routed, topics))
+    # wake: the lease row is locked, so store_wake gives the run its next epoch
+    routed.reply = await _wake(conn, req, lease, signal, signal_options, routed, topics=topics,
+                               lease_ttl_s=lease_ttl_s, starts=starts)
+    return routed
 
+
+async def _answer(conn: asyncpg.Connection, req: Inbound, routed: Routed, reply_topic: str,
+                  *replies: Event) -> Routed:
+    """Queue ``replies`` (at least one) to ``reply_topic`` and remember the first as the answer to
+    the request's event id; ``routed`` gets their outbox ids and the first as its reply."""
+    for r in replies:
+        routed.outbox_ids.append(await outbox.add(conn, reply_topic, r, key=req.event_id))
+    routed.reply = replies[0]
+    await remember(conn, "ingress", req.event_id, replies[0])
+    return routed
+
+
+async def _refused(conn: asyncpg.Connection, req: Inbound, arrival: Arrival, signal: dict[str, Any] | None,
+                   refusal: RequestRejected | InvalidEventError | None) -> ErrorReply | Skipped | None:
+    """The reply to a request routed no further: an :class:`ErrorReply` for a refusal (``refusal``,
+    a taken signal id, a thread of another resource, a bad state signal), :class:`Skipped` for a
+    state signal whose lane has this value already (:func:`_state_lane`); ``None`` to route it."""
+    try:
+        if refusal is not None:
+            raise refusal
+        if req.signal_id is not None and await signal_exists(conn, req.signal_id):
+            raise RequestRejected("signal_id_taken", f"a signal with the id {req.signal_id!r} exists already")
+        if arrival.lease is None:
+            raise other_resource(req.thread_id)
+        assert signal is not None  # no refusal: _precheck made it
+        if req.state is not None and isinstance(await _state_lane(conn, req, signal), Skip):
+            return Skipped(request_id=req.event_id)
+    except (RequestRejected, InvalidEventError) as exc:
+        message = exc.message if isinstance(exc, RequestRejected) else str(exc)
+        return ErrorReply(request_id=req.event_id, code=exc.code, message=message)
+    return None
+
+
+async def _store_signal(conn: asyncpg.Connection, req: Inbound, route_: Discard | Persist | Deliver | Queue,
+                        signal: dict[str, Any], signal_options: dict[str, Any], routed: Routed,
+                        topics: Topics) -> list[Event]:
+    """Store the signal of a route that starts no run (with its transcript message and, on an
+    idle thread, the chunks of a run with no model call for a ``persist``); the replies to send."""
     async def store(mode: str, status: str, run_id: str | None, options: dict[str, Any] | None = None) -> None:
         await insert_signal(conn, signal, thread_id=req.thread_id, resource_id=req.resource_id,
                             agent_id=req.agent_id, request_id=req.event_id, mode=mode, status=status,
@@ -180,8 +210,7 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
 
     if isinstance(route_, Discard):
         await store("discard", "discarded", None)
-        return await answer(Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"],
-                                     signal=_created(signal)))
+        return [Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"], signal=_created(signal))]
     if isinstance(route_, Persist):
         await store("persist", "persisted", None)
         await insert_signal_message(conn, signal, thread_id=req.thread_id, resource_id=req.resource_id)
@@ -191,22 +220,16 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
             for chunk in synthetic_run_chunks(signal, agent_id=req.agent_id, run_id=new_id("run")):
                 routed.outbox_ids.append(await outbox.add_raw(conn, routed.chunk_topic, orjson.dumps(chunk),
                                                               key=key, headers=chunk_headers()))
-        return await answer(Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"],
-                                     signal=_created(signal)),
-                            Persisted(request_id=req.event_id, signal_id=signal["id"]))
+        return [Accepted(request_id=req.event_id, action="persist", signal_id=signal["id"], signal=_created(signal)),
+                Persisted(request_id=req.event_id, signal_id=signal["id"])]
     if isinstance(route_, Deliver):
         await store("deliver", "pending", route_.run_id)
-        return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=route_.run_id,
-                                     signal_id=signal["id"], signal=_created(signal)))
-    if isinstance(route_, Queue):
-        queued_run = new_id("run")  # the run that will answer it, after the active one
-        await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
-        return await answer(Accepted(request_id=req.event_id, action="deliver", run_id=queued_run,
-                                     signal_id=signal["id"], signal=_created(signal)))
-    # wake: the lease row is locked, so store_wake gives the run its next epoch
-    routed.reply = await _wake(conn, req, lease, signal, signal_options, routed, topics=topics,
-                               lease_ttl_s=lease_ttl_s, starts=starts)
-    return routed
+        return [Accepted(request_id=req.event_id, action="deliver", run_id=route_.run_id, signal_id=signal["id"],
+                         signal=_created(signal))]
+    queued_run = new_id("run")  # the run that will answer it, after the active one
+    await store("queue", "pending", None, {**req.run_options, "run_id": queued_run})
+    return [Accepted(request_id=req.event_id, action="deliver", run_id=queued_run, signal_id=signal["id"],
+                     signal=_created(signal))]
 
 
 async def _wake(conn: asyncpg.Connection, req: Inbound, lease: Lease, signal: dict[str, Any],
@@ -279,21 +302,14 @@ async def _state_lane(conn: asyncpg.Connection, req: Inbound, signal: dict[str, 
     ``metadata.state`` on the signal."""
     st = req.state
     assert st is not None
-    row = await conn.fetchrow("SELECT * FROM state_lanes WHERE thread_id = $1 AND lane_id = $2 FOR UPDATE",
-                              req.thread_id, st.id)
+    row = await lock_lane(conn, req.thread_id, st.id)
     lane = Lane(row["current_cache_key"], row["current_mode"], row["version"]) if row is not None else None
     decision = decide_state(st, thread_id=req.thread_id, lane=lane)
     if isinstance(decision, Skip):
         return decision
     signal["metadata"] = {**signal["metadata"], "state": decision.state}
-    await conn.execute(
-        "INSERT INTO state_lanes (thread_id, lane_id, current_cache_key, current_mode, version, last_signal_id, "
-        "last_snapshot_signal_id) VALUES ($1, $2, $3, $4, $5, $6, CASE WHEN $4 = 'snapshot' THEN $6 END) "
-        "ON CONFLICT (thread_id, lane_id) DO UPDATE SET current_cache_key = EXCLUDED.current_cache_key, "
-        "current_mode = EXCLUDED.current_mode, version = EXCLUDED.version, last_signal_id = EXCLUDED.last_signal_id, "
-        "last_snapshot_signal_id = CASE WHEN EXCLUDED.current_mode = 'snapshot' THEN EXCLUDED.last_signal_id "
-        "ELSE state_lanes.last_snapshot_signal_id END, updated_at = now()",
-        req.thread_id, st.id, st.cache_key, st.mode, decision.version, signal["id"])
+    await save_lane(conn, req.thread_id, st.id, cache_key=st.cache_key, mode=st.mode, version=decision.version,
+                    signal_id=signal["id"])
     return None
 
 
@@ -305,7 +321,7 @@ async def route_abort(conn: asyncpg.Connection, req: AbortRequest, *, topics: To
         if not await claim_event(conn, "ingress", req.event_id):
             routed.duplicate = True
             return routed
-        owner = await conn.fetchval("SELECT resource_id FROM threads WHERE thread_id = $1", req.thread_id)
+        owner = await thread_owner(conn, req.thread_id)
         if owner is not None and owner != req.resource_id:
             reply: Event = ErrorReply(request_id=req.event_id, code="thread_owned_by_other_resource",
                                       message=f"thread {req.thread_id!r} belongs to another resource")

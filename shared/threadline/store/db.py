@@ -24,7 +24,7 @@ from threadline.ops.metrics import PG_ACQUIRE_SECONDS
 from threadline.transient import TRANSIENT_PG, is_transient_pg
 
 log = get_logger(__name__)
-__all__ = ["TRANSIENT_PG", "Database", "PoolTimeoutError", "connect", "is_transient_pg"]
+__all__ = ["TRANSIENT_PG", "Database", "PoolTimeoutError", "connect", "is_transient_pg", "terminate_backend"]
 
 class PoolTimeoutError(ThreadlineError, TimeoutError):
     """No pooled connection became free within the acquire timeout (transient: retried)."""
@@ -186,3 +186,10 @@ async def connect(dsn: str, *, statement_cache: bool = True, timeout_s: float = 
     conn = await asyncpg.connect(dsn, statement_cache_size=100 if statement_cache else 0, timeout=timeout_s)
     await _init_connection(conn)
     return conn
+
+
+async def terminate_backend(conn: asyncpg.Connection) -> None:
+    """Fault injection: make the server end ``conn``'s own session (``pg_terminate_backend``), as
+    a crash or a network cut would: this call, or the next one on ``conn``, fails with a connection
+    error."""
+    await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")

@@ -99,3 +99,10 @@ async def vacate(conn: asyncpg.Connection, thread_id: str, run_id: str) -> None:
     the old holder is fenced); nothing when another run holds the thread."""
     await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
                        "updated_at = now() WHERE thread_id = $1 AND run_id = $2", thread_id, run_id)
+
+
+async def revoke(conn: asyncpg.Connection, thread_id: str) -> None:
+    """Free the (locked) lease whoever holds it and move the epoch on, so every later write of
+    the run that held it is fenced (an abort)."""
+    await conn.execute("UPDATE thread_leases SET run_id = NULL, expires_at = NULL, epoch = epoch + 1, "
+                       "updated_at = now() WHERE thread_id = $1", thread_id)

@@ -112,3 +112,9 @@ class Listener:
                     log.warning("LISTEN reconnect failed", channel=self._channel,
                                 error=f"{type(exc).__name__}: {exc}"[:200])
                     await asyncio.sleep(self._health_s)
+
+
+async def notify(conn: asyncpg.Connection, channel: str, payload: str) -> None:
+    """``NOTIFY`` ``channel`` with ``payload``, delivered to the listeners when the caller's
+    transaction commits (none when it rolls back)."""
+    await conn.execute("SELECT pg_notify($1, $2)", channel, payload)

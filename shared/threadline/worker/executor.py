@@ -19,7 +19,6 @@ from threadline._internal.recent import RecentIds
 from threadline.config import Settings
 from threadline.errors import StaleWriterError
 from threadline.events import StepTask, chunks
-from threadline.flows.orchestration import claim_terminal
 from threadline.flows.publish import Outbox
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
@@ -49,7 +48,7 @@ from threadline.runtime.step.ports import (
 )
 from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
-from threadline.store.runs import run_status
+from threadline.store.runs import claim_terminal, run_status
 from threadline.store.steps import aborted_among, hand_back
 from threadline.topics import Topics, thread_key
 from threadline.transient import is_transient

@@ -42,7 +42,7 @@ from threadline.runtime.step.ports import (
     Suspend,
     Trip,
 )
-from threadline.store.db import Database
+from threadline.store.db import Database, terminate_backend
 from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
     Announcement,
@@ -223,7 +223,7 @@ class PgStepStore:
         continued claims the run's current step (the task stands for the chain, decision 32)."""
         async with self._conn() as conn:
             if should_fail("step_first_write", thread_id):  # the connection resets before the claim
-                await conn.execute("SELECT pg_terminate_backend(pg_backend_pid())")
+                await terminate_backend(conn)
             row = await begin_step(conn, run_id, step=step, epoch=epoch, owner=self._owner, lease_ttl_s=self._ttl,
                                    takeover_from=takeover_from, history_limit=self._history_limit)
         return _begun(row, run_id)
