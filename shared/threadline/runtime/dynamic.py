@@ -44,12 +44,12 @@ class RunConfig:
     """``{"input" | "output" | "error": list}``: the agent's processor lists."""
 
 
-async def _value(value: Any, request_context: Mapping[str, Any]) -> Any:
+async def _value(value: object, request_context: Mapping[str, Any]) -> Any:
     """``value``, or what the function ``value(request_context)`` returns (awaited when async)."""
     return await call_user(value, dict(request_context)) if callable(value) else value
 
 
-async def _models(model: Any, default: str, request_context: Mapping[str, Any]) -> list[ModelChoice]:
+async def _models(model: object, default: str, request_context: Mapping[str, Any]) -> list[ModelChoice]:
     """The fallback list, each function entry resolved (a function may also return a list)."""
     model = await _value(model, request_context)
     if isinstance(model, list | tuple):
@@ -146,7 +146,7 @@ def processor_runner(options: Mapping[str, Any], config: RunConfig, request_cont
                            retry_count=retry_count)
 
 
-def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: dict[str, Any] | None) -> dict[str, Any]:
+def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: Mapping[str, object] | None) -> dict[str, Any]:
     """The agent's stored editor overrides (``stored``, read by the claim of the run's step 0,
     decision 95), what its ``editor`` option locks and tools it does not define stripped
     (:func:`threadline.runtime.editor.strip`); ``{}`` when there are none or the agent is locked."""

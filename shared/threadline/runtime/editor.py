@@ -46,7 +46,7 @@ class EditorPolicy:
         return {"instructions": self.instructions, "tools": {"description": self.tool_descriptions}}
 
 
-def editor_policy(editor: Any, *, agent_id: str = "?") -> EditorPolicy:
+def editor_policy(editor: object, *, agent_id: str = "?") -> EditorPolicy:
     """The :class:`EditorPolicy` of an agent's ``editor`` option (or of its stored JSON).
 
     Raises:

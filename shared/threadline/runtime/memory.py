@@ -69,7 +69,7 @@ def _options(value: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def memory_config(value: Any, *, where: str = "memory") -> Memory:
+def memory_config(value: object, *, where: str = "memory") -> Memory:
     """An agent's ``memory`` option as :class:`Memory`: ``None`` (the default: the last
     :data:`DEFAULT_LAST_MESSAGES`), ``False`` (off), a :class:`Memory`, or a dict of options
     (``{"last_messages": 10, "read_only": True}``; Mastra's camelCase accepted, also nested

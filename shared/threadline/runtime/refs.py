@@ -33,7 +33,7 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def reference(obj: Any, package: str, *, what: str) -> dict[str, str]:
+def reference(obj: object, package: str, *, what: str) -> dict[str, str]:
     """``{"ref": "module:name"}`` for an object the agents ``package`` defines.
 
     Raises:
@@ -93,7 +93,7 @@ def _processor(p: Any, package: str, key: str) -> Any:
         raise
 
 
-def _is_ref(value: Any) -> bool:
+def _is_ref(value: object) -> bool:
     return isinstance(value, Mapping) and set(value) == {"ref"} and isinstance(value["ref"], str)
 
 

@@ -71,7 +71,7 @@ def _targets(targets: Any, where: str) -> frozenset[str]:
     return found
 
 
-def transform_policy(policy: Any, *, where: str) -> TransformPolicy | None:
+def transform_policy(policy: object, *, where: str) -> TransformPolicy | None:
     """An agent's ``transform`` option as a :class:`TransformPolicy` (``None``: none).
 
     Raises:
@@ -89,7 +89,7 @@ def transform_policy(policy: Any, *, where: str) -> TransformPolicy | None:
     return TransformPolicy(fn, _targets(policy.get("targets"), where))
 
 
-def check_tool_transform(rule: Any, tool_id: str) -> dict[str, dict[str, Callable[..., Any]]] | None:
+def check_tool_transform(rule: object, tool_id: str) -> dict[str, dict[str, Callable[..., Any]]] | None:
     """A tool's ``transform`` as ``{target: {phase key: function}}``.
 
     Raises:
@@ -120,7 +120,7 @@ def covers(target: str, tool_rule: Mapping[str, Any] | None, policy: TransformPo
 
 
 async def transformed(ctx: TransformContext, tool_rule: Mapping[str, Any] | None,
-                      policy: TransformPolicy | None, raw: Any) -> Any:
+                      policy: TransformPolicy | None, raw: object) -> Any:
     """The payload ``ctx.target`` shows for ``ctx.phase`` (``raw`` when no rule covers it;
     :data:`SUPPRESS` for an input delta a rule covers without an ``input_delta`` function)."""
     fn: Callable[..., Any] | None = None

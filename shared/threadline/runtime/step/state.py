@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +30,7 @@ class StepWriter:
         self._step = step
         self._through = through_processors
 
-    async def custom(self, chunk: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+    async def custom(self, chunk: Mapping[str, object], options: Mapping[str, object] | None = None) -> None:
         await self._step.custom_chunk(dict(chunk), through_processors=self._through)
 
 

@@ -6,6 +6,7 @@ becomes a child run (decision 77)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from threadline._internal.attrdict import AttrDict, wrap
@@ -31,7 +32,7 @@ Done = dict[str, tuple[Any, "str | None"]]
 """The tool calls that already ran in this step, ``(result, error)`` by call id."""
 
 
-def step_hooks(step: StepState, options: dict[str, Any], named: dict[str, Any]) -> ToolHooks:
+def step_hooks(step: StepState, options: Mapping[str, object], named: Mapping[str, object]) -> ToolHooks:
     """The agent's tool hooks merged with the call's (``options["hooks"]``; a name in a JSON
     request is looked up in ``named``, the catalogue's hooks)."""
     call_hooks = options.get("hooks")
@@ -165,7 +166,7 @@ async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks
     return output, error
 
 
-async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None) -> None:
+async def _after(hooks: ToolHooks, ctx: AttrDict, output: object, error: str | None) -> None:
     if hooks.after_tool_call is None:
         return
     ctx["output"] = output
@@ -173,7 +174,7 @@ async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None
     await call_user(hooks.after_tool_call, ctx)
 
 
-def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: Any) -> AttrDict | None:
+def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: object) -> AttrDict | None:
     """Update the ``tool-invocation`` part of ``call_id`` in the response message; return it."""
     msg = ml.get_by_id(message_id)
     if msg is None:
