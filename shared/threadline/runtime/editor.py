@@ -71,7 +71,7 @@ def editor_policy(editor: object, *, agent_id: str = "?") -> EditorPolicy:
     return EditorPolicy(instructions, tools)
 
 
-def strip(policy: EditorPolicy, overrides: Mapping[str, Any] | None,
+def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
           tool_ids: Iterable[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """``overrides`` without what ``policy`` locks, what is not a string, and tools the code does
     not define (``tool_ids``; ``None``: the tools are a function of the request context, any id

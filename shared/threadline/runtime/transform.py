@@ -114,7 +114,7 @@ def check_tool_transform(rule: object, tool_id: str) -> dict[str, dict[str, Call
     return out
 
 
-def covers(target: str, tool_rule: Mapping[str, Any] | None, policy: TransformPolicy | None) -> bool:
+def covers(target: str, tool_rule: Mapping[str, object] | None, policy: TransformPolicy | None) -> bool:
     """Whether any rule transforms ``target`` payloads of this tool."""
     return bool(tool_rule and target in tool_rule) or bool(policy and target in policy.targets)
 
@@ -176,7 +176,7 @@ async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, Any], poli
     return {**chunk, "payload": new_payload}
 
 
-async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, Any],
+async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, object],
                              policy: TransformPolicy | None) -> list[tuple[Mapping[str, Any], str]]:
     """The message list's entries as stored (the user-visible transcript): ``args``, ``result``
     and ``errorText`` of tool invocations transformed in copies; the list itself is untouched."""

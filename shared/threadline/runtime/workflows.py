@@ -118,7 +118,7 @@ class Step:
         self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
 
 
-def create_step(*, id: str, execute: Callable[..., Any], input_schema: Schema = None,
+def create_step(*, id: str, execute: Callable[..., object], input_schema: Schema = None,
                 output_schema: Schema = None, description: str = "") -> Step:
     """Mastra's ``createStep``."""
     return Step(id=id, execute=execute, input_schema=input_schema, output_schema=output_schema,

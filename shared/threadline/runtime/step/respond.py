@@ -16,7 +16,7 @@ from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.logging import get_logger
-from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 from threadline.runtime.step.prepare import ModelRequest, ModelSetup
 from threadline.runtime.step.state import StepState, add_usage, replay
 
@@ -33,7 +33,7 @@ class ModelResponse:
     """The reasoning text (the processed ``reasoning-delta`` chunks joined)."""
     calls: list[dict[str, Any]]
     """The tool calls ``{toolCallId, toolName, args}``, in order."""
-    usage: dict[str, Any] | None
+    usage: Usage | None
     """The step's token usage (``inputTokens``, ``outputTokens``…; ``None``: not reported)."""
     finish_reason: str
     """``stop``, ``tool-calls``, ``length``…"""

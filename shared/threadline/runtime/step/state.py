@@ -14,7 +14,7 @@ from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model.model_calls import ModelChoice
-from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import USAGE_KEYS, ModelOutcome, Usage
 from threadline.runtime.processor import ProcessorRunner
 from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
@@ -55,7 +55,7 @@ class StepState:
     """Summaries of the run's finished steps (``RunState.steps``)."""
     state: RunState
     """The run's working state."""
-    usage_total: dict[str, Any] = field(default_factory=dict)
+    usage_total: Usage = field(default_factory=lambda: Usage())
     """Usage summed over the run (``RunState.usage``)."""
     echoes: list[Emitted] = field(default_factory=list)
     """Echo chunks of the drained signals (emitted once the input processors passed)."""
@@ -141,11 +141,11 @@ def final_text(step: StepState) -> str:
     return ""
 
 
-def add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
+def add_usage(total: Usage, usage: Usage | None) -> None:
     if usage is None:
         total["partial"] = True
         return
-    for key in ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens"):
+    for key in USAGE_KEYS:
         if usage.get(key) is not None:
             total[key] = (total.get(key) or 0) + usage[key]
 
