@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 
 from threadline.errors import ConfigurationError
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.orchestration.children import ChildRequest
 from threadline.runtime.tools import Tool
 
@@ -111,7 +112,7 @@ class Pending:
     """The sub-agent calls of the step being executed that wait for their child run."""
 
     requests: list[ChildRequest] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ToolCallPayload] = field(default_factory=list)
     """``{toolCallId, toolName, args}`` of each, kept in the run state for the resumed step."""
 
 

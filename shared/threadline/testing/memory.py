@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, cast
 
 from threadline.errors import StaleWriterError
-from threadline.events.chunk_types import Emitted, Usage
+from threadline.events.chunk_types import Emitted, ToolCallPayload, Usage
 from threadline.ids import new_id
 from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.step.ports import RunState, Signal, StepRecord, StepRun
@@ -201,7 +201,7 @@ class ScriptedModel:
             if chunk["type"] == "text-delta":
                 outcome.add_text(chunk["payload"]["text"])
             elif chunk["type"] == "tool-call":
-                outcome.tool_calls.append(dict(chunk["payload"]))
+                outcome.tool_calls.append(cast(ToolCallPayload, dict(chunk["payload"])))  # scripted payload
             yield dict(chunk)
         outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
         outcome.usage = cast(Usage, dict(self.usage))  # the double's usage, as given

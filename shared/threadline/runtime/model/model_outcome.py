@@ -5,9 +5,9 @@ litellm's import (several seconds of CPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from threadline.events.chunk_types import Usage
+from threadline.events.chunk_types import ToolCallPayload, Usage
 
 __all__ = ["USAGE_KEYS", "ModelOutcome", "Usage", "UsageKey"]
 
@@ -27,7 +27,7 @@ class ModelOutcome:
     per chunk copying its text so far (docs/benchmarks.md, "The streamed text, copied per chunk").
     """
 
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallPayload] = field(default_factory=list)
     finish_reason: str = "other"
     usage: Usage | None = None
     raw_finish_reason: str | None = None

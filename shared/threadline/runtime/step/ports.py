@@ -18,7 +18,7 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from threadline.errors import UnknownEventError
-from threadline.events.chunk_types import Emitted
+from threadline.events.chunk_types import Emitted, ToolCallPayload
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 
 STATE_VERSION = 1
@@ -83,7 +83,7 @@ class RunState:
     editor: dict[str, Any] | None = None
     """The editor overrides the run started with (read at step 0, locked fields stripped); its
     later steps, on any worker, use these and not newer ones (decision 69)."""
-    sub_agent_calls: list[dict[str, Any]] | None = None
+    sub_agent_calls: list[ToolCallPayload] | None = None
     """``{toolCallId, toolName, args}`` of the sub-agent calls the last (suspended) step waits
     for; the next step begins by putting their stored results into the invocations."""
     live: bool = False

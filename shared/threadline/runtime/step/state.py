@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
-from threadline.events.chunk_types import Emitted
+from threadline.events.chunk_types import Emitted, ToolCallPayload
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
@@ -165,7 +165,7 @@ async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, 
         if chunk.get("type") == "text-delta":
             outcome.add_text(payload.get("text", ""))
         elif chunk.get("type") == "tool-call":
-            outcome.tool_calls.append(dict(payload))
+            outcome.tool_calls.append(cast(ToolCallPayload, dict(payload)))  # a stored tool-call chunk's payload
         elif chunk.get("type") == "finish":
             continue
         yield chunk

@@ -14,6 +14,7 @@ from threadline._internal.faults import armed, pause_point
 from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime.messages import MessageList
@@ -69,7 +70,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
         sub = tools.get(call["toolName"])
         if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
             step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
-            step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
+            step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
+                                                       args=call.get("args")))
             continue
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
@@ -83,7 +85,7 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
     return results
 
 
-async def _execute(step: StepState, call: dict[str, Any], tools: dict[str, Any], hooks: ToolHooks,
+async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any], hooks: ToolHooks,
                    store: StepStore) -> tuple[Any, str | None]:
     """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
     run, agent = step.run, step.agent
@@ -114,7 +116,7 @@ async def _execute(step: StepState, call: dict[str, Any], tools: dict[str, Any],
     return final, error
 
 
-async def tool_outcome(step: StepState, call: dict[str, Any], result: Any, error: str | None) -> dict[str, Any]:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> dict[str, Any]:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
     step summary's entry ``{toolCallId, toolName, result | error}``."""
     base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
@@ -127,7 +129,7 @@ async def tool_outcome(step: StepState, call: dict[str, Any], result: Any, error
     return {**base, "result": result}
 
 
-async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
                         context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
@@ -136,7 +138,7 @@ async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: 
     return clean_json(output), (clean_text(error) if error is not None else None)
 
 
-async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
                context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     name, args = call["toolName"], call.get("args") or {}
     hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
