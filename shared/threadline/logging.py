@@ -19,7 +19,7 @@ _SECRET_KEYS = re.compile(r"(api[_-]?key|secret|password|token|authorization|dsn
 _SECRET_VALUES = re.compile(r"(sk-[A-Za-z0-9_-]{8,}|://[^:/@\s]+:[^@\s]+@)")
 
 
-def _redact_value(value: object) -> Any:
+def _redact_value(value: object) -> object:
     if isinstance(value, str):
         return _SECRET_VALUES.sub(lambda m: "://***:***@" if m.group(0).startswith("://") else "sk-***", value)
     return value

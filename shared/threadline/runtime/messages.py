@@ -237,7 +237,7 @@ def _json(value: object) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
-def _user_content(msg: dict[str, Any]) -> Any:
+def _user_content(msg: dict[str, Any]) -> object:
     """The text the model sees, then a content block per file part (when there are any)."""
     text = render_for_model(msg)
     files = [to_model_block(p) for p in msg["content"].get("parts") or [] if p.get("type") == "file"]

@@ -55,7 +55,7 @@ def reference(obj: object, package: str, *, what: str) -> dict[str, str]:
         f"{package!r} (the services load it too), or be named by a registered id")
 
 
-def _lookup(module: str, qualname: str) -> Any:
+def _lookup(module: str, qualname: str) -> object:
     try:
         found: Any = importlib.import_module(module)
         for part in qualname.split("."):
@@ -84,7 +84,7 @@ def encode(options: Mapping[str, Any] | None, package: str) -> dict[str, Any]:
     return out
 
 
-def _processor(p: Any, package: str, key: str) -> Any:
+def _processor(p: Any, package: str, key: str) -> object:
     try:
         return reference(p, package, what=key)
     except ConfigurationError:

@@ -44,7 +44,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 """The arguments of a sub-agent tool (Mastra's ``prompt``)."""
 
 
-def _not_inline(*_: object) -> Any:
+def _not_inline(*_: object) -> object:
     raise RuntimeError("a sub-agent call runs as a child run, never inline")
 
 

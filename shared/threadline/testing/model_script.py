@@ -127,7 +127,7 @@ class ModelScript:
         return {"scripts": [scripts] if isinstance(scripts, dict) else list(scripts), "model": model}
 
     @staticmethod
-    def _check(response: httpx.Response) -> Any:
+    def _check(response: httpx.Response) -> object:
         if response.status_code >= 400:
             raise ValueError(f"fake model server: {response.status_code} {response.text}")
         return response.json()

@@ -310,7 +310,7 @@ _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "ap
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
 
 
-def _tool_choice(choice: object) -> Any:
+def _tool_choice(choice: object) -> object:
     if isinstance(choice, dict) and choice.get("type") == "tool":
         return {"type": "function", "function": {"name": choice.get("toolName") or choice.get("tool_name")}}
     return choice

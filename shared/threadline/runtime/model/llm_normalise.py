@@ -55,7 +55,7 @@ def interrupted(cause: BaseException) -> ModelCallError:
     return err
 
 
-def _get(obj: Any, key: str) -> Any:
+def _get(obj: Any, key: str) -> object:
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 

@@ -189,7 +189,7 @@ class _SSEDecoder:
         return payload, (event.decode() if event.startswith(b"thread.") else None)
 
 
-def _event_json(payload: bytes, thread_event: str | None, response: Any) -> Any:
+def _event_json(payload: bytes, thread_event: str | None, response: Any) -> object:
     """An event's JSON (an Assistants event wrapped as the SDK yields it); an in-band error
     event raises ``openai.APIError``."""
     obj = _loads(payload)
@@ -213,7 +213,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
         pass
 
 
-def _loads(payload: bytes) -> Any:
+def _loads(payload: bytes) -> object:
     try:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:  # what orjson rejects and json takes (NaN, integers over 64 bits)
