@@ -19,13 +19,13 @@ _SECRET_KEYS = re.compile(r"(api[_-]?key|secret|password|token|authorization|dsn
 _SECRET_VALUES = re.compile(r"(sk-[A-Za-z0-9_-]{8,}|://[^:/@\s]+:[^@\s]+@)")
 
 
-def _redact_value(value: Any) -> Any:
+def _redact_value(value: object) -> object:
     if isinstance(value, str):
         return _SECRET_VALUES.sub(lambda m: "://***:***@" if m.group(0).startswith("://") else "sk-***", value)
     return value
 
 
-def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+def redact(_: object, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """structlog processor: blank credential-like keys and provider-key-like values."""
     for key in list(event):
         if _SECRET_KEYS.search(key) and key != "event":

@@ -39,7 +39,7 @@ def clean_text(value: str) -> str:
     return _BAD.sub(REPLACEMENT, value) if _BAD.search(value) else value
 
 
-def clean_json(value: Any) -> Any:
+def clean_json(value: object) -> Any:
     """A JSON-like value (dicts, lists, tuples, strings, numbers, …) with :func:`clean_text`
     applied to every string in it, dict keys included. Containers are copied only when something
     in them changed; other values are returned as they are."""

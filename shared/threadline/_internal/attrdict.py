@@ -19,7 +19,7 @@ class AttrDict(dict[str, Any]):
                 raise AttributeError(name) from None
             return None
 
-    def __setattr__(self, name: str, value: Any) -> None:
+    def __setattr__(self, name: str, value: object) -> None:
         self[name] = value
 
     def __delattr__(self, name: str) -> None:
@@ -32,7 +32,7 @@ class AttrDict(dict[str, Any]):
 _CONTAINERS = (dict, list)  # a tuple: isinstance with a union type is slower
 
 
-def wrap(value: Any) -> Any:
+def wrap(value: object) -> Any:
     """Recursively turn dicts into :class:`AttrDict` (lists are walked; other values kept).
 
     Per chunk on the streaming path: a dict is copied once (C level) and only its nested

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
@@ -164,7 +165,7 @@ class ThreadlineClient:
         sent = await self.transport.request(request, {slot: (slot,)})
         return answer(await asyncio.wait_for(sent.replies[slot], self.transport.reply_timeout_s))
 
-    def _objects(self, options: dict[str, Any] | None) -> dict[str, Any]:
+    def _objects(self, options: Mapping[str, object] | None) -> dict[str, Any]:
         """Run options with call-level processors, hooks and ``prepare_step`` given as objects
         replaced by references to the agents module (decision 73); as given when the transport
         names no agents module (the gateway encodes them).
@@ -203,17 +204,18 @@ class ThreadlineClient:
                           message=message, run_id=run_id, **given(if_active=if_active, if_idle=self._idle(if_idle)))
         return await self._send(req)
 
-    async def send_signal(self, signal: dict[str, Any], *, resource_id: str, thread_id: str,
+    async def send_signal(self, signal: Mapping[str, object], *, resource_id: str, thread_id: str,
                           agent_id: str | None = None, run_id: str | None = None,
-                          if_active: dict[str, Any] | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
+                          if_active: Mapping[str, object] | None = None,
+                          if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``sendSignal``: system context (``{type, contents, tag_name?, attributes?, metadata?}``)."""
         req = SendSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                          signal=signal, run_id=run_id, **given(if_active=if_active, if_idle=if_idle))
         return await self._send(req)
 
-    async def send_state_signal(self, state: dict[str, Any], *, resource_id: str, thread_id: str,
-                                agent_id: str | None = None, if_active: dict[str, Any] | None = None,
-                                if_idle: dict[str, Any] | None = None) -> SendResult:
+    async def send_state_signal(self, state: Mapping[str, object], *, resource_id: str, thread_id: str,
+                                agent_id: str | None = None, if_active: Mapping[str, object] | None = None,
+                                if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``sendStateSignal``: the lane's new value (``{id, cache_key, contents, mode?, value?|delta?}``).
 
         ``accepted`` resolves to :class:`Accepted`, or to :class:`Skipped` when the cache key and
@@ -225,7 +227,7 @@ class ThreadlineClient:
 
     async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
-                                       if_idle: dict[str, Any] | None = None) -> Any:
+                                       if_idle: Mapping[str, object] | None = None) -> Any:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
         Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
@@ -243,15 +245,15 @@ class ThreadlineClient:
                            message=message, **given(if_idle=self._idle(if_idle)))
         return await self._send(req)
 
-    async def stream(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
-                     options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None) -> SendResult:
+    async def stream(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                     options: Mapping[str, object] | None = None, thread: Mapping[str, object] | None = None) -> SendResult:
         """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's stream."""
         req = Stream(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                      message=message, options=self._objects(options), thread=thread)
         return await self._send(req)
 
-    async def generate(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
-                       options: dict[str, Any] | None = None, thread: dict[str, Any] | None = None,
+    async def generate(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                       options: Mapping[str, object] | None = None, thread: Mapping[str, object] | None = None,
                        timeout_s: float = 300.0) -> RunResult:
         """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps).
 

@@ -9,6 +9,7 @@ exist and a thread of another resource look the same (404): reads answer ``None`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
@@ -73,7 +74,7 @@ class GatewayHttp:
         """Close the connections (idempotent)."""
         await self.http.aclose()
 
-    async def call(self, method: str, path: str, body: dict[str, Any] | None = None, *,
+    async def call(self, method: str, path: str, body: Mapping[str, object] | None = None, *,
                    params: dict[str, str] | None = None, timeout_s: float | None = None,
                    missing_ok: bool = False) -> Any:
         """The JSON answer of one call; ``None`` for a 404 when ``missing_ok``.
@@ -135,7 +136,7 @@ class GatewayReader:
         if self._owned:
             await self._http.close()
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The answer of read ``name`` (:data:`~threadline.client.transport.ReadName`).
 
         Raises:

@@ -32,7 +32,7 @@ RECONNECTS = 20
 """Consecutive failed reconnections after which the stream raises."""
 
 
-def resolved(value: Any) -> asyncio.Future[Any]:
+def resolved(value: object) -> asyncio.Future[Any]:
     """A future that already holds ``value`` (the HTTP answer came with the request)."""
     fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
     fut.set_result(value)

@@ -129,6 +129,6 @@ class HttpTransport:
         await sub.start()
         return sub
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The gateway's answer (:data:`~threadline.client.transport.ReadName`)."""
         return await self.reader.read(name, **params)

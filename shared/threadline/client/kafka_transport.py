@@ -153,6 +153,6 @@ class KafkaTransport:
             raise
         return sub
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The reader's answer (:data:`~threadline.client.transport.ReadName`)."""
         return await self.reader.read(name, **params)

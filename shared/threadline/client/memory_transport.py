@@ -112,7 +112,7 @@ class MemoryTransport:
         log = self._log(resource_id, thread_id)
         return MemorySubscription(log, log.start(follow), follow)
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """``rows[name]`` (called with the parameters when it is a function)."""
         if name not in self.rows:
             return [] if name in ("threads", "messages", "runs", "scores", "inbox") else None

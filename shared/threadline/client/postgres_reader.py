@@ -40,7 +40,7 @@ class PostgresReader:
     def __repr__(self) -> str:  # never the DSN's password
         return "PostgresReader()"
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The answer of read ``name`` (:data:`~threadline.client.transport.ReadName`).
 
         Raises:
@@ -58,44 +58,44 @@ class PostgresReader:
 
     # --- one method per read (conn first, the read's parameters as keywords) -------------------
     @staticmethod
-    async def _active_run(conn: Any, *, resource_id: str, thread_id: str) -> str | None:
+    async def _active_run(conn: queries.Conn, *, resource_id: str, thread_id: str) -> str | None:
         return await queries.active_run(conn, resource_id=resource_id, thread_id=thread_id)
 
     @staticmethod
-    async def _agent(conn: Any, *, agent_id: str) -> dict[str, Any] | None:
+    async def _agent(conn: queries.Conn, *, agent_id: str) -> dict[str, Any] | None:
         return await queries.read_agent(conn, agent_id)
 
     @staticmethod
-    async def _thread(conn: Any, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def _thread(conn: queries.Conn, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
         return await queries.read_thread(conn, resource_id, thread_id)
 
     @staticmethod
-    async def _threads(conn: Any, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    async def _threads(conn: queries.Conn, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
         return [_row(r) for r in await queries.list_threads(conn, resource_id=resource_id,
                                                              limit=max(1, min(limit, 1000)))]
 
     @staticmethod
-    async def _messages(conn: Any, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def _messages(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
         return [_row(r) for r in await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)]
 
     @staticmethod
-    async def _runs(conn: Any, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def _runs(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
         return [_row(r) for r in await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)]
 
     @staticmethod
-    async def _scores(conn: Any, *, run_id: str) -> list[dict[str, Any]]:
+    async def _scores(conn: queries.Conn, *, run_id: str) -> list[dict[str, Any]]:
         return await list_scores(conn, run_id)
 
     @staticmethod
-    async def _inbox(conn: Any, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+    async def _inbox(conn: queries.Conn, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
         return await access.list_records(conn, resource_id=resource_id, thread_id=thread_id, status=status)
 
     @staticmethod
-    async def _notification(conn: Any, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
+    async def _notification(conn: queries.Conn, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
         return await access.read_record(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id)
 
     @staticmethod
-    async def _mark(conn: Any, *, resource_id: str, thread_id: str, record_id: str,
+    async def _mark(conn: queries.Conn, *, resource_id: str, thread_id: str, record_id: str,
                     status: str) -> dict[str, Any] | None:
         return await access.mark(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
                                  status=status)

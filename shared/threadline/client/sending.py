@@ -14,12 +14,12 @@ from threadline.events.messages import now_iso
 from threadline.ids import new_id
 
 
-def given(**kw: Any) -> dict[str, Any]:
+def given(**kw: object) -> dict[str, Any]:
     """The keyword arguments that are not ``None``."""
     return {k: v for k, v in kw.items() if v is not None}
 
 
-def slots(request: Any, accepted: tuple[str, ...] = ("accepted",)) -> dict[str, tuple[str, ...]]:
+def slots(request: object, accepted: tuple[str, ...] = ("accepted",)) -> dict[str, tuple[str, ...]]:
     """The replies a send waits for: ``accepted`` (of the reply types ``accepted``), and
     ``persisted`` when the request asks to persist (``if_idle`` / ``if_active`` ``persist``)."""
     out = {"accepted": accepted}
@@ -48,7 +48,7 @@ def checked(fut: asyncio.Future[Any], timeout_s: float,
     return asyncio.ensure_future(wait())
 
 
-def answer(reply: Any, then: Callable[[Any], Any] | None = None) -> Any:
+def answer(reply: object, then: Callable[[Any], Any] | None = None) -> Any:
     """``then(reply)`` (or the reply). Raises :class:`RequestFailed` for an ``ErrorReply``."""
     if isinstance(reply, ErrorReply):
         raise RequestFailed(reply)

@@ -118,7 +118,7 @@ class Subscription(Protocol):
 class Reader(Protocol):
     """The read side alone: :meth:`read` as :meth:`Transport.read`, plus its lifecycle."""
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The answer of read ``name`` (:data:`ReadName`)."""
         ...
 
@@ -167,6 +167,6 @@ class Transport(Protocol):
         """Follow the thread's chunks from the position ``follow`` names, fixed when this returns."""
         ...
 
-    async def read(self, name: ReadName, /, **params: Any) -> Any:
+    async def read(self, name: ReadName, /, **params: object) -> Any:
         """The answer of read ``name`` (:data:`ReadName`)."""
         ...

@@ -148,9 +148,22 @@ class StepResult(TypedDict):
     isContinued: NotRequired[bool]
 
 
+class Usage(TypedDict, total=False):
+    """Mastra's token usage: ``{inputTokens, outputTokens, totalTokens}`` (integers), with
+    ``cachedInputTokens`` / ``reasoningTokens`` when the provider reported them (non-zero); a run's
+    sum over its steps has ``partial: True`` when a step reported none."""
+
+    inputTokens: int
+    outputTokens: int
+    totalTokens: int
+    cachedInputTokens: int
+    reasoningTokens: int
+    partial: bool
+
+
 class StepOutput(TypedDict):
     text: NotRequired[str | None]
-    usage: JsonObject | None
+    usage: Usage | None
     """``{inputTokens, outputTokens, totalTokens, ...}`` (token counts)."""
 
 

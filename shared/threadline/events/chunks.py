@@ -35,6 +35,7 @@ from threadline.events.chunk_types import (
     ToolErrorChunk,
     ToolResultChunk,
     TripwireChunk,
+    Usage,
 )
 from threadline.ops import tracing
 
@@ -104,7 +105,7 @@ def step_start_chunk(message_id: str, *, started_at_ms: int | None) -> StepStart
 
 
 def step_finish_chunk(message_id: str, *, reason: str | None, is_continued: bool, text: str | None,
-                      usage: JsonObject | None, has_text: bool = True, model: str | None = None) -> StepFinishChunk:
+                      usage: Usage | None, has_text: bool = True, model: str | None = None) -> StepFinishChunk:
     """A step's last chunk: ``stepResult {reason, isContinued}``, ``output {text?, usage}``
     (``has_text=False`` leaves ``output.text`` out, as on a failed step) and, when ``model`` (the
     litellm string of the model that answered, e.g. ``openai/gpt-4o``) is given, ``metadata
@@ -118,7 +119,7 @@ def step_finish_chunk(message_id: str, *, reason: str | None, is_continued: bool
     return {"type": ChunkKind.STEP_FINISH, "from": FROM_AGENT, "payload": payload}
 
 
-def finish_chunk(reason: str, *, finish_reason: str, usage: JsonObject | None = None,
+def finish_chunk(reason: str, *, finish_reason: str, usage: Usage | None = None,
                  with_output: bool = True, tripwire: JsonObject | None = None) -> FinishChunk:
     """A run's last chunk: ``stepResult.reason``, ``finishReason``, ``output.usage`` (left out
     when ``with_output`` is False) and the ``tripwire`` that ended it, if any."""
@@ -175,7 +176,7 @@ def tool_error_chunk(call_id: str, tool_name: str, args: JsonValue, error: str) 
 _ECHOED = ("id", "type", "tagName", "contents", "createdAt", "attributes", "metadata")
 
 
-def echo_chunk(signal: Mapping[str, Any]) -> EchoChunk:
+def echo_chunk(signal: Mapping[str, object]) -> EchoChunk:
     """The stream echo of a delivered signal: ``data-user-message`` for user signals, else
     ``data-signal``; ``data`` holds its non-empty fields, always ``contents``."""
     kind: Literal["data-user-message", "data-signal"] = (
@@ -204,7 +205,7 @@ def synthetic_run_chunks(signal: Mapping[str, Any], *, agent_id: str, run_id: st
     return chunks
 
 
-def nested_chunk(chunk: Mapping[str, Any], target: Mapping[str, Any]) -> dict[str, Any]:
+def nested_chunk(chunk: Mapping[str, object], target: Mapping[str, object]) -> dict[str, Any]:
     """A child's stamped chunk as the parent thread's subscribers get it (decision 78): Mastra's
     ``tool-output`` ``{output: <the child's chunk>, toolCallId, toolName}``, with the child's own
     ``runId`` / ``step`` / ``attempt`` / ``seq`` on the envelope, so a subscriber drops a duplicate

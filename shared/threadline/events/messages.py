@@ -7,6 +7,7 @@ so processors can read ``msg.content.parts`` as well as ``msg["content"]["parts"
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +20,9 @@ def now_iso() -> str:
     return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
-def make_message(role: str, parts: list[dict[str, Any]], *, id: str | None = None,
+def make_message(role: str, parts: Sequence[Mapping[str, object]], *, id: str | None = None,
                  thread_id: str | None = None, resource_id: str | None = None,
-                 metadata: dict[str, Any] | None = None, type: str | None = None) -> AttrDict:
+                 metadata: Mapping[str, object] | None = None, type: str | None = None) -> AttrDict:
     """Build a ``MastraDBMessage`` (format 2); ``id`` defaults to a new ``msg_…`` id."""
     content: dict[str, Any] = {"format": 2, "parts": parts}
     if metadata:

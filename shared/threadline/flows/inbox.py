@@ -10,7 +10,7 @@ ingress — so schedulers and ingress never deadlock; a scheduler works one thre
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -58,16 +58,16 @@ def _waits_for_idle(r: asyncpg.Record) -> bool:
     return r["priority"] == "low" or (r["summarized"] and r["summary_at"] is None)
 
 
-async def _send(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], *, topics: Topics,
-                lease_ttl_s: float, wake: bool, stream_options: dict[str, Any], event_id: str,
+async def _send(conn: asyncpg.Connection, row: asyncpg.Record, signal: Mapping[str, object], *, topics: Topics,
+                lease_ttl_s: float, wake: bool, stream_options: Mapping[str, object], event_id: str,
                 reply_to: str | None) -> Routed:
     """Route ``signal`` like ``send_signal``: into the active run, else wake (or persist) the thread."""
     req = _inbound(row, signal, event_id=event_id, reply_to=reply_to, wake=wake, stream_options=stream_options)
     return await route(conn, req, topics=topics, lease_ttl_s=lease_ttl_s, agent_known=True)
 
 
-def _inbound(row: asyncpg.Record, signal: dict[str, Any], *, event_id: str, reply_to: str | None, wake: bool,
-             stream_options: dict[str, Any]) -> Inbound:
+def _inbound(row: asyncpg.Record, signal: Mapping[str, object], *, event_id: str, reply_to: str | None, wake: bool,
+             stream_options: Mapping[str, object]) -> Inbound:
     return Inbound.signal(SignalInput.model_validate(signal), event_id=event_id, agent_id=row["agent_id"],
                           resource_id=row["resource_id"], thread_id=row["thread_id"], reply_to=reply_to,
                           if_idle="wake" if wake else "persist", stream_options=stream_options)

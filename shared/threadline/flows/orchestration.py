@@ -218,7 +218,7 @@ async def hand_over(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topic
                             key=thread_key(run["resource_id"], run["thread_id"]))
 
 
-def lifecycle_event(kind: str, run: Mapping[str, Any], **fields: Any) -> Event:
+def lifecycle_event(kind: str, run: Mapping[str, object], **fields: object) -> Event:
     """The lifecycle event ``kind`` of ``run`` (its ``resource_id``, ``thread_id``, ``run_id`` and
     ``agent_id``), with ``fields`` (``step``, ``finish_reason``, ...) added."""
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],

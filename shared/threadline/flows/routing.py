@@ -7,7 +7,7 @@ on the run as created) and queues its step task (docs/decisions.md 34)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -232,8 +232,8 @@ async def _store_signal(conn: asyncpg.Connection, req: Inbound, route_: Discard 
                      signal=_created(signal))]
 
 
-async def _wake(conn: asyncpg.Connection, req: Inbound, lease: Lease, signal: dict[str, Any],
-                signal_options: dict[str, Any], routed: Routed, *, topics: Topics, lease_ttl_s: float,
+async def _wake(conn: asyncpg.Connection, req: Inbound, lease: Lease, signal: Mapping[str, object],
+                signal_options: Mapping[str, object], routed: Routed, *, topics: Topics, lease_ttl_s: float,
                 starts: bool) -> Accepted:
     """Create the run a wake starts, with its ``accepted`` reply and its ``StartRun``; with
     ``starts``, step 0 scheduled here when :func:`~threadline.orchestration.runs.on_start_run`
@@ -280,7 +280,7 @@ async def queue_signal(conn: asyncpg.Connection, req: Inbound, signal: dict[str,
                     signal=_created(signal))
 
 
-def _check_memory_options(options: Any) -> None:
+def _check_memory_options(options: object) -> None:
     """A call's ``memory_options`` (``memory.options`` of ``generate`` / ``stream``), refused here
     rather than failing the run later."""
     try:
@@ -291,7 +291,7 @@ def _check_memory_options(options: Any) -> None:
         raise RequestRejected("invalid_memory_options", str(exc)) from exc
 
 
-def _created(signal: dict[str, Any]) -> dict[str, Any]:
+def _created(signal: Mapping[str, object]) -> dict[str, Any]:
     """The ``accepted`` reply's view of the stored signal: all of it but ``contents`` (the request
     carries them; a message of several MB is not sent back)."""
     return {k: v for k, v in signal.items() if k != "contents"}

@@ -35,7 +35,7 @@ MAX_ATTEMPTS = 3
 """Claims of one job before a failing scorer's error is stored as its result."""
 
 
-async def entries_for(agent: Agent, request_context: Mapping[str, Any]) -> list[ScorerEntry]:
+async def entries_for(agent: Agent, request_context: Mapping[str, object]) -> list[ScorerEntry]:
     """The agent's scorers for a run (a function of the request context resolved; plain or async).
 
     Raises:

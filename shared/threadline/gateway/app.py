@@ -9,7 +9,7 @@ message}}``; a thread that is missing and a thread of another resource get the s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -43,13 +43,13 @@ HIDDEN_CODES = frozenset({"thread_owned_by_other_resource"})
 class ApiError(Exception):
     """An HTTP error answer: ``status`` and the JSON body."""
 
-    def __init__(self, status: int, code: str, message: str, body: dict[str, Any] | None = None) -> None:
+    def __init__(self, status: int, code: str, message: str, body: Mapping[str, object] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.body = body or {"error": {"code": code, "message": message}}
 
 
-def _json(data: Any, status: int = 200) -> Response:
+def _json(data: object, status: int = 200) -> Response:
     return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
 
 

@@ -71,7 +71,7 @@ def _digest(secret: str) -> bytes:
     return hashlib.sha256(secret.encode("utf-8", "surrogatepass")).digest()
 
 
-def _strings(value: Any) -> TypeGuard[list[str]]:
+def _strings(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(r, str) and r for r in value)
 
 
@@ -137,7 +137,7 @@ def _match_key(config: AuthConfig, secret: str) -> tuple[frozenset[str], frozens
     return found
 
 
-def _jwt_scopes(claims: dict[str, Any]) -> frozenset[str]:
+def _jwt_scopes(claims: Mapping[str, object]) -> frozenset[str]:
     """``scopes`` (a list) or OAuth's ``scope`` (space-separated) of a token's claims."""
     scopes = claims.get("scopes", claims.get("scope", []))
     if isinstance(scopes, str):

@@ -7,6 +7,7 @@ the ``editor`` scope reaches them (checked by :mod:`threadline.gateway.app`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from threadline.flows.agents import read_editable
@@ -26,7 +27,7 @@ async def view(db: Database, agent_id: str) -> dict[str, Any] | None:
         return await read_editable(conn, agent_id)
 
 
-async def save(db: Database, agent_id: str, body: dict[str, Any], *, by: str) -> dict[str, Any] | None:
+async def save(db: Database, agent_id: str, body: Mapping[str, object], *, by: str) -> dict[str, Any] | None:
     """Replace the agent's overrides with ``body`` (``{instructions?, tools?: {id: {description}}}``)
     less what its policy locks, tools its code does not define and unknown keys (``id``,
     ``name``, ``model``…); returns the new :func:`view` with ``stripped`` (the fields left out),

@@ -28,13 +28,13 @@ PARENT_OPTION = "sub_agent_of"
 tool_name}`` (set by the orchestrator): where its chunks are mirrored as nested chunks."""
 
 
-def nested_target(options: Mapping[str, Any]) -> Mapping[str, Any] | None:
+def nested_target(options: Mapping[str, object]) -> Mapping[str, Any] | None:
     """The parent a child run's chunks are mirrored to (``None``: not a child run)."""
     target = options.get(PARENT_OPTION)
     return target if isinstance(target, Mapping) and target.get("thread_id") else None
 
 
-def child_outcome(status: str, text: str | None, error: Any) -> tuple[Any, str | None]:
+def child_outcome(status: str, text: str | None, error: object) -> tuple[Any, str | None]:
     """``(result, error)`` stored as the parent's tool result when a child run ends: its final
     text when it finished; a tool error naming the status (and the child's error) otherwise."""
     if status == "finished":

@@ -14,7 +14,7 @@ _OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processo
                    "outputProcessors": "output_processors", "errorProcessors": "error_processors"}
 
 
-def normalize_options(options: Mapping[str, Any] | None) -> dict[str, Any]:
+def normalize_options(options: Mapping[str, object] | None) -> dict[str, Any]:
     """Execution options with Mastra's camelCase names (``maxSteps``) mapped to Python names
     (``max_steps``); other keys are kept as they are."""
     return {_OPTION_ALIASES.get(k, k): v for k, v in (options or {}).items()}

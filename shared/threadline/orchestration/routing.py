@@ -126,7 +126,7 @@ class Inbound:
 
     @classmethod
     def signal(cls, signal: SignalInput, *, event_id: str, agent_id: str, resource_id: str, thread_id: str,
-               reply_to: str | None, if_idle: str, stream_options: Mapping[str, Any]) -> Inbound:
+               reply_to: str | None, if_idle: str, stream_options: Mapping[str, object]) -> Inbound:
         """A ``send_signal`` made by Threadline itself (the notification inbox): delivered into
         the active run, else ``if_idle`` (``wake`` or ``persist``) with ``stream_options``."""
         return cls(event_id=event_id, kind="send_signal", agent_id=agent_id, resource_id=resource_id,

@@ -369,7 +369,7 @@ class NextRun:
     """A queued turn's own options; a leftover delivery continues with the ended run's."""
 
 
-def next_run(waiting: WaitingInput, ended_agent_id: str, ended_options: Mapping[str, Any] | None, *,
+def next_run(waiting: WaitingInput, ended_agent_id: str, ended_options: Mapping[str, object] | None, *,
              replies_topic: str, make_id: Callable[[], str] = lambda: new_id("run")) -> NextRun:
     """The run started for ``waiting`` when the thread's run ended (the signal becomes its input;
     a leftover delivery becomes a wake)."""

@@ -4,7 +4,7 @@ default options. Defined in plain Python in the agents module and loaded by ever
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from threadline.errors import ConfigurationError
@@ -16,7 +16,7 @@ from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
 
 
-def normalize_instructions(instructions: Any) -> list[dict[str, Any]]:
+def normalize_instructions(instructions: object) -> list[dict[str, Any]]:
     """Instructions (string, list of strings, system message, list of system messages) →
     system messages ``[{role: "system", content, providerOptions?}]``."""
     if instructions is None or instructions == "":
@@ -59,7 +59,7 @@ def tool_dict(tools: Any, agent_id: str) -> dict[str, Tool]:
     return out
 
 
-def _schema_checked(schema: Any, agent_id: str) -> dict[str, Any] | None:
+def _schema_checked(schema: object, agent_id: str) -> dict[str, Any] | None:
     """A ``request_context_schema`` (JSON Schema) checked against its metaschema."""
     if schema is None:
         return None
@@ -215,7 +215,7 @@ class Agent:
         """Whether the instructions are a function of the request context (user code)."""
         return callable(self._instructions)
 
-    def check_request_context(self, request_context: Any) -> None:
+    def check_request_context(self, request_context: object) -> None:
         """Validate a run's request context against ``request_context_schema`` (none: anything goes).
 
         Raises:
@@ -233,17 +233,17 @@ class Agent:
             where = "request_context" + "".join(f"[{p!r}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
             raise ConfigurationError(f"agent {self.id}: {where}: {error.message}")
 
-    def system_messages(self, request_context: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    def system_messages(self, request_context: Mapping[str, object] | None = None) -> list[dict[str, Any]]:
         """The agent's instructions as system messages."""
         if callable(self._instructions):
             return normalize_instructions(self._instructions(request_context or {}))
         return [dict(m) for m in self._system]
 
-    def resolve_model(self, default: str, request_context: dict[str, Any] | None = None) -> str:
+    def resolve_model(self, default: str, request_context: Mapping[str, object] | None = None) -> str:
         """The model string for a run (the first of a fallback list)."""
         return self.resolve_models(default, request_context)[0].model
 
-    def resolve_models(self, default: str, request_context: dict[str, Any] | None = None) -> list[ModelChoice]:
+    def resolve_models(self, default: str, request_context: Mapping[str, object] | None = None) -> list[ModelChoice]:
         """The fallback list for a run (one entry when ``model`` is a single model)."""
         return fallback_list(self.model, default, request_context)
 

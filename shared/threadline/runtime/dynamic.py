@@ -44,12 +44,12 @@ class RunConfig:
     """``{"input" | "output" | "error": list}``: the agent's processor lists."""
 
 
-async def _value(value: Any, request_context: Mapping[str, Any]) -> Any:
+async def _value(value: object, request_context: Mapping[str, object]) -> Any:
     """``value``, or what the function ``value(request_context)`` returns (awaited when async)."""
     return await call_user(value, dict(request_context)) if callable(value) else value
 
 
-async def _models(model: Any, default: str, request_context: Mapping[str, Any]) -> list[ModelChoice]:
+async def _models(model: object, default: str, request_context: Mapping[str, object]) -> list[ModelChoice]:
     """The fallback list, each function entry resolved (a function may also return a list)."""
     model = await _value(model, request_context)
     if isinstance(model, list | tuple):
@@ -62,7 +62,7 @@ async def _models(model: Any, default: str, request_context: Mapping[str, Any]) 
     return fallback_list(model, default, dict(request_context))
 
 
-async def resolve_config(agent: Agent, request_context: Mapping[str, Any], default_model: str) -> RunConfig:
+async def resolve_config(agent: Agent, request_context: Mapping[str, object], default_model: str) -> RunConfig:
     """Resolve ``agent``'s options for one run.
 
     Raises:
@@ -100,7 +100,7 @@ async def resolve_config(agent: Agent, request_context: Mapping[str, Any], defau
                      processors=processors)
 
 
-async def system_messages(agent: Agent, request_context: Mapping[str, Any]) -> list[dict[str, Any]]:
+async def system_messages(agent: Agent, request_context: Mapping[str, object]) -> list[dict[str, Any]]:
     """The agent's instructions as system messages (a function of the request context resolved;
     plain or async).
 
@@ -112,8 +112,8 @@ async def system_messages(agent: Agent, request_context: Mapping[str, Any]) -> l
     return normalize_instructions(await _value(agent._instructions, request_context))
 
 
-async def run_system_messages(agent: Agent, request_context: Mapping[str, Any],
-                              editor: Mapping[str, Any]) -> list[dict[str, Any]]:
+async def run_system_messages(agent: Agent, request_context: Mapping[str, object],
+                              editor: Mapping[str, object]) -> list[dict[str, Any]]:
     """A run's system messages at step 0: the editor's stored instructions when ``editor`` (the
     run's overrides, :func:`editor_overrides`) has them (decision 69), else :func:`system_messages`.
 
@@ -146,7 +146,7 @@ def processor_runner(options: Mapping[str, Any], config: RunConfig, request_cont
                            retry_count=retry_count)
 
 
-def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: dict[str, Any] | None) -> dict[str, Any]:
+def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: Mapping[str, object] | None) -> dict[str, Any]:
     """The agent's stored editor overrides (``stored``, read by the claim of the run's step 0,
     decision 95), what its ``editor`` option locks and tools it does not define stripped
     (:func:`threadline.runtime.editor.strip`); ``{}`` when there are none or the agent is locked."""
@@ -166,7 +166,7 @@ class ConfigCache:
         self._size = size
         self._runs: OrderedDict[str, RunConfig] = OrderedDict()
 
-    async def get(self, run_id: str, agent: Agent, request_context: Mapping[str, Any], default_model: str) -> RunConfig:
+    async def get(self, run_id: str, agent: Agent, request_context: Mapping[str, object], default_model: str) -> RunConfig:
         """The run's configuration, resolved on first use (see :func:`resolve_config`)."""
         found = self._runs.get(run_id)
         if found is None:

@@ -46,7 +46,7 @@ class EditorPolicy:
         return {"instructions": self.instructions, "tools": {"description": self.tool_descriptions}}
 
 
-def editor_policy(editor: Any, *, agent_id: str = "?") -> EditorPolicy:
+def editor_policy(editor: object, *, agent_id: str = "?") -> EditorPolicy:
     """The :class:`EditorPolicy` of an agent's ``editor`` option (or of its stored JSON).
 
     Raises:
@@ -71,7 +71,7 @@ def editor_policy(editor: Any, *, agent_id: str = "?") -> EditorPolicy:
     return EditorPolicy(instructions, tools)
 
 
-def strip(policy: EditorPolicy, overrides: Mapping[str, Any] | None,
+def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
           tool_ids: Iterable[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """``overrides`` without what ``policy`` locks, what is not a string, and tools the code does
     not define (``tool_ids``; ``None``: the tools are a function of the request context, any id

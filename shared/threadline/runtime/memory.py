@@ -55,7 +55,7 @@ class Memory:
         return {"lastMessages": self.last_messages, "readOnly": self.read_only, "enabled": self.enabled}
 
 
-def _options(value: Mapping[str, Any], where: str) -> dict[str, Any]:
+def _options(value: Mapping[str, object], where: str) -> dict[str, Any]:
     out = {_ALIASES.get(k, k): v for k, v in value.items()}
     unknown = set(out) - {"last_messages", "read_only"}
     if unknown:
@@ -69,7 +69,7 @@ def _options(value: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
-def memory_config(value: Any, *, where: str = "memory") -> Memory:
+def memory_config(value: object, *, where: str = "memory") -> Memory:
     """An agent's ``memory`` option as :class:`Memory`: ``None`` (the default: the last
     :data:`DEFAULT_LAST_MESSAGES`), ``False`` (off), a :class:`Memory`, or a dict of options
     (``{"last_messages": 10, "read_only": True}``; Mastra's camelCase accepted, also nested
@@ -90,7 +90,7 @@ def memory_config(value: Any, *, where: str = "memory") -> Memory:
     raise ConfigurationError(f"{where} must be None, False, a Memory or a dict of options, got {type(value).__name__}")
 
 
-def for_run(agent_memory: Memory, call: Mapping[str, Any] | None) -> Memory:
+def for_run(agent_memory: Memory, call: Mapping[str, object] | None) -> Memory:
     """The memory of one run: the agent's, with a call's ``memory_options`` over it (Mastra's
     ``memory.options`` of ``generate`` / ``stream``). A call cannot turn an agent's memory on.
 
@@ -102,7 +102,7 @@ def for_run(agent_memory: Memory, call: Mapping[str, Any] | None) -> Memory:
     return replace(agent_memory, **_options(call, "memory options"))
 
 
-def recent(history: Sequence[Any], memory: Memory) -> list[Any]:
+def recent(history: Sequence[object], memory: Memory) -> list[Any]:
     """The last ``memory.reads`` messages of ``history`` (oldest first)."""
     n = memory.reads
     return list(history[-n:]) if n > 0 else []

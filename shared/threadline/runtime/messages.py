@@ -9,7 +9,7 @@ result?}}``, ``data-<name> {data}``, ``error``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
@@ -99,7 +99,7 @@ class MessageList:
         self.get = _Get(self)
 
     # --- chat messages -------------------------------------------------------------------
-    def add(self, messages: Any, source: Source = "input") -> MessageList:
+    def add(self, messages: object, source: Source = "input") -> MessageList:
         """Append messages (a message, a string = user text, or a list of either)."""
         items = messages if isinstance(messages, list) else [messages]
         for item in items:
@@ -111,7 +111,7 @@ class MessageList:
             self._entries.append((msg, source))
         return self
 
-    def _coerce(self, item: Any) -> AttrDict:
+    def _coerce(self, item: object) -> AttrDict:
         if isinstance(item, str):
             return make_message("user", [{"type": "text", "text": item}],
                                 thread_id=self.thread_id, resource_id=self.resource_id)
@@ -144,7 +144,7 @@ class MessageList:
             self._entries = [(m, s) for m, s in self._entries if m["id"] not in wanted]
         return removed
 
-    def replace(self, message_id: str, message: dict[str, Any]) -> bool:
+    def replace(self, message_id: str, message: Mapping[str, object]) -> bool:
         """Replace the message with ``message_id`` in place (keeps its position and source)."""
         for i, (m, s) in enumerate(self._entries):
             if m["id"] == message_id:
@@ -177,7 +177,7 @@ class MessageList:
         return False
 
     # --- system messages -----------------------------------------------------------------
-    def add_system(self, message: Any, tag: str | None = None) -> MessageList:
+    def add_system(self, message: object, tag: str | None = None) -> MessageList:
         """Add a system message (untagged, or in the bucket ``tag``)."""
         msg = wrap({"role": "system", "content": system_text(message)} if not isinstance(message, dict)
                    else {"role": "system", "content": system_text(message),
@@ -193,7 +193,7 @@ class MessageList:
         """Untagged system messages, or those of bucket ``tag``."""
         return list(self._system if tag is None else self._tagged.get(tag, []))
 
-    def replace_all_system_messages(self, messages: list[Any]) -> None:
+    def replace_all_system_messages(self, messages: Sequence[object]) -> None:
         """Replace the untagged system messages."""
         self._system = []
         for m in messages:
@@ -233,11 +233,11 @@ class MessageList:
         return len(self._entries)
 
 
-def _json(value: Any) -> str:
+def _json(value: object) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
-def _user_content(msg: dict[str, Any]) -> Any:
+def _user_content(msg: dict[str, Any]) -> object:
     """The text the model sees, then a content block per file part (when there are any)."""
     text = render_for_model(msg)
     files = [to_model_block(p) for p in msg["content"].get("parts") or [] if p.get("type") == "file"]

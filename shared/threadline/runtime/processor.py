@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import copy
 import inspect
-from collections.abc import Callable
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.usercode import call_user, is_async
@@ -39,7 +39,7 @@ class TripWire(Exception):  # noqa: N818 - Mastra's name
     Attributes: ``reason``, ``retry``, ``metadata``, ``processor_id``.
     """
 
-    def __init__(self, reason: str, *, retry: bool = False, metadata: Any = None,
+    def __init__(self, reason: str, *, retry: bool = False, metadata: object = None,
                  processor_id: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
@@ -47,7 +47,7 @@ class TripWire(Exception):  # noqa: N818 - Mastra's name
         self.metadata = metadata
         self.processor_id = processor_id
 
-    def payload(self) -> dict[str, Any]:
+    def payload(self) -> dict[str, object]:
         """The tripwire chunk payload ``{reason, retry, metadata, processorId}``."""
         return {"reason": self.reason, "retry": self.retry, "metadata": self.metadata,
                 "processorId": self.processor_id}
@@ -69,7 +69,7 @@ class Processor:
     description: str | None = None
     processor_index: int | None = None
     process_data_parts: bool = False
-    on_violation: Callable[[Any], Any] | None = None
+    on_violation: Callable[..., object] | None = None
 
     @property
     def name(self) -> str:
@@ -81,7 +81,14 @@ class Processor:
         self.__dict__["_name"] = value
 
 
-def implements(processor: Any, method: str) -> bool:
+class ProcessorLike(Protocol):
+    """What the runner needs of a processor: a string ``id`` (any object with one and some of the
+    nine methods is a processor; :class:`Processor` is the convenient base)."""
+
+    id: str
+
+
+def implements(processor: object, method: str) -> bool:
     return callable(getattr(processor, method, None))
 
 
@@ -100,7 +107,7 @@ def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> Any:
     return list(processors)
 
 
-def _check_one(p: Any, kind: str, agent_id: str) -> None:
+def _check_one(p: object, kind: str, agent_id: str) -> None:
     pid = getattr(p, "id", None)
     if not pid or not isinstance(pid, str):
         raise ConfigurationError(f"agent {agent_id}: processor {type(p).__name__} has no id")
@@ -111,8 +118,8 @@ def _check_one(p: Any, kind: str, agent_id: str) -> None:
             f"{', '.join(methods)}")
 
 
-def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], agent_id: str,
-                 catalogue: dict[str, Any] | None = None) -> list[Any]:
+def resolve_list(processors: Any, kind: str, request_context: Mapping[str, object], agent_id: str,
+                 catalogue: Mapping[str, object] | None = None) -> list[ProcessorLike]:
     """Resolve a list (or a function of ``request_context``) into per-run copies with
     ``processor_index`` set (docs/decisions.md §8: never on a shared instance).
 
@@ -123,7 +130,7 @@ def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], ag
         ConfigurationError: an unknown processor id, or a processor in the wrong list.
     """
     items = processors(request_context) if callable(processors) else list(processors or [])
-    out = []
+    out: list[ProcessorLike] = []
     for i, p in enumerate(items):
         if isinstance(p, str):
             found = (catalogue or {}).get(p)
@@ -137,10 +144,10 @@ def resolve_list(processors: Any, kind: str, request_context: dict[str, Any], ag
     return out
 
 
-_SIG_CACHE: dict[Any, tuple[bool, frozenset[str]]] = {}
+_SIG_CACHE: dict[object, tuple[bool, frozenset[str]]] = {}
 
 
-def _accepted(fn: Callable[..., Any]) -> tuple[bool, frozenset[str]]:
+def _accepted(fn: Callable[..., object]) -> tuple[bool, frozenset[str]]:
     key = getattr(fn, "__func__", fn)
     hit = _SIG_CACHE.get(key)
     if hit is None:
@@ -169,8 +176,8 @@ class _AbortRecord:
         self.default_reason = default_reason
         self.tripwire: TripWire | None = None
 
-    def abort(self, reason: str | None = None, options: dict[str, Any] | None = None, *,
-              retry: bool | None = None, metadata: Any = None) -> None:
+    def abort(self, reason: str | None = None, options: Mapping[str, object] | None = None, *,
+              retry: bool | None = None, metadata: object = None) -> None:
         opts = options or {}
         self.tripwire = TripWire(reason or self.default_reason.format(id=self.processor_id),
                                  retry=bool(retry if retry is not None else opts.get("retry", False)),
@@ -183,9 +190,9 @@ class ProcessorRunner:
     """Calls processors for one run. Holds per-processor ``state`` (one dict per processor id,
     shared by all its methods, carried across steps in Postgres) and the retry count."""
 
-    def __init__(self, *, input_processors: list[Any], output_processors: list[Any],
-                 error_processors: list[Any], states: dict[str, dict[str, Any]],
-                 request_context: dict[str, Any] | None = None, writer: Any = None,
+    def __init__(self, *, input_processors: Sequence[ProcessorLike], output_processors: Sequence[ProcessorLike],
+                 error_processors: Sequence[ProcessorLike], states: dict[str, dict[str, Any]],
+                 request_context: dict[str, Any] | None = None, writer: object = None,
                  retry_count: int = 0) -> None:
         self.input = input_processors
         self.output = output_processors
@@ -194,12 +201,12 @@ class ProcessorRunner:
         self.request_context = request_context or {}
         self.writer = writer
         self.retry_count = retry_count
-        self.stream_parts: dict[str, list[Any]] = {}
+        self.stream_parts: dict[str, list[AttrDict]] = {}
         self._stream_chain = [p for p in output_processors if implements(p, "process_output_stream")]
         self._plans: dict[tuple[int, str], _Plan] = {}
-        self._stream_hooks: list[tuple[Any, str, _Plan, bool, list[Any], dict[str, Any]]] | None = None
+        self._stream_hooks: list[tuple[ProcessorLike, str, _Plan, bool, list[AttrDict], AttrDict]] | None = None
 
-    def state_of(self, processor: Any) -> dict[str, Any]:
+    def state_of(self, processor: ProcessorLike) -> AttrDict:
         state = self.states.get(processor.id)
         if state is None:
             state = self.states[processor.id] = AttrDict()
@@ -207,7 +214,7 @@ class ProcessorRunner:
             state = self.states[processor.id] = wrap(state)
         return state
 
-    async def call(self, processor: Any, method: str, default_reason: str, **kwargs: Any) -> Any:
+    async def call(self, processor: ProcessorLike, method: str, default_reason: str, **kwargs: object) -> object:
         """Call ``processor.method`` with the arguments it accepts; enforce ``abort()``.
 
         The abort is recorded before it raises and checked after the call returns, so an
@@ -222,7 +229,7 @@ class ProcessorRunner:
                       state=self.state_of(processor), writer=self.writer)
         return await self._call(processor, plan, record, kwargs)
 
-    def _plan(self, processor: Any, method: str) -> _Plan:
+    def _plan(self, processor: ProcessorLike, method: str) -> _Plan:
         """How ``processor.method`` is called (bound method, coroutine function?, keywords it
         accepts), looked up once per runner (one step), not per chunk and processor."""
         key = (id(processor), method)
@@ -233,7 +240,7 @@ class ProcessorRunner:
             plan = self._plans[key] = _Plan(fn, is_async(fn), var_kw, names)  # fn holds processor: id stays its
         return plan
 
-    async def _call(self, processor: Any, plan: _Plan, record: _AbortRecord, kwargs: dict[str, Any]) -> Any:
+    async def _call(self, processor: ProcessorLike, plan: _Plan, record: _AbortRecord, kwargs: dict[str, object]) -> object:
         """Call ``plan.fn`` with the ``kwargs`` it accepts; ``record`` holds its ``abort``'s tripwire."""
         args = kwargs if plan.var_kw else {k: v for k, v in kwargs.items() if k in plan.names}
         try:  # a plain method runs off the event loop (call_user)
@@ -252,7 +259,7 @@ class ProcessorRunner:
             raise record.tripwire
         return result
 
-    async def _violation(self, processor: Any, tw: TripWire) -> None:
+    async def _violation(self, processor: ProcessorLike, tw: TripWire) -> None:
         handler = getattr(processor, "on_violation", None)
         if not callable(handler):
             return
@@ -263,7 +270,7 @@ class ProcessorRunner:
             log.warning("on_violation raised; ignored", processor_id=processor.id, exc_info=True)
 
     # --- message-returning phases --------------------------------------------------------------
-    def apply_messages(self, ml: MessageList, result: Any, *, before_ids: list[str],
+    def apply_messages(self, ml: MessageList, result: object, *, before_ids: list[str],
                        default_source: str, split_system: bool = True) -> None:
         """Apply a processor's return value to the list (Mastra's processor merge rule: returned messages persist).
 
@@ -299,7 +306,7 @@ class ProcessorRunner:
             self.apply_messages(ml, result, before_ids=before, default_source="input")
 
     async def process_input_step(self, ml: MessageList, step_input: dict[str, Any], *,
-                                 step_number: int, steps: list[Any]) -> dict[str, Any]:
+                                 step_number: int, steps: Sequence[Mapping[str, object]]) -> dict[str, Any]:
         """``processInputStep``: every step, chained; returns the folded step overrides."""
         for p in self.input:
             if not implements(p, "process_input_step"):
@@ -338,7 +345,7 @@ class ProcessorRunner:
         return step_input
 
     async def process_llm_request(self, prompt: list[dict[str, Any]], *, model: str, step_number: int,
-                                  steps: list[Any]) -> tuple[list[dict[str, Any]], Any]:
+                                  steps: Sequence[Mapping[str, object]]) -> tuple[list[dict[str, Any]], Any]:
         """``processLLMRequest``: returns ``(prompt, cached_response_or_None)``; first response wins."""
         response = None
         for p in self.input:
@@ -353,8 +360,8 @@ class ProcessorRunner:
                     response = result["response"]
         return prompt, response
 
-    async def process_llm_response(self, chunks: list[Any], *, model: str, step_number: int,
-                                   steps: list[Any], from_cache: bool) -> None:
+    async def process_llm_response(self, chunks: Sequence[object], *, model: str, step_number: int,
+                                   steps: Sequence[Mapping[str, object]], from_cache: bool) -> None:
         """``processLLMResponse``: after the stream, with the collected chunks."""
         for p in self.input:
             if implements(p, "process_llm_response"):
@@ -408,9 +415,9 @@ class ProcessorRunner:
             part = out if isinstance(out, AttrDict) else wrap(dict(out))
         return part
 
-    async def process_output_step(self, ml: MessageList, *, step_number: int, steps: list[Any],
-                                  finish_reason: str, tool_calls: list[Any] | None, text: str,
-                                  usage: Any) -> None:
+    async def process_output_step(self, ml: MessageList, *, step_number: int, steps: Sequence[Mapping[str, object]],
+                                  finish_reason: str, tool_calls: Sequence[object] | None, text: str,
+                                  usage: object) -> None:
         """``processOutputStep``: after the model's step, before its tools run."""
         for p in self.output:
             if not implements(p, "process_output_step"):
@@ -425,8 +432,8 @@ class ProcessorRunner:
                 continue  # a guardrail (Mastra's QualityGuardrail example) returns [] when the step passes: no change
             self.apply_messages(ml, result, before_ids=before, default_source="response")
 
-    async def process_tool_result(self, ml: MessageList, *, step_number: int, steps: list[Any],
-                                  tool_name: str, tool_call_id: str, args: Any, result: Any) -> None:
+    async def process_tool_result(self, ml: MessageList, *, step_number: int, steps: Sequence[Mapping[str, object]],
+                                  tool_name: str, tool_call_id: str, args: object, result: object) -> None:
         """``processToolResult``: after a tool returned, before its result enters the list."""
         for p in self.output:
             if implements(p, "process_tool_result"):
@@ -436,7 +443,7 @@ class ProcessorRunner:
                                 result=result, provider_executed=None,
                                 system_messages=ml.get_system_messages())
 
-    async def process_output_result(self, ml: MessageList, *, result: dict[str, Any]) -> None:
+    async def process_output_result(self, ml: MessageList, *, result: Mapping[str, object]) -> None:
         """``processOutputResult``: once at the end, over the response messages."""
         for p in self.output:
             if not implements(p, "process_output_result"):
@@ -447,8 +454,8 @@ class ProcessorRunner:
                                   messages=messages, message_list=ml, result=wrap(dict(result)))
             self.apply_messages(ml, out, before_ids=before, default_source="response", split_system=False)
 
-    async def process_api_error(self, ml: MessageList, *, error: Any, step_number: int,
-                                steps: list[Any]) -> dict[str, Any] | None:
+    async def process_api_error(self, ml: MessageList, *, error: object, step_number: int,
+                                steps: Sequence[Mapping[str, object]]) -> dict[str, object] | None:
         """``processAPIError`` of the error processors.
 
         Returns:
@@ -478,10 +485,10 @@ class PrepareStep(Processor):
 
     id = "prepare-step"
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., object]) -> None:
         self._fn = fn
 
-    async def process_input_step(self, **kwargs: Any) -> Any:
+    async def process_input_step(self, **kwargs: object) -> object:
         var_kw, names = _accepted(self._fn)
         return await call_user(self._fn, **(kwargs if var_kw else {k: v for k, v in kwargs.items() if k in names}))
 
@@ -490,7 +497,7 @@ def _snake(key: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in key)
 
 
-def _returned(ml: MessageList, result: Any) -> tuple[list[Any] | None, list[Any] | None]:
+def _returned(ml: MessageList, result: object) -> tuple[list[Any] | None, list[Any] | None]:
     """A processor's return value as ``(messages, system_messages)`` (``None``: unchanged).
 
     Raises:

@@ -33,7 +33,7 @@ def _inside(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def reference(obj: Any, package: str, *, what: str) -> dict[str, str]:
+def reference(obj: object, package: str, *, what: str) -> dict[str, str]:
     """``{"ref": "module:name"}`` for an object the agents ``package`` defines.
 
     Raises:
@@ -55,7 +55,7 @@ def reference(obj: Any, package: str, *, what: str) -> dict[str, str]:
         f"{package!r} (the services load it too), or be named by a registered id")
 
 
-def _lookup(module: str, qualname: str) -> Any:
+def _lookup(module: str, qualname: str) -> object:
     try:
         found: Any = importlib.import_module(module)
         for part in qualname.split("."):
@@ -84,7 +84,7 @@ def encode(options: Mapping[str, Any] | None, package: str) -> dict[str, Any]:
     return out
 
 
-def _processor(p: Any, package: str, key: str) -> Any:
+def _processor(p: Any, package: str, key: str) -> object:
     try:
         return reference(p, package, what=key)
     except ConfigurationError:
@@ -93,7 +93,7 @@ def _processor(p: Any, package: str, key: str) -> Any:
         raise
 
 
-def _is_ref(value: Any) -> bool:
+def _is_ref(value: object) -> bool:
     return isinstance(value, Mapping) and set(value) == {"ref"} and isinstance(value["ref"], str)
 
 

@@ -81,7 +81,7 @@ class ScorerEntry:
     rate: float
 
 
-def _rate(sampling: Any, where: str) -> float:
+def _rate(sampling: object, where: str) -> float:
     if sampling is None:
         return 1.0
     if isinstance(sampling, Mapping):
@@ -96,7 +96,7 @@ def _rate(sampling: Any, where: str) -> float:
     return float(sampling)
 
 
-def scorer_entries(scorers: Any, agent_id: str) -> list[ScorerEntry]:
+def scorer_entries(scorers: object, agent_id: str) -> list[ScorerEntry]:
     """``{name: {scorer, sampling}}`` (or ``{name: scorer}``) as entries, in order.
 
     Raises:
@@ -131,7 +131,7 @@ def sampled(run_id: str, name: str, rate: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < rate
 
 
-def score_of(value: Any) -> tuple[float, str | None]:
+def score_of(value: object) -> tuple[float, str | None]:
     """A scorer's return value as ``(score, reason)``.
 
     Raises:

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 import orjson
 
 from threadline.errors import ConfigurationError
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.orchestration.children import ChildRequest
 from threadline.runtime.tools import Tool
 
@@ -43,7 +44,7 @@ INPUT_SCHEMA: dict[str, Any] = {
 """The arguments of a sub-agent tool (Mastra's ``prompt``)."""
 
 
-def _not_inline(*_: Any) -> Any:
+def _not_inline(*_: object) -> object:
     raise RuntimeError("a sub-agent call runs as a child run, never inline")
 
 
@@ -60,7 +61,7 @@ class SubAgentTool(Tool):
     key: str = ""
 
 
-def sub_agent_tools(agents: Any, parent_id: str) -> dict[str, Tool]:
+def sub_agent_tools(agents: object, parent_id: str) -> dict[str, Tool]:
     """``{"agent-<key>": SubAgentTool}`` for an ``agents`` mapping (``None``: none).
 
     Raises:
@@ -97,7 +98,7 @@ def child_ids(parent_run_id: str, parent_thread_id: str, tool_name: str, tool_ca
     return f"run_{digest}", f"{parent_thread_id}.{tool_name}.{tool_call_id}"
 
 
-def prompt_of(args: Any) -> str:
+def prompt_of(args: object) -> str:
     """The child's input: the call's ``prompt`` (``message`` accepted), else the arguments as JSON."""
     if isinstance(args, Mapping):
         for k in ("prompt", "message"):
@@ -111,7 +112,7 @@ class Pending:
     """The sub-agent calls of the step being executed that wait for their child run."""
 
     requests: list[ChildRequest] = field(default_factory=list)
-    calls: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ToolCallPayload] = field(default_factory=list)
     """``{toolCallId, toolName, args}`` of each, kept in the run state for the resumed step."""
 
 

@@ -104,7 +104,7 @@ class Tool:
         return {"type": "function", "function": {"name": self.id, "description": self.description,
                                                  "parameters": self.parameters()}}
 
-    def parse(self, args: Any) -> Any:
+    def parse(self, args: object) -> Any:
         """Validate the model's arguments. Raises ``ValueError`` with the reason."""
         if isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel):
             try:
@@ -113,7 +113,7 @@ class Tool:
                 raise ValueError(f"invalid arguments for tool {self.id}: {exc.errors()[:3]}") from exc
         return args
 
-    async def run(self, args: Any, context: ToolContext) -> Any:
+    async def run(self, args: object, context: ToolContext) -> Any:
         """Validate ``args``, execute, and return a JSON-ready result."""
         parsed = self.parse(args)
         out = await (call_user(self.execute, parsed, context) if self._takes_context
@@ -121,7 +121,7 @@ class Tool:
         return to_jsonable(out)
 
 
-def to_jsonable(value: Any) -> Any:
+def to_jsonable(value: object) -> Any:
     """Pydantic models and dataclass-likes to plain JSON values (Mastra's ``ensureSerializable``)."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json")
@@ -168,7 +168,7 @@ class ToolHooks:
     after_tool_call: HookFn | None = None
 
     @classmethod
-    def of(cls, hooks: Any) -> ToolHooks:
+    def of(cls, hooks: object) -> ToolHooks:
         """Accept a ``ToolHooks``, a dict (snake or camel keys) or ``None``."""
         if hooks is None:
             return cls()

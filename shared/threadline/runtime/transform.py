@@ -71,7 +71,7 @@ def _targets(targets: Any, where: str) -> frozenset[str]:
     return found
 
 
-def transform_policy(policy: Any, *, where: str) -> TransformPolicy | None:
+def transform_policy(policy: object, *, where: str) -> TransformPolicy | None:
     """An agent's ``transform`` option as a :class:`TransformPolicy` (``None``: none).
 
     Raises:
@@ -89,7 +89,7 @@ def transform_policy(policy: Any, *, where: str) -> TransformPolicy | None:
     return TransformPolicy(fn, _targets(policy.get("targets"), where))
 
 
-def check_tool_transform(rule: Any, tool_id: str) -> dict[str, dict[str, Callable[..., Any]]] | None:
+def check_tool_transform(rule: object, tool_id: str) -> dict[str, dict[str, Callable[..., Any]]] | None:
     """A tool's ``transform`` as ``{target: {phase key: function}}``.
 
     Raises:
@@ -114,13 +114,13 @@ def check_tool_transform(rule: Any, tool_id: str) -> dict[str, dict[str, Callabl
     return out
 
 
-def covers(target: str, tool_rule: Mapping[str, Any] | None, policy: TransformPolicy | None) -> bool:
+def covers(target: str, tool_rule: Mapping[str, object] | None, policy: TransformPolicy | None) -> bool:
     """Whether any rule transforms ``target`` payloads of this tool."""
     return bool(tool_rule and target in tool_rule) or bool(policy and target in policy.targets)
 
 
 async def transformed(ctx: TransformContext, tool_rule: Mapping[str, Any] | None,
-                      policy: TransformPolicy | None, raw: Any) -> Any:
+                      policy: TransformPolicy | None, raw: object) -> Any:
     """The payload ``ctx.target`` shows for ``ctx.phase`` (``raw`` when no rule covers it;
     :data:`SUPPRESS` for an input delta a rule covers without an ``input_delta`` function)."""
     fn: Callable[..., Any] | None = None
@@ -176,7 +176,7 @@ async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, Any], poli
     return {**chunk, "payload": new_payload}
 
 
-async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, Any],
+async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, object],
                              policy: TransformPolicy | None) -> list[tuple[Mapping[str, Any], str]]:
     """The message list's entries as stored (the user-visible transcript): ``args``, ``result``
     and ``errorText`` of tool invocations transformed in copies; the list itself is untouched."""

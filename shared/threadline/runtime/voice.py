@@ -36,7 +36,7 @@ class Voice:
         return asdict(self)
 
 
-def voice_config(value: Any, *, where: str) -> Voice | None:
+def voice_config(value: object, *, where: str) -> Voice | None:
     """An agent's ``voice`` option as a :class:`Voice` (``None``: no voice).
 
     Raises:

@@ -53,7 +53,7 @@ class WorkflowStepError(RuntimeError):
     the workflow ends as a tool error naming the step (the agent continues)."""
 
 
-def _check_schema(schema: Any, where: str) -> Schema:
+def _check_schema(schema: object, where: str) -> Schema:
     if schema is None or (isinstance(schema, type) and issubclass(schema, BaseModel)):
         return schema
     if isinstance(schema, dict):
@@ -67,7 +67,7 @@ def _check_schema(schema: Any, where: str) -> Schema:
     raise ConfigurationError(f"{where}: a schema must be a pydantic model class or a JSON Schema dict")
 
 
-def validate(schema: Schema, value: Any, what: str) -> Any:
+def validate(schema: Schema, value: object, what: str) -> Any:
     """``value`` checked against ``schema``: a pydantic model instance for a model class, the
     value itself for a JSON Schema or ``None``. Raises ``ValueError`` naming ``what``."""
     if schema is None:
@@ -118,7 +118,7 @@ class Step:
         self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
 
 
-def create_step(*, id: str, execute: Callable[..., Any], input_schema: Schema = None,
+def create_step(*, id: str, execute: Callable[..., object], input_schema: Schema = None,
                 output_schema: Schema = None, description: str = "") -> Step:
     """Mastra's ``createStep``."""
     return Step(id=id, execute=execute, input_schema=input_schema, output_schema=output_schema,
@@ -238,7 +238,7 @@ class Journal(Protocol):
         """Record ``path`` as running (under this attempt). Raises :class:`WorkflowFencedError` when
         this worker no longer owns the step, :class:`JournalUnavailableError` when unreachable."""
 
-    async def end(self, path: str, status: str, output: Any, error: str | None) -> None:
+    async def end(self, path: str, status: str, output: object, error: str | None) -> None:
         """Record ``path``'s end (``success`` / ``failed``). Raises as :meth:`start`."""
 
 
@@ -256,7 +256,7 @@ class MemoryJournal:
         self.started.append(path)
         self.entries[path] = Entry("running")
 
-    async def end(self, path: str, status: str, output: Any, error: str | None) -> None:
+    async def end(self, path: str, status: str, output: object, error: str | None) -> None:
         self.entries[path] = Entry(status, output, error)
 
 
@@ -303,12 +303,12 @@ class _Execution:
     init_data: Any
     results: dict[str, Any] = field(default_factory=dict)
 
-    async def chunk(self, kind: str, **data: Any) -> None:
+    async def chunk(self, kind: str, **data: object) -> None:
         await self.ctx.writer.custom({"type": f"data-workflow-{kind}", "transient": True,
                                       "data": {"workflowId": self.workflow.id, "toolCallId": self.ctx.tool_call_id,
                                                **data}})
 
-    async def step(self, index: int, step: Step, value: Any) -> Any:
+    async def step(self, index: int, step: Step, value: object) -> Any:
         """Run (or replay) one step; return its output. Raises :class:`WorkflowStepError`."""
         path = step_path(index, step.id)
         done = self.recorded.get(path)
@@ -345,7 +345,7 @@ class _Execution:
         self.results[step.id] = output
         return output
 
-    async def choose(self, index: int, node: Node, value: Any) -> list[Step]:
+    async def choose(self, index: int, node: Node, value: object) -> list[Step]:
         """A branch's chosen steps: recorded ones, else the conditions evaluated and recorded."""
         path = f"{index}/:branch"
         done = self.recorded.get(path)
@@ -365,7 +365,7 @@ class _Execution:
         return chosen
 
 
-async def run_workflow(workflow: Workflow, value: Any, ctx: ToolContext, journal: Journal) -> Any:
+async def run_workflow(workflow: Workflow, value: object, ctx: ToolContext, journal: Journal) -> Any:
     """Run ``workflow`` on ``value`` (its input) for the tool call ``ctx``, recording every step in
     ``journal`` and replaying what it recorded; return the output (checked against
     ``output_schema``, JSON-ready).
@@ -423,7 +423,7 @@ def workflow_tool(key: str, workflow: Workflow) -> Tool:
     if not workflow.committed:
         raise ConfigurationError(f"workflow {workflow.id}: call .commit() before giving it to an agent")
 
-    async def execute(input: Any, context: ToolContext) -> Any:
+    async def execute(input: object, context: ToolContext) -> Any:
         factory = getattr(context, "journal", None)
         journal = factory(context.tool_call_id) if factory is not None else MemoryJournal()
         return await run_workflow(workflow, input, context, journal)
@@ -449,7 +449,7 @@ def workflow_tools(workflows: Mapping[str, Workflow] | None, where: str) -> dict
     return out
 
 
-def journal_factory(store: Any, run: Any, attempt: int) -> JournalFactory | None:
+def journal_factory(store: object, run: object, attempt: int) -> JournalFactory | None:
     """The step store's journal for ``run``'s step under ``attempt`` (``None`` for a store that
     records no workflows: they then run unrecorded)."""
     make: Any = getattr(store, "workflow_journal", None)

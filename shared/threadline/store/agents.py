@@ -4,7 +4,7 @@ the rows ingress publishes and the overrides the editor stores. Reads for client
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import asyncpg
@@ -32,13 +32,13 @@ async def stored_overrides(conn: asyncpg.Connection, agent_ids: list[str]) -> di
         agent_ids)}
 
 
-async def replace_overrides(conn: asyncpg.Connection, agent_id: str, overrides: dict[str, Any]) -> None:
+async def replace_overrides(conn: asyncpg.Connection, agent_id: str, overrides: Mapping[str, object]) -> None:
     """Replace the agent's stored overrides, keeping who stored them."""
     await conn.execute("UPDATE agent_overrides SET overrides = $2::text::jsonb, updated_at = now() "
                        "WHERE agent_id = $1", agent_id, orjson.dumps(overrides).decode())
 
 
-async def write_overrides(conn: asyncpg.Connection, agent_id: str, overrides: dict[str, Any], *,
+async def write_overrides(conn: asyncpg.Connection, agent_id: str, overrides: Mapping[str, object], *,
                           by: str) -> None:
     """Store an agent's editor overrides (already stripped), replacing what was stored."""
     await conn.execute(

@@ -4,8 +4,8 @@ thread and create-and-lock the thread's lease row, as one round trip instead of 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
@@ -53,7 +53,7 @@ class Arrival:
 
 
 async def arrive(conn: asyncpg.Connection, event_id: str, resource_id: str, thread_id: str, *,
-                 thread: dict[str, Any] | None = None, open_thread: bool = True) -> Arrival:
+                 thread: Mapping[str, object] | None = None, open_thread: bool = True) -> Arrival:
     """In the caller's transaction: claim ``event_id`` for ingress, and, when claimed and
     ``open_thread`` (the caller found nothing to refuse), create the thread row if missing (its
     ``title`` / ``metadata`` from ``thread`` set or merged; a thread of another resource is left

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import asyncpg
 import orjson
@@ -160,16 +159,16 @@ class Database:
         async with self.connection() as conn, conn.transaction():
             yield conn
 
-    async def fetch(self, query: str, *args: Any) -> list[asyncpg.Record]:
+    async def fetch(self, query: str, *args: object) -> list[asyncpg.Record]:
         async with self.connection() as conn:
             rows: list[asyncpg.Record] = await conn.fetch(query, *args)
             return rows
 
-    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None:
+    async def fetchrow(self, query: str, *args: object) -> asyncpg.Record | None:
         async with self.connection() as conn:
             return await conn.fetchrow(query, *args)
 
-    async def execute(self, query: str, *args: Any) -> str:
+    async def execute(self, query: str, *args: object) -> str:
         async with self.connection() as conn:
             status: str = await conn.execute(query, *args)
             return status

@@ -40,7 +40,7 @@ class ModelLimit:
     """Tokens per minute (prompt estimate before the call, output tokens after it)."""
 
 
-def parse_limits(raw: Mapping[str, Any] | None) -> dict[str, ModelLimit]:
+def parse_limits(raw: Mapping[str, object] | None) -> dict[str, ModelLimit]:
     """``{"openai/gpt-5": {"rpm": 500, "tpm": 200000}}`` → :class:`ModelLimit` per model.
 
     Raises:

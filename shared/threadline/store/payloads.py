@@ -10,7 +10,7 @@ replayed from offset 0 for as long as the topic keeps it).
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
 
@@ -24,7 +24,7 @@ __all__ = ["PayloadStore"]
 class RowSource(Protocol):
     """A pool that runs one query and returns its first row (``store.db.Database``)."""
 
-    async def fetchrow(self, query: str, *args: Any) -> asyncpg.Record | None: ...
+    async def fetchrow(self, query: str, *args: object) -> asyncpg.Record | None: ...
 
 
 class PayloadStore:

@@ -22,7 +22,7 @@ Conn: TypeAlias = Database | asyncpg.Connection
 """A pool or one connection: anything with asyncpg's ``fetch`` and ``fetchrow``."""
 
 
-def _json(text: str | None) -> Any:
+def _json(text: str | None) -> object:
     return None if text is None else orjson.loads(text)
 
 

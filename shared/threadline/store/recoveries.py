@@ -6,6 +6,7 @@ to do with a claimed run is decided in :mod:`threadline.orchestration.recovery` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import asyncpg
@@ -88,7 +89,7 @@ async def applied_by_orchestrator(conn: asyncpg.Connection, event_id: str | None
                                     "AND event_id = $1", event_id))
 
 
-async def fail_run(conn: asyncpg.Connection, run_id: str, error: dict[str, Any]) -> None:
+async def fail_run(conn: asyncpg.Connection, run_id: str, error: Mapping[str, object]) -> None:
     """End the run ``failed`` (``finish_reason`` ``error``) with ``error``."""
     await conn.execute("UPDATE runs SET status = 'failed', finish_reason = 'error', error = $2, "
                        "finished_at = now(), updated_at = now() WHERE run_id = $1", run_id, error)

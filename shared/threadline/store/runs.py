@@ -37,7 +37,7 @@ statement give their values."""
 
 
 async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, resource_id: str,
-                     thread_id: str, epoch: int, options: Mapping[str, Any], kind: str,
+                     thread_id: str, epoch: int, options: Mapping[str, object], kind: str,
                      request_id: str | None, reply_to: str | None, start_announced: bool = True) -> None:
     """Insert a ``running`` run row holding lease ``epoch``; ``start_announced=False`` for a run
     whose step 0 the caller schedules itself (the orchestrator announces its start later)."""
@@ -47,9 +47,9 @@ async def create_run(conn: asyncpg.Connection, *, run_id: str, agent_id: str, re
         start_announced)
 
 
-async def insert_signal(conn: asyncpg.Connection, signal: dict[str, Any], *, thread_id: str, resource_id: str,
+async def insert_signal(conn: asyncpg.Connection, signal: Mapping[str, object], *, thread_id: str, resource_id: str,
                         agent_id: str, request_id: str, mode: str, status: str, run_id: str | None,
-                        options: Mapping[str, Any]) -> None:
+                        options: Mapping[str, object]) -> None:
     """Store ``signal`` (its payload) for the thread: ``mode`` is how it was routed (``wake``,
     ``deliver``, ``queue``, ``persist``, ``discard``), ``status`` ``pending`` / ``persisted`` /
     ``discarded``, ``options`` the run options plus ``reply_to`` and ``kind`` of its request."""

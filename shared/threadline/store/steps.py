@@ -36,7 +36,7 @@ _BEGIN = ("SELECT b.*, CASE WHEN b.outcome = 'claimed' AND b.step = 0 THEN coale
 
 
 async def begin_step(conn: asyncpg.Connection, run_id: str, *, step: int, epoch: int, owner: str, lease_ttl_s: float,
-                     takeover_from: Any = None, history_limit: int = 200) -> asyncpg.Record:
+                     takeover_from: object = None, history_limit: int = 200) -> asyncpg.Record:
     """Claim the run's current step and load what it reads, in one statement (one round trip,
     migration 0027's ``threadline_begin_step``).
 
@@ -301,7 +301,7 @@ async def tool_results(conn: asyncpg.Connection, run_id: str,
     return {r["tool_call_id"]: (r["result"], r["error"]) for r in rows}
 
 
-async def save_tool_result(conn: asyncpg.Connection, run_id: str, call_id: str, tool_name: str, result: Any,
+async def save_tool_result(conn: asyncpg.Connection, run_id: str, call_id: str, tool_name: str, result: object,
                            error: str | None) -> None:
     """Record what a tool call returned (the first record wins)."""
     await conn.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "

@@ -96,7 +96,7 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
 
 
 async def child_ended(conn: asyncpg.Connection, child: asyncpg.Record, status: str, text: str | None,
-                      error: Any, topics: Topics, lease_ttl_s: float) -> list[int]:
+                      error: object, topics: Topics, lease_ttl_s: float) -> list[int]:
     """A run with a parent ended (``status``): store its outcome as the parent's tool result (the
     first record wins: once), mark the call done, and schedule the parent's next step when no
     call of its step is outstanding. Returns the outbox ids."""

@@ -64,7 +64,7 @@ class NewRun:
 
 
 async def store_wake(conn: asyncpg.Connection, lease: Lease, run: NewRun, *, lease_ttl_s: float,
-                     signal: dict[str, Any], signal_options: Mapping[str, Any], reply: Event,
+                     signal: Mapping[str, object], signal_options: Mapping[str, object], reply: Event,
                      records: Sequence[tuple[str, Event, str | None]]) -> list[Queued]:
     """In the caller's transaction, with ``lease`` locked by it (:func:`threadline.store.leases.lock_thread`):
     give the lease to ``run`` at :attr:`~threadline.store.leases.Lease.next_epoch`, insert the run (``running`` at that

@@ -43,7 +43,7 @@ async def start_step(conn: asyncpg.Connection, run_id: str, tool_call_id: str, p
 
 
 async def end_step(conn: asyncpg.Connection, run_id: str, tool_call_id: str, path: str, *, owner: str,
-                   attempt: int, status: str, output: Any, error: str | None) -> bool:
+                   attempt: int, status: str, output: object, error: str | None) -> bool:
     """Record ``path``'s end; False when the step is not owned (or the path already ended)."""
     return await conn.fetchval(_END, run_id, tool_call_id, path, owner, attempt, status, output,
                                error) is not None

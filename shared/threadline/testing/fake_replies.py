@@ -13,6 +13,7 @@ import re
 import secrets
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,7 +45,7 @@ _WORDS = re.compile(r"\s*\S+")
 _DONE = "data: [DONE]\n\n"
 
 
-def _dumps(obj: Any) -> str:
+def _dumps(obj: object) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
@@ -60,7 +61,7 @@ class _QuietInjected(logging.Filter):
         return not isinstance(exc, InjectedDisconnect)
 
 
-def validate_script(script: Any) -> dict[str, Any]:
+def validate_script(script: object) -> dict[str, Any]:
     """Check one script's field names and types; return it, or raise ValueError saying why."""
     if not isinstance(script, dict):
         raise ValueError("each script must be a JSON object")
@@ -152,7 +153,7 @@ class _Reply:
     reasoning: list[str]
 
 
-def _content_text(content: Any) -> str:
+def _content_text(content: object) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
@@ -246,7 +247,7 @@ def _error_body(status: int, error: dict[str, Any] | None) -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
-def _error_event(script: dict[str, Any]) -> str:
+def _error_event(script: Mapping[str, object]) -> str:
     body = script.get("error_event") or {"error": script.get("error") or _SERVER_ERROR}
     return "data: " + json.dumps(body) + "\n\n"
 
@@ -270,7 +271,7 @@ async def json_object(request: Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def rate_limited(store: ScriptStore, model: str | None, request: Request, body: dict[str, Any]) -> Response | None:
+def rate_limited(store: ScriptStore, model: str | None, request: Request, body: Mapping[str, object]) -> Response | None:
     """A 429 (``Retry-After: 1``, journaled with ``limited: true``) when ``model`` is over its
     requests/s limit (``POST /_fake/limit``), else ``None``."""
     if not store.over_limit(model):

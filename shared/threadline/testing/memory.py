@@ -12,11 +12,11 @@ docs/testing.md has the whole example.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any, cast
 
 from threadline.errors import StaleWriterError
-from threadline.events.chunk_types import Emitted
+from threadline.events.chunk_types import Emitted, ToolCallPayload, Usage
 from threadline.ids import new_id
 from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.step.ports import RunState, Signal, StepRecord, StepRun
@@ -108,7 +108,7 @@ class MemoryStepStore:
         self.asked: list[str] = []
         """The reads and checks the loop made (``tool_results``, ``still_owner``, ``more_pending``), in order."""
 
-    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Any:
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: object = None) -> Any:
         """Not served: the step loop never claims (the worker does); build a :func:`step_run`."""
         raise NotImplementedError("MemoryStepStore does not claim steps: pass a StepRun to StepLoop.run")
 
@@ -138,7 +138,7 @@ class MemoryStepStore:
         self.asked.append("tool_results")
         return {k: v for k, v in self.tools.items() if k in call_ids}
 
-    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
+    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: object,
                                error: str | None) -> None:
         """Keep the result in :attr:`tools`."""
         self.tools[call_id] = (result, error)
@@ -167,7 +167,7 @@ class ScriptedModel:
             :meth:`assert_all_used` when responses were left unused.
     """
 
-    def __init__(self, *responses: Script, usage: dict[str, Any] | None = None) -> None:
+    def __init__(self, *responses: Script, usage: Mapping[str, object] | None = None) -> None:
         self._script = list(responses)
         self.usage = usage if usage is not None else {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
         self.calls: list[dict[str, Any]] = []
@@ -187,7 +187,7 @@ class ScriptedModel:
         """Fail when a scripted response was never asked for."""
         assert not self._script, f"ScriptedModel: {len(self._script)} scripted response(s) never used"
 
-    def __call__(self, *, outcome: ModelOutcome, **call: Any) -> AsyncIterator[dict[str, Any]]:
+    def __call__(self, *, outcome: ModelOutcome, **call: object) -> AsyncIterator[dict[str, Any]]:
         self.calls.append(call)
         if not self._script:
             raise AssertionError(f"ScriptedModel: call {len(self.calls)} has no scripted response "
@@ -201,10 +201,10 @@ class ScriptedModel:
             if chunk["type"] == "text-delta":
                 outcome.add_text(chunk["payload"]["text"])
             elif chunk["type"] == "tool-call":
-                outcome.tool_calls.append(dict(chunk["payload"]))
+                outcome.tool_calls.append(cast(ToolCallPayload, dict(chunk["payload"])))  # scripted payload
             yield dict(chunk)
         outcome.finish_reason = "tool-calls" if outcome.tool_calls else "stop"
-        outcome.usage = dict(self.usage)
+        outcome.usage = cast(Usage, dict(self.usage))  # the double's usage, as given
 
 
 def text_delta(text: str) -> dict[str, Any]:
@@ -212,7 +212,7 @@ def text_delta(text: str) -> dict[str, Any]:
     return {"type": "text-delta", "payload": {"text": text}}
 
 
-def tool_call(name: str, args: dict[str, Any], call_id: str | None = None) -> dict[str, Any]:
+def tool_call(name: str, args: Mapping[str, object], call_id: str | None = None) -> dict[str, Any]:
     """A ``tool-call`` chunk (``call_id``: a new id when omitted)."""
     return {"type": "tool-call", "payload": {"toolCallId": call_id or new_id("call"), "toolName": name, "args": args}}
 

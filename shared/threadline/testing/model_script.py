@@ -56,7 +56,7 @@ class Script(TypedDict, total=False):
     model: str
 
 
-def text(content: str, **fields: Any) -> Script:
+def text(content: str, **fields: object) -> Script:
     """A text reply, streamed in word chunks."""
     return {"text": content, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
@@ -70,13 +70,13 @@ def tool_call(name: str, arguments: str | dict[str, Any] | None = None, *, id: s
     return call
 
 
-def tool_calls(*calls: ToolCall, **fields: Any) -> Script:
+def tool_calls(*calls: ToolCall, **fields: object) -> Script:
     """A reply made of (parallel) tool calls; finish_reason defaults to "tool_calls"."""
     return {"tool_calls": list(calls), **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
 def error(status: int, message: str | None = None, *, type: str | None = None, code: str | int | None = None,
-          retry_after: float | None = None, **fields: Any) -> Script:
+          retry_after: float | None = None, **fields: object) -> Script:
     """An HTTP error response; `retry_after` (seconds) sets the Retry-After header."""
     script: Script = {"status": status, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
     if message is not None:
@@ -91,18 +91,18 @@ def context_overflow(**fields: Any) -> Script:
     return error(400, CONTEXT_OVERFLOW_MESSAGE, code="context_length_exceeded", **fields)
 
 
-def rate_limit(retry_after: float = 1, **fields: Any) -> Script:
+def rate_limit(retry_after: float = 1, **fields: object) -> Script:
     """A 429 with Retry-After (seconds); litellm raises RateLimitError."""
     return error(429, "Rate limit reached. Please try again later.", type="requests",
                  code="rate_limit_exceeded", retry_after=retry_after, **fields)
 
 
-def mid_stream(fail: str = "disconnect", after: int = 2, **fields: Any) -> Script:
+def mid_stream(fail: str = "disconnect", after: int = 2, **fields: object) -> Script:
     """A 200 stream that fails (`fail`) after `after` SSE events; litellm raises MidStreamFallbackError."""
     return {"fail": fail, "fail_after": after, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
-def in_band_error(code: int = 500, message: str | None = None, after: int = 2, **fields: Any) -> Script:
+def in_band_error(code: int = 500, message: str | None = None, after: int = 2, **fields: object) -> Script:
     """A 200 stream that sends `data: {"error": {...}}` after `after` events.
 
     litellm takes the status from the message wording, not from `code`: a 429 becomes
@@ -127,7 +127,7 @@ class ModelScript:
         return {"scripts": [scripts] if isinstance(scripts, dict) else list(scripts), "model": model}
 
     @staticmethod
-    def _check(response: httpx.Response) -> Any:
+    def _check(response: httpx.Response) -> object:
         if response.status_code >= 400:
             raise ValueError(f"fake model server: {response.status_code} {response.text}")
         return response.json()

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -29,14 +29,14 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: 
                 404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
 
 
-def _error(status: int, error: dict[str, Any] | None) -> dict[str, Any]:
+def _error(status: int, error: Mapping[str, object] | None) -> dict[str, Any]:
     error = dict(error or {})
     message = error.get("message") or base._DEFAULT_ERRORS.get(status, (f"Error {status}.",))[0]
     kind = error.get("type") or _ERROR_TYPES.get(status, "api_error")
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-def _event(name: str, data: dict[str, Any]) -> str:
+def _event(name: str, data: Mapping[str, object]) -> str:
     return f"event: {name}\ndata: {base._dumps({'type': name, **data})}\n\n"
 
 

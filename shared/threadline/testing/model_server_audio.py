@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import struct
 import time
+from collections.abc import Mapping
 from email.parser import BytesParser
 from email.policy import default as default_policy
 from typing import Any
@@ -66,7 +67,7 @@ def _form(content_type: str, body: bytes) -> dict[str, tuple[str | None, bytes]]
     return out
 
 
-def _journal(request: Request, model: str | None, script: dict[str, Any] | None, body: dict[str, Any]) -> None:
+def _journal(request: Request, model: str | None, script: Mapping[str, object] | None, body: Mapping[str, object]) -> None:
     request.app.state.store.journal.append({"model": model, "path": request.url.path, "stream": False,
                                             "scripted": script is not None, "headers": {}, "body": body,
                                             "time": time.time()})

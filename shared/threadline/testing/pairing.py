@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from starlette.requests import Request
@@ -28,14 +29,14 @@ PAIRING_MESSAGE = ("An assistant message with 'tool_calls' must be followed by t
 """The provider's wording for a broken pairing (the start of OpenAI's 400 message)."""
 
 
-def _call_ids(message: dict[str, Any]) -> list[str]:
+def _call_ids(message: Mapping[str, object]) -> list[str]:
     calls = message.get("tool_calls")
     if not isinstance(calls, list):
         return []
     return [str(c.get("id")) for c in calls if isinstance(c, dict)]
 
 
-def openai_pairing_error(messages: Any) -> str | None:
+def openai_pairing_error(messages: object) -> str | None:
     """Why an OpenAI ``messages`` list breaks tool-call pairing, or ``None`` when it does not.
 
     ``messages``: the request's ``messages`` (anything else, or non-dict items, are ignored).
@@ -71,14 +72,14 @@ def openai_pairing_error(messages: Any) -> str | None:
     return None
 
 
-def _blocks(message: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+def _blocks(message: Mapping[str, object], kind: str) -> list[dict[str, Any]]:
     content = message.get("content")
     if not isinstance(content, list):
         return []
     return [b for b in content if isinstance(b, dict) and b.get("type") == kind]
 
 
-def anthropic_pairing_error(messages: Any) -> str | None:
+def anthropic_pairing_error(messages: object) -> str | None:
     """Why an Anthropic ``messages`` list breaks ``tool_use`` / ``tool_result`` pairing, or ``None``.
 
     Returns a sentence starting with :data:`PAIRING_MESSAGE` that names the ids and message indexes.
@@ -105,7 +106,7 @@ def anthropic_pairing_error(messages: Any) -> str | None:
     return None
 
 
-def refuse(request: Request, body: dict[str, Any], model: str | None, reason: str) -> None:
+def refuse(request: Request, body: Mapping[str, object], model: str | None, reason: str) -> None:
     """Count a refused request and journal it (``scripted: false``, ``pairing_error: reason``); the
     dialect then answers 400 in its own error shape."""
     request.app.state.pairing.record(request.url.path, model, reason)

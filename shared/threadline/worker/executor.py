@@ -187,7 +187,7 @@ class StepExecutor:
             # the task is done once its results were acknowledged or left to the relay (decision 37)
             await self._store.settle(task.run_id)
 
-    async def _claim(self, task: StepTask, topic: str, *, takeover_from: Any) -> Begun:
+    async def _claim(self, task: StepTask, topic: str, *, takeover_from: object) -> Begun:
         """Take the thread's chunk topic (its registry row, then the broker: a brand-new thread's
         topic costs a statement and two Kafka requests) and claim the step, side by side
         (decision 101); the step's first chunk waits for both.

@@ -75,5 +75,5 @@ class PgJournal:
     async def start(self, path: str) -> None:
         await self._write("start", start_step, path)
 
-    async def end(self, path: str, status: str, output: Any, error: str | None) -> None:
+    async def end(self, path: str, status: str, output: object, error: str | None) -> None:
         await self._write("end", end_step, path, status=status, output=output, error=error)

@@ -215,7 +215,7 @@ class PgStepStore:
         async with self._slots, self._db.connection(patient=True) as conn:
             yield conn
 
-    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None,
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: object = None,
                     thread_id: str = "") -> Begun:
         """See :meth:`threadline.runtime.step.ports.StepStore.begin`: one statement, one round trip
         (:func:`threadline.store.steps.begin_step`). ``thread_id`` (the step task's) only
@@ -399,7 +399,7 @@ class PgStepStore:
         async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
 
-    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
+    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: object,
                                error: str | None) -> None:
         """See :meth:`threadline.runtime.step.ports.StepStore.save_tool_result`. The tool's side effect
         has happened: a transient fault (PostgreSQL restarting) is retried with backoff for up

@@ -112,7 +112,7 @@ def _install_open_cost_bypass() -> bool:
         return original is not None
 
     @functools.wraps(original)
-    def response_cost_calculator(self: Any, result: Any = None, *args: Any, **kwargs: Any) -> Any:
+    def response_cost_calculator(self: object, result: object = None, *args: object, **kwargs: object) -> Any:
         if _SKIP_OPEN_COST.get() and isinstance(result, CustomStreamWrapper):
             return None
         return original(self, result, *args, **kwargs)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -177,10 +177,10 @@ def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[s
 
 
 async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                       tool_choice: Any, model_settings: dict[str, Any] | None,
-                       provider_options: dict[str, Any] | None, api_base: str | None,
+                       tool_choice: object, model_settings: Mapping[str, object] | None,
+                       provider_options: Mapping[str, object] | None, api_base: str | None,
                        timeout_s: float, outcome: ModelOutcome,
-                       response_format: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+                       response_format: Mapping[str, object] | None = None) -> AsyncIterator[dict[str, Any]]:
     """Call the model and yield Mastra chunks (``{type, payload}``); fill ``outcome``.
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
@@ -230,8 +230,9 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 
 
 def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
-                   api_base: str | None, timeout_s: float, response_format: dict[str, Any] | None) -> dict[str, Any]:
+                   tool_choice: object, model_settings: Mapping[str, object] | None,
+                   provider_options: Mapping[str, object] | None, api_base: str | None, timeout_s: float,
+                   response_format: Mapping[str, object] | None) -> dict[str, Any]:
     """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
     prompt (provider options on its messages), tools, settings under litellm's names, structured
     output and the provider's request options (which never reroute the call or replace the prompt)."""
@@ -309,7 +310,7 @@ _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "ap
 _SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
 
 
-def _tool_choice(choice: Any) -> Any:
+def _tool_choice(choice: object) -> object:
     if isinstance(choice, dict) and choice.get("type") == "tool":
         return {"type": "function", "function": {"name": choice.get("toolName") or choice.get("tool_name")}}
     return choice

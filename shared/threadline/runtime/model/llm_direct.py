@@ -30,6 +30,7 @@ import functools
 import os
 import ssl
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,7 +100,7 @@ def prepare(kwargs: dict[str, Any]) -> Request | None:
                    timeout_s=float(kwargs.get("timeout") or 600.0), name=name)
 
 
-def _eligible(kwargs: dict[str, Any]) -> bool:
+def _eligible(kwargs: Mapping[str, object]) -> bool:
     """The path is on, the call streams, no litellm callback is set, every argument is one this
     path maps, no retries are asked of litellm and no openai client setting comes from litellm's
     globals or the environment."""

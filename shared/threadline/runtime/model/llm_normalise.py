@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from threadline.errors import ModelCallError
+from threadline.runtime.model.model_outcome import Usage
 from threadline.text import clean_json, clean_text, loads_clean
 
 FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
@@ -54,7 +55,7 @@ def interrupted(cause: BaseException) -> ModelCallError:
     return err
 
 
-def _get(obj: Any, key: str) -> Any:
+def _get(obj: Any, key: str) -> object:
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 
@@ -75,7 +76,7 @@ def count(value: Any) -> int | None:
     return None
 
 
-def usage(raw: Any) -> dict[str, int]:
+def usage(raw: Any) -> Usage:
     """Mastra's usage from a provider usage report (a dict or an object): ``inputTokens``,
     ``outputTokens``, ``totalTokens`` (their sum when not reported), and ``cachedInputTokens`` /
     ``reasoningTokens`` when reported and non-zero. All integers."""
@@ -85,7 +86,7 @@ def usage(raw: Any) -> dict[str, int]:
     if out is None:
         out = count(_get(raw, "output_tokens"))
     total = count(_get(raw, "total_tokens"))
-    result = {"inputTokens": inp or 0, "outputTokens": out or 0,
+    result: Usage = {"inputTokens": inp or 0, "outputTokens": out or 0,
               "totalTokens": total if total is not None else (inp or 0) + (out or 0)}
     cached = count(_get(_get(raw, "prompt_tokens_details"), "cached_tokens"))
     if cached is None:

@@ -30,7 +30,7 @@ import asyncio
 import importlib
 import json
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import anyio
@@ -75,7 +75,7 @@ def register_noop_callback() -> None:
         litellm.callbacks.append(NoopCallback())
 
 
-def reader(response: Any) -> str:
+def reader(response: object) -> str:
     """Which path reads ``response`` (what ``litellm.acompletion(stream=True)`` returned):
     ``"raw"``, ``"sdk"`` or ``"wrapper"`` (module docstring)."""
     stream = getattr(response, "completion_stream", None)
@@ -189,7 +189,7 @@ class _SSEDecoder:
         return payload, (event.decode() if event.startswith(b"thread.") else None)
 
 
-def _event_json(payload: bytes, thread_event: str | None, response: Any) -> Any:
+def _event_json(payload: bytes, thread_event: str | None, response: Any) -> object:
     """An event's JSON (an Assistants event wrapped as the SDK yields it); an in-band error
     event raises ``openai.APIError``."""
     obj = _loads(payload)
@@ -213,7 +213,7 @@ async def _drain(chunks: AsyncIterator[bytes]) -> None:
         pass
 
 
-def _loads(payload: bytes) -> Any:
+def _loads(payload: bytes) -> object:
     try:
         return orjson.loads(payload)
     except orjson.JSONDecodeError:  # what orjson rejects and json takes (NaN, integers over 64 bits)
@@ -272,7 +272,7 @@ async def wrapper_chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
         yield as_dict(chunk)
 
 
-def as_dict(chunk: Any) -> dict[str, Any]:
+def as_dict(chunk: object) -> dict[str, Any]:
     """A chunk object (the SDK's ``ChatCompletionChunk`` or litellm's ``ModelResponseStream``)
     as the dict of the fields ``stream_model`` reads; ``usage`` stays the object it was."""
     choices = []
@@ -318,7 +318,7 @@ def watch_raw(response: Any) -> dict[str, Any]:
     return seen
 
 
-def clean_eof_refused(exc: BaseException, watch: dict[str, Any]) -> bool:
+def clean_eof_refused(exc: BaseException, watch: Mapping[str, object]) -> bool:
     """Is ``exc`` litellm's wrapper refusing a raw stream that ended cleanly, after events,
     without a finish reason ("Stream ended before a finish_reason was received")?"""
     if not watch.get("clean_end") or not watch.get("events"):

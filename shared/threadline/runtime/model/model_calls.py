@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -65,7 +65,7 @@ class RetryPolicy:
         return min(base * (0.5 + 0.5 * r.random()), self.max_wait_s)
 
 
-def fallback_list(model: Any, default: str, request_context: dict[str, Any] | None = None) -> list[ModelChoice]:
+def fallback_list(model: object, default: str, request_context: Mapping[str, object] | None = None) -> list[ModelChoice]:
     """The agent's ``model`` as a fallback list.
 
     ``model`` is a string, a function ``(request_context) -> str``, ``None`` (``default``), or a
@@ -83,7 +83,7 @@ def fallback_list(model: Any, default: str, request_context: dict[str, Any] | No
     return out or [ModelChoice(default)]
 
 
-def _entries(model: Any) -> list[tuple[Any, int | None]]:
+def _entries(model: object) -> list[tuple[Any, int | None]]:
     """``(model or function, max_retries)`` per entry of ``model``.
 
     Raises:
@@ -106,7 +106,7 @@ def _entries(model: Any) -> list[tuple[Any, int | None]]:
     return out
 
 
-def check_fallback_list(model: Any) -> None:
+def check_fallback_list(model: object) -> None:
     """Validate an agent's ``model`` without resolving functions (see :func:`fallback_list`).
 
     Raises:
@@ -127,7 +127,7 @@ class ModelLimiter(Protocol):
         ...
 
 
-def estimate_tokens(messages: Any) -> int:
+def estimate_tokens(messages: object) -> int:
     """A rough prompt size: 4 bytes of JSON per token."""
     try:
         return len(orjson.dumps(messages, default=str)) // 4

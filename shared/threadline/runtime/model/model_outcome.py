@@ -5,7 +5,16 @@ litellm's import (several seconds of CPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
+
+from threadline.events.chunk_types import ToolCallPayload, Usage
+
+__all__ = ["USAGE_KEYS", "ModelOutcome", "Usage", "UsageKey"]
+
+UsageKey = Literal["inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens"]
+USAGE_KEYS: tuple[UsageKey, ...] = ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens",
+                                    "reasoningTokens")
+"""The summed keys of :class:`Usage`, in order."""
 
 
 @dataclass(slots=True)
@@ -18,9 +27,9 @@ class ModelOutcome:
     per chunk copying its text so far (bench/results/HISTORY.md, "The streamed text, copied per chunk").
     """
 
-    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    tool_calls: list[ToolCallPayload] = field(default_factory=list)
     finish_reason: str = "other"
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     raw_finish_reason: str | None = None
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)

@@ -41,7 +41,7 @@ def provider_key(model: str) -> str:
     return _ALIASES.get(prefix, prefix)
 
 
-def _options_for(options: Mapping[str, Any] | None, model: str) -> dict[str, Any]:
+def _options_for(options: Mapping[str, object] | None, model: str) -> dict[str, Any]:
     if not isinstance(options, Mapping):
         return {}
     key = provider_key(model)
@@ -55,7 +55,7 @@ def _snake(name: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in name)
 
 
-def request_options(options: Mapping[str, Any] | None, model: str) -> dict[str, Any]:
+def request_options(options: Mapping[str, object] | None, model: str) -> dict[str, Any]:
     """litellm arguments for the call/step ``providerOptions`` of ``model``.
 
     Returns ``{}`` when nothing applies; never raises (a malformed entry is skipped and logged).

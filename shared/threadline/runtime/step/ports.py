@@ -18,8 +18,8 @@ from typing import Any, Literal, Protocol
 import orjson
 
 from threadline.errors import UnknownEventError
-from threadline.events.chunk_types import Emitted
-from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.events.chunk_types import Emitted, ToolCallPayload
+from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 
 STATE_VERSION = 1
 """The layout of ``runs.state`` this release writes (its ``version`` key); a newer one is refused."""
@@ -75,7 +75,7 @@ class RunState:
     """Each processor's ``state`` dict, by processor id, kept across steps."""
     steps: list[dict[str, Any]] = field(default_factory=list)
     """One summary per finished step: ``{stepNumber, text, toolCalls, toolResults, finishReason, usage}``."""
-    usage: dict[str, Any] = field(default_factory=dict)
+    usage: Usage = field(default_factory=lambda: Usage())
     """Token usage summed over the steps (``inputTokens``, ``outputTokens``, ``totalTokens``,
     ``partial`` when a step reported none)."""
     system_snapshot: list[dict[str, Any]] | None = None
@@ -83,7 +83,7 @@ class RunState:
     editor: dict[str, Any] | None = None
     """The editor overrides the run started with (read at step 0, locked fields stripped); its
     later steps, on any worker, use these and not newer ones (decision 69)."""
-    sub_agent_calls: list[dict[str, Any]] | None = None
+    sub_agent_calls: list[ToolCallPayload] | None = None
     """``{toolCallId, toolName, args}`` of the sub-agent calls the last (suspended) step waits
     for; the next step begins by putting their stored results into the invocations."""
     live: bool = False
@@ -116,7 +116,7 @@ class RunState:
         """The state whose :meth:`dump` is ``data`` (its objects, as they are)."""
         return cls(message_list=data.get("message_list"), response_message_id=data.get("response_message_id"),
                    retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
-                   steps=data.get("steps") or [], usage=data.get("usage") or {},
+                   steps=data.get("steps") or [], usage=data.get("usage") or Usage(),
                    system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
                    sub_agent_calls=data.get("sub_agent_calls"), live=live)
 
@@ -321,7 +321,7 @@ class StepRecord:
     """The next chunk ``seq`` of the run."""
     text: str | None = None
     """The final text (a run that ended)."""
-    usage: dict[str, Any] | None = None
+    usage: Usage | None = None
     """Usage summed over the run's steps (``None``: the step could not run at all)."""
     finish: dict[str, Any] | None = None
     """The run's stamped ``finish`` chunk, held back by the sink: stored with the result (in the

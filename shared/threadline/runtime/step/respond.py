@@ -9,14 +9,15 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.logging import get_logger
-from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 from threadline.runtime.step.prepare import ModelRequest, ModelSetup
 from threadline.runtime.step.state import StepState, add_usage, replay
 
@@ -31,9 +32,9 @@ class ModelResponse:
     """The answer's text (the processed ``text-delta`` chunks joined)."""
     reasoning: str
     """The reasoning text (the processed ``reasoning-delta`` chunks joined)."""
-    calls: list[dict[str, Any]]
+    calls: list[ToolCallPayload]
     """The tool calls ``{toolCallId, toolName, args}``, in order."""
-    usage: dict[str, Any] | None
+    usage: Usage | None
     """The step's token usage (``inputTokens``, ``outputTokens``…; ``None``: not reported)."""
     finish_reason: str
     """``stop``, ``tool-calls``, ``length``…"""
@@ -129,7 +130,7 @@ def _response(processed: list[AttrDict], outcome: ModelOutcome, raw: list[dict[s
         return "".join(p["payload"].get("text", "") for p in processed if p["type"] == kind)
 
     return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"),
-                         calls=[dict(p["payload"]) for p in processed if p["type"] == "tool-call"],
+                         calls=[cast(ToolCallPayload, dict(p["payload"])) for p in processed if p["type"] == "tool-call"],
                          usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh)
 
 

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
-from threadline.events.chunk_types import Emitted
+from threadline.events.chunk_types import Emitted, ToolCallPayload
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model.model_calls import ModelChoice
-from threadline.runtime.model.model_outcome import ModelOutcome
+from threadline.runtime.model.model_outcome import USAGE_KEYS, ModelOutcome, Usage
 from threadline.runtime.processor import ProcessorRunner
 from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
@@ -30,7 +30,7 @@ class StepWriter:
         self._step = step
         self._through = through_processors
 
-    async def custom(self, chunk: dict[str, Any], options: dict[str, Any] | None = None) -> None:
+    async def custom(self, chunk: Mapping[str, object], options: Mapping[str, object] | None = None) -> None:
         await self._step.custom_chunk(dict(chunk), through_processors=self._through)
 
 
@@ -55,7 +55,7 @@ class StepState:
     """Summaries of the run's finished steps (``RunState.steps``)."""
     state: RunState
     """The run's working state."""
-    usage_total: dict[str, Any] = field(default_factory=dict)
+    usage_total: Usage = field(default_factory=lambda: Usage())
     """Usage summed over the run (``RunState.usage``)."""
     echoes: list[Emitted] = field(default_factory=list)
     """Echo chunks of the drained signals (emitted once the input processors passed)."""
@@ -141,11 +141,11 @@ def final_text(step: StepState) -> str:
     return ""
 
 
-def add_usage(total: dict[str, Any], usage: dict[str, Any] | None) -> None:
+def add_usage(total: Usage, usage: Usage | None) -> None:
     if usage is None:
         total["partial"] = True
         return
-    for key in ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens"):
+    for key in USAGE_KEYS:
         if usage.get(key) is not None:
             total[key] = (total.get(key) or 0) + usage[key]
 
@@ -165,7 +165,7 @@ async def replay(cached: Any, outcome: ModelOutcome) -> AsyncIterator[dict[str, 
         if chunk.get("type") == "text-delta":
             outcome.add_text(payload.get("text", ""))
         elif chunk.get("type") == "tool-call":
-            outcome.tool_calls.append(dict(payload))
+            outcome.tool_calls.append(cast(ToolCallPayload, dict(payload)))  # a stored tool-call chunk's payload
         elif chunk.get("type") == "finish":
             continue
         yield chunk

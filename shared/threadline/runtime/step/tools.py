@@ -6,6 +6,7 @@ becomes a child run (decision 77)."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from threadline._internal.attrdict import AttrDict, wrap
@@ -13,6 +14,7 @@ from threadline._internal.faults import armed, pause_point
 from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime.messages import MessageList
@@ -31,7 +33,7 @@ Done = dict[str, tuple[Any, "str | None"]]
 """The tool calls that already ran in this step, ``(result, error)`` by call id."""
 
 
-def step_hooks(step: StepState, options: dict[str, Any], named: dict[str, Any]) -> ToolHooks:
+def step_hooks(step: StepState, options: Mapping[str, object], named: Mapping[str, object]) -> ToolHooks:
     """The agent's tool hooks merged with the call's (``options["hooks"]``; a name in a JSON
     request is looked up in ``named``, the catalogue's hooks)."""
     call_hooks = options.get("hooks")
@@ -68,7 +70,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
         sub = tools.get(call["toolName"])
         if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
             step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
-            step.children.calls.append({k: call.get(k) for k in ("toolCallId", "toolName", "args")})
+            step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
+                                                       args=call.get("args")))
             continue
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
@@ -82,7 +85,7 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
     return results
 
 
-async def _execute(step: StepState, call: dict[str, Any], tools: dict[str, Any], hooks: ToolHooks,
+async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any], hooks: ToolHooks,
                    store: StepStore) -> tuple[Any, str | None]:
     """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
     run, agent = step.run, step.agent
@@ -113,7 +116,7 @@ async def _execute(step: StepState, call: dict[str, Any], tools: dict[str, Any],
     return final, error
 
 
-async def tool_outcome(step: StepState, call: dict[str, Any], result: Any, error: str | None) -> dict[str, Any]:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> dict[str, Any]:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
     step summary's entry ``{toolCallId, toolName, result | error}``."""
     base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
@@ -126,7 +129,7 @@ async def tool_outcome(step: StepState, call: dict[str, Any], result: Any, error
     return {**base, "result": result}
 
 
-async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
                         context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
@@ -135,7 +138,7 @@ async def run_tool_call(*, call: dict[str, Any], tools: dict[str, Tool], hooks: 
     return clean_json(output), (clean_text(error) if error is not None else None)
 
 
-async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks,
+async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
                context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
     name, args = call["toolName"], call.get("args") or {}
     hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
@@ -165,7 +168,7 @@ async def _run(*, call: dict[str, Any], tools: dict[str, Tool], hooks: ToolHooks
     return output, error
 
 
-async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None) -> None:
+async def _after(hooks: ToolHooks, ctx: AttrDict, output: object, error: str | None) -> None:
     if hooks.after_tool_call is None:
         return
     ctx["output"] = output
@@ -173,7 +176,7 @@ async def _after(hooks: ToolHooks, ctx: AttrDict, output: Any, error: str | None
     await call_user(hooks.after_tool_call, ctx)
 
 
-def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: Any) -> AttrDict | None:
+def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: object) -> AttrDict | None:
     """Update the ``tool-invocation`` part of ``call_id`` in the response message; return it."""
     msg = ml.get_by_id(message_id)
     if msg is None:
