@@ -6,7 +6,6 @@ the outbox."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 import asyncpg
 import orjson

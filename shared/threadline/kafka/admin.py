@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -20,10 +20,22 @@ from aiokafka.protocol.metadata import MetadataRequest
 from threadline._internal.coalesce import Coalescer
 from threadline.logging import get_logger
 
-if TYPE_CHECKING:
-    from threadline.store.chunk_topics import ChunkTopicRegistry
-
 log = get_logger(__name__)
+
+
+class TopicRegistry(Protocol):
+    """Where the producers of a process take chunk topics before they create or write them (the
+    store's :class:`~threadline.store.chunk_topics.ChunkTopicRegistry`; a Protocol, so Kafka's
+    room does not import the store's)."""
+
+    async def use(self, topic: str, resource_id: str, thread_id: str) -> Literal["inserted", "live"]:
+        """``"inserted"`` when the caller must create ``topic``, ``"live"`` when it exists; waits
+        while it is being deleted."""
+        ...
+
+    async def use_many(self, rows: list[tuple[str, str, str]]) -> list[str]:
+        """Take many ``(topic, resource_id, thread_id)`` at once: the topics live or new."""
+        ...
 
 
 CHUNK_INDEX_INTERVAL_BYTES = 1024 * 1024
@@ -78,7 +90,7 @@ class TopicAdmin:
     """
 
     def __init__(self, bootstrap: str, *, replication_factor: int = 1, security: Mapping[str, object] | None = None,
-                 registry: ChunkTopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False,
+                 registry: TopicRegistry | None = None, trust_s: float = 60.0, recheck: bool = False,
                  on_taken: Callable[[list[str]], None] | None = None) -> None:
         if replication_factor < 1:
             raise ValueError(f"replication_factor must be >= 1, got {replication_factor}")
@@ -195,7 +207,7 @@ class TopicAdmin:
         """Take a batch of chunk topics (concurrent :meth:`ensure_chunk_topic` calls, coalesced):
         one registry statement for all, one ``CreateTopics`` request per retention, and one
         metadata request per round until every topic has a leader. A topic whose row is being
-        deleted is taken on its own (:meth:`ChunkTopicRegistry.use` waits for the deletion)."""
+        deleted is taken on its own (:meth:`TopicRegistry.use` waits for the deletion)."""
         assert self.registry is not None
         by_topic = {t.topic: t for t in takes}
         live = set(await self.registry.use_many([(t.topic, t.resource_id, t.thread_id) for t in by_topic.values()]))
