@@ -33,6 +33,9 @@ from threadline.testing.model_server import RunningServer, start_in_thread
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 TABLE = HERE / "scenarios.json"
+# THREADLINE_PARITY_ONLY=id1,id2 runs those scenarios alone (a subset's verdicts are checked, the
+# report covers the subset); unset, every scenario runs.
+ONLY = [s for s in os.environ.get("THREADLINE_PARITY_ONLY", "").split(",") if s]
 pytestmark = pytest.mark.timeout(900)
 
 
@@ -57,7 +60,7 @@ def sides(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
     ModelScript(server.url).reset()
     node = shutil.which("node")
     assert node, "the parity suite needs Node 20+"
-    mastra = subprocess.Popen([node, str(HERE / "runner.mjs"), str(TABLE), server.url, str(out_dir / "mastra.json")],
+    mastra = subprocess.Popen([node, str(HERE / "runner.mjs"), str(TABLE), server.url, str(out_dir / "mastra.json"), *ONLY],
                               cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
            "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
@@ -94,7 +97,7 @@ def _mastra_records(sides: Sides) -> dict[str, Any]:
 
 def test_parity(sides: Sides, cluster: Any) -> None:
     out_dir, server = sides.out_dir, sides.server
-    scenarios = json.loads(TABLE.read_text())["scenarios"]
+    scenarios = [s for s in json.loads(TABLE.read_text())["scenarios"] if not ONLY or s["id"] in ONLY]
     mastra = _mastra_records(sides)
     ModelScript(server.url).reset()  # the journal holds one side's requests at a time
     settings = Settings(kafka_bootstrap=cluster.bootstrap, pg_dsn=cluster.dsn, topic_prefix=cluster.prefix,
