@@ -187,6 +187,9 @@ class Settings(BaseSettings):
     gateway_port: int = 18000
     """Port of the HTTP gateway (``services/gateway``: the API, its SSE streams, ``/openapi.json``,
     ``/studio``, ``/healthz``, ``/readyz``; docs/gateway.md)."""
+    gateway_cors_origins: list[str] = []
+    """Origins whose browser pages may call the gateway (CORS), e.g. ``["https://app.example"]``
+    (``["*"]``: any; empty: none but the gateway's own). JSON in the environment."""
     gateway_api_keys: SecretStr | None = None
     """JSON map API key → the resource ids it may act for (``["*"]``: every resource), e.g.
     ``{"k-1": ["user-1", "user-2"]}``. Never logged (a secret)."""

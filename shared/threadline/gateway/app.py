@@ -9,7 +9,7 @@ message}}``; a thread that is missing and a thread of another resource get the s
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
 from typing import Any
@@ -20,11 +20,12 @@ from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
 from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
+from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
@@ -409,10 +410,13 @@ HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
 
 
 def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
-             start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None
-             ) -> Starlette:
-    """The ASGI app over ``gateway``; ``start``/``stop`` run in its lifespan, ``checks`` decide ``/readyz``."""
-    routes = [Route(ep.path, HANDLERS[ep.operation_id], methods=[ep.method]) for ep in api.ENDPOINTS]
+             start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None,
+             extra_routes: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
+    """The ASGI app over ``gateway``; ``start``/``stop`` run in its lifespan, ``checks`` decide ``/readyz``;
+    ``extra_routes`` (Mastra's ``/api``: :data:`threadline.gateway.mastra_api.ROUTES`) are served too;
+    browsers from ``cors_origins`` may call it (CORS, preflight answered; none: same origin only)."""
+    routes: list[BaseRoute] = [Route(ep.path, HANDLERS[ep.operation_id], methods=[ep.method]) for ep in api.ENDPOINTS]
+    routes += extra_routes
     routes += [Route("/openapi.json", openapi_doc), Route("/studio", studio), Route("/healthz", healthz),
                Route("/readyz", readyz), Route("/", lambda _: RedirectResponse("/studio"))]
 
@@ -426,7 +430,7 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(cors_origins))
     app.state.gateway = gateway
     app.state.checks = checks or {}
     return app

@@ -14,6 +14,7 @@ import uvicorn
 from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
 from threadline.config import Settings, get_settings
+from threadline.gateway import mastra_api
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
@@ -49,7 +50,9 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     async def postgres() -> bool:
         return await db.ping()
 
-    return make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop), gateway
+    app = make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop,
+                   extra_routes=mastra_api.ROUTES, cors_origins=settings.gateway_cors_origins)
+    return app, gateway
 
 
 async def serve(settings: Settings) -> None:

@@ -107,3 +107,54 @@ async def read_agent(conn: Conn, agent_id: str) -> dict[str, Any] | None:
     return {"id": row["agent_id"], "name": row["name"], "description": row["description"],
             "metadata": metadata if metadata is not None else {}, "dynamic_metadata": metadata is None,
             "memory": orjson.loads(row["memory"]), "voice": orjson.loads(row["voice"]) if row["voice"] else None}
+
+
+# --- pages (Mastra's memory API on the gateway) -------------------------------------------------
+_THREAD_ORDER = {("createdAt", False): "created_at ASC", ("createdAt", True): "created_at DESC",
+                 ("updatedAt", False): "updated_at ASC", ("updatedAt", True): "updated_at DESC"}
+
+
+async def _count(conn: Conn, query: str, *args: object) -> int:
+    row = await conn.fetchrow(query, *args)
+    return 0 if row is None else int(row[0])
+
+
+async def page_threads(conn: Conn, *, resource_id: str, offset: int, limit: int, field: str = "createdAt",
+                       descending: bool = True) -> tuple[list[dict[str, Any]], int]:
+    """One page of the resource's threads (rows as :func:`list_threads`) ordered by ``field``
+    (``createdAt`` or ``updatedAt``), and the resource's thread count.
+
+    Raises:
+        KeyError: another ``field``.
+    """
+    order = _THREAD_ORDER[(field, descending)]
+    rows = await conn.fetch(
+        "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at, count(*) OVER () AS total "
+        f"FROM threads WHERE resource_id = $1 ORDER BY {order}, thread_id OFFSET $2 LIMIT $3",
+        resource_id, offset, limit)
+    total = rows[0]["total"] if rows else await _count(conn, "SELECT count(*) FROM threads WHERE resource_id = $1",
+                                                       resource_id)
+    return [{"id": r["thread_id"], "title": r["title"], "metadata": _json(r["metadata"]),
+             "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows], int(total)
+
+
+async def page_messages(conn: Conn, *, resource_id: str, thread_id: str, offset: int, limit: int,
+                        descending: bool = False) -> tuple[list[dict[str, Any]], int]:
+    """One page of the thread's stored messages (rows as :func:`list_messages`) in thread order
+    (``descending``: newest first), and the thread's message count; ``([], 0)`` for a thread of
+    another resource."""
+    order = "DESC" if descending else "ASC"
+    rows = await conn.fetch(
+        "SELECT id, run_id, role, type, content::text AS content, created_at, count(*) OVER () AS total "
+        f"FROM messages WHERE thread_id = $1 AND resource_id = $2 ORDER BY position {order} OFFSET $3 LIMIT $4",
+        thread_id, resource_id, offset, limit)
+    total = rows[0]["total"] if rows else await _count(
+        conn, "SELECT count(*) FROM messages WHERE thread_id = $1 AND resource_id = $2", thread_id, resource_id)
+    return [{"id": r["id"], "run_id": r["run_id"], "role": r["role"], "type": r["type"],
+             "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows], int(total)
+
+
+async def run_thread(conn: Conn, run_id: str) -> tuple[str, str] | None:
+    """``(resource_id, thread_id)`` of run ``run_id``, or ``None`` for no such run."""
+    row = await conn.fetchrow("SELECT resource_id, thread_id FROM runs WHERE run_id = $1", run_id)
+    return None if row is None else (str(row["resource_id"]), str(row["thread_id"]))

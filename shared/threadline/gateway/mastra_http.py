@@ -1,0 +1,81 @@
+"""The plumbing of Mastra's server API on the gateway (decision 132), shared by
+:mod:`threadline.gateway.mastra_api` (agents) and :mod:`threadline.gateway.mastra_memory`:
+Mastra's error answers, the request body, and the caller's tenancy checks (the ``/v1`` API's:
+403 for a resource the caller may not name, another resource's thread answers as a missing one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response
+
+from threadline.client.client import BrokerUnavailableError, RequestFailed
+from threadline.gateway import mastra_shapes as shapes
+from threadline.gateway.app import HIDDEN_CODES, ApiError, Gateway
+from threadline.store import queries
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(data: object, status: int = 200) -> Response:
+    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
+
+
+def mastra_errors(handler: Handler) -> Handler:
+    """Answer errors as Mastra's server does (``{error}``, and ``code``): 400 for a request
+    Threadline cannot serve as asked, the ``/v1`` API's statuses otherwise (401, 403, 404, 422,
+    503 when Kafka cannot be reached, 504)."""
+
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except shapes.ShapeError as exc:
+            return json_response(shapes.error_body(str(exc), "bad_request"), 400)
+        except ApiError as exc:
+            inner = exc.body.get("error")
+            code, message = (inner.get("code"), inner.get("message")) if isinstance(inner, dict) else ("error", str(exc))
+            return json_response(shapes.error_body(str(message or exc), str(code)), exc.status)
+        except RequestFailed as exc:
+            if exc.code in HIDDEN_CODES:
+                return json_response(shapes.error_body("Thread not found", "not_found"), 404)
+            return json_response(shapes.error_body(exc.reply.message, exc.code), 422)
+        except BrokerUnavailableError:
+            return json_response(shapes.error_body("Kafka cannot be reached", "broker_unavailable"), 503)
+        except TimeoutError:
+            return json_response(shapes.error_body("no reply from ingress in time", "timeout"), 504)
+
+    wrapped.__name__ = handler.__name__
+    return wrapped
+
+
+def gw(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway  # set by make_app
+    return gateway
+
+
+async def body_of(request: Request) -> dict[str, Any]:
+    """The JSON object of the request (``{}`` when empty). Raises :class:`ShapeError` otherwise."""
+    try:
+        data = orjson.loads(await request.body() or b"{}")
+    except orjson.JSONDecodeError:
+        raise shapes.ShapeError("the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise shapes.ShapeError("the body must be a JSON object")
+    return data
+
+
+def allowed(request: Request, resource_id: str) -> None:
+    """Raise 403 unless the caller may act for ``resource_id`` (401 without valid credentials)."""
+    if not gw(request).caller(request).may_act_for(resource_id):
+        raise ApiError(403, "forbidden", "this caller may not act for this resource")
+
+
+async def writable(request: Request, resource_id: str, thread_id: str) -> None:
+    """403 for a resource the caller may not name; 404 for another resource's thread."""
+    allowed(request, resource_id)
+    if await queries.thread_owner(gw(request).db, thread_id) not in (None, resource_id):
+        raise ApiError(404, "not_found", "Thread not found")

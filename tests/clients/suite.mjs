@@ -1,0 +1,154 @@
+// @mastra/client-js 1.47.0, unchanged, against the gateway's /api (decision 132).
+// Usage: node suite.mjs <scenario>   (tests/clients/test_client_js.py runs each scenario)
+// Env: GATEWAY_URL, KEY_A (tenant-a's key), KEY_B (tenant-b's), RESOURCE (tenant-a), MODEL_URL (fake model server).
+import assert from "node:assert/strict";
+import { randomUUID } from "node:crypto";
+import { MastraClient, MastraClientError } from "@mastra/client-js";
+
+const { GATEWAY_URL, KEY_A, KEY_B, RESOURCE, MODEL_URL } = process.env;
+const AGENT = "gateway-tools";
+const MODEL = "threadline-gateway-tools";
+
+const client = (key) => new MastraClient({ baseUrl: GATEWAY_URL, headers: { Authorization: `Bearer ${key}` }, retries: 0 });
+const mastra = client(KEY_A);
+const thread = () => `cjs-${randomUUID().slice(0, 12)}`;
+const memory = (threadId) => ({ resource: RESOURCE, thread: threadId });
+
+async function script(scripts, model = MODEL) {
+  const r = await fetch(`${MODEL_URL}/_fake/script`, { method: "POST", headers: { "content-type": "application/json" },
+    body: JSON.stringify({ scripts: Array.isArray(scripts) ? scripts : [scripts], model }) });
+  assert.equal(r.status, 200, await r.text());
+}
+
+async function rejects(promise, status) {
+  await assert.rejects(promise, (err) => err instanceof MastraClientError && err.status === status,
+    `expected HTTP ${status}`);
+}
+
+const waitFor = async (check, what, timeoutMs = 30000) => {
+  const until = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+};
+
+const scenarios = {
+  async agents() {
+    const all = await mastra.listAgents();
+    assert.ok(all[AGENT], `listAgents has ${AGENT}: ${Object.keys(all)}`);
+    const details = await mastra.getAgent(AGENT).details();
+    assert.equal(details.name, AGENT);
+    assert.equal(details.instructions, "You add numbers.");
+    assert.equal(details.provider, "openai");
+    assert.equal(details.modelId, MODEL);
+    assert.equal(details.tools.add.description, "add two numbers");
+    const schema = JSON.parse(details.tools.add.inputSchema);
+    assert.deepEqual(Object.keys(schema.properties).sort(), ["a", "b"]);
+    await rejects(mastra.getAgent("no-such-agent").details(), 404);
+    await rejects(client("not-a-key").listAgents(), 401);
+  },
+
+  async generate() {
+    await script({ text: "the answer is 42" });
+    const threadId = thread();
+    const out = await mastra.getAgent(AGENT).generate("question?", { memory: memory(threadId) });
+    assert.equal(out.text, "the answer is 42");
+    assert.equal(out.finishReason, "stop");
+    assert.ok(out.runId);
+    // another tenant names tenant-a: 403 before anything runs
+    await rejects(client(KEY_B).getAgent(AGENT).generate("hi", { memory: memory(thread()) }), 403);
+    // without a memory thread Threadline cannot run the call: a 400 that says so
+    await rejects(mastra.getAgent(AGENT).generate("hi"), 400);
+  },
+
+  async stream() {
+    await script([{ tool_calls: [{ id: "t1", name: "add", arguments: '{"a":2,"b":3}' }] }, { chunks: ["it is", " 5"] }]);
+    const response = await mastra.getAgent(AGENT).stream("2+3?", { memory: memory(thread()) });
+    const chunks = [];
+    await response.processDataStream({ onChunk: async (chunk) => { chunks.push(chunk); } });
+    const types = chunks.map((c) => c.type);
+    assert.ok(types.includes("tool-call"), types.join(","));
+    assert.equal(types.at(-1), "finish");
+    assert.equal(chunks.find((c) => c.type === "tool-result").payload.result, 5);
+    const text = chunks.filter((c) => c.type === "text-delta").map((c) => c.payload.text).join("");
+    assert.equal(text, "it is 5");
+    assert.equal(new Set(chunks.map((c) => c.runId)).size, 1);
+  },
+
+  async signals() {
+    const agent = mastra.getAgent(AGENT);
+    const threadId = thread();
+    await script([{ chunks: ["w0 ", "w1 ", "w2 ", "w3 ", "w4 ", "w5 "], chunk_delay: 0.15 }, { text: "got it" },
+                  { text: "queued turn" }]);
+    const sub = await agent.subscribeToThread({ resourceId: RESOURCE, threadId });
+    const seen = [];
+    const reading = sub.processDataStream({ onChunk: async (chunk) => { seen.push(chunk); } });
+    const first = await agent.sendMessage({ message: "start", resourceId: RESOURCE, threadId });
+    assert.equal(first.accepted, true);
+    assert.ok(first.runId);
+    await waitFor(() => seen.some((c) => c.type === "text-delta"), "the first run's text");
+    const mid = await agent.sendMessage({ message: "also this", resourceId: RESOURCE, threadId });
+    assert.equal(mid.accepted, true);
+    assert.equal(mid.runId, first.runId, "delivered into the running run");
+    const queued = await agent.queueMessage({ message: "next turn", resourceId: RESOURCE, threadId });
+    assert.equal(queued.accepted, true);
+    await waitFor(() => seen.filter((c) => c.type === "finish").length >= 2, "two finished runs");
+    const runs = [...new Set(seen.filter((c) => c.type === "finish").map((c) => c.runId))];
+    assert.equal(runs[0], first.runId);
+    const signal = await agent.sendSignal({ signal: { type: "reactive", contents: "the build is green" },
+                                            resourceId: RESOURCE, threadId, ifIdle: { behavior: "persist" } });
+    assert.equal(signal.accepted, true);
+    assert.deepEqual(await agent.abortThread({ resourceId: RESOURCE, threadId }), { aborted: false });
+    sub.unsubscribe();
+    await reading;
+    // the thread is tenant-a's: tenant-b gets 403 for naming tenant-a
+    await rejects(client(KEY_B).getAgent(AGENT).sendMessage({ message: "x", resourceId: RESOURCE, threadId }), 403);
+  },
+
+  async memory() {
+    const agentId = AGENT;
+    const threadId = thread();
+    const created = await mastra.createMemoryThread({ resourceId: RESOURCE, threadId, title: "Planning",
+                                                     metadata: { topic: "sums" }, agentId });
+    assert.equal(created.id, threadId);
+    assert.equal(created.resourceId, RESOURCE);
+    const handle = mastra.getMemoryThread({ threadId, agentId });
+    assert.equal((await handle.get()).title, "Planning");
+    const updated = await handle.update({ title: "Sums", metadata: { topic: "addition" } });
+    assert.equal(updated.title, "Sums");
+    assert.deepEqual(updated.metadata, { topic: "addition" });
+    await script([{ text: "one" }, { text: "two" }]);
+    await mastra.getAgent(agentId).generate("first", { memory: memory(threadId) });
+    await mastra.getAgent(agentId).generate("second", { memory: memory(threadId) });
+    const page0 = await handle.listMessages({ page: 0, perPage: 3 });
+    assert.equal(page0.total, 4);
+    assert.equal(page0.hasMore, true);
+    assert.deepEqual(page0.messages.map((m) => m.role), ["user", "assistant", "user"]);
+    assert.equal(page0.messages[0].threadId, threadId);
+    assert.equal(page0.messages[0].content.format, 2);
+    const page1 = await handle.listMessages({ page: 1, perPage: 3 });
+    assert.equal(page1.hasMore, false);
+    assert.deepEqual(page1.messages.map((m) => m.role), ["assistant"]);
+    const listed = await mastra.listMemoryThreads({ resourceId: RESOURCE, agentId, perPage: 100 });
+    assert.ok(listed.threads.some((t) => t.id === threadId && t.title === "Sums"));
+    assert.equal((await mastra.getMemoryStatus(agentId)).result, true);
+    const config = await mastra.getMemoryConfig({ agentId });
+    assert.equal(config.config.semanticRecall, false);
+    // tenancy: another tenant sees no such thread, and cannot list tenant-a's
+    await rejects(client(KEY_B).getMemoryThread({ threadId, agentId }).get(), 404);
+    await rejects(client(KEY_B).getMemoryThread({ threadId, agentId }).listMessages(), 404);
+    await rejects(client(KEY_B).listMemoryThreads({ resourceId: RESOURCE, agentId }), 403);
+    // deleting is not served: a clear 501, the thread stays
+    await rejects(handle.delete(), 501);
+    assert.equal((await handle.get()).id, threadId);
+  },
+};
+
+const name = process.argv[2];
+if (!scenarios[name]) {
+  console.error(`unknown scenario ${name}; known: ${Object.keys(scenarios).join(", ")}`);
+  process.exit(2);
+}
+await scenarios[name]();
+console.log(`ok ${name}`);

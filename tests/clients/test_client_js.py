@@ -1,0 +1,31 @@
+"""@mastra/client-js 1.47.0, unchanged, against the gateway's Mastra API (``/api``, decision 132):
+each scenario of ``suite.mjs`` runs in Node with the client's own calls — ``listAgents``,
+``getAgent(id).details()``, ``generate``, ``stream`` + ``processDataStream``, ``sendMessage`` /
+``queueMessage`` / ``sendSignal`` / ``subscribeToThread`` / ``abortThread``, and the memory
+threads and messages — and fails on the first result that is not what Mastra's client expects."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.gateway_http import TENANT_A
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.mark.parametrize("scenario", ["agents", "generate", "stream", "signals", "memory"])
+def test_client_js(scenario: str, node_project: Path, gateway: Any, model_server: Any, model: Any) -> None:
+    node = shutil.which("node")
+    assert node, "the client suite needs Node 20+"
+    env = {**os.environ, "GATEWAY_URL": gateway.url, "KEY_A": gateway.key_a, "KEY_B": gateway.key_b,
+           "RESOURCE": TENANT_A, "MODEL_URL": model_server.url}
+    done = subprocess.run([node, "suite.mjs", scenario], cwd=node_project, env=env, capture_output=True, text=True,
+                          timeout=150)
+    assert done.returncode == 0, f"suite.mjs {scenario} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}"
+    assert f"ok {scenario}" in done.stdout
