@@ -132,6 +132,12 @@ const scenarios = {
     assert.deepEqual(page1.messages.map((m) => m.role), ["assistant"]);
     const listed = await mastra.listMemoryThreads({ resourceId: RESOURCE, agentId, perPage: 100 });
     assert.ok(listed.threads.some((t) => t.id === threadId && t.title === "Sums"));
+    const byTopic = await mastra.listMemoryThreads({ resourceId: RESOURCE, agentId, metadata: { topic: "addition" } });
+    assert.ok(byTopic.threads.some((t) => t.id === threadId));
+    assert.ok(byTopic.threads.every((t) => t.metadata.topic === "addition"));
+    const none = await mastra.listMemoryThreads({ resourceId: RESOURCE, agentId, metadata: { topic: "nope" } });
+    assert.deepEqual([none.total, none.threads.length, none.hasMore], [0, 0, false]);
+    await rejects(handle.listMessages({ include: [{ id: "m1" }] }), 400);
     assert.equal((await mastra.getMemoryStatus(agentId)).result, true);
     const config = await mastra.getMemoryConfig({ agentId });
     assert.equal(config.config.semanticRecall, false);

@@ -81,7 +81,8 @@ async def list_threads(request: Request) -> Response:
     resource_id = _resource_param(request, q.get("resourceId"))
     page = shapes.page_of(q, per_page=shapes.THREADS_PER_PAGE, descending=True, fields=THREAD_FIELDS)
     rows, total = await queries.page_threads(gw(request).db, resource_id=resource_id, offset=page.offset,
-                                             limit=page.limit, field=page.field, descending=page.descending)
+                                             limit=page.limit, field=page.field, descending=page.descending,
+                                             metadata=shapes.json_object(q.get("metadata"), "metadata"))
     return _json({**page.answer(total, rows), "threads": [shapes.thread_shape(r, resource_id) for r in rows]})
 
 
@@ -138,6 +139,8 @@ async def list_messages(request: Request) -> Response:
     (the AI SDK conversion is not served)."""
     q = request.query_params
     resource_id, thread_id = await _visible_thread(request, q.get("resourceId"))
+    if q.get("include") or q.get("filter"):
+        raise shapes.ShapeError("include and filter are not supported: page through the thread's messages")
     page = shapes.page_of(q, per_page=shapes.MESSAGES_PER_PAGE, descending=False, fields=("createdAt",))
     rows, total = await queries.page_messages(gw(request).db, resource_id=resource_id, thread_id=thread_id,
                                               offset=page.offset, limit=page.limit, descending=page.descending)

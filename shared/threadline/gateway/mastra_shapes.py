@@ -253,7 +253,7 @@ def page_of(query: Mapping[str, str], *, per_page: int, descending: bool, fields
         size: int | None = per_page if raw is None else None if raw == "false" else int(raw)
     except ValueError:
         raise ShapeError("page and perPage must be whole numbers (perPage may be false)") from None
-    order = orjson.loads(query["orderBy"]) if query.get("orderBy", "").startswith("{") else {}
+    order = json_object(query.get("orderBy"), "orderBy") or {}
     field = query.get("orderBy[field]", order.get("field", "createdAt"))
     direction = query.get("orderBy[direction]", order.get("direction", "DESC" if descending else "ASC"))
     if page < 0 or (size is not None and not 0 < size <= MAX_PER_PAGE):
@@ -261,6 +261,20 @@ def page_of(query: Mapping[str, str], *, per_page: int, descending: bool, fields
     if field not in fields or direction not in ("ASC", "DESC"):
         raise ShapeError(f"orderBy.field must be one of {', '.join(fields)} and orderBy.direction ASC or DESC")
     return Page(page, size, field, direction == "DESC")
+
+
+def json_object(raw: str | None, name: str) -> dict[str, Any] | None:
+    """A query parameter holding a JSON object (``None`` when absent). Raises :class:`ShapeError`
+    for anything else."""
+    if not raw:
+        return None
+    try:
+        value = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        value = None
+    if not isinstance(value, dict):
+        raise ShapeError(f"{name} must be a JSON object")
+    return value
 
 
 def memory_config(memory: Mapping[str, Any] | None) -> dict[str, Any]:

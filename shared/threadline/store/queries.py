@@ -120,20 +120,23 @@ async def _count(conn: Conn, query: str, *args: object) -> int:
 
 
 async def page_threads(conn: Conn, *, resource_id: str, offset: int, limit: int, field: str = "createdAt",
-                       descending: bool = True) -> tuple[list[dict[str, Any]], int]:
+                       descending: bool = True, metadata: dict[str, Any] | None = None
+                       ) -> tuple[list[dict[str, Any]], int]:
     """One page of the resource's threads (rows as :func:`list_threads`) ordered by ``field``
-    (``createdAt`` or ``updatedAt``), and the resource's thread count.
+    (``createdAt`` or ``updatedAt``), only those whose metadata holds ``metadata``'s pairs when
+    given, and the count of those threads.
 
     Raises:
         KeyError: another ``field``.
     """
     order = _THREAD_ORDER[(field, descending)]
+    wanted = orjson.dumps(metadata or {}).decode()
     rows = await conn.fetch(
         "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at, count(*) OVER () AS total "
-        f"FROM threads WHERE resource_id = $1 ORDER BY {order}, thread_id OFFSET $2 LIMIT $3",
-        resource_id, offset, limit)
-    total = rows[0]["total"] if rows else await _count(conn, "SELECT count(*) FROM threads WHERE resource_id = $1",
-                                                       resource_id)
+        f"FROM threads WHERE resource_id = $1 AND metadata @> $4::text::jsonb ORDER BY {order}, thread_id "
+        "OFFSET $2 LIMIT $3", resource_id, offset, limit, wanted)
+    total = rows[0]["total"] if rows else await _count(
+        conn, "SELECT count(*) FROM threads WHERE resource_id = $1 AND metadata @> $2::text::jsonb", resource_id, wanted)
     return [{"id": r["thread_id"], "title": r["title"], "metadata": _json(r["metadata"]),
              "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows], int(total)
 
