@@ -1,21 +1,55 @@
-"""Fixtures of the client suites: the end-to-end ones (the fake model server, the services
-serving ``tests.e2e.agents``, the gateway with two tenants' keys), and the Node project's
-``node_modules`` (``npm ci`` from the lockfile when missing)."""
+"""Fixtures of the client suites: a fake model server, the services serving ``tests.e2e.agents``
+and the gateway with two tenants' keys — started for the module and stopped after it, so that
+they never outlive it beside another folder's services in the same pytest process — and the
+Node project's ``node_modules`` (``npm ci`` from the lockfile when missing)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import gateway, model, model_server, paired_history, services  # noqa: F401 - fixtures
+from tests.e2e.conftest import paired_history  # noqa: F401 - the suite-wide pairing check, on this folder too
+from tests.e2e.gateway_http import GatewayInfo
+from threadline.testing.containers import free_port
+from threadline.testing.harness import ServiceSet
+from threadline.testing.model_server import RunningServer, start_in_thread
 
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
+def model_server() -> Iterator[RunningServer]:
+    server = start_in_thread()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def gateway(cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
+    """The four services and the gateway (``tests/e2e/gateway_http.py``'s keys and tenants)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
+           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
+           "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
+           "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+           "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
+    info = GatewayInfo.make(free_port())
+    svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("clients-logs"), cwd=ROOT)
+    try:
+        svc.start_all()
+        svc.start("gateway", "gateway-1", **info.env())
+        yield info
+    finally:
+        svc.stop_all()
+
+
+@pytest.fixture(scope="module")
 def node_project() -> Path:
     """tests/clients with @mastra/client-js installed (``npm ci`` once when it is not)."""
     if not (HERE / "node_modules" / "@mastra" / "client-js" / "package.json").exists():

@@ -15,14 +15,16 @@ from typing import Any
 import pytest
 
 from tests.e2e.gateway_http import TENANT_A
+from threadline.testing.model_script import ModelScript
 
 pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.mark.parametrize("scenario", ["agents", "generate", "stream", "signals", "memory"])
-def test_client_js(scenario: str, node_project: Path, gateway: Any, model_server: Any, model: Any) -> None:
+def test_client_js(scenario: str, node_project: Path, gateway: Any, model_server: Any) -> None:
     node = shutil.which("node")
     assert node, "the client suite needs Node 20+"
+    ModelScript(model_server.url).reset()  # the scenario scripts the model itself (POST /_fake/script)
     env = {**os.environ, "GATEWAY_URL": gateway.url, "KEY_A": gateway.key_a, "KEY_B": gateway.key_b,
            "RESOURCE": TENANT_A, "MODEL_URL": model_server.url}
     done = subprocess.run([node, "suite.mjs", scenario], cwd=node_project, env=env, capture_output=True, text=True,
