@@ -218,15 +218,28 @@ async def send_signal(request: Request) -> Response:
         if_active=shapes.if_active(body.get("ifActive")), if_idle=shapes.if_idle(body.get("ifIdle"))))
 
 
+async def _named_thread(request: Request, body: dict[str, Any]) -> tuple[str, str]:
+    """``(resourceId, threadId)`` of the body, the thread writable by the caller; without
+    ``resourceId`` (optional in Mastra's schema), the existing thread's own resource."""
+    resource, thread = body.get("resourceId"), body.get("threadId")
+    if not isinstance(thread, str) or not thread:
+        raise shapes.ShapeError("threadId is required")
+    if not resource:
+        resource = await queries.thread_owner(gw(request).db, thread)
+        if resource is None or not gw(request).caller(request).may_act_for(resource):
+            raise ApiError(404, "not_found", "Thread not found")
+    if not isinstance(resource, str):
+        raise shapes.ShapeError("resourceId must be a string")
+    await writable(request, resource, thread)
+    return resource, thread
+
+
 @mastra_errors
 async def subscribe(request: Request) -> Response:
     """``subscribeToThread``: the thread's chunks from now on, until the caller leaves."""
     await _agent_known(request)
     body = await body_of(request)
-    resource, thread = body.get("resourceId"), body.get("threadId")
-    if not isinstance(resource, str) or not resource or not isinstance(thread, str) or not thread:
-        raise shapes.ShapeError("resourceId and threadId are required")
-    await writable(request, resource, thread)
+    resource, thread = await _named_thread(request, body)
     sub = await gw(request).client.subscribe_to_thread(resource, thread)
     log.info("mastra subscription opened", thread_id=thread)
     return _sse(_chunks(sub, done=False))
@@ -236,10 +249,7 @@ async def subscribe(request: Request) -> Response:
 async def abort(request: Request) -> Response:
     agent_id = await _agent_known(request)
     body = await body_of(request)
-    resource, thread = body.get("resourceId"), body.get("threadId")
-    if not isinstance(resource, str) or not resource or not isinstance(thread, str) or not thread:
-        raise shapes.ShapeError("resourceId and threadId are required")
-    await writable(request, resource, thread)
+    resource, thread = await _named_thread(request, body)
     aborted = await gw(request).client.abort(resource_id=resource, thread_id=thread, agent_id=agent_id,
                                              run_id=body.get("expectedRunId"))
     return _json({"aborted": aborted})
