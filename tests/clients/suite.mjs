@@ -56,6 +56,11 @@ const scenarios = {
     assert.equal(out.text, "the answer is 42");
     assert.equal(out.finishReason, "stop");
     assert.ok(out.runId);
+    // memory.thread as an object: its title is the new thread's
+    const titled = thread();
+    await script({ text: "fine" });
+    await mastra.getAgent(AGENT).generate("hello", { memory: { resource: RESOURCE, thread: { id: titled, title: "Titled" } } });
+    assert.equal((await mastra.getMemoryThread({ threadId: titled }).get()).title, "Titled");
     // another tenant names tenant-a: 403 before anything runs
     await rejects(client(KEY_B).getAgent(AGENT).generate("hi", { memory: memory(thread()) }), 403);
     // without a memory thread Threadline cannot run the call: a 400 that says so
