@@ -17,6 +17,7 @@ from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.logging import get_logger
+from threadline.runtime.message_types import RecordedOutput
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 from threadline.runtime.step.prepare import ModelRequest, ModelSetup
 from threadline.runtime.step.state import StepState, add_usage, replay
@@ -86,7 +87,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     return response
 
 
-def _source(request: ModelRequest, recorded: dict[str, Any] | None, outcome: ModelOutcome,
+def _source(request: ModelRequest, recorded: RecordedOutput | None, outcome: ModelOutcome,
             setup: ModelSetup) -> AsyncIterator[dict[str, Any]]:
     """Where the attempt's chunks come from: a cached response, a crashed attempt's output, or
     the model."""

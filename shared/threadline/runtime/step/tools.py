@@ -17,6 +17,7 @@ from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.logging import get_logger
 from threadline.ops import tracing
+from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.state import StepState, StepWriter
@@ -43,7 +44,7 @@ def step_hooks(step: StepState, options: Mapping[str, object], named: Mapping[st
 
 
 async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Any], hooks: ToolHooks,
-                    store: StepStore) -> list[dict[str, Any]]:
+                    store: StepStore) -> list[ToolOutcome]:
     """Run the step's tool calls in order, each at most once per run; returns their results
     ``{toolCallId, toolName, result | error}`` (a sub-agent call has none yet: it is queued in
     ``step.children``). A fresh model output is recorded first, so a re-execution replays it
@@ -116,10 +117,10 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any]
     return final, error
 
 
-async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> dict[str, Any]:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> ToolOutcome:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
     step summary's entry ``{toolCallId, toolName, result | error}``."""
-    base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
+    base: ToolOutcome = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
         await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
