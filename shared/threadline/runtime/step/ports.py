@@ -21,6 +21,7 @@ from threadline.errors import UnknownEventError
 from threadline.events.chunk_types import Emitted, ToolCallPayload
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.orchestration.children import ChildRequest
+from threadline.runtime.editor import EditorOverrides
 from threadline.runtime.message_types import (
     CoreMessage,
     RecordedOutput,
@@ -88,7 +89,7 @@ class RunState:
     ``partial`` when a step reported none)."""
     system_snapshot: list[Mapping[str, object]] | None = None
     """The system messages after the input processors of step 0; each step starts from them."""
-    editor: JSONObject | None = None
+    editor: EditorOverrides | None = None
     """The editor overrides the run started with (read at step 0, locked fields stripped); its
     later steps, on any worker, use these and not newer ones (decision 69)."""
     sub_agent_calls: list[ToolCallPayload] | None = None
