@@ -205,7 +205,7 @@ class StepLoop:
         await pause_point("before_step_result_write", run.thread_id)
         held = sink.held  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
-        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml.entries() if memory.stores else []
+        entries: Sequence[tuple[Mapping[str, object], str]] = step.ml.entries() if memory.stores else []
         if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
             entries = await transcript_entries(entries, step.tools if step.tools is not None else step.agent.tools,
                                                step.agent.transform)
