@@ -268,7 +268,7 @@ async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
     return llm_stream.reader(response), response, getattr(response, "completion_stream", None)
 
 
-async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: dict[str, Any], *,
+async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: llm_stream.StreamWatch, *,
                       wrapper: bool) -> AsyncGenerator[dict[str, Any], None]:
     """The stream's Mastra chunks, by the rules of :mod:`.llm_normalise`.
 
