@@ -16,6 +16,7 @@ from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONValue
 from threadline.logging import get_logger
 from threadline.runtime.message_types import RecordedOutput
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
@@ -39,7 +40,7 @@ class ModelResponse:
     """The step's token usage (``inputTokens``, ``outputTokens``…; ``None``: not reported)."""
     finish_reason: str
     """``stop``, ``tool-calls``, ``length``…"""
-    object: Any = None
+    object: JSONValue = None
     """The parsed structured answer (``None``: none asked for, or the step called tools)."""
     chunks: list[dict[str, Any]]
     """The chunks as the model streamed them, before the output processors."""

@@ -20,6 +20,7 @@ from threadline.runtime.model.model_outcome import USAGE_KEYS, ModelOutcome, Usa
 from threadline.runtime.processor import ProcessorRunner
 from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
+from threadline.runtime.tools import Tool
 from threadline.runtime.transform import SUPPRESS, display_chunk
 
 log = get_logger(__name__)
@@ -67,7 +68,7 @@ class StepState:
     """The run's fallback list (resolved at the first attempt)."""
     model_index: int = 0
     """The fallback model in use; processor retries keep it."""
-    tools: dict[str, Any] | None = None
+    tools: dict[str, Tool] | None = None
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
     agent_metadata: JSONObject = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""

@@ -15,6 +15,7 @@ from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime.message_types import ToolOutcome
@@ -43,7 +44,7 @@ def step_hooks(step: StepState, options: Mapping[str, object], named: Mapping[st
     return step.agent.hooks.merged(ToolHooks.of(call_hooks))
 
 
-async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Any], hooks: ToolHooks,
+async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Tool], hooks: ToolHooks,
                     store: StepStore) -> list[ToolOutcome]:
     """Run the step's tool calls in order, each at most once per run; returns their results
     ``{toolCallId, toolName, result | error}`` (a sub-agent call has none yet: it is queued in
@@ -86,8 +87,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
     return results
 
 
-async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any], hooks: ToolHooks,
-                   store: StepStore) -> tuple[Any, str | None]:
+async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
+                   store: StepStore) -> tuple[JSONValue, str | None]:
     """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
     run, agent = step.run, step.agent
     ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
@@ -117,7 +118,7 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any]
     return final, error
 
 
-async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> ToolOutcome:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue, error: str | None) -> ToolOutcome:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
     step summary's entry ``{toolCallId, toolName, result | error}``."""
     base: ToolOutcome = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
@@ -131,7 +132,7 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, erro
 
 
 async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
-                        context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+                        context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
     lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
@@ -140,7 +141,7 @@ async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks:
 
 
 async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
-               context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+               context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     name, args = call["toolName"], call.get("args") or {}
     hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
                      "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,
@@ -190,7 +191,7 @@ def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: obj
     return None
 
 
-def read_result(ml: MessageList, call_id: str) -> tuple[bool, Any]:
+def read_result(ml: MessageList, call_id: str) -> tuple[bool, JSONValue]:
     """Newest ``result``-state invocation of ``call_id`` (after ``update_tool_invocation``)."""
     for msg in reversed(ml.get.all.db()):
         for part in msg["content"].get("parts") or ():
