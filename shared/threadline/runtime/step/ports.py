@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
 import orjson
 
@@ -68,19 +68,34 @@ def state_version(stored: Mapping[str, object]) -> int:
     return version
 
 
+class StoredState(TypedDict):
+    """``runs.state`` as :meth:`RunState.dump` writes it (layout :data:`STATE_VERSION`)."""
+
+    version: int
+    processor_state: dict[str, JSONObject]
+    steps: list[StepSummary]
+    usage: Usage
+    message_list: JSONObject | None
+    retry_count: int
+    response_message_id: str | None
+    system_snapshot: NotRequired[list[Mapping[str, object]]]
+    editor: NotRequired[EditorOverrides]
+    sub_agent_calls: NotRequired[list[ToolCallPayload]]
+
+
 @dataclass(slots=True)
 class RunState:
     """A run's working state between its steps (stored as JSON in ``runs.state``, with the layout
     version :data:`STATE_VERSION` under ``version``)."""
 
-    message_list: dict[str, Any] | None = None
+    message_list: JSONObject | None = None
     """The run's :class:`~threadline.runtime.messages.MessageList` (``to_state()``); ``None``
     before the first step ended."""
     response_message_id: str | None = None
     """The id of the assistant message the next step appends to."""
     retry_count: int = 0
     """Consecutive processor retries of the current step (capped by ``max_processor_retries``)."""
-    processor_state: dict[str, Any] = field(default_factory=dict)
+    processor_state: dict[str, JSONObject] = field(default_factory=dict)
     """Each processor's ``state`` dict, by processor id, kept across steps."""
     steps: list[StepSummary] = field(default_factory=list)
     """One summary per finished step: ``{stepNumber, text, toolCalls, toolResults, finishReason, usage}``."""
@@ -113,7 +128,7 @@ class RunState:
         return cls._of_fields(_json_copy(dict(stored or {})), live=False)
 
     @classmethod
-    def carried(cls, dumped: Mapping[str, Any]) -> RunState:
+    def carried(cls, dumped: Mapping[str, object]) -> RunState:
         """The state a step of this worker just stored (its :meth:`dump`), as the same objects,
         for the run's next step on this worker (decision 102): no copy, no decoding. Values JSON
         would change (a tuple, a datetime) stay as they were, as in one process; a step taken
@@ -129,9 +144,9 @@ class RunState:
                    system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
                    sub_agent_calls=data.get("sub_agent_calls"), live=live)
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> StoredState:
         """The JSON stored in ``runs.state`` (``version``: :data:`STATE_VERSION`)."""
-        out: dict[str, Any] = {"version": STATE_VERSION, "processor_state": self.processor_state,
+        out: StoredState = {"version": STATE_VERSION, "processor_state": self.processor_state,
                                "steps": self.steps, "usage": self.usage, "message_list": self.message_list,
                                "retry_count": self.retry_count, "response_message_id": self.response_message_id}
         if self.system_snapshot is not None:
@@ -324,8 +339,8 @@ class StepRecord:
     """The message list's entries ``(message, source)``; ``input``/``response`` ones are stored."""
     consumed: list[str] | None
     """Signals this step consumed; ``None``: every signal still pending for the run (it failed)."""
-    state: dict[str, Any]
-    """The run's working state to store."""
+    state: Mapping[str, object]
+    """The run's working state to store (:meth:`RunState.dump`)."""
     next_seq: int
     """The next chunk ``seq`` of the run."""
     text: str | None = None
