@@ -77,7 +77,7 @@ class ScorerEntry:
     """One configured scorer: its name, the scorer and its sampling rate."""
 
     name: str
-    scorer: Callable[..., Any] | Judge
+    scorer: Callable[..., object] | Judge
     rate: float
 
 
