@@ -8,7 +8,7 @@ and who reads them):
   ``tool-invocation``, ``file``, ``step-start``, ``data-*``). Inside a run the
   :class:`~threadline.runtime.messages.MessageList` holds them as
   :class:`~threadline._internal.attrdict.AttrDict` s of this shape, so processors may read
-  ``msg.content.parts``; what the list stores between steps is :class:`MessageListState`;
+  ``msg.content.parts``;
 - the model-facing (OpenAI chat, as litellm takes it) messages: :data:`CoreMessage`, with
   :class:`CoreToolCall`, and the tool definitions sent beside them (:class:`ToolSpec`);
 - the run's step summaries (:class:`StepSummary`, ``RunState.steps``) and the model output a
@@ -122,14 +122,6 @@ class DBMessage(TypedDict):
     """``v2`` or a signal's kind (absent on most messages)."""
 
 
-class SystemMessage(TypedDict):
-    """A system message of the list (the instructions, a processor's tagged message)."""
-
-    role: Literal["system"]
-    content: str
-    providerOptions: NotRequired[JSONObject]
-
-
 class UIMessage(TypedDict):
     """A message in Mastra's UI format (``MessageList.get.all.ui()``)."""
 
@@ -137,18 +129,6 @@ class UIMessage(TypedDict):
     role: str
     parts: list[MessagePart]
     metadata: NotRequired[JSONObject]
-
-
-class MessageListState(TypedDict):
-    """What a :class:`~threadline.runtime.messages.MessageList` stores between steps
-    (``RunState.message_list``): its chat messages with their source, and its system messages."""
-
-    entries: list[tuple[DBMessage, str]]
-    """``(message, source)`` in order; a decoded state holds two-element lists."""
-    system: list[SystemMessage]
-    """The untagged system messages."""
-    tagged: dict[str, list[SystemMessage]]
-    """The system messages of each processor's bucket, by tag."""
 
 
 # --- the model-facing messages (OpenAI chat, as litellm takes them)
@@ -163,11 +143,6 @@ class CoreToolCall(TypedDict):
     id: str
     type: Literal["function"]
     function: CoreFunctionCall
-
-
-class TextBlock(TypedDict):
-    type: Literal["text"]
-    text: str
 
 
 class CoreSystemMessage(TypedDict):
@@ -237,7 +212,7 @@ class StepSummary(TypedDict, total=False):
     toolResults: list[ToolOutcome]
     finishReason: str
     usage: Usage | None
-    object: NotRequired[JSONValue]
+    object: JSONValue
     """The structured answer, when one was asked for and given."""
 
 
@@ -251,20 +226,10 @@ class RecordedOutput(TypedDict):
     finish_reason: NotRequired[str]
 
 
-class RunError(TypedDict):
-    """A failed run's ``error``: ``{kind, message, statusCode?, retryable?, retry_after_s?}``."""
-
-    kind: str
-    message: str
-    statusCode: NotRequired[int | None]
-    retryable: NotRequired[bool]
-    retry_after_s: NotRequired[float]
-
-
 __all__ = [
     "CoreAssistantMessage", "CoreFunctionCall", "CoreMessage", "CoreSystemMessage", "CoreToolCall",
     "CoreToolMessage", "CoreUserMessage", "DBMessage", "DataPart", "FilePart", "FunctionSpec",
-    "MessageContent", "MessageListState", "MessagePart", "ReasoningDetail", "ReasoningPart",
-    "RecordedOutput", "Role", "RunError", "StepStartPart", "StepSummary", "SystemMessage", "TextBlock",
+    "MessageContent", "MessagePart", "ReasoningDetail", "ReasoningPart",
+    "RecordedOutput", "Role", "StepStartPart", "StepSummary",
     "TextPart", "ToolInvocation", "ToolInvocationPart", "ToolOutcome", "ToolSpec", "ToolState", "UIMessage",
 ]

@@ -86,7 +86,7 @@ def request_options(options: Mapping[str, object] | None, model: str) -> dict[st
     return out
 
 
-def _cache_control(options: Any, model: str) -> dict[str, Any] | None:
+def _cache_control(options: Mapping[str, object] | None, model: str) -> dict[str, Any] | None:
     if provider_key(model) != "anthropic":
         return None
     picked = _options_for(options, model)

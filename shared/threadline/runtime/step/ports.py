@@ -295,7 +295,7 @@ class Finish:
 class Fail:
     """The run failed."""
 
-    error: dict[str, Any]
+    error: JSONObject
     """``{kind, message, statusCode?}``."""
     finish_reason: str = "error"
     wire: Literal["failed"] = "failed"
