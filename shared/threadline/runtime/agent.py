@@ -17,8 +17,8 @@ from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
 
 ModelEntry = str | Mapping[str, object] | Callable[..., object]
-"""One entry of a fallback list: a model string, ``{model, maxRetries?, enabled?}``, or a function
-of the request context returning one."""
+"""One entry of a fallback list: a model string, a function of the request context answering
+one, or ``{"model": either, "max_retries"?: int}`` (``maxRetries`` accepted)."""
 
 
 def normalize_instructions(instructions: object) -> list[dict[str, Any]]:
