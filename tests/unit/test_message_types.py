@@ -23,6 +23,7 @@ from threadline.runtime.message_types import (
     ToolSpec,
 )
 from threadline.runtime.messages import MessageList, to_core
+from threadline.runtime.model.llm_stream import StreamWatch, watch_raw
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import Continue, Finish, RunState, StepInputs, StoredState
 from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, step_run, text_delta, tool_call, user_signal
@@ -113,3 +114,12 @@ async def test_a_two_step_run_builds_the_declared_shapes() -> None:
     assert store.saved[-1].state["steps"][0]["toolResults"] == [
         {"toolCallId": "c1", "toolName": "add", "result": 2}]
     assert saved.state["version"] == 1
+
+
+def test_a_stream_watch_without_a_raw_stream_trusts_the_wrapper() -> None:
+    class Response:  # litellm's wrapper with no raw stream to watch
+        completion_stream = None
+
+    seen = watch_raw(Response())
+    assert seen == {"usage": True, "events": 1, "clean_end": True, "last_usage": None}
+    _has_keys(seen, StreamWatch)
