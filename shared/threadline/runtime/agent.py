@@ -4,16 +4,21 @@ default options. Defined in plain Python in the agents module and loaded by ever
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model.model_calls import ModelChoice, check_fallback_list, fallback_list
 from threadline.runtime.processor import check_processor_list
 from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
+
+ModelEntry = str | Mapping[str, object] | Callable[..., object]
+"""One entry of a fallback list: a model string, a function of the request context answering
+one, or ``{"model": either, "max_retries"?: int}`` (``maxRetries`` accepted)."""
 
 
 def normalize_instructions(instructions: object) -> list[dict[str, Any]]:
@@ -59,7 +64,7 @@ def tool_dict(tools: Any, agent_id: str) -> dict[str, Tool]:
     return out
 
 
-def _schema_checked(schema: object, agent_id: str) -> dict[str, Any] | None:
+def _schema_checked(schema: object, agent_id: str) -> JSONObject | None:
     """A ``request_context_schema`` (JSON Schema) checked against its metaschema."""
     if schema is None:
         return None
@@ -137,16 +142,18 @@ class Agent:
     """
 
     def __init__(self, *, id: str, name: str | None = None, description: str | None = None,
-                 instructions: Any = "", model: str | Callable[..., str] | list[Any] | None = None,
-                 tools: list[Tool] | dict[str, Tool] | Callable[..., Any] | None = None, hooks: Any = None,
-                 input_processors: Any = None, output_processors: Any = None,
-                 error_processors: Any = None, default_options: dict[str, Any] | Callable[..., Any] | None = None,
+                 instructions: object = "", model: str | Callable[..., str] | Sequence[ModelEntry] | None = None,
+                 tools: list[Tool] | dict[str, Tool] | Callable[..., object] | None = None, hooks: object = None,
+                 input_processors: object = None, output_processors: object = None,
+                 error_processors: object = None,
+                 default_options: Mapping[str, object] | Callable[..., object] | None = None,
                  max_processor_retries: int | None = None, max_retries: int | None = None,
-                 metadata: dict[str, Any] | Callable[..., Any] | None = None, notifications: dict[str, Any] | None = None,
-                 memory: Memory | dict[str, Any] | bool | Callable[..., Any] | None = None,
-                 request_context_schema: dict[str, Any] | None = None, scorers: Any = None,
-                 transform: Any = None, voice: Any = None, editor: Any = None, workflows: Any = None,
-                 agents: Any = None) -> None:
+                 metadata: Mapping[str, object] | Callable[..., object] | None = None,
+                 notifications: dict[str, Any] | None = None,
+                 memory: Memory | Mapping[str, object] | bool | Callable[..., object] | None = None,
+                 request_context_schema: Mapping[str, object] | None = None, scorers: object = None,
+                 transform: object = None, voice: object = None, editor: object = None, workflows: object = None,
+                 agents: object = None) -> None:
         if not id:
             raise ConfigurationError("an agent needs an id")
         from threadline.runtime.editor import editor_policy
@@ -156,14 +163,14 @@ class Agent:
         self.id = id
         self.name = name or id
         self.description = description
-        self.metadata: dict[str, Any] | Callable[..., Any] = metadata if callable(metadata) else (metadata or {})
-        self.dynamic: dict[str, Callable[..., Any]] = {
+        self.metadata: Mapping[str, object] | Callable[..., object] = metadata if callable(metadata) else (metadata or {})
+        self.dynamic: dict[str, Callable[..., object]] = {
             k: v for k, v in (("tools", tools), ("default_options", default_options), ("memory", memory),
                               ("metadata", metadata), ("agents", agents)) if callable(v)}
         """The options given as functions of the request context (resolved per run)."""
         self.memory = Memory() if callable(memory) else memory_config(memory, where=f"agent {id}: memory")
         self.request_context_schema = _schema_checked(request_context_schema, id)
-        self.dynamic_scorers: Callable[..., Any] | None = scorers if callable(scorers) else None
+        self.dynamic_scorers: Callable[..., object] | None = scorers if callable(scorers) else None
         self.scorers: list[ScorerEntry] = [] if callable(scorers) else scorer_entries(scorers, id)
         from threadline.runtime.transform import transform_policy
 

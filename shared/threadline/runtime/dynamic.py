@@ -11,19 +11,20 @@ system messages are stored with the run's state).
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
 from threadline.logging import get_logger
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.agent import Agent, normalize_instructions, tool_dict
-from threadline.runtime.editor import strip
+from threadline.runtime.editor import EditorOverrides, strip
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model.model_calls import ModelChoice, fallback_list
-from threadline.runtime.processor import PrepareStep, ProcessorRunner, check_processor_list, resolve_list
+from threadline.runtime.processor import PrepareStep, ProcessorLike, ProcessorRunner, check_processor_list, resolve_list
 from threadline.runtime.sub_agents import sub_agent_tools
 from threadline.runtime.tools import Tool
 from threadline.runtime.workflows import workflow_tools
@@ -39,8 +40,8 @@ class RunConfig:
     default_options: dict[str, Any]
     """Normalised option names (``max_steps``, …)."""
     memory: Memory
-    metadata: dict[str, Any]
-    processors: dict[str, Any] = field(default_factory=dict)
+    metadata: JSONObject
+    processors: dict[str, list[ProcessorLike] | Callable[..., object]] = field(default_factory=dict)
     """``{"input" | "output" | "error": list}``: the agent's processor lists."""
 
 
@@ -126,7 +127,8 @@ async def run_system_messages(agent: Agent, request_context: Mapping[str, object
 
 
 def processor_runner(options: Mapping[str, Any], config: RunConfig, request_context: dict[str, Any],
-                     agent_id: str, catalogue: Any, *, states: dict[str, Any], retry_count: int) -> ProcessorRunner:
+                     agent_id: str, catalogue: Mapping[str, object] | None, *, states: dict[str, Any],
+                     retry_count: int) -> ProcessorRunner:
     """The step's processor runner: the call's processor lists (``options``) or the run's resolved
     ones (``config.processors``), ``prepare_step`` after the input processors; ``catalogue`` maps
     registered processor ids to processors.
@@ -134,7 +136,7 @@ def processor_runner(options: Mapping[str, Any], config: RunConfig, request_cont
     Raises:
         ConfigurationError: a processor list entry that is neither a processor nor a known id.
     """
-    def listed(kind: str) -> list[Any]:
+    def listed(kind: str) -> list[ProcessorLike]:
         return resolve_list(options.get(f"{kind}_processors", config.processors[kind]), kind, request_context,
                             agent_id, catalogue)
 
@@ -146,7 +148,7 @@ def processor_runner(options: Mapping[str, Any], config: RunConfig, request_cont
                            retry_count=retry_count)
 
 
-def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: Mapping[str, object] | None) -> dict[str, Any]:
+def editor_overrides(agent: Agent, tools: Mapping[str, Tool], stored: Mapping[str, object] | None) -> EditorOverrides:
     """The agent's stored editor overrides (``stored``, read by the claim of the run's step 0,
     decision 95), what its ``editor`` option locks and tools it does not define stripped
     (:func:`threadline.runtime.editor.strip`); ``{}`` when there are none or the agent is locked."""

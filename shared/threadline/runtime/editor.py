@@ -20,13 +20,28 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TypedDict
 
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
 from threadline.runtime.tools import Tool
 
 MAX_INSTRUCTIONS_CHARS = 100_000
 MAX_DESCRIPTION_CHARS = 10_000
+
+
+class ToolEdit(TypedDict):
+    """An override of one tool."""
+
+    description: str
+
+
+class EditorOverrides(TypedDict, total=False):
+    """An agent's editor overrides, as stored with a run (``RunState.editor``)."""
+
+    instructions: str
+    tools: dict[str, ToolEdit]
+    """By tool id."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,7 +56,7 @@ class EditorPolicy:
         """Nothing may be edited."""
         return not (self.instructions or self.tool_descriptions)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """Mastra's shape: ``{"instructions": bool, "tools": {"description": bool}}``."""
         return {"instructions": self.instructions, "tools": {"description": self.tool_descriptions}}
 
@@ -72,7 +87,7 @@ def editor_policy(editor: object, *, agent_id: str = "?") -> EditorPolicy:
 
 
 def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
-          tool_ids: Iterable[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+          tool_ids: Iterable[str] | None = None) -> tuple[EditorOverrides, list[str]]:
     """``overrides`` without what ``policy`` locks, what is not a string, and tools the code does
     not define (``tool_ids``; ``None``: the tools are a function of the request context, any id
     is kept). Returns ``(kept, stripped)``: ``stripped`` names each field left out
@@ -81,7 +96,7 @@ def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
     Raises:
         ValueError: a string longer than the limits (instructions 100 000, a description 10 000 characters).
     """
-    kept: dict[str, Any] = {}
+    kept: EditorOverrides = {}
     stripped: list[str] = []
     for key, value in (overrides or {}).items():
         if key == "instructions":
@@ -93,7 +108,7 @@ def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
             kept["instructions"] = value
         elif key == "tools" and isinstance(value, Mapping):
             known = None if tool_ids is None else set(tool_ids)
-            tools: dict[str, dict[str, str]] = {}
+            tools: dict[str, ToolEdit] = {}
             for tool_id, edit in value.items():
                 description = edit.get("description") if isinstance(edit, Mapping) else None
                 if not policy.tool_descriptions or not isinstance(description, str) or \
@@ -110,7 +125,7 @@ def strip(policy: EditorPolicy, overrides: Mapping[str, object] | None,
     return kept, stripped
 
 
-def tool_descriptions(overrides: Mapping[str, Any] | None) -> dict[str, str]:
+def tool_descriptions(overrides: EditorOverrides | None) -> dict[str, str]:
     """``{tool_id: description}`` of an override (already stripped)."""
     tools = (overrides or {}).get("tools") or {}
     return {tid: edit["description"] for tid, edit in tools.items()

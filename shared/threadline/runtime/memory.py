@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
 
 DEFAULT_LAST_MESSAGES = 200
 """Messages a run reads when the agent sets no ``last_messages`` (the worker's history limit)."""
@@ -50,7 +51,7 @@ class Memory:
         """Whether the run's messages are written to the thread."""
         return self.enabled and not self.read_only
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         """``{lastMessages, readOnly, enabled}`` (as clients read it)."""
         return {"lastMessages": self.last_messages, "readOnly": self.read_only, "enabled": self.enabled}
 
@@ -102,7 +103,7 @@ def for_run(agent_memory: Memory, call: Mapping[str, object] | None) -> Memory:
     return replace(agent_memory, **_options(call, "memory options"))
 
 
-def recent(history: Sequence[object], memory: Memory) -> list[Any]:
+def recent(history: Sequence[object], memory: Memory) -> list[object]:
     """The last ``memory.reads`` messages of ``history`` (oldest first)."""
     n = memory.reads
     return list(history[-n:]) if n > 0 else []

@@ -20,11 +20,12 @@ from threadline.events.files import to_model_block
 from threadline.events.messages import make_message, now_iso
 from threadline.events.signals import render_for_model
 from threadline.ids import new_id
+from threadline.runtime.message_types import UIMessage
 
 Source = Literal["memory", "input", "response", "context"]
 
 
-def text_of(message: dict[str, Any]) -> str:
+def text_of(message: Mapping[str, Any]) -> str:
     """Text of a message: its ``text`` parts joined, else the legacy ``content.content`` string."""
     content = message.get("content") or {}
     text = "".join(p.get("text", "") for p in content.get("parts") or ()
@@ -57,11 +58,11 @@ class _View:
         """Messages in Mastra's DB shape (the live objects: in-place edits are kept)."""
         return [m for m, s in self._owner._entries if self._sources is None or s in self._sources]
 
-    def ui(self) -> list[dict[str, Any]]:
+    def ui(self) -> list[UIMessage]:
         """UI messages: ``{id, role, parts, metadata?}``."""
         out = []
         for m in self.db():
-            ui = {"id": m["id"], "role": "user" if m["role"] == "signal" else m["role"],
+            ui: UIMessage = {"id": m["id"], "role": "user" if m["role"] == "signal" else m["role"],
                   "parts": list(m["content"].get("parts") or [])}
             if m["content"].get("metadata"):
                 ui["metadata"] = m["content"]["metadata"]
@@ -160,7 +161,7 @@ class MessageList:
                 return m
         return None
 
-    def update_tool_invocation(self, part: dict[str, Any]) -> bool:
+    def update_tool_invocation(self, part: Mapping[str, Any]) -> bool:
         """Replace the tool invocation with the same ``toolCallId`` (newest message first).
 
         ``part`` is ``{type: "tool-invocation", toolInvocation: {state, toolCallId, toolName,

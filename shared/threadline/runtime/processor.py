@@ -92,7 +92,7 @@ def implements(processor: object, method: str) -> bool:
     return callable(getattr(processor, method, None))
 
 
-def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> Any:
+def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> list[ProcessorLike] | Callable[..., object]:
     """Validate a processor list at agent build time (functions are checked at run time).
 
     Raises:
@@ -497,7 +497,7 @@ def _snake(key: str) -> str:
     return "".join("_" + c.lower() if c.isupper() else c for c in key)
 
 
-def _returned(ml: MessageList, result: object) -> tuple[list[Any] | None, list[Any] | None]:
+def _returned(ml: MessageList, result: object) -> tuple[list[object] | None, list[object] | None]:
     """A processor's return value as ``(messages, system_messages)`` (``None``: unchanged).
 
     Raises:

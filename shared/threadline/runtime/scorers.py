@@ -23,10 +23,10 @@ import json
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+from threadline.runtime.message_types import DBMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +37,11 @@ class ScorerRun:
     agent_id: str
     resource_id: str
     thread_id: str
-    input: list[dict[str, Any]]
+    input: list[DBMessage]
     """The run's input messages (``MastraDBMessage`` dicts, source ``input``)."""
     output: str
     """The run's answer text."""
-    request_context: dict[str, Any] = field(default_factory=dict)
+    request_context: dict[str, object] = field(default_factory=dict)
 
     @property
     def input_text(self) -> str:
@@ -77,7 +77,7 @@ class ScorerEntry:
     """One configured scorer: its name, the scorer and its sampling rate."""
 
     name: str
-    scorer: Callable[..., Any] | Judge
+    scorer: Callable[..., object] | Judge
     rate: float
 
 

@@ -14,14 +14,18 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import orjson
 
 from threadline.errors import ConfigurationError
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONObject
 from threadline.orchestration.children import ChildRequest
 from threadline.runtime.tools import Tool
+
+if TYPE_CHECKING:
+    from threadline.runtime.agent import Agent
 
 
 @runtime_checkable
@@ -36,7 +40,7 @@ class SubAgent(Protocol):
 TOOL_PREFIX = "agent-"
 """Mastra names the tool of sub-agent key ``k`` ``agent-k``."""
 
-INPUT_SCHEMA: dict[str, Any] = {
+INPUT_SCHEMA: JSONObject = {
     "type": "object",
     "properties": {"prompt": {"type": "string", "description": "The prompt to send to the agent"}},
     "required": ["prompt"],
@@ -82,7 +86,7 @@ def sub_agent_tools(agents: object, parent_id: str) -> dict[str, Tool]:
     return out
 
 
-def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Any]:
+def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Agent]:
     """The ``agents`` option as given (a function: ``{}``, resolved per run). Raises as
     :func:`sub_agent_tools`."""
     if callable(agents) or agents is None:
@@ -116,7 +120,7 @@ class Pending:
     """``{toolCallId, toolName, args}`` of each, kept in the run state for the resumed step."""
 
 
-def request_for(run_id: str, thread_id: str, tool: SubAgentTool, call: Mapping[str, Any]) -> ChildRequest:
+def request_for(run_id: str, thread_id: str, tool: SubAgentTool, call: ToolCallPayload) -> ChildRequest:
     """The :class:`ChildRequest` of a model's call of ``tool``."""
     child_run, child_thread = child_ids(run_id, thread_id, tool.id, call["toolCallId"])
     return ChildRequest(tool_call_id=call["toolCallId"], tool_name=tool.id, agent_id=tool.agent_id,

@@ -9,14 +9,19 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
+from threadline.runtime.message_types import ToolSpec
+
+if TYPE_CHECKING:
+    from threadline.runtime.workflows import JournalFactory
 
 
 class AbortSignal(threading.Event):
@@ -28,6 +33,14 @@ class AbortSignal(threading.Event):
     def aborted(self) -> bool:
         """True once the run was aborted."""
         return self.is_set()
+
+
+class CustomWriter(Protocol):
+    """``context.writer``: streams a custom ``data-*`` chunk of a tool or processor."""
+
+    async def custom(self, chunk: Mapping[str, object], options: Mapping[str, object] | None = None) -> None:
+        """Emit ``chunk`` (``{"type": "data-…", "data": …, "transient"?: bool}``)."""
+        ...
 
 
 @dataclass(slots=True)
@@ -56,10 +69,10 @@ class ToolContext:
     agent_id: str
     step: int
     idempotency_key: str
-    writer: Any
-    request_context: dict[str, Any] = field(default_factory=dict)
+    writer: CustomWriter
+    request_context: dict[str, object] = field(default_factory=dict)
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
-    journal: Any = None
+    journal: JournalFactory | None = None
 
 
 @dataclass
@@ -79,9 +92,9 @@ class Tool:
 
     id: str
     description: str
-    execute: Callable[..., Any]
-    input_schema: type[BaseModel] | dict[str, Any] | None = None
-    transform: dict[str, Any] | None = None
+    execute: Callable[..., object]
+    input_schema: type[BaseModel] | JSONObject | None = None
+    transform: Mapping[str, object] | None = None
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
@@ -91,7 +104,7 @@ class Tool:
 
         self.transform = check_tool_transform(self.transform, self.id)
 
-    def parameters(self) -> dict[str, Any]:
+    def parameters(self) -> JSONObject:
         """JSON Schema of the arguments."""
         if self.input_schema is None:
             return {"type": "object", "properties": {}}
@@ -99,12 +112,12 @@ class Tool:
             return self.input_schema
         return self.input_schema.model_json_schema()
 
-    def spec(self) -> dict[str, Any]:
+    def spec(self) -> ToolSpec:
         """OpenAI-style function spec (what litellm sends to the provider)."""
         return {"type": "function", "function": {"name": self.id, "description": self.description,
                                                  "parameters": self.parameters()}}
 
-    def parse(self, args: object) -> Any:
+    def parse(self, args: object) -> object:
         """Validate the model's arguments. Raises ``ValueError`` with the reason."""
         if isinstance(self.input_schema, type) and issubclass(self.input_schema, BaseModel):
             try:
@@ -132,18 +145,18 @@ def to_jsonable(value: object) -> Any:
     return value
 
 
-def create_tool(*, id: str, description: str, execute: Callable[..., Any],
-                input_schema: type[BaseModel] | dict[str, Any] | None = None,
-                transform: dict[str, Any] | None = None) -> Tool:
+def create_tool(*, id: str, description: str, execute: Callable[..., object],
+                input_schema: type[BaseModel] | JSONObject | None = None,
+                transform: Mapping[str, object] | None = None) -> Tool:
     """Mastra's ``createTool``."""
     return Tool(id=id, description=description, execute=execute, input_schema=input_schema, transform=transform)
 
 
 def tool(id: str | None = None, *, description: str | None = None, input_schema: type[BaseModel] | None = None,
-         transform: dict[str, Any] | None = None) -> Callable[[Callable[..., Any]], Tool]:
+         transform: Mapping[str, object] | None = None) -> Callable[[Callable[..., object]], Tool]:
     """Decorator form: ``@tool(description=..., input_schema=Model)`` over ``execute``."""
 
-    def wrap(fn: Callable[..., Any]) -> Tool:
+    def wrap(fn: Callable[..., object]) -> Tool:
         return Tool(id=id or fn.__name__, description=description or (fn.__doc__ or "").strip(),
                     execute=fn, input_schema=input_schema, transform=transform)
 

@@ -39,6 +39,11 @@ SUPPRESS = object()
 """A delta chunk dropped from the stream."""
 
 
+ToolTransform = dict[str, dict[str, Callable[..., object]]]
+"""A tool's ``transform``: ``{target: {phase key: function}}`` (``display``/``transcript``;
+``input``, ``output``, ``error``, ``input_delta``)."""
+
+
 @dataclass(frozen=True, slots=True)
 class TransformContext:
     """What a transform function is given."""
@@ -47,12 +52,12 @@ class TransformContext:
     phase: str
     tool_name: str
     tool_call_id: str
-    input: Any = None
-    output: Any = None
-    error: Any = None
+    input: object = None
+    output: object = None
+    error: object = None
     input_text_delta: str | None = None
 
-    def __getitem__(self, key: str) -> Any:  # ctx["input"] as well as ctx.input
+    def __getitem__(self, key: str) -> object:  # ctx["input"] as well as ctx.input
         return getattr(self, key)
 
 
@@ -60,7 +65,7 @@ class TransformContext:
 class TransformPolicy:
     """The agent's policy: ``fn`` for ``targets``."""
 
-    fn: Callable[..., Any]
+    fn: Callable[..., object]
     targets: frozenset[str]
 
 
@@ -89,7 +94,7 @@ def transform_policy(policy: object, *, where: str) -> TransformPolicy | None:
     return TransformPolicy(fn, _targets(policy.get("targets"), where))
 
 
-def check_tool_transform(rule: object, tool_id: str) -> dict[str, dict[str, Callable[..., Any]]] | None:
+def check_tool_transform(rule: object, tool_id: str) -> ToolTransform | None:
     """A tool's ``transform`` as ``{target: {phase key: function}}``.
 
     Raises:
@@ -100,7 +105,7 @@ def check_tool_transform(rule: object, tool_id: str) -> dict[str, dict[str, Call
     where = f"tool {tool_id}: transform"
     if not isinstance(rule, Mapping):
         raise ConfigurationError(f"{where}: must be {{'display' | 'transcript': {{'input' | 'output' | ...: f}}}}")
-    out: dict[str, dict[str, Callable[..., Any]]] = {}
+    out: ToolTransform = {}
     for target, funcs in rule.items():
         _targets([target], where)
         if not isinstance(funcs, Mapping):
@@ -120,10 +125,10 @@ def covers(target: str, tool_rule: Mapping[str, object] | None, policy: Transfor
 
 
 async def transformed(ctx: TransformContext, tool_rule: Mapping[str, Any] | None,
-                      policy: TransformPolicy | None, raw: object) -> Any:
+                      policy: TransformPolicy | None, raw: object) -> object:
     """The payload ``ctx.target`` shows for ``ctx.phase`` (``raw`` when no rule covers it;
     :data:`SUPPRESS` for an input delta a rule covers without an ``input_delta`` function)."""
-    fn: Callable[..., Any] | None = None
+    fn: Callable[..., object] | None = None
     if tool_rule and ctx.target in tool_rule:
         fn = tool_rule[ctx.target].get(PHASE_KEYS[ctx.phase])
         if fn is None:
@@ -152,7 +157,8 @@ _CHUNK_FIELDS = {"tool-call": (("args", "input-available"),),
 """Chunk type -> the payload fields a display transform rewrites, with their phase."""
 
 
-async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, Any], policy: TransformPolicy | None) -> Any:
+async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, object],
+                        policy: TransformPolicy | None) -> object:
     """``chunk`` as the stream shows it: tool payload fields transformed (a copy), the chunk
     itself when nothing applies, or :data:`SUPPRESS` (a covered input delta)."""
     fields = _CHUNK_FIELDS.get(str(chunk.get("type")))
@@ -177,10 +183,10 @@ async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, Any], poli
 
 
 async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, object],
-                             policy: TransformPolicy | None) -> list[tuple[Mapping[str, Any], str]]:
+                             policy: TransformPolicy | None) -> list[tuple[Mapping[str, object], str]]:
     """The message list's entries as stored (the user-visible transcript): ``args``, ``result``
     and ``errorText`` of tool invocations transformed in copies; the list itself is untouched."""
-    out: list[tuple[Mapping[str, Any], str]] = []
+    out: list[tuple[Mapping[str, object], str]] = []
     for msg, source in entries:
         parts = (msg.get("content") or {}).get("parts") if isinstance(msg.get("content"), Mapping) else None
         invocations = [p for p in parts or () if p.get("type") == "tool-invocation"]

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from threadline.errors import ConfigurationError
+from threadline.events.json_types import JSONObject
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +33,7 @@ class Voice:
     response_format: str = "mp3"
     """The audio format ``speak`` asks for (``mp3``, ``wav``, ``opus``, …)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JSONObject:
         return asdict(self)
 
 

@@ -28,7 +28,8 @@ from pydantic import BaseModel, ValidationError
 from threadline._internal.faults import pause_point
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError, StaleWriterError
-from threadline.runtime.tools import Tool, ToolContext, to_jsonable
+from threadline.events.json_types import JSONValue
+from threadline.runtime.tools import AbortSignal, CustomWriter, Tool, ToolContext, to_jsonable
 
 Schema = type[BaseModel] | dict[str, Any] | None
 """A pydantic model class, a JSON Schema dict, or ``None`` (anything goes)."""
@@ -67,7 +68,7 @@ def _check_schema(schema: object, where: str) -> Schema:
     raise ConfigurationError(f"{where}: a schema must be a pydantic model class or a JSON Schema dict")
 
 
-def validate(schema: Schema, value: object, what: str) -> Any:
+def validate(schema: Schema, value: object, what: str) -> object:
     """``value`` checked against ``schema``: a pydantic model instance for a model class, the
     value itself for a JSON Schema or ``None``. Raises ``ValueError`` naming ``what``."""
     if schema is None:
@@ -103,7 +104,7 @@ class Step:
     """
 
     id: str
-    execute: Callable[..., Any]
+    execute: Callable[..., object]
     input_schema: Schema = None
     output_schema: Schema = None
     description: str = ""
@@ -283,13 +284,13 @@ class StepContext:
     resource_id: str
     tool_call_id: str
     idempotency_key: str
-    init_data: Any
-    writer: Any
-    request_context: dict[str, Any] = field(default_factory=dict)
-    abort_signal: Any = None
-    results: dict[str, Any] = field(default_factory=dict)
+    init_data: object
+    writer: CustomWriter
+    request_context: dict[str, object] = field(default_factory=dict)
+    abort_signal: AbortSignal | None = None
+    results: dict[str, JSONValue] = field(default_factory=dict)
 
-    def get_step_result(self, step_id: str) -> Any:
+    def get_step_result(self, step_id: str) -> JSONValue:
         """The output of an earlier step of this workflow (``None`` if it did not run)."""
         return self.results.get(step_id)
 
@@ -300,15 +301,15 @@ class _Execution:
     ctx: ToolContext
     journal: Journal
     recorded: dict[str, Entry]
-    init_data: Any
-    results: dict[str, Any] = field(default_factory=dict)
+    init_data: object
+    results: dict[str, JSONValue] = field(default_factory=dict)
 
     async def chunk(self, kind: str, **data: object) -> None:
         await self.ctx.writer.custom({"type": f"data-workflow-{kind}", "transient": True,
                                       "data": {"workflowId": self.workflow.id, "toolCallId": self.ctx.tool_call_id,
                                                **data}})
 
-    async def step(self, index: int, step: Step, value: object) -> Any:
+    async def step(self, index: int, step: Step, value: object) -> JSONValue:
         """Run (or replay) one step; return its output. Raises :class:`WorkflowStepError`."""
         path = step_path(index, step.id)
         done = self.recorded.get(path)
@@ -365,7 +366,7 @@ class _Execution:
         return chosen
 
 
-async def run_workflow(workflow: Workflow, value: object, ctx: ToolContext, journal: Journal) -> Any:
+async def run_workflow(workflow: Workflow, value: object, ctx: ToolContext, journal: Journal) -> JSONValue:
     """Run ``workflow`` on ``value`` (its input) for the tool call ``ctx``, recording every step in
     ``journal`` and replaying what it recorded; return the output (checked against
     ``output_schema``, JSON-ready).
@@ -379,7 +380,7 @@ async def run_workflow(workflow: Workflow, value: object, ctx: ToolContext, jour
         raise ConfigurationError(f"workflow {workflow.id}: not committed")
     init = to_jsonable(validate(workflow.input_schema, value, f"workflow {workflow.id}: invalid input"))
     run = _Execution(workflow, ctx, journal, await journal.load(), init)
-    current: Any = init
+    current: object = init
     try:
         for index, node in enumerate(workflow.nodes):
             if node.kind == "then":
@@ -423,7 +424,7 @@ def workflow_tool(key: str, workflow: Workflow) -> Tool:
     if not workflow.committed:
         raise ConfigurationError(f"workflow {workflow.id}: call .commit() before giving it to an agent")
 
-    async def execute(input: object, context: ToolContext) -> Any:
+    async def execute(input: object, context: ToolContext) -> JSONValue:
         factory = getattr(context, "journal", None)
         journal = factory(context.tool_call_id) if factory is not None else MemoryJournal()
         return await run_workflow(workflow, input, context, journal)
@@ -452,7 +453,7 @@ def workflow_tools(workflows: Mapping[str, Workflow] | None, where: str) -> dict
 def journal_factory(store: object, run: object, attempt: int) -> JournalFactory | None:
     """The step store's journal for ``run``'s step under ``attempt`` (``None`` for a store that
     records no workflows: they then run unrecorded)."""
-    make: Any = getattr(store, "workflow_journal", None)
+    make: Callable[..., Journal] | None = getattr(store, "workflow_journal", None)
     if make is None:
         return None
     return lambda tool_call_id: make(run, attempt, tool_call_id)

@@ -30,6 +30,7 @@ litellm.drop_params = True
 
 from threadline._internal import step_clock  # noqa: E402 - after litellm is configured above
 from threadline.errors import ModelCallError  # noqa: E402 - after litellm is configured above
+from threadline.runtime.message_types import CoreMessage, ToolSpec  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model import llm_direct, llm_normalise, llm_stream, providers  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model._litellm_private import no_open_cost_estimate  # noqa: E402 - after litellm is configured above
@@ -176,7 +177,7 @@ def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[s
     return kwargs
 
 
-async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[ToolSpec] | None,
                        tool_choice: object, model_settings: Mapping[str, object] | None,
                        provider_options: Mapping[str, object] | None, api_base: str | None,
                        timeout_s: float, outcome: ModelOutcome,
@@ -229,7 +230,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         yield event
 
 
-def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+def request_kwargs(model: str, *, messages: list[CoreMessage], tools: list[ToolSpec] | None,
                    tool_choice: object, model_settings: Mapping[str, object] | None,
                    provider_options: Mapping[str, object] | None, api_base: str | None, timeout_s: float,
                    response_format: Mapping[str, object] | None) -> dict[str, Any]:
@@ -267,7 +268,7 @@ async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
     return llm_stream.reader(response), response, getattr(response, "completion_stream", None)
 
 
-async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: dict[str, Any], *,
+async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: llm_stream.StreamWatch, *,
                       wrapper: bool) -> AsyncGenerator[dict[str, Any], None]:
     """The stream's Mastra chunks, by the rules of :mod:`.llm_normalise`.
 

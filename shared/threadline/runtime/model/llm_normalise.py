@@ -28,10 +28,12 @@ litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypedDict
 
 from threadline.errors import ModelCallError
-from threadline.runtime.model.model_outcome import Usage
+from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONValue
+from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 from threadline.text import clean_json, clean_text, loads_clean
 
 FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
@@ -55,11 +57,11 @@ def interrupted(cause: BaseException) -> ModelCallError:
     return err
 
 
-def _get(obj: Any, key: str) -> object:
+def _get(obj: object, key: str) -> object:
     return obj.get(key) if isinstance(obj, dict) else getattr(obj, key, None)
 
 
-def count(value: Any) -> int | None:
+def count(value: object) -> int | None:
     """A token count as an integer: ints as they are, integral floats and numeric strings
     converted; ``None`` for anything else (booleans included)."""
     if isinstance(value, bool) or value is None:
@@ -76,7 +78,7 @@ def count(value: Any) -> int | None:
     return None
 
 
-def usage(raw: Any) -> Usage:
+def usage(raw: object) -> Usage:
     """Mastra's usage from a provider usage report (a dict or an object): ``inputTokens``,
     ``outputTokens``, ``totalTokens`` (their sum when not reported), and ``cachedInputTokens`` /
     ``reasoningTokens`` when reported and non-zero. All integers."""
@@ -99,7 +101,7 @@ def usage(raw: Any) -> Usage:
     return result
 
 
-def parse_args(text: str, obj: Any = None) -> Any:
+def parse_args(text: str, obj: object = None) -> JSONValue:
     """A call's arguments: ``obj`` when they came as an object, else ``text`` parsed; empty,
     whitespace or ``null`` is ``{}``; text that is not JSON is ``{"__raw": text}``."""
     if isinstance(obj, dict):
@@ -113,6 +115,21 @@ def parse_args(text: str, obj: Any = None) -> Any:
     return {} if parsed is None else parsed
 
 
+class _Call(TypedDict):
+    """A tool call being streamed: its fragments gathered until the stream ends."""
+
+    toolCallId: str
+    toolName: str
+    argsText: list[str]
+    """The argument text fragments, joined at the end."""
+    argsObject: JSONValue
+    """The arguments when a fragment gave them as an object (``None``: as text)."""
+    provided: bool
+    """The stream named the call's id (else one was made up)."""
+    started: bool
+    """Its ``tool-call-input-streaming-start`` was emitted."""
+
+
 class StreamNormaliser:
     """Turns one stream's chunk dicts into Mastra chunks and fills ``outcome`` (a
     :class:`threadline.runtime.model.llm.ModelOutcome`).
@@ -121,15 +138,15 @@ class StreamNormaliser:
     Mastra chunks to yield. ``events`` counts the chunks fed.
     """
 
-    def __init__(self, outcome: Any, *, take_usage: bool = True) -> None:
+    def __init__(self, outcome: ModelOutcome, *, take_usage: bool = True) -> None:
         self.outcome = outcome
         self.take_usage = take_usage
         """False: usage on the chunks is ignored (litellm invented it; the provider sent none)."""
         self.events = 0
         self._text_open = self._reasoning_open = False
-        self._calls: list[dict[str, Any]] = []
-        self._at_index: dict[int, dict[str, Any]] = {}
-        self._by_id: dict[str, dict[str, Any]] = {}
+        self._calls: list[_Call] = []
+        self._at_index: dict[int, _Call] = {}
+        self._by_id: dict[str, _Call] = {}
 
     def feed(self, chunk: dict[str, Any]) -> list[dict[str, Any]]:
         """The Mastra chunks for one stream chunk."""
@@ -198,7 +215,7 @@ class StreamNormaliser:
                         "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
                                     "toolName": entry["toolName"]}})
 
-    def _entry(self, index: int, call_id: str | None) -> dict[str, Any]:
+    def _entry(self, index: int, call_id: str | None) -> _Call:
         """The call a fragment belongs to: the one with its id, else the one at its index (which
         adopts the id if it had none yet), else a new one; it becomes the index's call."""
         entry = self._by_id.get(call_id) if call_id else None
@@ -228,7 +245,7 @@ class StreamNormaliser:
         if self._text_open:
             out.append({"type": "text-end", "payload": {"id": "t0"}})
         for entry in self._calls:
-            call = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
+            call: ToolCallPayload = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
                     "args": parse_args("".join(entry["argsText"]), entry["argsObject"])}
             self.outcome.tool_calls.append(call)
             out.append({"type": "tool-call-input-streaming-end", "payload": {"toolCallId": entry["toolCallId"]}})
@@ -246,7 +263,7 @@ def finish_reason(raw: str | None, had_calls: bool) -> str:
     return FINISH.get(raw, "other")
 
 
-def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, Any, str | None]:
+def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, JSONValue, str | None]:
     """A tool-call fragment's ``(name, arguments, id)``, text cleaned (decision 18)."""
     fn = fragment.get("function") or {}
     name = fn.get("name") if isinstance(fn, dict) else None

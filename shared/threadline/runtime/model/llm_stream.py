@@ -30,8 +30,8 @@ import asyncio
 import importlib
 import json
 import ssl
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, AsyncIterator, Mapping
+from typing import Any, NotRequired, TypedDict
 
 import anyio
 import httpx
@@ -62,11 +62,24 @@ TIMEOUTS: tuple[type[BaseException], ...] = (*_TIMEOUTS, openai.APITimeoutError,
 """Errors meaning a read took longer than the per-read timeout (kind ``timeout``)."""
 CUT_OFF = _CUT_OFF
 """Errors meaning an opened stream was cut off: the connection dropped, the body incomplete."""
-_SDK_DECODER: Any = getattr(importlib.import_module("openai._streaming"), "SSEDecoder", None)
+_SDK_DECODER: type[object] | None = getattr(importlib.import_module("openai._streaming"), "SSEDecoder", None)
 """The SDK's default SSE decoder: a stream the client gave another decoder is read through the SDK."""
 _DRAIN_S = 0.1
 """After ``[DONE]`` the rest of an HTTP/1.1 body is read for this long, so the connection can be
 reused (as the SDK does)."""
+
+class StreamWatch(TypedDict):
+    """What a model stream's reading saw (:func:`watch_raw`, :func:`provider_chunks`)."""
+
+    events: int
+    """Raw chunks read."""
+    clean_end: bool
+    """The raw stream ended without an error."""
+    usage: NotRequired[bool]
+    """The provider reported usage (else a usage litellm computed is not taken)."""
+    last_usage: NotRequired[object]
+    """The provider's last usage report, as it came (``None``: none)."""
+
 
 def register_noop_callback() -> None:
     """Register one no-op litellm callback (the processor-worker's test switch
@@ -91,7 +104,7 @@ def reader(response: object) -> str:
     return "sdk"
 
 
-async def sse_json(response: Any) -> AsyncIterator[Any]:
+async def sse_json(response: Any) -> AsyncIterator[object]:
     """The JSON of every server-sent event of ``response`` (an httpx-style response whose
     ``aiter_bytes()`` yields the body) up to ``data: [DONE]``.
 
@@ -229,7 +242,7 @@ def _is_int(value: bytes) -> bool:
 
 
 async def provider_chunks(stream: Any, model: str, *, raw: bool,
-                          watch: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+                          watch: StreamWatch | None = None) -> AsyncIterator[dict[str, Any]]:
     """The chunk dicts of the provider stream ``stream`` (an ``openai.AsyncStream``): decoded
     here when ``raw``, else built by the SDK and converted. A failure is raised as litellm's
     wrapper raises it; ``finish_reason: abort`` fails as in the wrapper. A stream that ends
@@ -238,7 +251,7 @@ async def provider_chunks(stream: Any, model: str, *, raw: bool,
     is closed when this generator ends."""
     provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
     sent = False
-    seen = watch if watch is not None else {"events": 0, "clean_end": False}
+    seen: StreamWatch = watch if watch is not None else {"events": 0, "clean_end": False}
     source: AsyncIterator[Any] = sse_json(stream.response) if raw else _sdk_dicts(stream)
     try:
         async for chunk in source:
@@ -266,7 +279,7 @@ async def _sdk_dicts(stream: Any) -> AsyncIterator[dict[str, Any]]:
         yield as_dict(chunk) if isinstance(chunk, BaseModel) else chunk
 
 
-async def wrapper_chunks(response: Any) -> AsyncIterator[dict[str, Any]]:
+async def wrapper_chunks(response: AsyncIterable[object]) -> AsyncIterator[dict[str, Any]]:
     """litellm's ``CustomStreamWrapper`` chunks as dicts."""
     async for chunk in response:
         yield as_dict(chunk)
@@ -293,19 +306,19 @@ def as_dict(chunk: object) -> dict[str, Any]:
     return {"usage": getattr(chunk, "usage", None), "choices": choices}
 
 
-def watch_raw(response: Any) -> dict[str, Any]:
+def watch_raw(response: Any) -> StreamWatch:
     """Watch the provider's raw stream under litellm's wrapper: ``usage`` (did the provider
     report usage, so a usage litellm computed itself is not mistaken for one), ``events`` (raw
     chunks read), ``clean_end`` (the raw stream ended without an error) and ``last_usage`` (the
     provider's last usage report, as it came). A wrapper whose raw
     stream cannot be watched is trusted: usage taken, one event assumed, a clean end."""
-    seen: dict[str, Any] = {"usage": False, "events": 0, "clean_end": False, "last_usage": None}
+    seen: StreamWatch = {"usage": False, "events": 0, "clean_end": False, "last_usage": None}
     raw = getattr(response, "completion_stream", None)
     if raw is None:
-        seen.update(usage=True, events=1, clean_end=True)
+        seen.update({"usage": True, "events": 1, "clean_end": True})
         return seen
 
-    async def spy() -> Any:
+    async def spy() -> AsyncIterator[object]:
         async for chunk in raw:
             reported = chunk.get("usage") if isinstance(chunk, dict) else getattr(chunk, "usage", None)
             if reported:

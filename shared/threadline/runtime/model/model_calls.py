@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -149,7 +149,7 @@ class ModelCaller:
 
     def __init__(self, model_fn: ModelFn, choices: list[ModelChoice], *, default_retries: int,
                  policy: RetryPolicy, start: int = 0,
-                 sleep: Callable[[float], Any] = asyncio.sleep, limiter: ModelLimiter | None = None) -> None:
+                 sleep: Callable[[float], Awaitable[object]] = asyncio.sleep, limiter: ModelLimiter | None = None) -> None:
         self._fn = model_fn
         self._limiter = limiter
         self.choices = choices

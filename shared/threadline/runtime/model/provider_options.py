@@ -14,7 +14,7 @@ entry of the called model's provider is used (``google`` and ``gemini`` both nam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from threadline.logging import get_logger
@@ -86,7 +86,7 @@ def request_options(options: Mapping[str, object] | None, model: str) -> dict[st
     return out
 
 
-def _cache_control(options: Any, model: str) -> dict[str, Any] | None:
+def _cache_control(options: Mapping[str, object] | None, model: str) -> dict[str, Any] | None:
     if provider_key(model) != "anthropic":
         return None
     picked = _options_for(options, model)
@@ -94,7 +94,7 @@ def _cache_control(options: Any, model: str) -> dict[str, Any] | None:
     return dict(control) if isinstance(control, Mapping) else None
 
 
-def prepare_messages(messages: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+def prepare_messages(messages: Sequence[Mapping[str, Any]], model: str) -> list[Mapping[str, Any]]:
     """The prompt without ``providerOptions`` keys, their message-level options applied for
     ``model`` (Anthropic ``cacheControl`` → ``cache_control`` on the last content block).
     The input list and its messages are not modified."""

@@ -14,6 +14,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from threadline.errors import ModelCallError
+from threadline.events.json_types import JSONObject, JSONValue
 
 KIND = "structured_output"
 """The error kind of an answer that does not validate, or of a schema that is not JSON Schema."""
@@ -23,7 +24,7 @@ KIND = "structured_output"
 class OutputSpec:
     """A resolved ``structuredOutput`` option."""
 
-    schema: dict[str, Any]
+    schema: JSONObject
     """The JSON Schema."""
     name: str
     """The schema's name in the provider request."""
@@ -32,14 +33,14 @@ class OutputSpec:
     model: type[BaseModel] | None = None
     """The pydantic model the schema came from (validation through it)."""
 
-    def response_format(self) -> dict[str, Any]:
+    def response_format(self) -> JSONObject:
         """litellm's ``response_format`` argument."""
-        spec: dict[str, Any] = {"name": self.name, "schema": self.schema}
+        spec: JSONObject = {"name": self.name, "schema": self.schema}
         if self.strict is not None:
             spec["strict"] = self.strict
         return {"type": "json_schema", "json_schema": spec}
 
-    def parse(self, text: str) -> Any:
+    def parse(self, text: str) -> JSONValue:
         """The validated object of the model's answer ``text`` (JSON-ready).
 
         Raises:

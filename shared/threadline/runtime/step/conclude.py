@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from threadline.events import chunks
+from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.prepare import ModelRequest
 from threadline.runtime.step.respond import ModelResponse
@@ -34,7 +35,7 @@ def continues(*, results: bool, children: bool, pending: bool, step_no: int, max
 
 
 async def conclude(step: StepState, request: ModelRequest, response: ModelResponse,
-                   results: list[dict[str, Any]], options: dict[str, Any], consumed: list[str],
+                   results: list[ToolOutcome], options: dict[str, Any], consumed: list[str],
                    store: StepStore) -> Attempted:
     """Record the step's summary, decide whether the run continues and emit ``step-finish``.
     ``consumed``: the signals this step drained (not counted as pending)."""

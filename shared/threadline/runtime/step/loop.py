@@ -28,6 +28,7 @@ from threadline._internal.attrdict import wrap
 from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
+from threadline.events.json_types import JSONObject
 from threadline.events.signals import retry_feedback, signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
@@ -67,9 +68,9 @@ from threadline.transient import is_transient
 log = get_logger(__name__)
 
 
-def model_error(exc: ModelCallError) -> dict[str, Any]:
+def model_error(exc: ModelCallError) -> JSONObject:
     """The failed run's ``error``: ``{kind, message, statusCode, retryable, retry_after_s?}``."""
-    error: dict[str, Any] = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+    error: JSONObject = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
                              "retryable": exc.retryable}
     if exc.retry_after_s is not None:
         error["retry_after_s"] = exc.retry_after_s
@@ -205,7 +206,7 @@ class StepLoop:
         await pause_point("before_step_result_write", run.thread_id)
         held = sink.held  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
-        entries: Sequence[tuple[Mapping[str, Any], str]] = step.ml.entries() if memory.stores else []
+        entries: Sequence[tuple[Mapping[str, object], str]] = step.ml.entries() if memory.stores else []
         if entries and step.transforms:  # the stored transcript as the transforms show it (decision 72)
             entries = await transcript_entries(entries, step.tools if step.tools is not None else step.agent.tools,
                                                step.agent.transform)
@@ -307,7 +308,7 @@ class StepLoop:
             "steps": step.steps})
 
     async def _finish_chunk(self, step: StepState, reason: str, *, finish_reason: str,
-                            tripwire: dict[str, Any] | None = None) -> None:
+                            tripwire: JSONObject | None = None) -> None:
         chunk = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason, usage=step.usage_total,
                                          tripwire=tripwire))
         try:  # processors see the terminal chunk but cannot drop or block it
@@ -316,7 +317,7 @@ class StepLoop:
             log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
         await step.writer.emit(chunk)
 
-    async def _fail(self, step: StepState, error: dict[str, Any]) -> None:
+    async def _fail(self, step: StepState, error: JSONObject) -> None:
         await step.writer.emit(chunks.error_chunk(error))
         await step.writer.emit(chunks.step_finish_chunk(step.response_id, reason="error", is_continued=False,
                                                         text=None, usage=None, has_text=False))

@@ -13,12 +13,21 @@ from __future__ import annotations
 import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NotRequired, Protocol, TypedDict
 
 import orjson
 
 from threadline.errors import UnknownEventError
 from threadline.events.chunk_types import Emitted, ToolCallPayload
+from threadline.events.json_types import JSONObject, JSONValue
+from threadline.orchestration.children import ChildRequest
+from threadline.runtime.editor import EditorOverrides
+from threadline.runtime.message_types import (
+    CoreMessage,
+    RecordedOutput,
+    StepSummary,
+    ToolSpec,
+)
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 
 STATE_VERSION = 1
@@ -47,7 +56,7 @@ class StateVersionError(UnknownEventError):
         self.version = version
 
 
-def state_version(stored: Mapping[str, Any]) -> int:
+def state_version(stored: Mapping[str, object]) -> int:
     """The layout version of a stored state (absent: 1).
 
     Raises:
@@ -59,28 +68,43 @@ def state_version(stored: Mapping[str, Any]) -> int:
     return version
 
 
+class StoredState(TypedDict):
+    """``runs.state`` as :meth:`RunState.dump` writes it (layout :data:`STATE_VERSION`)."""
+
+    version: int
+    processor_state: dict[str, JSONObject]
+    steps: list[StepSummary]
+    usage: Usage
+    message_list: JSONObject | None
+    retry_count: int
+    response_message_id: str | None
+    system_snapshot: NotRequired[list[Mapping[str, object]]]
+    editor: NotRequired[EditorOverrides]
+    sub_agent_calls: NotRequired[list[ToolCallPayload]]
+
+
 @dataclass(slots=True)
 class RunState:
     """A run's working state between its steps (stored as JSON in ``runs.state``, with the layout
     version :data:`STATE_VERSION` under ``version``)."""
 
-    message_list: dict[str, Any] | None = None
+    message_list: JSONObject | None = None
     """The run's :class:`~threadline.runtime.messages.MessageList` (``to_state()``); ``None``
     before the first step ended."""
     response_message_id: str | None = None
     """The id of the assistant message the next step appends to."""
     retry_count: int = 0
     """Consecutive processor retries of the current step (capped by ``max_processor_retries``)."""
-    processor_state: dict[str, Any] = field(default_factory=dict)
+    processor_state: dict[str, JSONObject] = field(default_factory=dict)
     """Each processor's ``state`` dict, by processor id, kept across steps."""
-    steps: list[dict[str, Any]] = field(default_factory=list)
+    steps: list[StepSummary] = field(default_factory=list)
     """One summary per finished step: ``{stepNumber, text, toolCalls, toolResults, finishReason, usage}``."""
     usage: Usage = field(default_factory=lambda: Usage())
     """Token usage summed over the steps (``inputTokens``, ``outputTokens``, ``totalTokens``,
     ``partial`` when a step reported none)."""
-    system_snapshot: list[dict[str, Any]] | None = None
+    system_snapshot: list[Mapping[str, object]] | None = None
     """The system messages after the input processors of step 0; each step starts from them."""
-    editor: dict[str, Any] | None = None
+    editor: EditorOverrides | None = None
     """The editor overrides the run started with (read at step 0, locked fields stripped); its
     later steps, on any worker, use these and not newer ones (decision 69)."""
     sub_agent_calls: list[ToolCallPayload] | None = None
@@ -91,7 +115,7 @@ class RunState:
     ``message_list`` holds the live messages, used as they are. Not stored."""
 
     @classmethod
-    def of(cls, stored: Mapping[str, Any] | None) -> RunState:
+    def of(cls, stored: Mapping[str, object] | None) -> RunState:
         """The state as stored (``None``/``{}``: a new run). The stored dict is not shared: it is
         copied through JSON (a state read from ``runs.state`` holds JSON values only; ~8x faster
         than ``copy.deepcopy``, which took 0.54 ms per step at 60 messages), or deep-copied when it
@@ -104,7 +128,7 @@ class RunState:
         return cls._of_fields(_json_copy(dict(stored or {})), live=False)
 
     @classmethod
-    def carried(cls, dumped: Mapping[str, Any]) -> RunState:
+    def carried(cls, dumped: Mapping[str, object]) -> RunState:
         """The state a step of this worker just stored (its :meth:`dump`), as the same objects,
         for the run's next step on this worker (decision 102): no copy, no decoding. Values JSON
         would change (a tuple, a datetime) stay as they were, as in one process; a step taken
@@ -120,9 +144,9 @@ class RunState:
                    system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
                    sub_agent_calls=data.get("sub_agent_calls"), live=live)
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> StoredState:
         """The JSON stored in ``runs.state`` (``version``: :data:`STATE_VERSION`)."""
-        out: dict[str, Any] = {"version": STATE_VERSION, "processor_state": self.processor_state,
+        out: StoredState = {"version": STATE_VERSION, "processor_state": self.processor_state,
                                "steps": self.steps, "usage": self.usage, "message_list": self.message_list,
                                "retry_count": self.retry_count, "response_message_id": self.response_message_id}
         if self.system_snapshot is not None:
@@ -186,7 +210,7 @@ class Signal:
 
     id: str
     """The signal id."""
-    payload: dict[str, Any]
+    payload: JSONObject
     """The signal (``{id, type, tagName, contents, attributes, metadata, createdAt}``)."""
 
 
@@ -204,9 +228,9 @@ class StepInputs:
     """Step 0: the thread's stored messages, oldest first (other steps: empty)."""
     signals: list[Signal] = field(default_factory=list)
     """Signals drained by this step, in arrival order (step 0: not the deliveries)."""
-    recorded: dict[str, Any] | None = None
+    recorded: RecordedOutput | None = None
     """The model output a crashed attempt recorded: ``{chunks, usage, finish_reason}``."""
-    overrides: dict[str, Any] | None = None
+    overrides: JSONObject | None = None
     """Step 0: the agent's stored editor overrides, read by the claim (decision 95; ``{}`` or
     ``None``: none)."""
 
@@ -225,7 +249,7 @@ class Claimed:
 class Busy:
     """Another worker executes the step and may be alive (its heartbeat is ``heartbeat``)."""
 
-    heartbeat: Any
+    heartbeat: object
     """The heartbeat value seen (compared on the next try)."""
 
 
@@ -271,7 +295,7 @@ class Finish:
 class Fail:
     """The run failed."""
 
-    error: dict[str, Any]
+    error: JSONObject
     """``{kind, message, statusCode?}``."""
     finish_reason: str = "error"
     wire: Literal["failed"] = "failed"
@@ -311,12 +335,12 @@ class StepRecord:
     """The attempt that produced it (a later attempt fences it out)."""
     outcome: StepOutcome
     """How the step ended."""
-    entries: Sequence[tuple[Mapping[str, Any], str]]
+    entries: Sequence[tuple[Mapping[str, object], str]]
     """The message list's entries ``(message, source)``; ``input``/``response`` ones are stored."""
     consumed: list[str] | None
     """Signals this step consumed; ``None``: every signal still pending for the run (it failed)."""
-    state: dict[str, Any]
-    """The run's working state to store."""
+    state: Mapping[str, object]
+    """The run's working state to store (:meth:`RunState.dump`)."""
     next_seq: int
     """The next chunk ``seq`` of the run."""
     text: str | None = None
@@ -326,7 +350,7 @@ class StepRecord:
     finish: dict[str, Any] | None = None
     """The run's stamped ``finish`` chunk, held back by the sink: stored with the result (in the
     outbox, same transaction) and published only then (decision 19)."""
-    children: list[Any] = field(default_factory=list)
+    children: list[ChildRequest] = field(default_factory=list)
     """The sub-agent calls the step waits for (:class:`~threadline.orchestration.children.ChildRequest`),
     recorded in the same transaction as the step (a ``suspended`` outcome)."""
 
@@ -368,7 +392,7 @@ class StepStore(Protocol):
     :class:`~threadline.errors.StaleWriterError` once the run lost the thread or a later attempt
     took the step over)."""
 
-    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: Any = None) -> Begun:
+    async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: object = None) -> Begun:
         """Claim the run's step ``step`` and load what it reads (one call).
 
         ``takeover_from``: the heartbeat value the caller watched stand still (the step is taken
@@ -381,7 +405,7 @@ class StepStore(Protocol):
         ...
 
     async def record_model_output(self, run: StepRun, attempt: int, output: dict[str, Any],
-                                  call_ids: Sequence[str] = ()) -> dict[str, tuple[Any, str | None]]:
+                                  call_ids: Sequence[str] = ()) -> dict[str, tuple[JSONValue, str | None]]:
         """Keep the model's completed output of ``attempt`` (before its tools run) so a
         re-execution replays it instead of asking again; this worker still executes ``attempt``
         (its heartbeat refreshed, as :meth:`still_owner`). Returns the results ``(result,
@@ -397,11 +421,11 @@ class StepStore(Protocol):
         """A processor retry: the step continues as ``attempt`` (the previous one is dead)."""
         ...
 
-    async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[Any, str | None]]:
+    async def tool_results(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[JSONValue, str | None]]:
         """Results ``(result, error)`` of the tool calls that already ran, by call id."""
         ...
 
-    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: Any,
+    async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: JSONValue,
                                error: str | None) -> None:
         """Record what a tool call returned (once)."""
         ...
@@ -419,9 +443,9 @@ class ModelFn(Protocol):
     """The model call: yields Mastra chunks ``{type, payload}`` and fills ``outcome``
     (:func:`threadline.runtime.model.llm.stream_model`)."""
 
-    def __call__(self, *, model: str, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                 tool_choice: Any, model_settings: dict[str, Any] | None, provider_options: dict[str, Any] | None,
+    def __call__(self, *, model: str, messages: list[CoreMessage], tools: list[ToolSpec] | None,
+                 tool_choice: JSONValue, model_settings: JSONObject | None, provider_options: JSONObject | None,
                  api_base: str | None, timeout_s: float, outcome: ModelOutcome,
-                 response_format: dict[str, Any] | None = None) -> AsyncIterator[dict[str, Any]]:
+                 response_format: JSONObject | None = None) -> AsyncIterator[dict[str, Any]]:
         """Stream one model response (``response_format`` is passed only for structured output)."""
         ...

@@ -9,12 +9,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from threadline._internal.usercode import call_user
+from threadline.events.json_types import JSONObject, JSONValue
 from threadline.runtime.messages import MessageList
 from threadline.runtime.model import structured
 from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.step.ports import ModelFn
 from threadline.runtime.step.state import StepState
 from threadline.runtime.sub_agents import Pending
+from threadline.runtime.tools import Tool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,17 +64,17 @@ class ModelRequest:
     """The call, with its retries and fallbacks."""
     prompt: list[dict[str, Any]]
     """The messages sent: the system messages (with their ``providerOptions``), then the list's."""
-    tools: dict[str, Any]
+    tools: dict[str, Tool]
     """The active tools by name."""
-    tool_choice: Any
+    tool_choice: JSONValue
     """``auto``, ``none``, ``required`` or ``{type: tool, toolName}`` (``None``: the provider's)."""
-    model_settings: dict[str, Any] | None
+    model_settings: JSONObject | None
     """Temperature, max tokens and the like, as the call gave them."""
-    provider_options: dict[str, Any] | None
+    provider_options: JSONObject | None
     """Per-provider options, as the call gave them."""
     spec: structured.OutputSpec | None
     """The structured output asked for (``None``: text)."""
-    cached: Any = None
+    cached: object = None
     """A response a ``process_llm_request`` processor returned (``{chunks: [...]}``): replayed,
     the model is not called."""
 

@@ -16,7 +16,9 @@ from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONValue
 from threadline.logging import get_logger
+from threadline.runtime.message_types import RecordedOutput
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
 from threadline.runtime.step.prepare import ModelRequest, ModelSetup
 from threadline.runtime.step.state import StepState, add_usage, replay
@@ -38,7 +40,7 @@ class ModelResponse:
     """The step's token usage (``inputTokens``, ``outputTokens``…; ``None``: not reported)."""
     finish_reason: str
     """``stop``, ``tool-calls``, ``length``…"""
-    object: Any = None
+    object: JSONValue = None
     """The parsed structured answer (``None``: none asked for, or the step called tools)."""
     chunks: list[dict[str, Any]]
     """The chunks as the model streamed them, before the output processors."""
@@ -86,7 +88,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     return response
 
 
-def _source(request: ModelRequest, recorded: dict[str, Any] | None, outcome: ModelOutcome,
+def _source(request: ModelRequest, recorded: RecordedOutput | None, outcome: ModelOutcome,
             setup: ModelSetup) -> AsyncIterator[dict[str, Any]]:
     """Where the attempt's chunks come from: a cached response, a crashed attempt's output, or
     the model."""

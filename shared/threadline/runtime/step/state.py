@@ -10,14 +10,17 @@ from typing import Any, cast
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
 from threadline.events.chunk_types import Emitted, ToolCallPayload
+from threadline.events.json_types import JSONObject
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
+from threadline.runtime.message_types import RecordedOutput, StepSummary
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model.model_calls import ModelChoice
 from threadline.runtime.model.model_outcome import USAGE_KEYS, ModelOutcome, Usage
 from threadline.runtime.processor import ProcessorRunner
 from threadline.runtime.step.ports import ChunkSink, RunState, StepRun
 from threadline.runtime.sub_agents import Pending
+from threadline.runtime.tools import Tool
 from threadline.runtime.transform import SUPPRESS, display_chunk
 
 log = get_logger(__name__)
@@ -51,7 +54,7 @@ class StepState:
     """The processors of the run."""
     response_id: str
     """The assistant message the step appends to."""
-    steps: list[dict[str, Any]]
+    steps: list[StepSummary]
     """Summaries of the run's finished steps (``RunState.steps``)."""
     state: RunState
     """The run's working state."""
@@ -59,15 +62,15 @@ class StepState:
     """Usage summed over the run (``RunState.usage``)."""
     echoes: list[Emitted] = field(default_factory=list)
     """Echo chunks of the drained signals (emitted once the input processors passed)."""
-    recorded: dict[str, Any] | None = None
+    recorded: RecordedOutput | None = None
     """The model output a crashed attempt of this step recorded (replayed once, not re-asked)."""
     models: list[ModelChoice] | None = None
     """The run's fallback list (resolved at the first attempt)."""
     model_index: int = 0
     """The fallback model in use; processor retries keep it."""
-    tools: dict[str, Any] | None = None
+    tools: dict[str, Tool] | None = None
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
-    agent_metadata: dict[str, Any] = field(default_factory=dict)
+    agent_metadata: JSONObject = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""

@@ -15,8 +15,10 @@ from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.json_types import JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
+from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.state import StepState, StepWriter
@@ -42,8 +44,8 @@ def step_hooks(step: StepState, options: Mapping[str, object], named: Mapping[st
     return step.agent.hooks.merged(ToolHooks.of(call_hooks))
 
 
-async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Any], hooks: ToolHooks,
-                    store: StepStore) -> list[dict[str, Any]]:
+async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, Tool], hooks: ToolHooks,
+                    store: StepStore) -> list[ToolOutcome]:
     """Run the step's tool calls in order, each at most once per run; returns their results
     ``{toolCallId, toolName, result | error}`` (a sub-agent call has none yet: it is queued in
     ``step.children``). A fresh model output is recorded first, so a re-execution replays it
@@ -85,8 +87,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, A
     return results
 
 
-async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any], hooks: ToolHooks,
-                   store: StepStore) -> tuple[Any, str | None]:
+async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
+                   store: StepStore) -> tuple[JSONValue, str | None]:
     """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
     run, agent = step.run, step.agent
     ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
@@ -116,10 +118,10 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Any]
     return final, error
 
 
-async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, error: str | None) -> dict[str, Any]:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue, error: str | None) -> ToolOutcome:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
     step summary's entry ``{toolCallId, toolName, result | error}``."""
-    base = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
+    base: ToolOutcome = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
         await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
@@ -130,7 +132,7 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: Any, erro
 
 
 async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
-                        context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+                        context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
     lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
@@ -139,7 +141,7 @@ async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks:
 
 
 async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
-               context: ToolContext, agent_meta: dict[str, Any]) -> tuple[Any, str | None]:
+               context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     name, args = call["toolName"], call.get("args") or {}
     hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
                      "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,
@@ -189,7 +191,7 @@ def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: obj
     return None
 
 
-def read_result(ml: MessageList, call_id: str) -> tuple[bool, Any]:
+def read_result(ml: MessageList, call_id: str) -> tuple[bool, JSONValue]:
     """Newest ``result``-state invocation of ``call_id`` (after ``update_tool_invocation``)."""
     for msg in reversed(ml.get.all.db()):
         for part in msg["content"].get("parts") or ():
