@@ -28,7 +28,7 @@ from threadline._internal.attrdict import wrap
 from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
-from threadline.events.signals import retry_feedback, signal_to_message
+from threadline.events.signals import signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -59,6 +59,7 @@ from threadline.runtime.step.ports import (
 )
 from threadline.runtime.step.prepare import ModelSetup, prepare
 from threadline.runtime.step.respond import respond
+from threadline.runtime.step.retry import add_feedback, retry_step_finish
 from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
 from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
@@ -223,9 +224,11 @@ class StepLoop:
         """Steps 3–7 of the module docstring, with processor retries.
 
         A retry (``abort(..., retry=True)`` or ``process_api_error`` → ``{retry: True}``) happens
-        only while ``retry_count < cap``: the attempt is declared dead on the stream
+        only while ``retry_count < cap``: the attempt ends with Mastra's ``step-finish``
+        (``stepResult.reason: "retry"``) and is declared dead on the stream
         (``attempt-discarded``), its output is rolled back, a tripwire's reason is added as
-        feedback, and the step runs again under the next attempt number.
+        feedback (a system message), and the step runs again under the next attempt number.
+        ``retry_count`` counts the run's retries (Mastra's "for this generation").
         """
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
         if run.step == 0:
@@ -237,6 +240,7 @@ class StepLoop:
         while True:
             saved = orjson.dumps(ml.to_state())  # decoded only when the attempt is retried
             retry: dict[str, Any] | None = None
+            step.attempt_output = None
             try:
                 done = await self._attempt(step, options, consumed, store)
                 break
@@ -265,12 +269,13 @@ class StepLoop:
                 retry = {"retryProcessorId": asked["processorId"], "retryReason": f"api-error: {exc.kind}",
                          "retryMetadata": asked["metadata"]}
             runner.retry_count += 1
+            await step.writer.emit(retry_step_finish(step.response_id, retry if feedback else None,
+                                                     step.attempt_output))
             await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
             if feedback is not None:
-                ml.add(retry_feedback(feedback), "context")
+                add_feedback(ml, feedback.reason)
             log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt,
                      processor_id=retry and retry["retryProcessorId"])
-        runner.retry_count = 0  # consecutive retries only
         if not done.continued:
             await self._output_result(step, done.finish_reason)
             await self._finish_chunk(step, done.finish_reason, finish_reason=done.finish_reason)

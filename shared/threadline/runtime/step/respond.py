@@ -71,6 +71,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=step.steps,
                                       from_cache=bool(request.cached))
     response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
+    step.attempt_output = {"text": response.text, "usage": response.usage}
     _add_parts(step, response, _calls_first(processed))
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
