@@ -122,3 +122,94 @@ async def test_a_retry_asked_for_in_process_input_ends_the_run_whatever_the_budg
     outcome = await _loop(model).run(_run(), agent, _inputs(signals=[SIGNAL]), sink, MemoryStepStore())
     assert isinstance(outcome, Trip) and outcome.tripwire["retry"] is True  # decision 122
     assert model.calls == [] and [c["type"] for c in sink.chunks] == ["start", "tripwire", "finish"]
+
+
+class ArgsReport(Processor):
+    """Records what ``process_llm_response`` and ``process_output_step`` are given, and aborts the
+    run from inside the step as the worker does when an abort arrives."""
+
+    id = "args-report"
+
+    def __init__(self, loop: StepLoop | None = None) -> None:
+        self.loop = loop
+        self.seen: dict[str, Any] = {}
+        self.heard: list[str] = []
+
+    async def process_llm_response(self, *, steps: Any, abort_signal: Any, tracing_context: Any, **_: Any) -> None:
+        self.seen["llm_response"] = [s["text"] for s in steps]
+        self.seen["tracing"] = tracing_context.current_span  # tracing is off in unit tests
+        self.seen["aborted_before"] = abort_signal.aborted
+        abort_signal.add_listener(lambda: self.heard.append("abort"))
+        if self.loop is not None:
+            self.loop.abort("run-1")
+        self.seen["aborted_after"] = abort_signal.aborted
+
+    async def process_output_step(self, *, steps: Any, step_number: int, **_: Any) -> None:
+        self.seen["output_step"] = [(s["stepNumber"], s["text"], s["toolResults"]) for s in steps]
+
+
+async def test_steps_include_the_current_step_and_every_method_gets_abort_signal_and_tracing_context() -> None:
+    first = MemoryStepStore()
+    agent = Agent(id="a", input_processors=[ArgsReport()], output_processors=[ArgsReport()])
+    await _loop(ScriptedModel([text_delta("one")])).run(_run(), agent, _inputs(signals=[SIGNAL]),
+                                                        MemorySink("run-1", 0), first)
+    state = RunState.of(first.saved[0].state)
+    loop = _loop(ScriptedModel([text_delta("two")]))
+    reporter, checker = ArgsReport(loop), ArgsReport()
+    agent = Agent(id="a", input_processors=[reporter], output_processors=[checker])
+    more = Signal("sig-2", {**SIGNAL.payload, "id": "sig-2", "contents": "and more"})
+    await loop.run(_run(step=1, state=state), agent, _inputs(signals=[more]), MemorySink("run-1", 1), MemoryStepStore())
+    assert reporter.seen["llm_response"] == ["one", "two"]  # "all completed steps so far, including this step"
+    assert checker.seen["output_step"] == [(0, "one", []), (1, "two", [])]
+    assert reporter.seen["tracing"] is None
+    assert reporter.seen["aborted_before"] is False and reporter.seen["aborted_after"] is True
+    assert reporter.heard == ["abort"]
+    loop.abort("run-1")  # the step is over: nothing to abort, nothing raised
+
+
+async def test_a_streams_result_carries_the_tripwire_that_ended_it() -> None:
+    from threadline.client.run_output import RunOutput
+
+    trip = {"reason": "step mentions x", "retry": False, "metadata": None, "processorId": "guard"}
+    chunks = [{"runId": "r", "seq": 0, "step": 0, "attempt": 1, "type": "start", "payload": {}},
+              {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "tripwire", "payload": trip},
+              {"runId": "r", "seq": 2, "step": 0, "attempt": 1, "type": "finish",
+               "payload": {"stepResult": {"reason": "tripwire"}, "finishReason": "other", "tripwire": trip}}]
+
+    class Source:
+        @property
+        def stream(self) -> Any:
+            async def gen() -> Any:
+                for c in chunks:
+                    yield c
+            return gen()
+
+        async def unsubscribe(self) -> None:
+            return None
+
+    async def open_sub(from_ms: int, after: dict[str, int]) -> Source:
+        return Source()
+
+    assert await RunOutput("r", open_sub, 0).tripwire() == trip  # Mastra's result.tripwire
+    chunks[1:] = [{**chunks[2], "seq": 1, "payload": {"stepResult": {"reason": "stop"}, "finishReason": "stop"}}]
+    assert await RunOutput("r", open_sub, 0).tripwire() is None
+
+
+class Guard(Processor):
+    id = "guard"
+
+    async def process_output_step(self, *, text: str, abort: Any, **_: Any) -> None:
+        if "x" in text:
+            abort("step mentions x")
+
+
+async def test_an_answer_rejected_for_good_ends_with_a_tripwire_step_finish_then_the_tripwire() -> None:
+    sink = MemorySink("run-1", 0)
+    agent = Agent(id="a", output_processors=[Guard()])
+    outcome = await _loop(ScriptedModel([text_delta("x marks")])).run(_run(), agent, _inputs(signals=[SIGNAL]),
+                                                                      sink, MemoryStepStore())
+    assert isinstance(outcome, Trip)
+    assert sink.types()[-4:] == ["text-delta", "step-finish", "tripwire", "finish"]  # Mastra's step-finish, decision 2's tripwire
+    step_finish = next(c for c in sink.chunks if c["type"] == "step-finish")["payload"]
+    assert step_finish["stepResult"] == {"reason": "tripwire", "isContinued": False}
+    assert step_finish["output"]["text"] == "x marks"

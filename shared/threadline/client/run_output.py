@@ -211,6 +211,21 @@ class RunOutput:
         return None
 
 
+    async def tripwire(self, *, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """The tripwire that ended the run (Mastra's ``result.tripwire``: ``{reason, retry,
+        metadata, processorId}``, from the ``finish`` chunk), once finished; ``None`` when no
+        processor aborted it.
+
+        Raises:
+            TimeoutError: as :meth:`consume_stream`.
+        """
+        for k in map(known, reversed(await self.consume_stream(timeout_s=timeout_s))):
+            if k is not None and k["type"] == ChunkKind.FINISH:
+                tripwire = (k.get("payload") or {}).get("tripwire")
+                return dict(tripwire) if isinstance(tripwire, Mapping) else None
+        return None
+
+
 def _inner(chunk: ChunkBody) -> ChunkBody:
     """The sub-agent chunk a nested ``tool-output`` carries (decision 78), else the chunk itself."""
     k = known(chunk)

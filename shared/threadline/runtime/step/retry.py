@@ -1,6 +1,7 @@
-"""A processor retry as Mastra shows it: the rejected attempt's ``step-finish`` (``stepResult.reason:
-"retry"`` with the processor, its reason and metadata) and the feedback the retried request
-carries, a system message kept for the rest of the run (docs/decisions.md#retry-feedback)."""
+"""A processor's rejection as Mastra shows it: the rejected attempt's ``step-finish``
+(``stepResult.reason: "retry"`` with the processor, its reason and metadata, or ``"tripwire"``
+when no retry follows) and the feedback the retried request carries, a system message kept for
+the rest of the run (docs/decisions.md#retry-feedback)."""
 
 from __future__ import annotations
 
@@ -44,3 +45,12 @@ def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: 
     if retry:
         chunk["payload"]["stepResult"].update(cast(StepResult, dict(retry)))
     return chunk
+
+
+def tripwire_step_finish(message_id: str, output: Mapping[str, Any] | None) -> StepFinishChunk:
+    """The ``step-finish`` of a step whose answer ``process_output_step`` rejected for good:
+    ``stepResult {reason: "tripwire", isContinued: false}`` and the answer's ``output {text,
+    usage}``, before the run's ``tripwire`` chunk (decisions 2 and 123)."""
+    output = output or {}
+    return chunks.step_finish_chunk(message_id, reason="tripwire", is_continued=False,
+                                    text=output.get("text", ""), usage=output.get("usage"))
