@@ -191,8 +191,13 @@ async def test_a_streams_result_carries_the_tripwire_that_ended_it() -> None:
         return Source()
 
     assert await RunOutput("r", open_sub, 0).tripwire() == trip  # Mastra's result.tripwire
-    chunks[1:] = [{**chunks[2], "seq": 1, "payload": {"stepResult": {"reason": "stop"}, "finishReason": "stop"}}]
+    assert await RunOutput("r", open_sub, 0).finish_reason() == "other"  # no step-finish rejected: Mastra's "other"
+    chunks.insert(1, {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "step-finish",
+                      "payload": {"stepResult": {"reason": "tripwire", "isContinued": False}}})
+    assert await RunOutput("r", open_sub, 0).finish_reason() == "tripwire"  # process_output_step rejected the answer
+    chunks[1:] = [{**chunks[3], "seq": 1, "payload": {"stepResult": {"reason": "stop"}, "finishReason": "stop"}}]
     assert await RunOutput("r", open_sub, 0).tripwire() is None
+    assert await RunOutput("r", open_sub, 0).finish_reason() == "stop"
 
 
 class Guard(Processor):
