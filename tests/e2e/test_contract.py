@@ -12,12 +12,16 @@ async def test_p21_retry_with_feedback_then_accepted(services, settings, model, 
     run_id, chunks = await run_stream(settings, "retrying", "explain")
     requests = model.requests(model="threadline-retrying")
     assert len(requests) == 2
-    last = requests[1]["body"]["messages"][-1]
-    assert last == {"role": "user", "content": '<system-reminder type="processor-retry" processor="too-short">'
-                                               'too short</system-reminder>'}
+    messages = requests[1]["body"]["messages"]
+    feedback = {"role": "system", "content": "[Processor Feedback] Your previous response was not accepted: "
+                                            "too short. Please try again with the feedback in mind."}
+    assert feedback in messages and messages[-1]["role"] == "user"  # Mastra's feedback, a system message
     assert not any("meh" in str(m.get("content")) for m in requests[1]["body"]["messages"])
     seq = content(chunks)
     assert seq[0] == ("text-delta", "meh") and seq[1][0] == "attempt-discarded"
+    rejected = next(c for c in chunks if c["type"] == "step-finish")  # Mastra's retry marker, in the dead attempt
+    assert rejected["payload"]["stepResult"]["reason"] == "retry" and rejected["attempt"] == 1
+    assert rejected["payload"]["stepResult"]["retryProcessorId"] == "too-short"
     assert seq[2:] == [("text-delta", "a much longer answer"), ("finish", "stop")]
     run = await run_row(cluster.dsn, run_id)
     assert run["state"]["processor_state"]["too-short"]["retry_counts"] == [0, 1]

@@ -87,7 +87,8 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
         if accepted.output is None:  # not a wake: delivered into (or queued behind) a run
             return {"verb": verb, "accepted": _accepted(accepted)}
         result = {"text": await accepted.output.text(timeout_s=30),
-                  "finishReason": await accepted.output.finish_reason(timeout_s=5)}
+                  "finishReason": await accepted.output.finish_reason(timeout_s=5),
+                  "tripwire": await accepted.output.tripwire(timeout_s=5)}
         await _idle(tl, thread)
         return {"verb": verb, "result": {k: v for k, v in result.items() if v is not None}}
     if verb == "generate":

@@ -196,7 +196,10 @@ class RunOutput:
                        if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
     async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
-        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished.
+        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished. A run
+        a processor ended reports it as Mastra's stream result does: ``tripwire`` when its last
+        ``step-finish`` says ``tripwire`` (``process_output_step`` rejected the answer), else
+        ``other`` (decision 123).
 
         Raises:
             TimeoutError: as :meth:`consume_stream`.
@@ -205,9 +208,30 @@ class RunOutput:
             chunks = await self.consume_stream(timeout_s=timeout_s)
         except RunFailed:
             chunks = self._kept()
-        for k in map(known, reversed(chunks)):
+        finish = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.FINISH), None)
+        if finish is None:
+            return None
+        payload = finish.get("payload") or {}
+        if not payload.get("tripwire"):
+            return (payload.get("stepResult") or {}).get("reason")
+        step = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.STEP_FINISH),
+                    None)
+        return "tripwire" if step is not None and ((step.get("payload") or {}).get("stepResult") or {}).get(
+            "reason") == "tripwire" else "other"
+
+
+    async def tripwire(self, *, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """The tripwire that ended the run (Mastra's ``result.tripwire``: ``{reason, retry,
+        metadata, processorId}``, from the ``finish`` chunk), once finished; ``None`` when no
+        processor aborted it.
+
+        Raises:
+            TimeoutError: as :meth:`consume_stream`.
+        """
+        for k in map(known, reversed(await self.consume_stream(timeout_s=timeout_s))):
             if k is not None and k["type"] == ChunkKind.FINISH:
-                return ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
+                tripwire = (k.get("payload") or {}).get("tripwire")
+                return dict(tripwire) if isinstance(tripwire, Mapping) else None
         return None
 
 

@@ -145,7 +145,14 @@ class ToolErrorPayload(TypedDict):
 
 class StepResult(TypedDict):
     reason: str | None
+    """The step's finish reason; ``retry`` on an attempt a processor rejected (it is retried)."""
     isContinued: NotRequired[bool]
+    retryProcessorId: NotRequired[str | None]
+    """On a ``retry``: the processor that asked for it."""
+    retryReason: NotRequired[str]
+    """On a ``retry``: the processor's reason."""
+    retryMetadata: NotRequired[JsonValue]
+    """On a ``retry``: the processor's ``abort(..., metadata=...)``."""
 
 
 class Usage(TypedDict, total=False):

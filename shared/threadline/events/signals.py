@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any
 
 from threadline._internal.attrdict import AttrDict
 from threadline.errors import InvalidEventError
@@ -150,22 +150,3 @@ def render_for_model(msg: dict[str, Any]) -> str:
         return text
     tag = meta.get("tagName") or msg.get("type") or ("user" if msg["role"] == "user" else "system-reminder")
     return render_markup(tag, attrs, "\n".join(texts))
-
-
-class RetryReason(Protocol):
-    """What a processor retry names: the processor and its reason (a ``TripWire``)."""
-
-    @property
-    def processor_id(self) -> str | None: ...
-
-    @property
-    def reason(self) -> str: ...
-
-
-def retry_feedback(tripwire: RetryReason) -> AttrDict:
-    """The feedback of a processor retry: a user-role
-    ``<system-reminder type="processor-retry" processor="ID">reason</system-reminder>``."""
-    signal = {"id": f"retry-feedback-{tripwire.processor_id}", "type": "reactive", "tagName": "system-reminder",
-              "contents": tripwire.reason, "createdAt": now_iso(),
-              "attributes": {"type": "processor-retry", "processor": tripwire.processor_id}}
-    return signal_to_message(signal, thread_id="", resource_id="")

@@ -144,6 +144,16 @@ def consuming(topic: str, headers: Iterable[tuple[str, bytes | str]] | None,
         otel_context.detach(token)
 
 
+def current_span() -> Span | None:
+    """The span current in this context (the step's, a tool's…), for user code to annotate;
+    ``None`` when tracing is off."""
+    if not _enabled:
+        return None
+    from opentelemetry import trace
+
+    return trace.get_current_span()
+
+
 def start_span(name: str, **attributes: object) -> Span | None:
     """A span under the current one that the caller ends (``.end()``), for work that spans the
     yields of an async generator (a model call's stream); ``None`` when tracing is off."""

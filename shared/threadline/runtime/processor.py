@@ -21,6 +21,7 @@ from threadline._internal.usercode import call_user, is_async
 from threadline.errors import ConfigurationError
 from threadline.logging import get_logger
 from threadline.runtime.messages import MessageList, system_text
+from threadline.runtime.processor_args import AbortSignal, tracing_context
 
 log = get_logger(__name__)
 
@@ -201,6 +202,8 @@ class ProcessorRunner:
         self.request_context = request_context or {}
         self.writer = writer
         self.retry_count = retry_count
+        self.abort_signal = AbortSignal()
+        """Mastra's ``abortSignal``, given to every method (set when the run is aborted)."""
         self.stream_parts: dict[str, list[AttrDict]] = {}
         self._stream_chain = [p for p in output_processors if implements(p, "process_output_stream")]
         self._plans: dict[tuple[int, str], _Plan] = {}
@@ -226,7 +229,8 @@ class ProcessorRunner:
         plan = self._plan(processor, method)
         record = _AbortRecord(processor.id, default_reason)
         kwargs.update(abort=record.abort, retry_count=self.retry_count, request_context=self.request_context,
-                      state=self.state_of(processor), writer=self.writer)
+                      state=self.state_of(processor), writer=self.writer, abort_signal=self.abort_signal,
+                      tracing_context=tracing_context())
         return await self._call(processor, plan, record, kwargs)
 
     def _plan(self, processor: ProcessorLike, method: str) -> _Plan:
@@ -391,7 +395,7 @@ class ProcessorRunner:
             record = _AbortRecord(pid, "Stream part blocked by {id}")
             args = {"part": part, "stream_parts": seen, "message_list": ml, "abort": record.abort,
                     "retry_count": self.retry_count, "request_context": self.request_context, "state": state,
-                    "writer": self.writer}
+                    "writer": self.writer, "abort_signal": self.abort_signal, "tracing_context": tracing_context()}
             if not plan.var_kw:
                 args = {k: v for k, v in args.items() if k in plan.names}
             try:  # inlined :meth:`_call` (per chunk and processor); a plain method runs off the event loop

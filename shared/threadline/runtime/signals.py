@@ -12,11 +12,10 @@ from threadline.events.signals import (
     normalize_type,
     render_for_model,
     render_markup,
-    retry_feedback,
     signal_from_message,
     signal_to_message,
 )
 
 __all__ = ["DEFAULT_TAGS", "LEGACY_TYPES", "SIGNAL_TYPES", "contents_parts", "echo_chunk", "escape_attr",
-           "escape_text", "normalize_type", "render_for_model", "render_markup", "retry_feedback",
+           "escape_text", "normalize_type", "render_for_model", "render_markup",
            "signal_from_message", "signal_to_message"]

@@ -136,6 +136,7 @@ class StepExecutor:
         self._aborted.add(run_id)
         task = self._running.get(run_id)
         if task is not None:
+            self._loop.abort(run_id)  # the processors' abort_signal, before the cancellation reaches them
             task.cancel()
 
     async def catch_up_aborts(self) -> None:

@@ -29,7 +29,7 @@ from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.json_types import JSONObject
-from threadline.events.signals import retry_feedback, signal_to_message
+from threadline.events.signals import signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -40,6 +40,7 @@ from threadline.runtime.messages import MessageList
 from threadline.runtime.model.llm import stream_model
 from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelLimiter, RetryPolicy
 from threadline.runtime.processor import ProcessorRunner, TripWire
+from threadline.runtime.processor_args import AbortSignal
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step.children import resume_children
@@ -60,6 +61,7 @@ from threadline.runtime.step.ports import (
 )
 from threadline.runtime.step.prepare import ModelSetup, prepare
 from threadline.runtime.step.respond import respond
+from threadline.runtime.step.retry import add_feedback, retry_step_finish, tripwire_step_finish
 from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
 from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
@@ -102,6 +104,14 @@ class StepLoop:
         self._default_model = default_model
         self._catalogue = catalogue or Catalogue()
         self._configs = ConfigCache()
+        self._signals: dict[str, AbortSignal] = {}  # the abort signal of each run whose step runs here
+
+    def abort(self, run_id: str, reason: str = "aborted") -> None:
+        """The run was aborted: its step's processors see ``abort_signal.aborted`` (call it before
+        cancelling the step's task). Nothing when no step of the run runs here."""
+        signal = self._signals.get(run_id)
+        if signal is not None:
+            signal.abort(reason)
 
     async def run(self, run: StepRun, agent: Agent, inputs: StepInputs, sink: ChunkSink,
                   store: StepStore) -> StepOutcome:
@@ -112,8 +122,17 @@ class StepLoop:
         taken over).
         """
         step, options, memory = await self._open(run, agent, inputs, sink)
+        self._signals[run.run_id] = step.runner.abort_signal
+        try:
+            return await self._run(step, options, memory, inputs, store)
+        finally:
+            self._signals.pop(run.run_id, None)
+
+    async def _run(self, step: StepState, options: dict[str, Any], memory: Memory, inputs: StepInputs,
+                   store: StepStore) -> StepOutcome:
+        run, sink = step.run, step.writer
         if run.step == 0:
-            await sink.emit(chunks.start_chunk(agent.id, step.response_id))
+            await sink.emit(chunks.start_chunk(step.agent.id, step.response_id))
         elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
             await resume_children(step, store)
         if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
@@ -174,6 +193,8 @@ class StepLoop:
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
             for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
                 step.ml.remove_by_ids([msg["id"]])
+            if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123)
+                await step.writer.emit(tripwire_step_finish(step.response_id, step.attempt_output))
             await step.writer.emit(chunks.tripwire_chunk(trip.tripwire))
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=trip.tripwire)
             return trip
@@ -224,9 +245,11 @@ class StepLoop:
         """Steps 3–7 of the module docstring, with processor retries.
 
         A retry (``abort(..., retry=True)`` or ``process_api_error`` → ``{retry: True}``) happens
-        only while ``retry_count < cap``: the attempt is declared dead on the stream
+        only while ``retry_count < cap``: the attempt ends with Mastra's ``step-finish``
+        (``stepResult.reason: "retry"``) and is declared dead on the stream
         (``attempt-discarded``), its output is rolled back, a tripwire's reason is added as
-        feedback, and the step runs again under the next attempt number.
+        feedback (a system message), and the step runs again under the next attempt number.
+        ``retry_count`` counts the run's retries (Mastra's "for this generation").
         """
         run, agent, ml, runner = step.run, step.agent, step.ml, step.runner
         if run.step == 0:
@@ -238,6 +261,7 @@ class StepLoop:
         while True:
             saved = orjson.dumps(ml.to_state())  # decoded only when the attempt is retried
             retry: dict[str, Any] | None = None
+            step.attempt_output, step.judging = None, False
             try:
                 done = await self._attempt(step, options, consumed, store)
                 break
@@ -266,12 +290,13 @@ class StepLoop:
                 retry = {"retryProcessorId": asked["processorId"], "retryReason": f"api-error: {exc.kind}",
                          "retryMetadata": asked["metadata"]}
             runner.retry_count += 1
+            await step.writer.emit(retry_step_finish(step.response_id, retry if feedback else None,
+                                                     step.attempt_output))
             await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
             if feedback is not None:
-                ml.add(retry_feedback(feedback), "context")
+                add_feedback(ml, feedback.reason)
             log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt,
                      processor_id=retry and retry["retryProcessorId"])
-        runner.retry_count = 0  # consecutive retries only
         if not done.continued:
             await self._output_result(step, done.finish_reason)
             await self._finish_chunk(step, done.finish_reason, finish_reason=done.finish_reason)

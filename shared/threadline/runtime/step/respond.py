@@ -70,9 +70,11 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     if not request.cached and outcome.finish_reason == "other" and not outcome.text and not outcome.tool_calls:
         raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                              kind="server_error", retryable=True)
-    await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=step.steps,
-                                      from_cache=bool(request.cached))
     response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
+    step.attempt_output = {"text": response.text, "usage": response.usage}
+    steps = [*step.steps, _this_step(step_no, response)]  # "all completed steps so far, including this step"
+    await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=steps,
+                                      from_cache=bool(request.cached))
     _add_parts(step, response, _calls_first(processed))
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
@@ -81,10 +83,12 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     if armed("after_tool_call_chunk_published"):
         await step.writer.flush()
         await pause_point("after_tool_call_chunk_published")
-    await runner.process_output_step(step.ml, step_number=step_no, steps=step.steps,
+    step.judging = True  # an abort now ends the answered step: Mastra's step-finish shows it (decision 123)
+    await runner.process_output_step(step.ml, step_number=step_no, steps=steps,
                                      finish_reason=response.finish_reason,
                                      tool_calls=[wrap(c) for c in response.calls] or None, text=response.text,
                                      usage=response.usage)
+    step.judging = False
     return response
 
 
@@ -134,6 +138,13 @@ def _response(processed: list[AttrDict], outcome: ModelOutcome, raw: list[dict[s
     return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"),
                          calls=[cast(ToolCallPayload, dict(p["payload"])) for p in processed if p["type"] == "tool-call"],
                          usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh)
+
+
+def _this_step(step_no: int, response: ModelResponse) -> dict[str, Any]:
+    """The step being answered, as ``steps`` shows it to ``process_llm_response`` and
+    ``process_output_step`` (its tools have not run: ``toolResults`` is empty)."""
+    return {"stepNumber": step_no, "text": response.text, "toolCalls": response.calls, "toolResults": [],
+            "finishReason": response.finish_reason, "usage": response.usage}
 
 
 def _add_parts(step: StepState, response: ModelResponse, calls_first: bool) -> None:

@@ -72,6 +72,12 @@ class StepState:
     """The run's tools (the agent's, a function of the request context resolved); ``None``: the agent's."""
     agent_metadata: JSONObject = field(default_factory=dict)
     """The agent's ``metadata`` for this run (tool hooks see it as ``metadata.agent_metadata``)."""
+    attempt_output: dict[str, Any] | None = None
+    """The current attempt's answer as the processors let it through (``{text, usage}``;
+    ``None`` before the model answered): a rejected attempt's ``step-finish`` shows it."""
+    judging: bool = False
+    """``process_output_step`` is judging the current attempt's answer (an abort then ends a step
+    the model finished)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     _transforms: bool | None = None

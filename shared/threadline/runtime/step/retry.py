@@ -1,0 +1,56 @@
+"""A processor's rejection as Mastra shows it: the rejected attempt's ``step-finish``
+(``stepResult.reason: "retry"`` with the processor, its reason and metadata, or ``"tripwire"``
+when no retry follows) and the feedback the retried request carries, a system message kept for
+the rest of the run (docs/decisions.md#retry-feedback)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+from threadline.events import chunks
+from threadline.events.chunk_types import StepFinishChunk, StepResult
+from threadline.runtime.messages import MessageList
+
+FEEDBACK_TAG = "processor-retry-feedback"
+"""The system-message bucket of retry feedback (Mastra's tag)."""
+
+
+def feedback_text(reason: str) -> str:
+    """Mastra's feedback for a rejected attempt:
+    ``[Processor Feedback] Your previous response was not accepted: <reason>. Please try again
+    with the feedback in mind.``"""
+    return (f"[Processor Feedback] Your previous response was not accepted: {reason}. "
+            "Please try again with the feedback in mind.")
+
+
+def add_feedback(ml: MessageList, reason: str) -> None:
+    """Add the feedback for ``reason`` as a tagged system message, once (an identical one already
+    there is not repeated). Tagged system messages survive the per-step reset of the
+    instructions, so the model sees it on every later request of the run; it is never stored."""
+    text = feedback_text(reason)
+    if not any(m.get("content") == text for m in ml.get_system_messages(FEEDBACK_TAG)):
+        ml.add_system(text, FEEDBACK_TAG)
+
+
+def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: Mapping[str, Any] | None) -> StepFinishChunk:
+    """The ``step-finish`` that ends a rejected attempt: ``stepResult {reason: "retry",
+    isContinued: true, retryProcessorId, retryReason, retryMetadata}`` (the three only for an
+    ``abort(..., retry=True)``, not for ``process_api_error``'s ``{retry: True}``) and ``output
+    {text, usage}`` of the attempt as far as it got (``text`` ``""`` and ``usage`` ``None`` before
+    the model answered)."""
+    output = output or {}
+    chunk = chunks.step_finish_chunk(message_id, reason="retry", is_continued=True,
+                                     text=output.get("text", ""), usage=output.get("usage"))
+    if retry:
+        chunk["payload"]["stepResult"].update(cast(StepResult, dict(retry)))
+    return chunk
+
+
+def tripwire_step_finish(message_id: str, output: Mapping[str, Any] | None) -> StepFinishChunk:
+    """The ``step-finish`` of a step whose answer ``process_output_step`` rejected for good:
+    ``stepResult {reason: "tripwire", isContinued: false}`` and the answer's ``output {text,
+    usage}``, before the run's ``tripwire`` chunk (decisions 2 and 123)."""
+    output = output or {}
+    return chunks.step_finish_chunk(message_id, reason="tripwire", is_continued=False,
+                                    text=output.get("text", ""), usage=output.get("usage"))
