@@ -7,8 +7,6 @@ by its id, not its text, so the edited 0027 is not applied again) contracts clea
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 
 import asyncpg
 import pytest
@@ -16,7 +14,6 @@ from yoyo import get_backend, read_migrations
 from yoyo.migrations import MigrationList
 
 from threadline.store.migrate import CONTRACT, MIGRATIONS, _yoyo_uri, migrate
-from threadline.testing.harness import create_database, drop_database
 
 PREVIOUS_RELEASE_SAVES = {
     # what the release before 0027 calls (its store.steps), by the signatures 0011, 0013, 0017 and
@@ -41,14 +38,6 @@ PREVIOUS_RELEASE_SAVES = {
 }
 STAND_IN = "RETURNS bigint LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'stale writer' USING ERRCODE = 'TLSTW'; END $$"
 """A stand-in body: the previous release's save fenced out on a run it does not hold."""
-
-
-@pytest.fixture
-def fresh_db(cluster) -> Iterator[str]:
-    name = f"tl_mig_{uuid.uuid4().hex[:8]}"
-    asyncio.run(create_database(cluster.admin_dsn, name))
-    yield cluster.admin_dsn.rsplit("/", 1)[0] + "/" + name
-    asyncio.run(drop_database(cluster.admin_dsn, name))
 
 
 def _ids(folder) -> list[str]:
