@@ -45,7 +45,7 @@ SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATO
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
            --scale gateway=$(N_GATEWAYS)
 
-.PHONY: help install infra-up infra-down migrate up down ps logs demo test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
+.PHONY: help install infra-up infra-down migrate migrate-contract up down ps logs demo test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -81,8 +81,11 @@ else
 	@bash $(ROOT)/tests/run-suite.sh --stop-serial-cluster   # the second cluster of `make test`, if any
 endif
 
-migrate: ## apply the database migrations
+migrate: ## apply the database migrations (the expand ones, as every service start does)
 	cd $(ROOT) && $(PY) -m threadline.cli migrate
+
+migrate-contract: ## also apply the contract migrations: once no process of the previous release runs (decision 113)
+	cd $(ROOT) && $(PY) -m threadline.cli migrate --contract
 
 up: ## install + infra-up + migrate + start the services (N_WORKERS=3 ...); Docker: waits until all are healthy
 ifeq ($(THREADLINE_DOCKER),1)

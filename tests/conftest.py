@@ -90,7 +90,7 @@ def cluster() -> Iterator[Cluster]:
     dsn = admin_dsn.rsplit("/", 1)[0] + "/" + dbname
     from threadline.store.migrate import migrate
 
-    migrate(dsn)
+    migrate(dsn, contract=True)
     yield Cluster(bootstrap=bootstrap, admin_dsn=admin_dsn, dsn=dsn, prefix=f"tltest-{tag}")
     asyncio.run(drop_database(admin_dsn, dbname))
     for c in containers:
@@ -108,6 +108,6 @@ def own_cluster(cluster: Cluster) -> Iterator[Cluster]:
     tag = uuid.uuid4().hex[:10]
     dbname = f"tl_own_{tag}"
     dsn = asyncio.run(create_database(cluster.admin_dsn, dbname))
-    migrate(dsn)
+    migrate(dsn, contract=True)
     yield Cluster(bootstrap=cluster.bootstrap, admin_dsn=cluster.admin_dsn, dsn=dsn, prefix=f"tlown-{tag}")
     asyncio.run(drop_database(cluster.admin_dsn, dbname))

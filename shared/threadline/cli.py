@@ -4,7 +4,7 @@
     threadline send-message --resource R --thread T - < msg.txt  the text from stdin (or --file PATH)
     threadline subscribe --resource R --thread T [--from-beginning] [--until-finish]
     threadline thread --resource R --thread T                   the stored messages (JSON lines)
-    threadline migrate                                           apply the Postgres migrations
+    threadline migrate [--contract]                              apply the Postgres migrations
     threadline serve ingress                                     run one instance of a service
 """
 
@@ -343,12 +343,15 @@ def schemas(out: Annotated[str, typer.Option(help="directory to write <name>.jso
 
 
 @app.command()
-def migrate() -> None:
-    """Apply pending Postgres migrations."""
+def migrate(contract: Annotated[bool, typer.Option(
+        "--contract", help="also drop what only the previous release used: once none of its processes runs")] = False,
+) -> None:
+    """Apply pending Postgres migrations: the expand ones (what every service start applies), and
+    with ``--contract`` the contract ones too (docs/decisions.md, 113)."""
     from threadline.store.migrate import migrate as run_migrations
 
     with _guard():
-        applied = run_migrations(get_settings().pg_dsn)
+        applied = run_migrations(get_settings().pg_dsn, contract=contract)
     _print({"applied": applied})
 
 

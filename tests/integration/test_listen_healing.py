@@ -50,7 +50,7 @@ def c26_cluster(cluster):
     name = cluster.dsn.rsplit("/", 1)[1] + "_c26"
     asyncio.run(create_database(cluster.admin_dsn, name))
     dsn = cluster.dsn.rsplit("/", 1)[0] + "/" + name
-    migrate(dsn)
+    migrate(dsn, contract=True)
     yield Isolated(bootstrap=cluster.bootstrap, dsn=dsn)
     asyncio.run(drop_database(cluster.admin_dsn, name))
 

@@ -5,23 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import Iterator
 
 import asyncpg
-import pytest
 from yoyo import get_backend
 
 from threadline.store.migrate import LOCK_KEY, MIGRATIONS, _yoyo_uri, migrate
-from threadline.testing.harness import create_database, drop_database
-
-
-@pytest.fixture
-def fresh_db(cluster) -> Iterator[str]:
-    name = f"tl_mig_{uuid.uuid4().hex[:8]}"
-    asyncio.run(create_database(cluster.admin_dsn, name))
-    yield cluster.admin_dsn.rsplit("/", 1)[0] + "/" + name
-    asyncio.run(drop_database(cluster.admin_dsn, name))
 
 
 async def _fetch(dsn: str, sql: str) -> list[asyncpg.Record]:

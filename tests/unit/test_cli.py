@@ -84,3 +84,22 @@ def test_each_service_is_an_entry_point() -> None:
         ep = scripts[f"threadline-{name.replace('_', '-')}"]
         assert callable(ep.load())  # loads the service's module without running it
         assert ep.value == f"threadline.services.{name}.__main__:main"
+
+
+@pytest.mark.parametrize(("args", "contract"), [(["migrate"], False), (["migrate", "--contract"], True)],
+                         ids=["expand", "contract"])
+def test_migrate_applies_the_contract_migrations_only_when_asked(away: None, monkeypatch: pytest.MonkeyPatch,
+                                                                  args: list[str], contract: bool) -> None:
+    from threadline.store import migrate
+
+    asked: list[bool] = []
+
+    def fake(dsn: str, *, contract: bool = False) -> list[str]:
+        asked.append(contract)
+        return ["0028_retired_saves"] if contract else []
+
+    monkeypatch.setattr(migrate, "migrate", fake)
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert asked == [contract]
+    assert orjson.loads(result.stdout) == {"applied": ["0028_retired_saves"] if contract else []}

@@ -228,3 +228,20 @@ async def test_a_take_whose_question_fails_creates_as_before(
     await admin.start()
     await admin.ensure_chunk_topic("p.a", retention_ms=1, thread=("r", "p.a"))
     assert [t.name for t in fake_client.created] == ["p.a"]
+
+
+async def test_a_batch_of_takes_creates_its_topics_in_one_request_per_retention(
+        fake_client: type[_FakeAdminClient], monkeypatch: pytest.MonkeyPatch) -> None:
+    requests: list[list[tuple[str, str]]] = []
+    original = _FakeAdminClient.create_topics
+
+    async def recorded(self: _FakeAdminClient, new: list[Any]) -> Any:
+        requests.append([(t.name, t.topic_configs["retention.ms"]) for t in new])
+        return await original(self, new)
+
+    monkeypatch.setattr(_FakeAdminClient, "create_topics", recorded)
+    admin = TopicAdmin("broker:9092", registry=_FakeRegistry())  # type: ignore[arg-type] # the fake registry
+    await admin.start()
+    takes = [("p.a", 9000), ("p.b", 1000), ("p.c", 9000), ("p.d", 1000)]
+    await asyncio.gather(*(admin.ensure_chunk_topic(t, retention_ms=ms, thread=("r", t)) for t, ms in takes))
+    assert requests == [[("p.b", "1000"), ("p.d", "1000")], [("p.a", "9000"), ("p.c", "9000")]]

@@ -16,6 +16,7 @@ import asyncio
 import os
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -93,6 +94,44 @@ async def show_run(sub: Subscription, timeout_s: float = 120.0, stop_after: int 
     raise RuntimeError("the run did not finish in time")
 
 
+def _signal_line(k: Any) -> str:
+    data = k["data"]
+    return (f"  [{data.get('tagName') or data.get('type')} signal] {data.get('contents')!r} "
+            f"{data.get('attributes') or ''}\n")
+
+
+def _model_line(k: Any) -> str:
+    """The model that answered, on its first ``step-finish`` that names it ("" after that)."""
+    meta = k["payload"].get("metadata")
+    if _seen_models or not (meta and meta.get("modelId")):
+        return ""
+    _seen_models.add(meta["modelId"])  # the model the worker called (its THREADLINE_MODEL or the agent's)
+    name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
+    return f"  [answered by model {name}, as the running workers are configured]\n"
+
+
+def _finish_line(k: Any) -> str:
+    usage = k["payload"].get("output", {}).get("usage")
+    return f"  [finish] reason={k['payload'].get('finishReason')} usage={usage}\n"
+
+
+_LINES: dict[str, Callable[[Any], str]] = {
+    ChunkKind.START: lambda k: f"  [run {k.get('runId')} started]\n",
+    ChunkKind.DATA_USER_MESSAGE: lambda k: f"  user> {k['data'].get('contents')}\n",
+    ChunkKind.TEXT_START: lambda k: "  agent> ",
+    ChunkKind.TEXT_DELTA: lambda k: k["payload"]["text"],
+    ChunkKind.TEXT_END: lambda k: "\n",
+    ChunkKind.TOOL_CALL: lambda k: f"  [tool call] {k['payload']['toolName']}({k['payload'].get('args')})\n",
+    ChunkKind.TOOL_RESULT: lambda k: f"  [tool result] {k['payload'].get('result')}\n",
+    ChunkKind.DATA_SIGNAL: _signal_line,
+    ChunkKind.TRIPWIRE: lambda k: f"  [{k['type']}] {k['payload']}\n",
+    ChunkKind.ERROR: lambda k: f"  [{k['type']}] {k['payload']}\n",
+    ChunkKind.STEP_FINISH: _model_line,
+    ChunkKind.FINISH: _finish_line,
+}
+"""What the transcript prints for each chunk kind it shows (a text delta continues its line)."""
+
+
 def show_chunk(chunk: ChunkBody) -> None:
     """Print one chunk as a line (or a part of one) of the demo's transcript."""
     k = known(chunk)
@@ -100,35 +139,8 @@ def show_chunk(chunk: ChunkBody) -> None:
         if is_data_kind(chunk["type"]):
             out(f"  [{chunk['type']}] {chunk.get('data')}")
         return
-    if k["type"] == ChunkKind.START:
-        out(f"  [run {k.get('runId')} started]")
-    elif k["type"] == ChunkKind.DATA_USER_MESSAGE:
-        out(f"  user> {k['data'].get('contents')}")
-    elif k["type"] == ChunkKind.TEXT_START:
-        out("  agent> ", end="")
-    elif k["type"] == ChunkKind.TEXT_DELTA:
-        out(k["payload"]["text"], end="")
-    elif k["type"] == ChunkKind.TEXT_END:
-        out()
-    elif k["type"] == ChunkKind.TOOL_CALL:
-        out(f"  [tool call] {k['payload']['toolName']}({k['payload'].get('args')})")
-    elif k["type"] == ChunkKind.TOOL_RESULT:
-        out(f"  [tool result] {k['payload'].get('result')}")
-    elif k["type"] == ChunkKind.DATA_SIGNAL:
-        data = k["data"]
-        out(f"  [{data.get('tagName') or data.get('type')} signal] {data.get('contents')!r} "
-            f"{data.get('attributes') or ''}")
-    elif k["type"] == ChunkKind.TRIPWIRE or k["type"] == ChunkKind.ERROR:
-        out(f"  [{k['type']}] {k['payload']}")
-    elif k["type"] == ChunkKind.STEP_FINISH and not _seen_models:
-        meta = k["payload"].get("metadata")
-        if meta and meta.get("modelId"):  # the model the worker called (its THREADLINE_MODEL or the agent's)
-            _seen_models.add(meta["modelId"])
-            name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
-            out(f"  [answered by model {name}, as the running workers are configured]")
-    elif k["type"] == ChunkKind.FINISH:
-        usage = k["payload"].get("output", {}).get("usage")
-        out(f"  [finish] reason={k['payload'].get('finishReason')} usage={usage}")
+    if (line := _LINES.get(k["type"])) is not None and (text := line(k)):
+        out(text, end="")
 
 
 async def notification_while_busy(tl: ThreadlineClient, sub: Subscription, model: str | None,
@@ -163,6 +175,62 @@ async def notification_while_busy(tl: ThreadlineClient, sub: Subscription, model
     return ok
 
 
+async def messages_while_running(tl: ThreadlineClient, sub: Subscription, model: str | None,
+                                 resource: str, thread: str) -> bool:
+    """Turn 3: a message sent while the agent answers goes into the running run; one queued is the
+    next turn. ``False`` (and a line saying so) when either went elsewhere."""
+    first, deliver, queued, scripts = LIVE
+    if model:
+        await script_local_model(model, scripts)
+    out(f"\n> send_message: {first!r}")
+    accepted = await (await tl.send_message(first, agent_id=AGENT, resource_id=resource, thread_id=thread)).accepted
+    out(f"  accepted: action={accepted.action} run_id={accepted.run_id}")
+    live = asyncio.ensure_future(show_run(sub, stop_after=2))
+    await asyncio.sleep(0.6)  # the agent is answering now
+    out(f"\n> send_message while the run is active: {deliver!r}")
+    delivered = await (await tl.send_message(deliver, agent_id=AGENT, resource_id=resource,
+                                              thread_id=thread)).accepted
+    out(f"  accepted: action={delivered.action} run_id={delivered.run_id} (the running run)")
+    out(f"> queue_message: {queued!r}")
+    queued_ok = await (await tl.queue_message(queued, agent_id=AGENT, resource_id=resource,
+                                               thread_id=thread)).accepted
+    out(f"  accepted: action={queued_ok.action} run_id={queued_ok.run_id} (the next turn)\n")
+    await live
+    if delivered.run_id != accepted.run_id or queued_ok.run_id == accepted.run_id:
+        out("unexpected routing of the live messages")
+        return False
+    return True
+
+
+def _part_text(part: dict[str, Any]) -> str | None:
+    """A stored message part as the transcript shows it (``None``: not shown)."""
+    if part["type"] == "text":
+        return repr(part["text"])
+    if part["type"] == "tool-invocation":
+        inv = part["toolInvocation"]
+        return f"{inv['toolName']}({inv.get('args')}) -> {inv.get('result')}"
+    if part["type"].startswith("data-"):
+        return f"{part['type']} {part.get('data')}"
+    return None
+
+
+async def show_stored(dsn: str, resource: str, thread: str) -> bool:
+    """Print the thread as stored in PostgreSQL; ``False`` unless it holds the demo's 16 messages."""
+    out(f"\nStored thread {thread} (Postgres):")
+    conn = await asyncpg.connect(dsn)
+    try:
+        stored = await queries.list_messages(conn, resource_id=resource, thread_id=thread)
+    finally:
+        await conn.close()
+    for row in stored:
+        parts = [text for p in row["content"].get("parts", []) if (text := _part_text(p)) is not None]
+        out(f"  {row['role']:<9} " + " | ".join(parts))
+    if len(stored) != 16:
+        out(f"expected 16 stored messages, found {len(stored)}")
+        return False
+    return True
+
+
 async def main() -> int:
     settings = get_settings()
     model = os.environ.get("THREADLINE_MODEL", settings.model)
@@ -184,51 +252,13 @@ async def main() -> int:
                 if finish["payload"].get("finishReason") not in ("stop", "length"):
                     out(f"run ended with {finish['payload']}", end="\n")
                     return 1
-            first, deliver, queued, scripts = LIVE
-            if local:
-                await script_local_model(model, scripts)
-            out(f"\n> send_message: {first!r}")
-            accepted = await (await tl.send_message(first, agent_id=AGENT, resource_id=resource,
-                                                     thread_id=thread)).accepted
-            out(f"  accepted: action={accepted.action} run_id={accepted.run_id}")
-            live = asyncio.ensure_future(show_run(sub, stop_after=2))
-            await asyncio.sleep(0.6)  # the agent is answering now
-            out(f"\n> send_message while the run is active: {deliver!r}")
-            delivered = await (await tl.send_message(deliver, agent_id=AGENT, resource_id=resource,
-                                                      thread_id=thread)).accepted
-            out(f"  accepted: action={delivered.action} run_id={delivered.run_id} (the running run)")
-            out(f"> queue_message: {queued!r}")
-            queued_ok = await (await tl.queue_message(queued, agent_id=AGENT, resource_id=resource,
-                                                       thread_id=thread)).accepted
-            out(f"  accepted: action={queued_ok.action} run_id={queued_ok.run_id} (the next turn)\n")
-            await live
-            if delivered.run_id != accepted.run_id or queued_ok.run_id == accepted.run_id:
-                out("unexpected routing of the live messages")
+            if not await messages_while_running(tl, sub, model if local else None, resource, thread):
                 return 1
             if not await notification_while_busy(tl, sub, model if local else None, resource, thread):
                 return 1
         finally:
             await sub.unsubscribe()
-    out(f"\nStored thread {thread} (Postgres):")
-    conn = await asyncpg.connect(settings.pg_dsn)
-    try:
-        stored = await queries.list_messages(conn, resource_id=resource, thread_id=thread)
-    finally:
-        await conn.close()
-    for row in stored:
-        content = row["content"]
-        parts = []
-        for p in content.get("parts", []):
-            if p["type"] == "text":
-                parts.append(repr(p["text"]))
-            elif p["type"] == "tool-invocation":
-                inv = p["toolInvocation"]
-                parts.append(f"{inv['toolName']}({inv.get('args')}) -> {inv.get('result')}")
-            elif p["type"].startswith("data-"):
-                parts.append(f"{p['type']} {p.get('data')}")
-        out(f"  {row['role']:<9} " + " | ".join(parts))
-    if len(stored) != 16:
-        out(f"expected 16 stored messages, found {len(stored)}")
+    if not await show_stored(settings.pg_dsn, resource, thread):
         return 1
     out("\ndemo OK")
     return 0

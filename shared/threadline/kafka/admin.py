@@ -208,16 +208,8 @@ class TopicAdmin:
         one registry statement for all, one ``CreateTopics`` request per retention, and one
         metadata request per round until every topic has a leader. A topic whose row is being
         deleted is taken on its own (:meth:`TopicRegistry.use` waits for the deletion)."""
-        assert self.registry is not None
         by_topic = {t.topic: t for t in takes}
-        live = set(await self.registry.use_many([(t.topic, t.resource_id, t.thread_id) for t in by_topic.values()]))
-        errors: dict[_Take, BaseException] = {}
-        waiting = [t for t in by_topic.values() if t.topic not in live]
-        for take, outcome in zip(waiting, await asyncio.gather(
-                *(self.registry.use(t.topic, t.resource_id, t.thread_id) for t in waiting), return_exceptions=True),
-                strict=True):
-            if isinstance(outcome, BaseException):
-                errors[take] = outcome
+        errors = await self._use_rows(list(by_topic.values()))
         ready = [t for t in by_topic.values() if t not in errors]
         # ask the broker once per take: the topic may have been deleted and re-created since, or
         # its row inserted by a process that died before creating it (a cached "exists" would
@@ -228,10 +220,7 @@ class TopicAdmin:
         if self.on_taken is not None and there:
             self.on_taken(sorted(there))
         missing = [t for t in ready if t.topic not in there]
-        for retention in sorted({t.retention_ms for t in missing}):
-            await self.ensure([t.topic for t in missing if t.retention_ms == retention], partitions=1,
-                              config=chunk_topic_config(retention))
-        await self.wait_leaders([t.topic for t in missing])
+        await self._create_chunk_topics(missing)
         self._known.update(there)
         now = asyncio.get_running_loop().time()
         for t in ready:
@@ -239,6 +228,24 @@ class TopicAdmin:
         if self.on_taken is not None and missing:
             self.on_taken([t.topic for t in missing])
         return {t: errors[by_topic[t.topic]] for t in takes if by_topic[t.topic] in errors}
+
+    async def _use_rows(self, takes: list[_Take]) -> dict[_Take, BaseException]:
+        """Take the registry rows of ``takes`` (one topic each): one statement for all, then
+        :meth:`TopicRegistry.use` for each row that statement left (being deleted). Returns the
+        takes that failed, with their errors."""
+        assert self.registry is not None
+        live = set(await self.registry.use_many([(t.topic, t.resource_id, t.thread_id) for t in takes]))
+        waiting = [t for t in takes if t.topic not in live]
+        outcomes = await asyncio.gather(*(self.registry.use(t.topic, t.resource_id, t.thread_id) for t in waiting),
+                                        return_exceptions=True)
+        return {take: outcome for take, outcome in zip(waiting, outcomes, strict=True)
+                if isinstance(outcome, BaseException)}
+
+    async def _create_chunk_topics(self, missing: list[_Take]) -> None:
+        """Create ``missing`` (one ``CreateTopics`` request per retention) and wait for their leaders."""
+        for retention, topics in _by_retention(missing).items():
+            await self.ensure(topics, partitions=1, config=chunk_topic_config(retention))
+        await self.wait_leaders([t.topic for t in missing])
 
     async def _led(self, topics: list[str]) -> set[str]:
         """Those of ``topics`` the broker has, with a leader for every partition: one metadata
@@ -314,3 +321,11 @@ def _with_leaders(meta: list[dict[str, Any]] | None) -> set[str]:
     every partition."""
     return {m["topic"] for m in meta or [] if m.get("error_code", 0) == 0 and m.get("partitions")
             and all(p.get("leader", -1) >= 0 for p in m["partitions"])}
+
+
+def _by_retention(takes: list[_Take]) -> dict[int, list[str]]:
+    """The topics of ``takes`` by their retention (ms), shortest first, each list in take order."""
+    grouped: dict[int, list[str]] = {}
+    for take in sorted(takes, key=lambda t: t.retention_ms):
+        grouped.setdefault(take.retention_ms, []).append(take.topic)
+    return grouped

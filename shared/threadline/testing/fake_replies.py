@@ -67,22 +67,31 @@ def validate_script(script: object) -> dict[str, Any]:
         raise ValueError("each script must be a JSON object")
     if unknown := sorted(set(script) - set(_FIELDS)):
         raise ValueError(f"unknown script fields: {unknown}")
-    for key, value in script.items():
-        if not isinstance(value, _FIELDS[key]) or (isinstance(value, bool) and bool not in _FIELDS[key]):
-            raise ValueError(f"script field {key!r} has the wrong type")
+    if (wrong := next((key for key, value in script.items() if _wrong_type(key, value)), None)) is not None:
+        raise ValueError(f"script field {wrong!r} has the wrong type")
     if "fail" in script and script["fail"] not in FAILS:
         raise ValueError(f"fail must be one of {sorted(FAILS)}")
     if "text" in script and "chunks" in script:
         raise ValueError("give text or chunks, not both")
     if not all(isinstance(c, str) for c in script.get("chunks", [])):
         raise ValueError("chunks must be strings")
-    for call in script.get("tool_calls", []):
-        if not isinstance(call, dict) or not isinstance(call.get("name"), str) or set(call) - _TOOL_FIELDS \
-                or not isinstance(call.get("pieces", 1), int) or call.get("pieces", 1) < 1:
-            raise ValueError(f"each tool call needs a name, pieces >= 1, and only the fields {sorted(_TOOL_FIELDS)}")
+    if not all(_valid_tool_call(call) for call in script.get("tool_calls", [])):
+        raise ValueError(f"each tool call needs a name, pieces >= 1, and only the fields {sorted(_TOOL_FIELDS)}")
     if script.get("times", 1) < 1 or script.get("fail_after", 0) < 0:
         raise ValueError("times must be >= 1 and fail_after >= 0")
     return script
+
+
+def _wrong_type(key: str, value: object) -> bool:
+    """Whether ``value`` is not of a type script field ``key`` takes (a bool is no number)."""
+    types = _FIELDS[key]
+    return not isinstance(value, types) or (isinstance(value, bool) and bool not in types)
+
+
+def _valid_tool_call(call: object) -> bool:
+    """A scripted tool call: a ``name``, ``pieces`` >= 1 when given, no field but :data:`_TOOL_FIELDS`."""
+    return (isinstance(call, dict) and isinstance(call.get("name"), str) and not set(call) - _TOOL_FIELDS
+            and isinstance(call.get("pieces", 1), int) and call.get("pieces", 1) >= 1)
 
 
 class ScriptStore:
@@ -162,35 +171,52 @@ def _content_text(content: object) -> str:
 
 
 def _plan(script: dict[str, Any], body: dict[str, Any]) -> _Reply:
+    """The reply ``script`` plans for the request ``body``: its tool calls, its text in word
+    pieces (by default the echo of the last user message), its finish reason and its usage."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    calls = []
-    for call in script.get("tool_calls", []):
-        args = call.get("arguments", "{}")
-        args = args if isinstance(args, str) else json.dumps(args)
-        n = max(1, min(call.get("pieces", 3), len(args)))
-        size = max(1, -(-len(args) // n))
-        calls.append({"id": call.get("id") or f"call_{secrets.token_hex(8)}", "name": call["name"],
-                      "arguments": args, "fragments": [args[i:i + size] for i in range(0, len(args), size)] or [""]})
-    if "chunks" in script:
-        pieces = list(script["chunks"])
-    else:
-        if "text" in script:
-            text = script["text"]
-        elif calls:
-            text = ""
-        else:
-            last_user = next((m for m in reversed(messages) if m.get("role") == "user"), {})
-            text = "You said: " + _content_text(last_user.get("content"))
-        pieces = _WORDS.findall(text) or ([text] if text else [])
-    usage = None
-    if script.get("usage", {}) is not None:
-        prompt_chars = sum(len(_content_text(m.get("content"))) for m in messages)
-        out_chars = sum(map(len, pieces)) + sum(len(c["arguments"]) for c in calls)
-        usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": max(1, out_chars // 4),
-                 **(script.get("usage") or {})}
-        usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
+    calls = [_planned_call(call) for call in script.get("tool_calls", [])]
+    pieces = _pieces(script, calls, messages)
+    usage = _usage(script, messages, pieces, calls)
     finish = script.get("finish_reason", "tool_calls" if calls else "stop")
     return _Reply(pieces, calls, finish, usage, _WORDS.findall(script.get("reasoning", "")))
+
+
+def _planned_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A scripted tool call with its id and its JSON arguments cut into ``pieces`` fragments."""
+    args = call.get("arguments", "{}")
+    args = args if isinstance(args, str) else json.dumps(args)
+    n = max(1, min(call.get("pieces", 3), len(args)))
+    size = max(1, -(-len(args) // n))
+    return {"id": call.get("id") or f"call_{secrets.token_hex(8)}", "name": call["name"],
+            "arguments": args, "fragments": [args[i:i + size] for i in range(0, len(args), size)] or [""]}
+
+
+def _pieces(script: dict[str, Any], calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[str]:
+    """The reply's text pieces: the script's chunks, its text by words, nothing beside tool calls,
+    else "You said: " and the last user message."""
+    if "chunks" in script:
+        return list(script["chunks"])
+    if "text" in script:
+        text = script["text"]
+    elif calls:
+        text = ""
+    else:
+        last_user: dict[str, Any] = next((m for m in reversed(messages) if m.get("role") == "user"), {})
+        text = "You said: " + _content_text(last_user.get("content"))
+    return _WORDS.findall(text) or ([text] if text else [])
+
+
+def _usage(script: dict[str, Any], messages: list[dict[str, Any]], pieces: list[str],
+           calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Token counts (4 characters a token) overlaid by the script's ``usage``; ``None`` when it is null."""
+    if script.get("usage", {}) is None:
+        return None
+    prompt_chars = sum(len(_content_text(m.get("content"))) for m in messages)
+    out_chars = sum(map(len, pieces)) + sum(len(c["arguments"]) for c in calls)
+    usage = {"prompt_tokens": max(1, prompt_chars // 4), "completion_tokens": max(1, out_chars // 4),
+             **(script.get("usage") or {})}
+    usage.setdefault("total_tokens", usage["prompt_tokens"] + usage["completion_tokens"])
+    return usage
 
 
 def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish: bool) -> list[str]:

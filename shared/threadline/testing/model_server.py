@@ -166,13 +166,8 @@ async def chat_completions(request: Request) -> Response:
         error = {"message": "The body must be a JSON object.", "type": "invalid_request_error"}
         return JSONResponse({"error": error}, 400)
     model = body["model"] if isinstance(body.get("model"), str) else None
-    if (unpaired := pairing.openai_pairing_error(body.get("messages"))) is not None:
-        pairing.refuse(request, body, model, unpaired)
-        return JSONResponse({"error": {"message": unpaired, "type": "invalid_request_error", "param": "messages",
-                                       "code": None}}, 400)
-    limited = rate_limited(store, model, request, body)
-    if limited is not None:
-        return limited
+    if (refused := _refused(request, body, model)) is not None:
+        return refused
     script = store.take(model)
     headers = {k: ("<redacted>" if k in _REDACTED else v) for k, v in request.headers.items()}
     entry = {"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
@@ -184,12 +179,37 @@ async def chat_completions(request: Request) -> Response:
     if script.get("delay") and not await _pause(app, script["delay"], request):
         _closed(entry, "client")
         return Response(status_code=499)
+    if (answered := _scripted_answer(script, out_headers)) is not None:
+        return answered
+    return await _reply(request, body, model, script, entry, out_headers)
+
+
+def _refused(request: Request, body: dict[str, Any], model: str | None) -> Response | None:
+    """The 400 of a history with an unpaired tool call, or the 429 of a rate-limited model;
+    ``None``: the request is answered."""
+    if (unpaired := pairing.openai_pairing_error(body.get("messages"))) is not None:
+        pairing.refuse(request, body, model, unpaired)
+        return JSONResponse({"error": {"message": unpaired, "type": "invalid_request_error", "param": "messages",
+                                       "code": None}}, 400)
+    return rate_limited(request.app.state.store, model, request, body)
+
+
+def _scripted_answer(script: dict[str, Any], out_headers: dict[str, str]) -> Response | None:
+    """A script's raw body, or its error status (an ``error`` without a ``fail`` is a 500);
+    ``None``: the script plans a reply."""
     if "raw" in script:
         media_type = script.get("content_type", "application/json")
         return Response(script["raw"], script.get("status", 200), out_headers, media_type)
     status = script.get("status", 500 if "error" in script and "fail" not in script else 200)
     if status >= 400:
         return JSONResponse(_error_body(status, script.get("error")), status, out_headers)
+    return None
+
+
+async def _reply(request: Request, body: dict[str, Any], model: str | None, script: dict[str, Any],
+                 entry: dict[str, Any], out_headers: dict[str, str]) -> Response:
+    """The planned reply as an SSE stream or one JSON completion, with the script's faults."""
+    app, status = request.app, script.get("status", 200)
     reply = _plan(script, body)
     if body.get("stream"):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))

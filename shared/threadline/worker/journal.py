@@ -10,12 +10,11 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
 
 import asyncpg
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline.logging import get_logger
 from threadline.runtime.workflows import Entry, JournalUnavailableError, WorkflowFencedError
 from threadline.store.workflow_steps import end_step, load_steps, start_step
-from threadline.transient import is_transient
+from threadline.transient import STORE_BACKOFF, is_transient, retrying
 
 log = get_logger(__name__)
 
@@ -43,12 +42,11 @@ class PgJournal:
 
     async def _with_retry(self, op: Callable[[asyncpg.Connection], Awaitable[T]], where: str = "") -> T:
         """``op`` on a pooled connection, retried through transient PostgreSQL faults for
-        :data:`JOURNAL_RETRY_S`; a transient fault that outlasts them is raised as
+        :data:`JOURNAL_RETRY_S` with the waits of :data:`~threadline.transient.STORE_BACKOFF`; a
+        transient fault that outlasts them is raised as
         :class:`~threadline.runtime.workflows.JournalUnavailableError` (``where`` names the write)."""
         try:
-            async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
-                                               stop=stop_after_delay(JOURNAL_RETRY_S),
-                                               wait=wait_exponential(multiplier=0.1, max=2.0)):
+            async for attempt in retrying(STORE_BACKOFF, for_s=JOURNAL_RETRY_S):
                 with attempt:
                     async with self._conn() as conn:
                         return await op(conn)
@@ -56,7 +54,7 @@ class PgJournal:
             if is_transient(exc):
                 raise JournalUnavailableError(f"workflow journal unreachable{where}: {exc!r}") from exc
             raise
-        raise AssertionError("unreachable")  # pragma: no cover - AsyncRetrying returns or raises
+        raise AssertionError("unreachable")  # pragma: no cover - the retry loop returns or raises
 
     async def _write(self, what: str, fn: Callable[..., Any], path: str, **kw: Any) -> None:
         written = await self._with_retry(

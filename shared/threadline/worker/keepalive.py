@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,26 +102,33 @@ class KeepAlive:
         (``discard``), a moment later: that step is never logged.
         """
         steps = list(self._steps.values())
-        for s in steps:
-            for message in s.lost:
-                log.warning(message, run_id=s.run_id)
-            s.lost.clear()
+        _tell_lost(steps)
         if not steps:
             return
         async with self.db.connection() as conn:
-            beating = [s for s in steps if s.owned]
-            if beating:
+            if beating := [s for s in steps if s.owned]:
                 alive = await beat_all(conn, [s.run_id for s in beating], [s.writer.attempt for s in beating],
                                        self.owner)
-                for s in beating:
-                    if s.run_id not in alive and s.run_id in self._steps:
-                        s.owned = False
-                        s.lost.append("step taken over by another worker, or the run lost the thread")
+                for s in self._unanswered(beating, alive):
+                    s.owned = False
+                    s.lost.append("step taken over by another worker, or the run lost the thread")
             held = [s for s in steps if s.lease_held]
             if renew and held:
                 renewed = await renew_all(conn, [s.thread_id for s in held], [s.run_id for s in held],
                                           [s.epoch for s in held], self.lease_ttl_s)
-                for s in held:
-                    if s.run_id not in renewed and s.run_id in self._steps:
-                        s.lease_held = False
-                        s.lost.append("lease lost while the step runs")
+                for s in self._unanswered(held, renewed):
+                    s.lease_held = False
+                    s.lost.append("lease lost while the step runs")
+
+    def _unanswered(self, steps: list[_Step], answered: Collection[str]) -> list[_Step]:
+        """Those of ``steps`` whose run a batched statement did not answer for (``answered``: the
+        run ids it did), and which are still kept alive: one discarded meanwhile just ended."""
+        return [s for s in steps if s.run_id not in answered and s.run_id in self._steps]
+
+
+def _tell_lost(steps: list[_Step]) -> None:
+    """Log what the previous beat found lost for each of ``steps`` still kept alive, and forget it."""
+    for s in steps:
+        for message in s.lost:
+            log.warning(message, run_id=s.run_id)
+        s.lost.clear()

@@ -15,7 +15,6 @@ from typing import Any
 
 import asyncpg
 import orjson
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
@@ -59,7 +58,7 @@ from threadline.store.steps import (
 )
 from threadline.store.sub_agents import record_child_requests
 from threadline.topics import Topics, thread_key
-from threadline.transient import is_transient
+from threadline.transient import STORE_BACKOFF, is_transient, retrying
 from threadline.worker.journal import PgJournal
 
 log = get_logger(__name__)
@@ -402,13 +401,12 @@ class PgStepStore:
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: object,
                                error: str | None) -> None:
         """See :meth:`threadline.runtime.step.ports.StepStore.save_tool_result`. The tool's side effect
-        has happened: a transient fault (PostgreSQL restarting) is retried with backoff for up
-        to :data:`TOOL_RESULT_RETRY_S` rather than handing the step back, whose re-execution would
-        run the tool again (the insert keeps the first record, so a retry after a lost answer
-        changes nothing). Raises what the last attempt raised once that time is spent."""
-        async for attempt in AsyncRetrying(retry=retry_if_exception(is_transient), reraise=True,
-                                           stop=stop_after_delay(TOOL_RESULT_RETRY_S),
-                                           wait=wait_exponential(multiplier=0.1, max=2.0)):
+        has happened: a transient fault (PostgreSQL restarting) is retried for up to
+        :data:`TOOL_RESULT_RETRY_S` with the waits of :data:`~threadline.transient.STORE_BACKOFF`
+        rather than handing the step back, whose re-execution would run the tool again (the insert
+        keeps the first record, so a retry after a lost answer changes nothing). Raises what the last
+        attempt raised once that time is spent."""
+        async for attempt in retrying(STORE_BACKOFF, for_s=TOOL_RESULT_RETRY_S):
             with attempt:
                 if attempt.retry_state.attempt_number > 1:
                     log.warning("retrying a tool result's store", run_id=run.run_id, tool_call_id=call_id,

@@ -3,20 +3,13 @@
 -- (threadline_begin_step, as 0013 left it; 0011 and 0013 defined it before and no longer carry
 -- its text) and the save (threadline_save_step, which replaces 0011's threadline_save_step,
 -- 0013's threadline_save_step_continue, 0017's threadline_save_step_claim and 0026's
--- threadline_save_step_announce: they are dropped, and those migrations no longer carry them).
+-- threadline_save_step_announce; those migrations no longer carry them). An expand migration
+-- (docs/decisions.md, 113): a database upgraded from 0026 keeps the four, which a worker of the
+-- previous release still calls while the release rolls out; the contract migration
+-- contract/0028_retired_saves.sql drops them once none runs.
 -- Each runs in the statement's own transaction and takes its locks in the order the rest of the
 -- code does (the thread lease first, then the run row, decision 60). threadline.store.steps
 -- calls them.
-
-DROP FUNCTION IF EXISTS threadline_save_step(text, bigint, integer, integer, double precision, jsonb, text[], jsonb,
-                                             bigint, jsonb, text, text, jsonb, bytea);
-DROP FUNCTION IF EXISTS threadline_save_step_continue(text, bigint, integer, integer, double precision, jsonb, text[],
-                                                      jsonb, bigint, text, text, jsonb, bytea, text, bigint);
-DROP FUNCTION IF EXISTS threadline_save_step_claim(text, bigint, integer, integer, double precision, jsonb, text[],
-                                                   jsonb, bigint, text, text, jsonb, bytea, text, bigint);
-DROP FUNCTION IF EXISTS threadline_save_step_announce(text, bigint, integer, integer, double precision, jsonb, text[],
-                                                      jsonb, bigint, text, text, jsonb, bytea, text, bigint, text,
-                                                      jsonb, bytea[], integer, bigint[]);
 
 -- Claim the run's current step and load everything it reads.
 --   outcome: 'claimed' | 'aborted' (aborted while its task was in flight; terminal chunks owed)
