@@ -70,7 +70,7 @@ SCRIPTS: dict[str, ms.Script | list[ms.Script]] = {
     "truncate": ms.mid_stream("truncate", 3, chunks=["a", "b", "c", "d"]),
     "malformed": ms.mid_stream("malformed", 2, chunks=["a", "b", "c"]),
     "abort-finish": ms.text("a b", finish_reason="abort"),
-    "stall": ms.mid_stream("stall", 2, chunks=["a", "b", "c"], stall_seconds=3),
+    "stall": ms.mid_stream("stall", 2, chunks=["a", "b", "c"], stall_seconds=4),
     "http-429": ms.rate_limit(retry_after=2),
     "http-context": ms.context_overflow(),
     "http-400": ms.error(400, "Invalid value for 'messages'."),
@@ -200,7 +200,7 @@ async def _run(server, name: str, path: str, monkeypatch: pytest.MonkeyPatch):
     try:
         async for chunk in llm.stream_model(model=f"openai/{model}", messages=[{"role": "user", "content": "hi"}],
                                             tools=None, tool_choice=None, model_settings=None, provider_options=None,
-                                            api_base=server.api_base, timeout_s=1.0, outcome=outcome):
+                                            api_base=server.api_base, timeout_s=2.0, outcome=outcome):
             chunks.append(chunk)
     except ModelCallError as exc:
         error = (exc.kind, exc.status_code, exc.retryable, exc.retry_after_s)
