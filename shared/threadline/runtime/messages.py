@@ -20,6 +20,7 @@ from threadline.events.files import to_model_block
 from threadline.events.messages import make_message, now_iso
 from threadline.events.signals import render_for_model
 from threadline.ids import new_id
+from threadline.runtime.sub_agents import model_output
 
 Source = Literal["memory", "input", "response", "context"]
 
@@ -251,7 +252,9 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
     Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API);
     a message or signal sent with ``providerOptions`` keeps them on its user message; file parts
-    become content blocks after the text (:func:`threadline.events.files.to_model_block`).
+    become content blocks after the text (:func:`threadline.events.files.to_model_block`). An
+    assistant message with tool calls and no text has ``content: None``; a tool's error is sent
+    as its bare text and a sub-agent's result as its answer's text, as Mastra sends them.
     """
     out: list[dict[str, Any]] = []
     for msg in messages:
@@ -294,7 +297,8 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     continue  # incomplete calls are never sent back
                 calls.append({"id": inv["toolCallId"], "type": "function",
                               "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
-                result = inv.get("result") if inv.get("state") == "result" else {"error": inv.get("errorText")}
+                result = (model_output(inv["toolName"], inv.get("result")) if inv.get("state") == "result"
+                          else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
                 results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
         if not parts and isinstance(msg["content"].get("content"), str):
             text.append(msg["content"]["content"])

@@ -235,16 +235,19 @@ def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[di
                    response_format: Mapping[str, object] | None) -> dict[str, Any]:
     """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
     prompt (provider options on its messages), tools, settings under litellm's names, structured
-    output and the provider's request options (which never reroute the call or replace the prompt)."""
+    output and the provider's request options (which never reroute the call or replace the prompt).
+
+    As Mastra's request: tools go with ``tool_choice`` (``"auto"`` unless one was given), and
+    ``tool_choice: "none"`` sends neither; ``modelSettings`` names (``maxOutputTokens``, ``topP``,
+    ``stopSequences``…) become the request's (``max_tokens``, ``top_p``, ``stop``…)."""
     kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
     kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
                   stream_options={"include_usage": True})
-    if tools:
+    if tools and tool_choice != "none":  # as Mastra: "none" sends neither the tools nor the choice
         kwargs["tools"] = tools
-        if tool_choice is not None:
-            kwargs["tool_choice"] = _tool_choice(tool_choice)
+        kwargs["tool_choice"] = "auto" if tool_choice is None else _tool_choice(tool_choice)
     for key, value in (model_settings or {}).items():
-        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
+        if value is not None and key not in _NOT_SENT:
             kwargs[_SETTINGS.get(key, key)] = value
     if response_format is not None:  # structured output (threadline.runtime.model.structured)
         kwargs["response_format"] = response_format
@@ -307,7 +310,12 @@ def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:
 
 _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "api_base", "api_key", "timeout",
                    "num_retries", "max_retries", "response_format"})
-_SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
+_SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "maxOutputTokens": "max_tokens",
+             "topP": "top_p", "topK": "top_k", "presencePenalty": "presence_penalty",
+             "frequencyPenalty": "frequency_penalty", "stopSequences": "stop"}
+"""Mastra's ``modelSettings`` names (the AI SDK's call settings) → the request's."""
+_NOT_SENT = frozenset({"max_retries", "maxRetries", "timeout"})
+"""Settings of the call itself (retries, time limits), never request fields."""
 
 
 def _tool_choice(choice: object) -> object:
