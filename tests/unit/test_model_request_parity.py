@@ -17,6 +17,7 @@ from pydantic import BaseModel, ValidationError
 from threadline.events.ingress import Generate, IfIdle, Stream
 from threadline.events.options import unknown_options
 from threadline.events.replies import RunResult
+from threadline.events.signals import signal_from_message
 from threadline.gateway.api import RunBody
 from threadline.runtime.agent import Agent
 from threadline.runtime.dynamic import run_system_messages
@@ -154,3 +155,11 @@ def test_an_unknown_execution_option_is_refused_naming_it() -> None:
     with pytest.raises(ValidationError, match="'onFinish'"):
         RunBody(message="hi", agent_id="a", options={"onFinish": "x"})
     assert unknown_options({"toolChoice": "auto", "tool_choice": "none", "memory": {}}) == ["memory"]
+
+
+def test_a_message_object_takes_mastra_s_provider_options_spelling() -> None:
+    cache = {"anthropic": {"cacheControl": {"type": "ephemeral"}}}
+    for key in ("providerOptions", "provider_options"):
+        req = Stream(agent_id="a", resource_id="r", thread_id="t", message={"contents": "hi", key: cache})
+        assert signal_from_message(req.message)["providerOptions"] == cache
+    assert signal_from_message({"contents": "hi", "providerOptions": cache})["providerOptions"] == cache

@@ -247,6 +247,19 @@ def _user_content(msg: dict[str, Any]) -> object:
     return ([{"type": "text", "text": text}] if text else []) + files
 
 
+def _thinking_block(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reasoning part with Anthropic's signature as the thinking block the provider wants back
+    on a later step (``None``: a reasoning part without one is not sent back)."""
+    meta = part.get("providerMetadata") or {}
+    signature = (meta.get("anthropic") or {}).get("signature") if isinstance(meta, Mapping) else None
+    if not signature:
+        signature = next((d.get("signature") for d in part.get("details") or () if isinstance(d, Mapping)
+                          and d.get("signature")), None)
+    if not signature:
+        return None
+    return {"type": "thinking", "thinking": part.get("reasoning") or "", "signature": signature}
+
+
 def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
@@ -254,7 +267,8 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     a message or signal sent with ``providerOptions`` keeps them on its user message; file parts
     become content blocks after the text (:func:`threadline.events.files.to_model_block`). An
     assistant message with tool calls and no text has ``content: None``; a tool's error is sent
-    as its bare text and a sub-agent's result as its answer's text, as Mastra sends them.
+    as its bare text and a sub-agent's result as its answer's text, as Mastra sends them; a
+    reasoning part signed by Anthropic goes back as the turn's ``thinking_blocks``.
     """
     out: list[dict[str, Any]] = []
     for msg in messages:
@@ -272,18 +286,21 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         text: list[str] = []
         calls: list[dict[str, Any]] = []
         results: list[dict[str, Any]] = []
+        thinking: list[dict[str, Any]] = []
 
         def flush(text: list[str] = text, calls: list[dict[str, Any]] = calls,
-                  results: list[dict[str, Any]] = results) -> None:  # bound to this message's lists
+                  results: list[dict[str, Any]] = results,
+                  thinking: list[dict[str, Any]] = thinking) -> None:  # bound to this message's lists
             if text or calls:
                 entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
                 if calls:
                     entry["tool_calls"] = list(calls)
+                if thinking:  # litellm sends them as the assistant turn's signed thinking blocks
+                    entry["thinking_blocks"] = list(thinking)
                 out.append(entry)
                 out.extend(results)
-            text.clear()
-            calls.clear()
-            results.clear()
+            for kept in (text, calls, results, thinking):
+                kept.clear()
 
         for p in parts:
             kind = p.get("type")
@@ -291,6 +308,8 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                 flush()
             elif kind == "text":
                 text.append(p.get("text") or "")
+            elif kind == "reasoning" and (block := _thinking_block(p)) is not None:
+                thinking.append(block)
             elif kind == "tool-invocation":
                 inv = p["toolInvocation"]
                 if inv.get("state") not in ("result", "output-error"):
