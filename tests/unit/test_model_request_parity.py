@@ -23,6 +23,7 @@ from threadline.runtime.agent import Agent
 from threadline.runtime.dynamic import run_system_messages
 from threadline.runtime.messages import to_core
 from threadline.runtime.model import llm
+from threadline.runtime.model.prompt_parts import to_chat, to_mastra
 from threadline.runtime.step.tools import run_tool_call
 from threadline.runtime.sub_agents import INPUT_SCHEMA
 from threadline.runtime.tools import JSON_SCHEMA_DRAFT_07, ToolContext, ToolHooks, create_tool
@@ -163,3 +164,26 @@ def test_a_message_object_takes_mastra_s_provider_options_spelling() -> None:
         req = Stream(agent_id="a", resource_id="r", thread_id="t", message={"contents": "hi", key: cache})
         assert signal_from_message(req.message)["providerOptions"] == cache
     assert signal_from_message({"contents": "hi", "providerOptions": cache})["providerOptions"] == cache
+
+
+def test_the_llm_request_prompt_in_mastra_s_shape_and_back() -> None:
+    chat = [{"role": "system", "content": "Be brief.", "providerOptions": {"anthropic": {"cacheControl": {}}}},
+            {"role": "user", "content": "2+3?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a":2,"b":3}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": '{"sum":5}'},
+            {"role": "tool", "tool_call_id": "c1", "content": "plain words"}]
+    mastra = to_mastra(chat)
+    assert mastra[1] == {"role": "user", "content": [{"type": "text", "text": "2+3?"}]}
+    assert mastra[2] == {"role": "assistant", "content": [
+        {"type": "tool-call", "toolCallId": "c1", "toolName": "add", "input": {"a": 2, "b": 3}}]}
+    assert mastra[3]["content"] == [{"type": "tool-result", "toolCallId": "c1", "toolName": "add",
+                                     "output": {"type": "json", "value": {"sum": 5}}}]
+    assert mastra[4]["content"][0]["output"] == {"type": "text", "value": "plain words"}
+    back = to_chat(mastra)
+    assert back[2:] == [{"role": "assistant", "content": None, "tool_calls": chat[2]["tool_calls"]},
+                        {"role": "tool", "tool_call_id": "c1", "content": '{"sum":5}'}, chat[4]]
+    assert to_chat(chat) == chat and all(a is b for a, b in zip(to_chat(chat), chat, strict=True))
+    # a processor written for Mastra appends its note in Mastra's shape: the step sends it as chat
+    note = {"role": "user", "content": [{"type": "text", "text": "note"}]}
+    assert to_chat([*mastra[2:4], note])[-1] == note

@@ -42,6 +42,8 @@ ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_
 
 LOCAL_MARKER = "threadline-"
 """Model names containing this (e.g. ``openai/threadline-fake``) go to the local model server."""
+NO_KEY = "no-key"
+"""The bearer sent to a model config's ``url`` that has no ``apiKey`` (the openai client needs one)."""
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -154,13 +156,21 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(ms) / 1000 if ms else None
 
 
-def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
+def call_kwargs(model: str, *, api_base: str | None, timeout_s: float, api_key: str | None = None,
+                direct_url: bool = False) -> dict[str, Any]:
     """litellm arguments that route ``model``: local model names go to ``api_base``; Mastra's
     provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.model.providers`).
+    ``direct_url``: a model config object's ``url`` (``api_base``) and ``api_key``: the model
+    (its id after the provider prefix) is called as an OpenAI-compatible endpoint there, as
+    Mastra calls a config with a ``url``.
 
     Raises:
         ModelCallError: kind ``authentication`` when the provider's API key is not set.
     """
+    if direct_url and api_base:
+        name = model.split("/", 1)[1] if "/" in model else model
+        return {"model": f"openai/{name}", "timeout": timeout_s, "num_retries": 0, "max_retries": 0,
+                "api_base": api_base, "api_key": api_key or NO_KEY}
     local = bool(api_base) and LOCAL_MARKER in model
     if local:
         known = providers.PROVIDERS.get(providers.provider_of(model) or "")
@@ -180,7 +190,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
                        tool_choice: object, model_settings: Mapping[str, object] | None,
                        provider_options: Mapping[str, object] | None, api_base: str | None,
                        timeout_s: float, outcome: ModelOutcome,
-                       response_format: Mapping[str, object] | None = None) -> AsyncIterator[dict[str, Any]]:
+                       response_format: Mapping[str, object] | None = None, api_key: str | None = None,
+                       direct_url: bool = False) -> AsyncIterator[dict[str, Any]]:
     """Call the model and yield Mastra chunks (``{type, payload}``); fill ``outcome``.
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
@@ -196,7 +207,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
     """
     kwargs = request_kwargs(model, messages=messages, tools=tools, tool_choice=tool_choice,
                             model_settings=model_settings, provider_options=provider_options, api_base=api_base,
-                            timeout_s=timeout_s, response_format=response_format)
+                            timeout_s=timeout_s, response_format=response_format, api_key=api_key,
+                            direct_url=direct_url)
     norm: llm_normalise.StreamNormaliser | None = None
     stream: Any = None
     try:
@@ -232,7 +244,8 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
 def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                    tool_choice: object, model_settings: Mapping[str, object] | None,
                    provider_options: Mapping[str, object] | None, api_base: str | None, timeout_s: float,
-                   response_format: Mapping[str, object] | None) -> dict[str, Any]:
+                   response_format: Mapping[str, object] | None, api_key: str | None = None,
+                   direct_url: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
     prompt (provider options on its messages), tools, settings under litellm's names, structured
     output and the provider's request options (which never reroute the call or replace the prompt).
@@ -240,7 +253,7 @@ def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[di
     As Mastra's request: tools go with ``tool_choice`` (``"auto"`` unless one was given), and
     ``tool_choice: "none"`` sends neither; ``modelSettings`` names (``maxOutputTokens``, ``topP``,
     ``stopSequences``…) become the request's (``max_tokens``, ``top_p``, ``stop``…)."""
-    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
+    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s, api_key=api_key, direct_url=direct_url)
     kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
                   stream_options={"include_usage": True})
     if tools and tool_choice != "none":  # as Mastra: "none" sends neither the tools nor the choice
