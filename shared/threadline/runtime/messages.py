@@ -273,53 +273,57 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]
-        parts = msg["content"].get("parts") or []
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
             options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
             if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)
-            continue
-        if role != "assistant":
-            continue
-        text: list[str] = []
-        calls: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
-        thinking: list[dict[str, Any]] = []
+        elif role == "assistant":
+            out.extend(_assistant_turns(msg))
+    return out
 
-        def flush(text: list[str] = text, calls: list[dict[str, Any]] = calls,
-                  results: list[dict[str, Any]] = results,
-                  thinking: list[dict[str, Any]] = thinking) -> None:  # bound to this message's lists
-            if text or calls:
-                entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-                if calls:
-                    entry["tool_calls"] = list(calls)
-                if thinking:  # litellm sends them as the assistant turn's signed thinking blocks
-                    entry["thinking_blocks"] = list(thinking)
-                out.append(entry)
-                out.extend(results)
-            for kept in (text, calls, results, thinking):
-                kept.clear()
 
-        for p in parts:
-            kind = p.get("type")
-            if kind == "step-start":
-                flush()
-            elif kind == "text":
-                text.append(p.get("text") or "")
-            elif kind == "reasoning" and (block := _thinking_block(p)) is not None:
-                thinking.append(block)
-            elif kind == "tool-invocation":
-                inv = p["toolInvocation"]
-                if inv.get("state") not in ("result", "output-error"):
-                    continue  # incomplete calls are never sent back
-                calls.append({"id": inv["toolCallId"], "type": "function",
-                              "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
-                result = (model_output(inv["toolName"], inv.get("result")) if inv.get("state") == "result"
-                          else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
-                results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
-        if not parts and isinstance(msg["content"].get("content"), str):
-            text.append(msg["content"]["content"])
-        flush()
+def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One assistant message's chat messages: per step, the assistant turn (text, tool calls,
+    signed thinking blocks), then its tool results."""
+    out: list[dict[str, Any]] = []
+    parts = msg["content"].get("parts") or []
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    thinking: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if text or calls:
+            entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+            if calls:
+                entry["tool_calls"] = list(calls)
+            if thinking:  # litellm sends them as the assistant turn's signed thinking blocks
+                entry["thinking_blocks"] = list(thinking)
+            out.append(entry)
+            out.extend(results)
+        for kept in (text, calls, results, thinking):
+            kept.clear()
+
+    for p in parts:
+        kind = p.get("type")
+        if kind == "step-start":
+            flush()
+        elif kind == "text":
+            text.append(p.get("text") or "")
+        elif kind == "reasoning" and (block := _thinking_block(p)) is not None:
+            thinking.append(block)
+        elif kind == "tool-invocation":
+            inv = p["toolInvocation"]
+            if inv.get("state") not in ("result", "output-error"):
+                continue  # incomplete calls are never sent back
+            calls.append({"id": inv["toolCallId"], "type": "function",
+                          "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
+            result = (model_output(inv["toolName"], inv.get("result")) if inv.get("state") == "result"
+                      else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
+            results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
+    if not parts and isinstance(msg["content"].get("content"), str):
+        text.append(msg["content"]["content"])
+    flush()
     return out
