@@ -126,8 +126,9 @@ def diff_scenario(mastra: dict[str, Any], threadline: dict[str, Any], agent_ids:
 @dataclass(frozen=True)
 class Rule:
     """One known difference: ``pattern`` (a regex on :attr:`Diff.path`), optionally ``value``
-    (a regex one side's value, as JSON, must match), ``kind`` ``design`` (with the ``decision``
-    that says why) or ``bug``, a short ``title``."""
+    (a regex one side's value, as JSON, must match), optionally ``scenarios`` (a regex the
+    scenario's id must match: a difference one scenario shows by its nature), ``kind``
+    ``design`` (with the ``decision`` that says why) or ``bug``, a short ``title``."""
 
     id: str
     pattern: re.Pattern[str]
@@ -137,27 +138,32 @@ class Rule:
     value: re.Pattern[str] | None = None
     common: bool = False
     """Shown by nearly every scenario of its kind (the report lists these apart)."""
+    scenarios: re.Pattern[str] | None = None
+    """Only the scenarios whose id matches (``None``: every scenario)."""
 
     @classmethod
     def of(cls, raw: dict[str, Any]) -> Rule:
         value = re.compile(raw["value"]) if raw.get("value") else None
+        scenarios = re.compile(raw["scenarios"]) if raw.get("scenarios") else None
         return cls(raw["id"], re.compile(raw["pattern"]), raw["kind"], raw["title"], raw.get("decision"), value,
-                   bool(raw.get("common")))
+                   bool(raw.get("common")), scenarios)
 
-    def names(self, d: Diff) -> bool:
-        """Whether this rule explains difference ``d``."""
+    def names(self, d: Diff, scenario: str | None = None) -> bool:
+        """Whether this rule explains difference ``d`` (of the scenario ``scenario``)."""
+        if self.scenarios is not None and (scenario is None or not self.scenarios.search(scenario)):
+            return False
         if not self.pattern.search(d.path):
             return False
         return self.value is None or any(self.value.search(json.dumps(v, default=str))
                                          for v in (d.mastra, d.threadline) if v is not _ABSENT)
 
 
-def classify(diffs: list[Diff], rules: list[Rule]) -> tuple[str, dict[str, list[Diff]]]:
-    """The scenario's verdict (``identical``, ``differs by design``, ``differs``) and its
-    differences grouped by rule id (``?`` for those no rule names: unexplained, so a bug)."""
+def classify(diffs: list[Diff], rules: list[Rule], scenario: str | None = None) -> tuple[str, dict[str, list[Diff]]]:
+    """The verdict of scenario ``scenario`` (``identical``, ``differs by design``, ``differs``) and
+    its differences grouped by rule id (``?`` for those no rule names: unexplained, so a bug)."""
     groups: dict[str, list[Diff]] = {}
     for d in diffs:
-        rule = next((r for r in rules if r.names(d)), None)
+        rule = next((r for r in rules if r.names(d, scenario)), None)
         groups.setdefault(rule.id if rule else "?", []).append(d)
     if not groups:
         return "identical", groups

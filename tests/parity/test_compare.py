@@ -40,3 +40,12 @@ def test_verdicts() -> None:
     assert classify([envelope], [design, bug])[0] == "differs by design"
     assert classify([envelope, feedback], [design, bug]) == ("differs", {"d": [envelope], "b": [feedback]})
     assert classify([other_request], [design, bug]) == ("differs", {"?": [other_request]})
+
+
+def test_a_rule_may_name_the_differences_of_some_scenarios_only() -> None:
+    refused = Rule.of({"id": "r", "kind": "design", "pattern": "^requests/", "scenarios": "^refused-", "title": "t",
+                       "decision": "x"})
+    count = Diff("requests/count", 1, 0)
+    assert classify([count], [refused], "refused-option") == ("differs by design", {"r": [count]})
+    assert classify([count], [refused], "plain") == ("differs", {"?": [count]})
+    assert classify([count], [refused]) == ("differs", {"?": [count]})

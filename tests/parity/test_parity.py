@@ -110,7 +110,7 @@ def test_parity(sides: Sides, cluster: Any) -> None:
     for s in scenarios:
         sid = s["id"]
         diffs = diff_scenario(mastra[sid], threadline[sid], {"parity", f"parity-{sid}"})
-        verdict, groups = classify(diffs, rules)
+        verdict, groups = classify(diffs, rules, sid)
         verdicts[sid] = verdict
         results.append((s, verdict, groups))
     report = render(results, rules)

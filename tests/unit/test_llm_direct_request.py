@@ -101,8 +101,18 @@ async def _sent(server, name: str, direct: bool, monkeypatch: pytest.MonkeyPatch
 async def test_the_direct_call_sends_what_litellm_sends(server, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     by_litellm = await _sent(server, name, False, monkeypatch)
     direct = await _sent(server, name, True, monkeypatch)
-    assert direct == by_litellm
+    assert (_without_null_contents(direct[0]), direct[1]) == by_litellm
     assert direct[1] != ""  # an authorization header went (the fake journals it redacted)
+    if name == "history-tools-auto":  # the one difference: the null content litellm drops is sent, as Mastra does
+        assert direct[0]["messages"][2] == {**HISTORY[2], "content": None}
+        assert "content" not in by_litellm[0]["messages"][2]
+
+
+def _without_null_contents(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` with the ``content: null`` of assistant tool-call messages removed, as litellm sends them."""
+    messages = [{k: v for k, v in m.items() if not (k == "content" and v is None and m.get("tool_calls"))}
+                for m in body.get("messages", [])]
+    return {**body, "messages": messages}
 
 
 @pytest.mark.parametrize("real", ["gpt-4o-mini", "o3-mini", "gpt-5-mini"])

@@ -99,6 +99,8 @@ class PartPayload(TypedDict):
     """``text-start`` / ``text-end`` / ``reasoning-start`` / ``reasoning-end``."""
 
     id: str
+    providerMetadata: NotRequired[dict[str, Any]]
+    """On ``reasoning-end`` of an Anthropic thinking block: ``{anthropic: {signature}}``."""
 
 
 class DeltaPayload(TypedDict):

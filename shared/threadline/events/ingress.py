@@ -9,21 +9,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
 from threadline.events.base import Event
+from threadline.events.options import check_options
 
 _ID_MAX = 256
 
 
 class MessageObject(BaseModel):
-    """``{contents, attributes, metadata, provider_options}`` form of a message (Mastra's ``sendMessage``)."""
+    """``{contents, attributes, metadata, provider_options}`` form of a message (Mastra's ``sendMessage``;
+    Mastra's ``providerOptions`` spelling accepted)."""
 
     model_config = ConfigDict(extra="forbid")
     contents: str | list[dict[str, Any]]
     attributes: dict[str, Any] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
-    provider_options: dict[str, Any] | None = None
+    provider_options: dict[str, Any] | None = Field(
+        default=None, validation_alias=AliasChoices("provider_options", "providerOptions"))
 
 
 MessageInput = str | list[dict[str, Any]] | MessageObject
@@ -45,7 +48,13 @@ class IfIdle(BaseModel):
     behavior: Literal["wake", "persist", "discard"] = "wake"
     attributes: dict[str, str | int | float | bool] = Field(default_factory=dict)
     stream_options: dict[str, Any] = Field(default_factory=dict)
-    """Options of the run a wake starts (e.g. ``{"max_steps": 3}``)."""
+    """Options of the run a wake starts (e.g. ``{"max_steps": 3}``); an unknown name is refused
+    (:func:`threadline.events.options.check_options`)."""
+
+    @field_validator("stream_options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_options(value)
 
 
 class _ThreadRequest(Event):
@@ -109,9 +118,16 @@ class Stream(_CreatesSignal):
     type: Literal["stream"] = "stream"
     message: MessageInput
     options: dict[str, Any] = Field(default_factory=dict)
-    """Execution options, e.g. ``max_steps``, ``max_processor_retries``."""
+    """Execution options, e.g. ``max_steps``, ``max_processor_retries``; an unknown name is
+    refused (:func:`threadline.events.options.check_options`)."""
     thread: dict[str, Any] | None = None
     """``{title, metadata}`` to create or update the thread row (Mastra's ``memory.thread`` object)."""
+
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_options(value)
 
 
 class Generate(Stream):

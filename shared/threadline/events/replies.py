@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, TypeAdapter, model_validator
+from pydantic import Field, PrivateAttr, TypeAdapter, field_validator, model_validator
 
 from threadline.events.base import Event
 
@@ -59,11 +59,21 @@ class RunResult(_ReplyBase):
     text: str = ""
     finish_reason: str
     usage: dict[str, Any] = Field(default_factory=dict)
+    """Mastra's result usage: ``inputTokens``, ``outputTokens``, ``totalTokens``, and
+    ``cachedInputTokens`` / ``reasoningTokens`` (``0`` when the provider reported none)."""
     steps: list[dict[str, Any]] = Field(default_factory=list)
     tripwire: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     object: Any = None
     """The validated structured output (``structuredOutput``): the last step's ``object``."""
+
+    @field_validator("usage")
+    @classmethod
+    def _detail_counts(cls, usage: dict[str, Any]) -> dict[str, Any]:
+        if usage and "inputTokens" in usage:  # as Mastra's result: the details are always there
+            return {**usage, "cachedInputTokens": usage.get("cachedInputTokens") or 0,
+                    "reasoningTokens": usage.get("reasoningTokens") or 0}
+        return usage
 
     @model_validator(mode="after")
     def _object_of_the_last_step(self) -> RunResult:

@@ -108,7 +108,7 @@ def contents_parts(contents: Any) -> list[dict[str, Any]]:
 def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | None = None,
                         signal_id: str | None = None) -> dict[str, Any]:
     """Normalise a ``sendMessage`` input (string, parts, a pydantic model or ``{contents,
-    attributes, metadata, provider_options}``) to a new signal dict (id ``signal_id``, or a new one).
+    attributes, metadata, provider_options | providerOptions}``) to a new signal dict (id ``signal_id``, or a new one).
 
     Raises:
         InvalidEventError: unknown type, bad tag or attribute name, bad parts.
@@ -123,7 +123,8 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
     return {"id": signal_id or new_id("sig"), "type": kind, "tagName": tag, "contents": body.get("contents", ""),
             "attributes": dict(body.get("attributes") or {}), "metadata": dict(body.get("metadata") or {}),
             "createdAt": now_iso(),
-            **({"providerOptions": body["provider_options"]} if body.get("provider_options") else {})}
+            **({"providerOptions": options} if (options := body.get("provider_options") or body.get("providerOptions"))
+               else {})}
 
 
 def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: str) -> AttrDict:

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from threadline.events.options import check_options
 
 # ---------------------------------------------------------------- request bodies
 
@@ -76,6 +78,11 @@ class RunBody(_Body):
     agent_id: str = Field(min_length=1)
     options: dict[str, Any] = Field(default_factory=dict)
     thread: dict[str, Any] | None = Field(default=None, description="{title?, metadata?} of a new thread")
+
+    @field_validator("options")
+    @classmethod
+    def _known_options(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return check_options(value)  # an unknown option: 422 naming it (docs/decisions.md#unknown-options)
 
 
 class GenerateBody(RunBody):

@@ -5,13 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_OPTION_ALIASES = {"maxSteps": "max_steps", "maxProcessorRetries": "max_processor_retries",
-                   "toolChoice": "tool_choice", "modelSettings": "model_settings",
-                   "providerOptions": "provider_options", "activeTools": "active_tools",
-                   "requestContext": "request_context", "maxRetries": "max_retries",
-                   "structuredOutput": "structured_output", "memoryOptions": "memory_options",
-                   "prepareStep": "prepare_step", "inputProcessors": "input_processors",
-                   "outputProcessors": "output_processors", "errorProcessors": "error_processors"}
+from threadline.events.options import OPTION_ALIASES
+
+_OPTION_ALIASES = OPTION_ALIASES
 
 
 def normalize_options(options: Mapping[str, object] | None) -> dict[str, Any]:

@@ -114,13 +114,17 @@ async def system_messages(agent: Agent, request_context: Mapping[str, object]) -
 
 
 async def run_system_messages(agent: Agent, request_context: Mapping[str, object],
-                              editor: Mapping[str, object]) -> list[dict[str, Any]]:
-    """A run's system messages at step 0: the editor's stored instructions when ``editor`` (the
-    run's overrides, :func:`editor_overrides`) has them (decision 69), else :func:`system_messages`.
+                              editor: Mapping[str, object], instructions: object = None) -> list[dict[str, Any]]:
+    """A run's system messages at step 0: the call's ``instructions`` option when given (it
+    replaces the agent's, as Mastra's), else the editor's stored instructions when ``editor``
+    (the run's overrides, :func:`editor_overrides`) has them (decision 69), else
+    :func:`system_messages`.
 
     Raises:
-        ConfigurationError: as :func:`system_messages`.
+        ConfigurationError: as :func:`system_messages`, or instructions of another shape.
     """
+    if instructions is not None:
+        return normalize_instructions(instructions)
     if editor.get("instructions") is not None:
         return normalize_instructions(editor["instructions"])
     return await system_messages(agent, request_context)

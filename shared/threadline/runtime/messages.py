@@ -21,6 +21,7 @@ from threadline.events.messages import make_message, now_iso
 from threadline.events.signals import render_for_model
 from threadline.ids import new_id
 from threadline.runtime.message_types import UIMessage
+from threadline.runtime.sub_agents import model_output
 
 Source = Literal["memory", "input", "response", "context"]
 
@@ -247,57 +248,83 @@ def _user_content(msg: dict[str, Any]) -> object:
     return ([{"type": "text", "text": text}] if text else []) + files
 
 
+def _thinking_block(part: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A reasoning part with Anthropic's signature as the thinking block the provider wants back
+    on a later step (``None``: a reasoning part without one is not sent back)."""
+    meta = part.get("providerMetadata") or {}
+    signature = (meta.get("anthropic") or {}).get("signature") if isinstance(meta, Mapping) else None
+    if not signature:
+        signature = next((d.get("signature") for d in part.get("details") or () if isinstance(d, Mapping)
+                          and d.get("signature")), None)
+    if not signature:
+        return None
+    return {"type": "thinking", "thinking": part.get("reasoning") or "", "signature": signature}
+
+
 def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Mastra DB messages → OpenAI chat messages (tool calls and tool results split out).
 
     Signal messages (role ``signal``) become user messages rendered as XML (Mastra's Agent API);
     a message or signal sent with ``providerOptions`` keeps them on its user message; file parts
-    become content blocks after the text (:func:`threadline.events.files.to_model_block`).
+    become content blocks after the text (:func:`threadline.events.files.to_model_block`). An
+    assistant message with tool calls and no text has ``content: None``; a tool's error is sent
+    as its bare text and a sub-agent's result as its answer's text, as Mastra sends them; a
+    reasoning part signed by Anthropic goes back as the turn's ``thinking_blocks``.
     """
     out: list[dict[str, Any]] = []
     for msg in messages:
         role = msg["role"]
-        parts = msg["content"].get("parts") or []
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
             options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
             if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)
-            continue
-        if role != "assistant":
-            continue
-        text: list[str] = []
-        calls: list[dict[str, Any]] = []
-        results: list[dict[str, Any]] = []
+        elif role == "assistant":
+            out.extend(_assistant_turns(msg))
+    return out
 
-        def flush(text: list[str] = text, calls: list[dict[str, Any]] = calls,
-                  results: list[dict[str, Any]] = results) -> None:  # bound to this message's lists
-            if text or calls:
-                entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
-                if calls:
-                    entry["tool_calls"] = list(calls)
-                out.append(entry)
-                out.extend(results)
-            text.clear()
-            calls.clear()
-            results.clear()
 
-        for p in parts:
-            kind = p.get("type")
-            if kind == "step-start":
-                flush()
-            elif kind == "text":
-                text.append(p.get("text") or "")
-            elif kind == "tool-invocation":
-                inv = p["toolInvocation"]
-                if inv.get("state") not in ("result", "output-error"):
-                    continue  # incomplete calls are never sent back
-                calls.append({"id": inv["toolCallId"], "type": "function",
-                              "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
-                result = inv.get("result") if inv.get("state") == "result" else {"error": inv.get("errorText")}
-                results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
-        if not parts and isinstance(msg["content"].get("content"), str):
-            text.append(msg["content"]["content"])
-        flush()
+def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One assistant message's chat messages: per step, the assistant turn (text, tool calls,
+    signed thinking blocks), then its tool results."""
+    out: list[dict[str, Any]] = []
+    parts = msg["content"].get("parts") or []
+    text: list[str] = []
+    calls: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] = []
+    thinking: list[dict[str, Any]] = []
+
+    def flush() -> None:
+        if text or calls:
+            entry: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+            if calls:
+                entry["tool_calls"] = list(calls)
+            if thinking:  # litellm sends them as the assistant turn's signed thinking blocks
+                entry["thinking_blocks"] = list(thinking)
+            out.append(entry)
+            out.extend(results)
+        for kept in (text, calls, results, thinking):
+            kept.clear()
+
+    for p in parts:
+        kind = p.get("type")
+        if kind == "step-start":
+            flush()
+        elif kind == "text":
+            text.append(p.get("text") or "")
+        elif kind == "reasoning" and (block := _thinking_block(p)) is not None:
+            thinking.append(block)
+        elif kind == "tool-invocation":
+            inv = p["toolInvocation"]
+            if inv.get("state") not in ("result", "output-error"):
+                continue  # incomplete calls are never sent back
+            calls.append({"id": inv["toolCallId"], "type": "function",
+                          "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
+            result = (model_output(inv["toolName"], inv.get("result")) if inv.get("state") == "result"
+                      else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
+            results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
+    if not parts and isinstance(msg["content"].get("content"), str):
+        text.append(msg["content"]["content"])
+    flush()
     return out

@@ -22,7 +22,7 @@ from threadline.errors import ConfigurationError
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject
 from threadline.orchestration.children import ChildRequest
-from threadline.runtime.tools import Tool
+from threadline.runtime.tools import JSON_SCHEMA_DRAFT_07, Tool
 
 if TYPE_CHECKING:
     from threadline.runtime.agent import Agent
@@ -41,11 +41,23 @@ TOOL_PREFIX = "agent-"
 """Mastra names the tool of sub-agent key ``k`` ``agent-k``."""
 
 INPUT_SCHEMA: JSONObject = {
+    "$schema": JSON_SCHEMA_DRAFT_07,
     "type": "object",
     "properties": {"prompt": {"type": "string", "description": "The prompt to send to the agent"}},
     "required": ["prompt"],
+    "additionalProperties": False,
 }
-"""The arguments of a sub-agent tool (Mastra's ``prompt``)."""
+"""The arguments of a sub-agent tool: Mastra's ``prompt`` only, in the shape Mastra sends a tool
+schema (Mastra's other, optional arguments are not offered: docs/decisions.md#sub-agent-input)."""
+
+
+def model_output(tool_name: str, result: object) -> object:
+    """What the model reads of a tool's result: a sub-agent call's ``text`` alone (as Mastra's
+    sub-agent tools hand the model only the answer; the run and thread ids stay in the stream and
+    the stored thread), any other result as it is."""
+    if tool_name.startswith(TOOL_PREFIX) and isinstance(result, Mapping) and "subAgentRunId" in result:
+        return str(result.get("text") or "")
+    return result
 
 
 def _not_inline(*_: object) -> object:

@@ -105,12 +105,16 @@ class Tool:
         self.transform = check_tool_transform(self.transform, self.id)
 
     def parameters(self) -> JSONObject:
-        """JSON Schema of the arguments."""
-        if self.input_schema is None:
-            return {"type": "object", "properties": {}}
+        """JSON Schema of the arguments, as Mastra sends a zod schema (draft-07 ``$schema``,
+        ``additionalProperties: false`` on closed objects, ``required`` always, no ``title``s);
+        a JSON Schema dict is sent as written."""
         if isinstance(self.input_schema, dict):
             return self.input_schema
-        return self.input_schema.model_json_schema()
+        if self.input_schema is None:
+            schema: dict[str, Any] = {"type": "object", "properties": {}}
+        else:
+            schema = self.input_schema.model_json_schema()
+        return model_schema(schema)
 
     def spec(self) -> ToolSpec:
         """OpenAI-style function spec (what litellm sends to the provider)."""
@@ -132,6 +136,37 @@ class Tool:
         out = await (call_user(self.execute, parsed, context) if self._takes_context
                      else call_user(self.execute, parsed))
         return to_jsonable(out)
+
+
+JSON_SCHEMA_DRAFT_07 = "http://json-schema.org/draft-07/schema#"
+
+
+def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A pydantic JSON Schema in the shape Mastra sends a zod object's: ``$schema`` (draft-07)
+    at the root, pydantic's ``title`` keywords dropped, every object schema with ``required``
+    (``[]`` when nothing is) and ``additionalProperties: false`` unless it says otherwise.
+    Returns a new dict; ``schema`` is not modified."""
+    out = _zod_like(schema)
+    return {"$schema": JSON_SCHEMA_DRAFT_07, **out}
+
+
+def _zod_like(node: object) -> Any:
+    if isinstance(node, list):
+        return [_zod_like(v) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "title" and isinstance(value, str):
+            continue  # pydantic's generated titles; a property named "title" lives under "properties"
+        if key in ("properties", "$defs", "definitions", "patternProperties") and isinstance(value, dict):
+            out[key] = {name: _zod_like(sub) for name, sub in value.items()}
+        else:
+            out[key] = _zod_like(value)
+    if out.get("type") == "object" and isinstance(out.get("properties"), dict):
+        out.setdefault("required", [])
+        out.setdefault("additionalProperties", False)
+    return out
 
 
 def to_jsonable(value: object) -> Any:

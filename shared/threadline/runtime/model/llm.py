@@ -43,6 +43,8 @@ ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_
 
 LOCAL_MARKER = "threadline-"
 """Model names containing this (e.g. ``openai/threadline-fake``) go to the local model server."""
+NO_KEY = "no-key"
+"""The bearer sent to a model config's ``url`` that has no ``apiKey`` (the openai client needs one)."""
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
@@ -155,13 +157,21 @@ def _retry_after(exc: BaseException) -> float | None:
     return float(ms) / 1000 if ms else None
 
 
-def call_kwargs(model: str, *, api_base: str | None, timeout_s: float) -> dict[str, Any]:
+def call_kwargs(model: str, *, api_base: str | None, timeout_s: float, api_key: str | None = None,
+                direct_url: bool = False) -> dict[str, Any]:
     """litellm arguments that route ``model``: local model names go to ``api_base``; Mastra's
     provider ids and key variables are mapped to litellm's (:mod:`threadline.runtime.model.providers`).
+    ``direct_url``: a model config object's ``url`` (``api_base``) and ``api_key``: the model
+    (its id after the provider prefix) is called as an OpenAI-compatible endpoint there, as
+    Mastra calls a config with a ``url``.
 
     Raises:
         ModelCallError: kind ``authentication`` when the provider's API key is not set.
     """
+    if direct_url and api_base:
+        name = model.split("/", 1)[1] if "/" in model else model
+        return {"model": f"openai/{name}", "timeout": timeout_s, "num_retries": 0, "max_retries": 0,
+                "api_base": api_base, "api_key": api_key or NO_KEY}
     local = bool(api_base) and LOCAL_MARKER in model
     if local:
         known = providers.PROVIDERS.get(providers.provider_of(model) or "")
@@ -181,7 +191,8 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
                        tool_choice: object, model_settings: Mapping[str, object] | None,
                        provider_options: Mapping[str, object] | None, api_base: str | None,
                        timeout_s: float, outcome: ModelOutcome,
-                       response_format: Mapping[str, object] | None = None) -> AsyncIterator[dict[str, Any]]:
+                       response_format: Mapping[str, object] | None = None, api_key: str | None = None,
+                       direct_url: bool = False) -> AsyncIterator[dict[str, Any]]:
     """Call the model and yield Mastra chunks (``{type, payload}``); fill ``outcome``.
 
     Yields ``text-start``/``text-delta``/``text-end``, ``reasoning-delta``,
@@ -197,7 +208,8 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
     """
     kwargs = request_kwargs(model, messages=messages, tools=tools, tool_choice=tool_choice,
                             model_settings=model_settings, provider_options=provider_options, api_base=api_base,
-                            timeout_s=timeout_s, response_format=response_format)
+                            timeout_s=timeout_s, response_format=response_format, api_key=api_key,
+                            direct_url=direct_url)
     norm: llm_normalise.StreamNormaliser | None = None
     stream: Any = None
     try:
@@ -233,19 +245,23 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
 def request_kwargs(model: str, *, messages: list[CoreMessage], tools: list[ToolSpec] | None,
                    tool_choice: object, model_settings: Mapping[str, object] | None,
                    provider_options: Mapping[str, object] | None, api_base: str | None, timeout_s: float,
-                   response_format: Mapping[str, object] | None) -> dict[str, Any]:
+                   response_format: Mapping[str, object] | None, api_key: str | None = None,
+                   direct_url: bool = False) -> dict[str, Any]:
     """The keyword arguments of ``litellm.acompletion`` for one streamed call: the route, the
     prompt (provider options on its messages), tools, settings under litellm's names, structured
-    output and the provider's request options (which never reroute the call or replace the prompt)."""
-    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s)
+    output and the provider's request options (which never reroute the call or replace the prompt).
+
+    As Mastra's request: tools go with ``tool_choice`` (``"auto"`` unless one was given), and
+    ``tool_choice: "none"`` sends neither; ``modelSettings`` names (``maxOutputTokens``, ``topP``,
+    ``stopSequences``…) become the request's (``max_tokens``, ``top_p``, ``stop``…)."""
+    kwargs = call_kwargs(model, api_base=api_base, timeout_s=timeout_s, api_key=api_key, direct_url=direct_url)
     kwargs.update(messages=provider_opts.prepare_messages(messages, model), stream=True,
                   stream_options={"include_usage": True})
-    if tools:
+    if tools and tool_choice != "none":  # as Mastra: "none" sends neither the tools nor the choice
         kwargs["tools"] = tools
-        if tool_choice is not None:
-            kwargs["tool_choice"] = _tool_choice(tool_choice)
+        kwargs["tool_choice"] = "auto" if tool_choice is None else _tool_choice(tool_choice)
     for key, value in (model_settings or {}).items():
-        if value is not None and key not in ("max_retries", "maxRetries", "timeout"):
+        if value is not None and key not in _NOT_SENT:
             kwargs[_SETTINGS.get(key, key)] = value
     if response_format is not None:  # structured output (threadline.runtime.model.structured)
         kwargs["response_format"] = response_format
@@ -308,7 +324,12 @@ def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:
 
 _CORE = frozenset({"model", "messages", "stream", "stream_options", "tools", "api_base", "api_key", "timeout",
                    "num_retries", "max_retries", "response_format"})
-_SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "topP": "top_p"}
+_SETTINGS = {"max_tokens": "max_tokens", "maxTokens": "max_tokens", "maxOutputTokens": "max_tokens",
+             "topP": "top_p", "topK": "top_k", "presencePenalty": "presence_penalty",
+             "frequencyPenalty": "frequency_penalty", "stopSequences": "stop"}
+"""Mastra's ``modelSettings`` names (the AI SDK's call settings) → the request's."""
+_NOT_SENT = frozenset({"max_retries", "maxRetries", "timeout"})
+"""Settings of the call itself (retries, time limits), never request fields."""
 
 
 def _tool_choice(choice: object) -> object:

@@ -1,9 +1,10 @@
 """The model call sent by Threadline itself, for the calls litellm would send with the openai
 client: litellm still routes it (``get_llm_provider``), maps its parameters
-(``get_optional_params``) and builds its body (``OpenAIGPTConfig.transform_request``); this
-module only sends that body over the HTTP client litellm gives its openai clients (one per event
-loop) and hands the response to :mod:`threadline.runtime.model.llm_stream`'s SSE reader (its ``raw``
-path).
+(``get_optional_params``) and builds its body (``OpenAIGPTConfig.transform_request``) — with one
+change: an assistant message with tool calls keeps its ``content: null``, which litellm drops and
+Mastra sends; this module only sends that body over the HTTP client litellm gives its openai
+clients (one per event loop) and hands the response to :mod:`threadline.runtime.model.llm_stream`'s
+SSE reader (its ``raw`` path).
 
 Around a short call, ``litellm.acompletion`` spends ~2.5 ms of CPU outside those three steps
 (its logging object and callbacks set-up, ``completion()`` in a thread of the loop's default
@@ -129,11 +130,23 @@ def _body(kwargs: dict[str, Any], name: str, api_base: str | None, key: str) -> 
     litellm_params = get_litellm_params(custom_llm_provider="openai", api_base=api_base, api_key=key)
     body: dict[str, Any] = _CONFIG.transform_request(model=name, messages=messages, optional_params=optional,
                                                      litellm_params=litellm_params, headers={})
+    _null_contents(kwargs["messages"], body.get("messages"))
     body["stream"] = True
     if kwargs.get("stream_options") is not None:
         body["stream_options"] = kwargs["stream_options"]
     body.update(body.pop("extra_body", None) or {})  # the openai client merges extra_body into the body
     return body
+
+
+def _null_contents(sent: list[dict[str, Any]], built: object) -> None:
+    """Put back ``content: null`` on the built assistant messages with tool calls whose content
+    was ``None`` (litellm drops the key; OpenAI's API and Mastra's requests carry the null)."""
+    if not isinstance(built, list) or len(built) != len(sent):
+        return
+    for original, message in zip(sent, built, strict=True):
+        if (isinstance(message, dict) and message.get("role") == "assistant" and message.get("tool_calls")
+                and "content" not in message and original.get("content", ...) is None):
+            message["content"] = None
 
 
 class Opened:

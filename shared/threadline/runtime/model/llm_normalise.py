@@ -13,6 +13,9 @@ litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload
   calls) and takes the first ``id`` fragment at its index as its own continuation.
 * **Arguments** ``""``, ``null``, absent or the JSON ``null`` are ``{}``; arguments sent as an
   object are taken as is; text that is not JSON is kept as ``{"__raw": text}``.
+* **Reasoning**: ``reasoning_content`` (or ``reasoning``) deltas; an Anthropic thinking block's
+  signature (litellm's ``thinking_blocks``) rides on ``reasoning-end`` as
+  ``providerMetadata.anthropic.signature``, so the block can go back to the provider.
 * **Finish reason**: the provider's, mapped to Mastra's (``tool-calls`` whenever calls were
   streamed, unless the answer was cut by ``length``). A stream that ended cleanly without one is
   accepted, the reason inferred: ``tool-calls`` when calls were streamed, else ``stop``.
@@ -144,6 +147,7 @@ class StreamNormaliser:
         """False: usage on the chunks is ignored (litellm invented it; the provider sent none)."""
         self.events = 0
         self._text_open = self._reasoning_open = False
+        self._signature: str | None = None
         self._calls: list[_Call] = []
         self._at_index: dict[int, _Call] = {}
         self._by_id: dict[str, _Call] = {}
@@ -178,10 +182,13 @@ class StreamNormaliser:
                 out.append({"type": "reasoning-start", "payload": {"id": "r0"}})
             self.outcome.add_reasoning(reasoning)
             out.append({"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}})
+        for block in delta.get("thinking_blocks") or ():  # Anthropic's thinking block, its signature last
+            if isinstance(block, dict) and isinstance(block.get("signature"), str) and block["signature"]:
+                self._signature = block["signature"]
         content = delta.get("content")
         if (content or delta.get("tool_calls")) and self._reasoning_open:  # reasoning comes first
             self._reasoning_open = False
-            out.append({"type": "reasoning-end", "payload": {"id": "r0"}})
+            out.append(self._reasoning_end())
         if content and isinstance(content, str):
             content = clean_text(content)
             if not self._text_open:
@@ -235,13 +242,21 @@ class StreamNormaliser:
         self._at_index[index] = entry
         return entry
 
+    def _reasoning_end(self) -> dict[str, Any]:
+        """``reasoning-end``, with Anthropic's thinking signature as Mastra carries it
+        (``providerMetadata.anthropic.signature``) when the block had one."""
+        payload: dict[str, Any] = {"id": "r0"}
+        if self._signature:
+            payload["providerMetadata"] = {"anthropic": {"signature": self._signature}}
+        return {"type": "reasoning-end", "payload": payload}
+
     def end(self) -> list[dict[str, Any]]:
         """The closing chunks of a stream that ended cleanly (text/reasoning ends, each call's
         ``tool-call-input-streaming-end`` and ``tool-call``); sets the outcome's tool calls and
         finish reason."""
         out: list[dict[str, Any]] = []
         if self._reasoning_open:
-            out.append({"type": "reasoning-end", "payload": {"id": "r0"}})
+            out.append(self._reasoning_end())
         if self._text_open:
             out.append({"type": "text-end", "payload": {"id": "t0"}})
         for entry in self._calls:

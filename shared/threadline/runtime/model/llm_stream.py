@@ -301,7 +301,8 @@ def as_dict(chunk: object) -> dict[str, Any]:
                                            "arguments": getattr(fn, "arguments", None)}})
             fields = {"reasoning_content": getattr(delta, "reasoning_content", None),
                       "reasoning": getattr(delta, "reasoning", None),
-                      "content": getattr(delta, "content", None), "tool_calls": calls}
+                      "content": getattr(delta, "content", None), "tool_calls": calls,
+                      "thinking_blocks": getattr(delta, "thinking_blocks", None)}
         choices.append({"delta": fields, "finish_reason": getattr(choice, "finish_reason", None)})
     return {"usage": getattr(chunk, "usage", None), "choices": choices}
 

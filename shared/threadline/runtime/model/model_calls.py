@@ -16,7 +16,7 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import orjson
@@ -41,6 +41,15 @@ class ModelChoice:
     """litellm ``provider/model`` string."""
     max_retries: int | None = None
     """Retries of this model (``None``: the call's, else the agent's, else the default)."""
+    url: str | None = None
+    """An OpenAI-compatible endpoint's base URL (a model config object's ``url``; ``None``: the
+    provider's own, routed by the model string)."""
+    api_key: str | None = field(default=None, repr=False)
+    """The key for ``url`` (``None``: none sent beyond a placeholder)."""
+
+    def call_args(self) -> dict[str, Any]:
+        """The extra arguments of the model call for this entry (``{}`` without a ``url``)."""
+        return {} if self.url is None else {"api_base": self.url, "api_key": self.api_key, "direct_url": True}
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +77,9 @@ class RetryPolicy:
 def fallback_list(model: object, default: str, request_context: Mapping[str, object] | None = None) -> list[ModelChoice]:
     """The agent's ``model`` as a fallback list.
 
-    ``model`` is a string, a function ``(request_context) -> str``, ``None`` (``default``), or a
-    list of strings / ``{"model": str | function, "max_retries": int}`` (camelCase
+    ``model`` is a string, a model config object (:class:`ModelConfig`: ``{"id", "url"?,
+    "apiKey"?}``), a function ``(request_context) -> str | config``, ``None`` (``default``), or a
+    list of those / ``{"model": str | config | function, "max_retries": int}`` (camelCase
     ``maxRetries`` accepted).
 
     Raises:
@@ -79,8 +89,49 @@ def fallback_list(model: object, default: str, request_context: Mapping[str, obj
     out: list[ModelChoice] = []
     for item, retries in _entries(model):
         name = item(ctx) if callable(item) else item
-        out.append(ModelChoice(name or default, retries))
+        if isinstance(name, Mapping):  # a function returned a model config object
+            name = ModelConfig.of(name)
+        if isinstance(name, ModelConfig):
+            out.append(ModelChoice(name.id, retries, name.url, name.api_key))
+        else:
+            out.append(ModelChoice(name or default, retries))
     return out or [ModelChoice(default)]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    """Mastra's model config object: ``{"id": "provider/model", "url"?, "apiKey"?}`` (or
+    ``{"providerId", "modelId", ...}``); with a ``url`` the model is called as an
+    OpenAI-compatible endpoint at that base URL with that key."""
+
+    id: str
+    url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, raw: Mapping[str, Any]) -> ModelConfig:
+        """The config of a mapping with ``id`` (or ``providerId`` + ``modelId``), ``url`` and
+        ``apiKey`` (``api_key`` accepted).
+
+        Raises:
+            ConfigurationError: no model id, or a ``url``/key that is not a string, or another key.
+        """
+        unknown = set(raw) - {"id", "providerId", "modelId", "url", "apiKey", "api_key"}
+        if unknown:
+            raise ConfigurationError(f"a model config takes id, providerId, modelId, url and apiKey; got {sorted(unknown)}")
+        model_id = raw.get("id")
+        if model_id is None and raw.get("modelId"):
+            model_id = f"{raw['providerId']}/{raw['modelId']}" if raw.get("providerId") else raw["modelId"]
+        url, key = raw.get("url"), raw.get("apiKey", raw.get("api_key"))
+        if not isinstance(model_id, str) or not model_id:
+            raise ConfigurationError('a model config needs "id" ("provider/model") or "modelId"')
+        if not isinstance(url, str | None) or not isinstance(key, str | None):
+            raise ConfigurationError("a model config's url and apiKey are strings")
+        return cls(model_id, url.rstrip("/") if url else None, key)
+
+
+def _is_config(item: object) -> bool:
+    return isinstance(item, Mapping) and "model" not in item
 
 
 def _entries(model: object) -> list[tuple[Any, int | None]]:
@@ -93,15 +144,20 @@ def _entries(model: object) -> list[tuple[Any, int | None]]:
     out: list[tuple[Any, int | None]] = []
     for item in items:
         retries = None
-        if isinstance(item, dict):
+        if _is_config(item):  # a model config object as the entry itself
+            item = ModelConfig.of(item)  # type: ignore[arg-type]  # _is_config checked it is a Mapping
+        elif isinstance(item, dict):
             retries = item.get("max_retries", item.get("maxRetries"))
             item = item.get("model")
             if item is None:
                 raise ConfigurationError('every fallback entry needs a "model"')
+            if isinstance(item, Mapping):
+                item = ModelConfig.of(item)
         if retries is not None and (not isinstance(retries, int) or isinstance(retries, bool) or retries < 0):
             raise ConfigurationError(f"max_retries must be a non-negative integer, got {retries!r}")
-        if item is not None and not (isinstance(item, str) or callable(item)):
-            raise ConfigurationError(f"a model is a provider/model string or a function, got {type(item).__name__}")
+        if item is not None and not (isinstance(item, str | ModelConfig) or callable(item)):
+            raise ConfigurationError("a model is a provider/model string, a model config {id, url?, apiKey?} "
+                                     f"or a function, got {type(item).__name__}")
         out.append((item, retries))
     return out
 
@@ -201,7 +257,7 @@ class ModelCaller:
                 call_span = tracing.start_span(f"chat {choice.model}", **{
                     "gen_ai.operation.name": "chat", "gen_ai.request.model": choice.model, "threadline.retry": retry})
                 try:
-                    async for chunk in self._fn(model=choice.model, outcome=outcome, **kwargs):
+                    async for chunk in self._fn(model=choice.model, outcome=outcome, **{**kwargs, **choice.call_args()}):
                         yielded = True
                         yield chunk
                     await self._succeeded(choice, outcome, started, call_span)

@@ -10,6 +10,8 @@ entry of the called model's provider is used (``google`` and ``gemini`` both nam
 * Message options (:func:`prepare_messages`: instructions, messages, signals) are Anthropic's
   ``cacheControl``, put on the message's last content block as ``cache_control``, which litellm
   sends as Anthropic's block-level cache control. Other message options are not sent.
+* An assistant turn's signed thinking blocks (``thinking_blocks``, from a reasoning part with
+  Anthropic's signature) go back to Anthropic's models only.
 """
 
 from __future__ import annotations
@@ -94,12 +96,22 @@ def _cache_control(options: Mapping[str, object] | None, model: str) -> dict[str
     return dict(control) if isinstance(control, Mapping) else None
 
 
+def _takes_thinking_blocks(model: str) -> bool:
+    """Whether ``model`` is Anthropic's (directly, or Claude behind another route): the
+    signed thinking blocks of earlier turns go back to it."""
+    return provider_key(model) == "anthropic" or "claude" in model.lower()
+
+
 def prepare_messages(messages: Sequence[Mapping[str, Any]], model: str) -> list[Mapping[str, Any]]:
     """The prompt without ``providerOptions`` keys, their message-level options applied for
-    ``model`` (Anthropic ``cacheControl`` → ``cache_control`` on the last content block).
+    ``model`` (Anthropic ``cacheControl`` → ``cache_control`` on the last content block), and
+    assistant turns' signed ``thinking_blocks`` kept only for Anthropic's models.
     The input list and its messages are not modified."""
     out = []
+    signed = _takes_thinking_blocks(model)
     for message in messages:
+        if "thinking_blocks" in message and not signed:  # another provider would refuse the key
+            message = {k: v for k, v in message.items() if k != "thinking_blocks"}
         if "providerOptions" not in message:
             out.append(message)
             continue

@@ -168,7 +168,7 @@ class StepLoop:
             ml.add(recent(inputs.history, memory), "memory")
             # the editor's overrides as stored now, locked fields stripped; kept with the run (decision 69)
             state.editor = editor_overrides(agent, cfg.tools, inputs.overrides)
-            for sm in await run_system_messages(agent, request_context, state.editor):
+            for sm in await run_system_messages(agent, request_context, state.editor, options.get("instructions")):
                 ml.add_system(sm)  # instructions given as a plain function ran off the event loop
             response_id = new_id("msg")
         else:

@@ -11,7 +11,7 @@ from typing import Any
 from threadline._internal.usercode import call_user
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.runtime.messages import MessageList
-from threadline.runtime.model import structured
+from threadline.runtime.model import prompt_parts, structured
 from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.step.ports import ModelFn
 from threadline.runtime.step.state import StepState
@@ -102,6 +102,7 @@ async def prepare(step: StepState, options: dict[str, Any], setup: ModelSetup) -
         tools = {k: v for k, v in tools.items() if k in step_input["active_tools"]}
     prompt, cached = await runner.process_llm_request(_prompt(ml), model=model, step_number=step_no,
                                                       steps=step.steps)
+    prompt = prompt_parts.to_chat(prompt)  # a prompt returned in Mastra's part shape is taken too
     return ModelRequest(model=model, caller=caller, prompt=prompt, tools=tools,
                         tool_choice=step_input.get("tool_choice"), model_settings=step_input.get("model_settings"),
                         provider_options=step_input.get("provider_options"), spec=spec, cached=cached)

@@ -34,6 +34,9 @@ class ModelResponse:
     """The answer's text (the processed ``text-delta`` chunks joined)."""
     reasoning: str
     """The reasoning text (the processed ``reasoning-delta`` chunks joined)."""
+    reasoning_metadata: dict[str, Any] | None = None
+    """The ``providerMetadata`` of the reasoning's ``reasoning-end`` (Anthropic's thinking
+    ``signature``), kept on the reasoning part so the block goes back to the provider."""
     calls: list[ToolCallPayload]
     """The tool calls ``{toolCallId, toolName, args}``, in order."""
     usage: Usage | None
@@ -135,7 +138,9 @@ def _response(processed: list[AttrDict], outcome: ModelOutcome, raw: list[dict[s
     def joined(kind: str) -> str:
         return "".join(p["payload"].get("text", "") for p in processed if p["type"] == kind)
 
-    return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"),
+    metadata = next((p["payload"]["providerMetadata"] for p in processed
+                     if p["type"] == "reasoning-end" and p["payload"].get("providerMetadata")), None)
+    return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"), reasoning_metadata=metadata,
                          calls=[cast(ToolCallPayload, dict(p["payload"])) for p in processed if p["type"] == "tool-call"],
                          usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh)
 
@@ -153,8 +158,12 @@ def _add_parts(step: StepState, response: ModelResponse, calls_first: bool) -> N
     parts = step.response_message()["content"]["parts"]
     parts.append(wrap({"type": "step-start"}))
     if response.reasoning:
+        meta = response.reasoning_metadata
+        signature = ((meta or {}).get("anthropic") or {}).get("signature")
         parts.append(wrap({"type": "reasoning", "reasoning": response.reasoning,
-                           "details": [{"type": "text", "text": response.reasoning}]}))
+                           "details": [{"type": "text", "text": response.reasoning,
+                                        **({"signature": signature} if signature else {})}],
+                           **({"providerMetadata": meta} if meta else {})}))
     invocations = [wrap({"type": "tool-invocation", "toolInvocation": {
         "state": "call", "toolCallId": call["toolCallId"], "toolName": call["toolName"],
         "args": call.get("args") or {}}}) for call in response.calls]

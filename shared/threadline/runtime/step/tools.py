@@ -157,17 +157,25 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
     output = None
     error: str | None = None
     if tool is None:
-        error = f"unknown tool {name!r}"
+        error = unknown_tool_error(name, tools)
     else:
         try:
             output = await tool.run(args, context)
         except Exception as exc:
             if getattr(exc, "interrupts_step", False):  # a workflow lost its step or journal (decision 81)
                 raise
-            error = f"{type(exc).__name__}: {exc}"
-            log.info("tool raised", tool=name, error=error)
+            error = str(exc) or type(exc).__name__  # the bare message, as Mastra sends it to the model
+            log.info("tool raised", tool=name, error=error, exc_type=type(exc).__name__)
     await _after(hooks, hook_ctx, output, error)
     return output, error
+
+
+def unknown_tool_error(name: str, tools: dict[str, Tool]) -> str:
+    """The error text of a call to a tool the agent does not have, worded as Mastra's (the model
+    reads it as the call's result)."""
+    available = ", ".join(tools) or "none"
+    return (f'Tool "{name}" not found. Available tools: {available}. Call tools by their exact name only '
+            "\u2014 never add prefixes, namespaces, or colons.")
 
 
 async def _after(hooks: ToolHooks, ctx: AttrDict, output: object, error: str | None) -> None:
