@@ -25,7 +25,7 @@ LEGACY_TYPES = {"user-message": "user", "system-reminder": "reactive"}
 DEFAULT_TAGS = {"user": "user", "state": "state", "reactive": "system-reminder",
                 "notification": "notification"}
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_RECORDED = ("id", "type", "tagName", "createdAt", "attributes", "metadata", "providerOptions")
+_RECORDED = ("id", "type", "tagName", "createdAt", "acceptedAt", "attributes", "metadata", "providerOptions")
 
 
 def normalize_type(kind: str) -> str:
@@ -128,8 +128,9 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
 
 def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: str) -> AttrDict:
     """The transcript message of a signal: role ``user`` for user signals, else ``signal``
-    (``type`` = the tag); the signal itself is in ``content.metadata.signal``."""
-    meta = {"signal": {k: signal[k] for k in _RECORDED if k in signal}}
+    (``type`` = the tag); the signal itself is in ``content.metadata.signal`` (its fields that are
+    set: empty ``attributes`` / ``metadata`` are left out, as Mastra's ``signalToDBMessage`` does)."""
+    meta = {"signal": {k: signal[k] for k in _RECORDED if signal.get(k) not in (None, {})}}
     role = "user" if signal["type"] == "user" else "signal"
     return make_message(role, contents_parts(signal["contents"]), id=signal["id"], thread_id=thread_id,
                         resource_id=resource_id, metadata=meta,
