@@ -173,7 +173,8 @@ async function runScenario(s) {
   rec.requests = journal.requests.filter((r) => models.has(r.model)).map((r) => ({ model: r.model, body: r.body }));
   const mem = await ag.getMemory();
   try {
-    const { messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE });
+    // hideSignals: false: every stored message (recall leaves out system reminders by default)
+    const { messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE, hideSignals: false });
     rec.thread = messages.map((m) => ({ role: m.role, content: m.content }));
   } catch (e) {
     rec.thread = []; // Mastra: "No thread found" when nothing was stored
