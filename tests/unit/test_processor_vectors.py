@@ -216,5 +216,5 @@ def test_a_workflow_in_a_processor_list_is_refused_with_why():  # docs/decisions
     from threadline.runtime.workflows import create_step, create_workflow
 
     flow = create_workflow(id="moderate").then(create_step(id="check", execute=lambda **_: {})).commit()
-    with pytest.raises(ConfigurationError, match="holds the workflow 'moderate'.*not supported"):
+    with pytest.raises(ConfigurationError, match=r"holds the workflow 'moderate'.*not supported"):
         Agent(id="a", input_processors=[flow])
