@@ -55,6 +55,7 @@ function options(call) {
   const opts = { ...(call.options ?? {}) };
   if (opts.structuredOutput) opts.structuredOutput = { ...opts.structuredOutput, schema: schemas[opts.structuredOutput.schema] };
   if (opts.requestContext) opts.requestContext = new RequestContext(Object.entries(opts.requestContext));
+  for (const key of ['inputProcessors', 'outputProcessors']) if (opts[key]) opts[key] = build(opts[key]);
   return opts;
 }
 

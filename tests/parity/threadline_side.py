@@ -16,7 +16,7 @@ import time
 from typing import Any
 
 from tests.e2e.helpers import rows
-from tests.parity.catalogue import SCHEMAS
+from tests.parity.catalogue import PROCESSORS, SCHEMAS
 from threadline.client import ThreadlineClient
 from threadline.testing.model_script import ModelScript
 
@@ -79,10 +79,14 @@ async def _idle(tl: ThreadlineClient, thread: str, timeout_s: float = 10) -> Non
 
 
 def _options(call: dict[str, Any]) -> dict[str, Any] | None:
-    """The call's options, a structured-output schema named by the table as its JSON Schema."""
+    """The call's options: a structured-output schema named by the table as its JSON Schema,
+    per-call processors as objects of the catalogue (the client sends them by reference or id)."""
     options = call.get("options")
     if options and "memory" in options:  # Mastra's memory.options: the client's memoryOptions
         options = {**{k: v for k, v in options.items() if k != "memory"}, "memoryOptions": options["memory"]["options"]}
+    for key in ("inputProcessors", "outputProcessors"):  # per-call processors, given as objects
+        if options and key in options:
+            options = {**options, key: [PROCESSORS[p["kind"]](**p.get("args", {})) for p in options[key]]}
     if options and "structuredOutput" in options:
         schema = SCHEMAS[options["structuredOutput"]["schema"]].model_json_schema()
         options = {**options, "structuredOutput": {**options["structuredOutput"], "schema": schema}}
