@@ -159,7 +159,7 @@ async def test_tool_hooks_wrap_a_sub_agent_call() -> None:
     assert outcome == Continue("tool-calls") and not store.saved[0].children  # no child run
     assert store.tools["k1"] == ({"text": "skipped"}, None)
     assert next(c for c in sink.chunks if c["type"] == "tool-result")["payload"]["result"] == {"text": "skipped"}
-    assert seen == [("before", "Lead"), ("after", {"text": "skipped"})]
+    assert seen == [("before", "Lead")]  # a skipped call gets no afterToolCall (Mastra)
     seen.clear()
     go = {"type": "tool-call", "payload": {"toolCallId": "k2", "toolName": "agent-helper", "args": {"prompt": "go"}}}
     store = MemoryStepStore()
@@ -172,3 +172,21 @@ async def test_tool_hooks_wrap_a_sub_agent_call() -> None:
         _run(step=1, state=RunState.of(store.saved[0].state)), lead, StepInputs(attempt=1, seq_base=0, restarted=False),
         MemorySink("run-1", 1), store2)
     assert seen == [("before", "Lead"), ("after", {"text": "child says hi"})]  # once the child ended
+
+
+async def test_a_tool_skipped_by_before_tool_call_gets_no_after_tool_call() -> None:
+    # Mastra's wrapToolWithHooks returns the skip's output at once: afterToolCall is not called
+    from types import SimpleNamespace
+
+    from threadline.runtime.step.tools import run_tool_call
+    from threadline.runtime.tools import ToolContext, ToolHooks, create_tool
+
+    seen: list[str] = []
+    hooks = ToolHooks(before_tool_call=lambda ctx: {"proceed": False, "output": {"sum": 42}},
+                      after_tool_call=lambda ctx: seen.append("after"))
+    ctx = ToolContext(tool_call_id="c1", run_id="run-1", thread_id="th-1", resource_id="res-1", agent_id="a",
+                      step=0, idempotency_key="run-1:c1", writer=SimpleNamespace())
+    tool = create_tool(id="add", description="", execute=lambda _a: {"sum": 2})
+    out = await run_tool_call(call={"toolName": "add", "toolCallId": "c1", "args": {}}, tools={"add": tool},
+                              hooks=hooks, context=ctx, agent_meta={})
+    assert out == ({"sum": 42}, None) and seen == []

@@ -163,8 +163,8 @@ def hook_context(call: ToolCallPayload, *, run_id: str, thread_id: str, resource
 
 async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks) -> tuple[Any] | None:
     """``before_tool_call`` around a sub-agent call (Mastra wraps every tool, sub-agents too):
-    ``(output,)`` when it answered ``{proceed: False, output}`` (no child run; ``after_tool_call``
-    runs as for any skipped tool), else ``None``."""
+    ``(output,)`` when it answered ``{proceed: False, output}`` (no child run, and no
+    ``after_tool_call``, as for any skipped tool), else ``None``."""
     if hooks.before_tool_call is None:
         return None
     run = step.run
@@ -173,9 +173,7 @@ async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolH
     decision = await call_user(hooks.before_tool_call, ctx)
     if not (isinstance(decision, dict) and decision.get("proceed") is False):
         return None
-    output = clean_json(decision.get("output"))
-    await _after(hooks, ctx, output, None)
-    return (output,)
+    return (clean_json(decision.get("output")),)
 
 
 async def after_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks, output: Any,
@@ -196,10 +194,8 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
                             resource_id=context.resource_id, meta=agent_meta)
     if hooks.before_tool_call is not None:
         decision = await call_user(hooks.before_tool_call, hook_ctx)
-        if isinstance(decision, dict) and decision.get("proceed") is False:
-            output = decision.get("output")
-            await _after(hooks, hook_ctx, output, None)
-            return output, None
+        if isinstance(decision, dict) and decision.get("proceed") is False:  # Mastra: no afterToolCall then
+            return decision.get("output"), None
     tool = tools.get(name)
     output = None
     error: str | None = None
