@@ -85,3 +85,13 @@ def test_notified_reply_never_serialises_a_run_output():
     reply = Notified(request_id="r", results=[{"record": {"id": "n1"}, "output": object()}])
     assert reply.dump()["results"] == [{"record": {"id": "n1"}}]
     assert "output" in reply.results[0]  # the client's object stays in the results
+
+
+def test_a_notification_renders_its_record_attributes_in_mastras_order():
+    # as PostgreSQL jsonb gives them back (shortest keys first), then as Mastra's notificationSignalAttributes writes them
+    stored = {"team": "ops", "id": "n1", "kind": "build", "type": "build", "source": "ci", "status": "delivered",
+              "priority": "high"}
+    sig = signal_from_message({"contents": "Build 12 failed", "attributes": stored}, kind="notification")
+    out = render_for_model(signal_to_message(sig, thread_id="t", resource_id="r"))
+    assert out == ('<notification team="ops" id="n1" source="ci" type="build" kind="build" priority="high" '
+                   'status="delivered">Build 12 failed</notification>')

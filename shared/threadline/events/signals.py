@@ -25,6 +25,10 @@ LEGACY_TYPES = {"user-message": "user", "system-reminder": "reactive"}
 DEFAULT_TAGS = {"user": "user", "state": "state", "reactive": "system-reminder",
                 "notification": "notification"}
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+NOTIFICATION_ATTRIBUTES = ("id", "source", "type", "kind", "priority", "status", "coalescedCount")
+"""The attributes a notification signal gets from its record, in the order Mastra writes them
+(after the caller's own): rendered in this order whatever order storage gave back (PostgreSQL
+``jsonb`` keeps keys shortest first)."""
 _RECORDED = ("id", "type", "tagName", "createdAt", "acceptedAt", "attributes", "metadata", "providerOptions")
 
 
@@ -144,6 +148,9 @@ def render_for_model(msg: dict[str, Any]) -> str:
     texts = [p.get("text", "") for p in parts if p.get("type") == "text"]
     meta = (content.get("metadata") or {}).get("signal") or {}
     attrs = {k: v for k, v in (meta.get("attributes") or {}).items() if v is not None}
+    if meta.get("type") == "notification":  # the caller's attributes, then the record's in Mastra's order
+        attrs = {**{k: v for k, v in attrs.items() if k not in NOTIFICATION_ATTRIBUTES},
+                 **{k: attrs[k] for k in NOTIFICATION_ATTRIBUTES if k in attrs}}
     if msg["role"] == "user" and not attrs:
         text = "".join(texts)
         if not text and isinstance(content.get("content"), str):
