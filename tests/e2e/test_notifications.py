@@ -105,6 +105,11 @@ async def _idle_delivery(settings, model, priority, reason, **fields):
         res = await _notify(tl, thread, priority=priority, summary=f"{priority} thing", **fields)
         chunks = await collect_run(sub)
         await sub.unsubscribe()
+        # Mastra's result: the created signal, and the woken run's output (accepted.output)
+        assert await res["output"].text(timeout_s=30) == "noted"
+    assert res["signal"]["id"] == res["signal_id"] and res["signal"]["contents"] == f"{priority} thing"
+    assert res["signal"]["type"] == "notification" and res["signal"]["acceptedAt"] and "persisted" not in res
+    assert res["signal"]["metadata"]["notification"]["status"] == "delivered"
     assert res["decision"]["action"] == "deliver" and res["decision"]["reason"] == reason
     assert res["accepted"]["action"] == "wake" and res["record"]["status"] == "delivered"
     assert res["record"]["delivered_signal_id"] == res["signal_id"]

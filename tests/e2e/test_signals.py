@@ -136,6 +136,11 @@ async def test_state_signal_lanes_dedupe_and_versions(services, settings, model,
 
         first = await state(cache_key="v1")
         again = await state(cache_key="v1")                       # S27
+        # Mastra's sendStateSignal resolves to {skipped: true, reason} itself: known when the call returns
+        skipped = await tl.send_state_signal({"id": "editor", "contents": "x", "cache_key": "v1"}, agent_id="signals",
+                                             resource_id="res-1", thread_id=thread, if_idle={"behavior": "persist"})
+        assert (skipped.skipped, skipped.reason, skipped.signal) == (True, "unchanged", None)
+        assert skipped.accepted.done() and (await skipped.accepted).type == "skipped"
         second = await state(cache_key="v2", value={"open": 1})   # S28
         delta = await state(cache_key="v3", mode="delta", delta={"open": 2})
         same_key_other_mode = await state(cache_key="v3")
@@ -145,6 +150,7 @@ async def test_state_signal_lanes_dedupe_and_versions(services, settings, model,
             await tl.send_state_signal({"id": "editor", "contents": "x"}, agent_id="signals", resource_id="res-1",
                                        thread_id=thread)
     assert first.type == "accepted" and again.type == "skipped" and again.reason == "unchanged"
+    assert first.signal["acceptedAt"] >= first.signal["createdAt"]  # Mastra's CreatedAgentSignal.acceptedAt
     assert second.type == delta.type == same_key_other_mode.type == "accepted"
     lane = (await rows(cluster.dsn, "SELECT * FROM state_lanes WHERE thread_id = $1", thread))[0]
     assert (lane["version"], lane["current_cache_key"], lane["current_mode"]) == (4, "v3", "snapshot")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tests.parity.catalogue import PROCESSORS, TOOLS
+from tests.parity.catalogue import HOOKS, PROCESSORS, TOOLS
 from threadline.runtime import Agent
 
 TABLE = Path(__file__).with_name("scenarios.json")
@@ -33,6 +33,8 @@ def build(spec: dict[str, Any], agent_id: str) -> Agent:
         extra["max_retries"] = spec["max_retries"]
     if "notifications" in spec:
         extra["notifications"] = spec["notifications"]
+    if "hooks" in spec:  # each entry one hook (or two) of the catalogue, merged
+        extra["hooks"] = {k: f for h in spec["hooks"] for k, f in HOOKS[h["kind"]](**h.get("args", {})).items()}
     return Agent(id=agent_id, name=spec.get("key", "parity"),
                  description=spec.get("description", f"the {spec.get('key', 'parity')} agent"),
                  instructions=spec.get("instructions", ""), model=f"openai/threadline-{agent_id}",

@@ -233,3 +233,17 @@ export const tools = {
     },
   }),
 };
+
+// Tool hooks (the agent's `hooks`): each factory takes the scenario's args.
+export const hooks = {
+  // beforeToolCall: skip `tool` and answer `output` instead.
+  'skip-tool': ({ tool, output }) => ({
+    beforeToolCall: (ctx) => (ctx.toolName === tool ? { proceed: false, output } : undefined),
+  }),
+  // afterToolCall: stamp the agent's name (hook metadata) on an object result.
+  'stamp-agent': () => ({
+    afterToolCall: (ctx) => {
+      if (ctx.output && typeof ctx.output === 'object') ctx.output.seenBy = ctx.metadata?.agentName ?? null;
+    },
+  }),
+};

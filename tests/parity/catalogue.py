@@ -335,3 +335,19 @@ TOOLS = {
                                     input_schema=NoInput, execute=_progress),
 }
 """Each catalogue tool, as a factory."""
+
+
+def _skip_tool(tool: str, output: Any) -> dict[str, Any]:
+    """beforeToolCall: skip ``tool`` and answer ``output`` instead."""
+    return {"before_tool_call": lambda ctx: {"proceed": False, "output": output} if ctx.tool_name == tool else None}
+
+
+def _stamp_agent() -> dict[str, Any]:
+    """afterToolCall: stamp the agent's name (hook metadata) on an object result."""
+    def after(ctx: Any) -> None:
+        if isinstance(ctx["output"], dict):
+            ctx["output"]["seenBy"] = ctx["metadata"].get("agent_name")
+    return {"after_tool_call": after}
+
+
+HOOKS: dict[str, Callable[..., dict[str, Any]]] = {"skip-tool": _skip_tool, "stamp-agent": _stamp_agent}

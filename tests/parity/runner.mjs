@@ -13,7 +13,7 @@ import { InMemoryStore } from '@mastra/core/storage';
 import { RequestContext } from '@mastra/core/request-context';
 import { Memory } from '@mastra/memory';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
-import { processors, setModelFactory, schemas, tools } from './catalogue.mjs';
+import { hooks, processors, setModelFactory, schemas, tools } from './catalogue.mjs';
 
 const [scenariosPath, base, outPath, ...only] = process.argv.slice(2);
 const table = JSON.parse(readFileSync(scenariosPath, 'utf8'));
@@ -45,6 +45,8 @@ function makeAgent(s, spec, model, memory) {
     ...(spec.max_processor_retries !== undefined ? { maxProcessorRetries: spec.max_processor_retries } : {}),
     ...(spec.max_retries !== undefined ? { maxRetries: spec.max_retries } : {}),
     ...(memory ? { memory } : {}),
+    ...(spec.hooks ? { hooks: Object.assign({}, ...spec.hooks.map(({ kind, args }) => hooks[kind](args ?? {}))) } : {}),
+    ...(spec.notifications ? { notifications: spec.notifications } : {}),
     ...(Object.keys(subAgents).length ? { agents: subAgents } : {}),
   });
 }
@@ -53,6 +55,7 @@ function options(call) {
   const opts = { ...(call.options ?? {}) };
   if (opts.structuredOutput) opts.structuredOutput = { ...opts.structuredOutput, schema: schemas[opts.structuredOutput.schema] };
   if (opts.requestContext) opts.requestContext = new RequestContext(Object.entries(opts.requestContext));
+  for (const key of ['inputProcessors', 'outputProcessors']) if (opts[key]) opts[key] = build(opts[key]);
   return opts;
 }
 
@@ -66,7 +69,7 @@ async function drain(stream, into) {
 async function call(agent, c, thread, rec, sub) {
   const target = { resourceId: RESOURCE, threadId: thread, ...(c.ifActive ? { ifActive: c.ifActive } : {}),
     ...(c.ifIdle ? { ifIdle: c.ifIdle } : {}) };
-  const memory = { memory: { resource: RESOURCE, thread } };
+  const memory = { memory: { ...(c.options?.memory ?? {}), resource: RESOURCE, thread } };
   switch (c.verb) {
     case 'stream': {
       const out = await agent.stream(c.message, { ...options(c), ...memory });
@@ -96,8 +99,10 @@ async function call(agent, c, thread, rec, sub) {
     }
     case 'sendNotificationSignal': {
       const r = await agent.sendNotificationSignal(c.notification, target);
+      const accepted = async (a) => ({ ...pick(a, ['action', 'runId']), ...(a.output ? { output: true } : {}) });
       const one = async (x) => ({ ...pick(x, ['record', 'decision', 'runId', 'signal']),
-        ...(x.accepted ? { accepted: pick(await x.accepted, ['action', 'runId']) } : {}) });
+        ...(x.persisted ? { persisted: true } : {}),
+        ...(x.accepted ? { accepted: await accepted(await x.accepted) } : {}) });
       return { verb: c.verb, result: Array.isArray(r) ? await Promise.all(r.map(one)) : await one(r) };
     }
     case 'abort':
@@ -169,7 +174,8 @@ async function runScenario(s) {
   rec.requests = journal.requests.filter((r) => models.has(r.model)).map((r) => ({ model: r.model, body: r.body }));
   const mem = await ag.getMemory();
   try {
-    const { messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE });
+    // hideSignals: false: every stored message (recall leaves out system reminders by default)
+    const { messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE, hideSignals: false });
     rec.thread = messages.map((m) => ({ role: m.role, content: m.content }));
   } catch (e) {
     rec.thread = []; // Mastra: "No thread found" when nothing was stored

@@ -101,7 +101,7 @@ def test_parity(sides: Sides, cluster: Any) -> None:
     mastra = _mastra_records(sides)
     ModelScript(server.url).reset()  # the journal holds one side's requests at a time
     settings = Settings(kafka_bootstrap=cluster.bootstrap, pg_dsn=cluster.dsn, topic_prefix=cluster.prefix,
-                        partitions=4)
+                        partitions=4, agents_module="tests.parity.agents")  # per-call objects are encoded against it
     threadline = asyncio.run(run_all(settings, server.url, cluster.dsn, scenarios))
     (out_dir / "threadline.json").write_text(json.dumps(threadline, indent=1, default=str))
     rules = [Rule.of(r) for r in json.loads((HERE / "known.json").read_text())["rules"]]

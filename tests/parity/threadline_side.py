@@ -16,9 +16,8 @@ import time
 from typing import Any
 
 from tests.e2e.helpers import rows
-from tests.parity.catalogue import SCHEMAS
+from tests.parity.catalogue import PROCESSORS, SCHEMAS
 from threadline.client import ThreadlineClient
-from threadline.events import Skipped
 from threadline.testing.model_script import ModelScript
 
 RESOURCE = "res-parity"
@@ -51,8 +50,20 @@ def _signal(sig: Any) -> dict[str, Any] | None:
     if sig is None:
         return None
     fields = {"id": sig.id, "type": sig.type, "contents": sig.contents, "attributes": sig.attributes,
-              "metadata": sig.metadata, "createdAt": sig.created_at, "tagName": sig.tag_name}
+              "metadata": sig.metadata, "createdAt": sig.created_at, "acceptedAt": sig.accepted_at,
+              "tagName": sig.tag_name}
     return {k: v for k, v in fields.items() if v not in (None, {}, "")}
+
+
+def _notified(result: dict[str, Any]) -> dict[str, Any]:
+    """One ``sendNotificationSignal`` result as runner.mjs records it: ``persisted`` as ``true``,
+    the woken run's ``output`` as ``accepted.output: true``."""
+    out = _camel_keys({k: v for k, v in result.items() if k not in ("output", "persisted")})
+    if "persisted" in result:
+        out["persisted"] = True
+    if "output" in result:
+        out["accepted"]["output"] = True
+    return out
 
 
 def _result(reply: Any) -> dict[str, Any]:
@@ -68,8 +79,14 @@ async def _idle(tl: ThreadlineClient, thread: str, timeout_s: float = 10) -> Non
 
 
 def _options(call: dict[str, Any]) -> dict[str, Any] | None:
-    """The call's options, a structured-output schema named by the table as its JSON Schema."""
+    """The call's options: a structured-output schema named by the table as its JSON Schema,
+    per-call processors as objects of the catalogue (the client sends them by reference or id)."""
     options = call.get("options")
+    if options and "memory" in options:  # Mastra's memory.options: the client's memoryOptions
+        options = {**{k: v for k, v in options.items() if k != "memory"}, "memoryOptions": options["memory"]["options"]}
+    for key in ("inputProcessors", "outputProcessors"):  # per-call processors, given as objects
+        if options and key in options:
+            options = {**options, key: [PROCESSORS[p["kind"]](**p.get("args", {})) for p in options[key]]}
     if options and "structuredOutput" in options:
         schema = SCHEMAS[options["structuredOutput"]["schema"]].model_json_schema()
         options = {**options, "structuredOutput": {**options["structuredOutput"], "schema": schema}}
@@ -106,14 +123,13 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
         return {"verb": verb, "accepted": _accepted(await sent.accepted), "signal": _signal(sent.signal)}
     if verb == "sendStateSignal":
         sent = await tl.send_state_signal(call["state"], **where, **routing)
-        reply = await sent.accepted
-        if isinstance(reply, Skipped):
-            return {"verb": verb, "skipped": True, "reason": reply.reason}
-        return {"verb": verb, "accepted": _accepted(reply), "signal": _signal(sent.signal)}
+        if sent.skipped:  # known when the call returns, as Mastra's
+            return {"verb": verb, "skipped": True, "reason": sent.reason}
+        return {"verb": verb, "accepted": _accepted(await sent.accepted), "signal": _signal(sent.signal)}
     if verb == "sendNotificationSignal":
         routing.pop("if_active", None)
         reply = await tl.send_notification_signal(call["notification"], **where, **routing)
-        results = [_camel_keys(r) for r in reply.results]
+        results = [_notified(r) for r in reply.results]
         return {"verb": verb, "result": results if isinstance(call["notification"], list) else results[0]}
     if verb == "abort":
         return {"verb": verb, "aborted": await tl.abort(resource_id=RESOURCE, thread_id=thread, agent_id=agent)}

@@ -36,3 +36,23 @@ def test_the_worker_resolves_only_inside_the_agents_package():
     with pytest.raises(ConfigurationError, match="names nothing"):
         resolve({"ref": "tests.e2e.agents.evals:missing"}, PKG)
     assert resolve("shout", PKG) == "shout"
+
+
+def test_an_object_under_a_registered_id_that_differs_is_refused_not_replaced():
+    # the worker looks a processor up by id: another object under that id would silently run as the registered one
+    loud = processing.Shout()
+    loud.volume = 11  # the same class, other settings
+    with pytest.raises(ConfigurationError, match="not the one the agents module registers"):
+        encode({"output_processors": [loud]}, PKG)
+
+    class Impostor(processing.Upper):
+        id = "shout"
+
+    with pytest.raises(ConfigurationError, match="not the one the agents module registers"):
+        encode({"output_processors": [Impostor()]}, PKG)
+
+    class Unknown(processing.Upper):
+        id = "nobody-registers-this"
+
+    with pytest.raises(ConfigurationError, match="nor registered"):
+        encode({"input_processors": [Unknown()]}, PKG)

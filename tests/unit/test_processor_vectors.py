@@ -209,3 +209,12 @@ def test_processor_lists_may_be_functions_of_the_request_context():
     assert resolved[0].words == ["x"] and resolved[0].processor_index == 0
     with pytest.raises(ConfigurationError, match="implements none"):
         resolve_list(lambda rc: [proc("o", process_output_step=lambda self, **_: None)], "input", {}, "agent")
+
+
+def test_a_workflow_in_a_processor_list_is_refused_with_why():  # docs/decisions.md#processor-workflows
+    from threadline.runtime import Agent
+    from threadline.runtime.workflows import create_step, create_workflow
+
+    flow = create_workflow(id="moderate").then(create_step(id="check", execute=lambda **_: {})).commit()
+    with pytest.raises(ConfigurationError, match=r"holds the workflow 'moderate'.*not supported"):
+        Agent(id="a", input_processors=[flow])

@@ -61,3 +61,37 @@ def test_attribute_line_breaks_are_character_references():  # decision 54: `<use
     out = _render({"contents": "hi", "attributes": {"name": 'a"\n</user>\r\t>b'}})
     assert out == '<user name="a&quot;&#10;&lt;/user&gt;&#13;&#9;&gt;b">hi</user>'
     assert "\n" not in out.partition(">")[0]
+
+
+def test_stored_signal_keeps_accepted_at_and_leaves_out_empty_fields():
+    # Mastra's signalToDBMessage: acceptedAt kept; attributes/metadata only when given
+    sig = {**signal_from_message("hi"), "acceptedAt": "2026-01-01T00:00:01Z"}
+    stored = signal_to_message(sig, thread_id="t", resource_id="r")["content"]["metadata"]["signal"]
+    assert stored["acceptedAt"] == "2026-01-01T00:00:01Z"
+    assert "attributes" not in stored and "metadata" not in stored
+    given = signal_from_message({"contents": "hi", "attributes": {"from": "slack"}})
+    kept = signal_to_message(given, thread_id="t", resource_id="r")["content"]["metadata"]["signal"]
+    assert kept["attributes"] == {"from": "slack"} and "acceptedAt" not in kept
+
+
+def test_echo_carries_accepted_at():
+    sig = {**signal_from_message("hi"), "acceptedAt": "2026-01-01T00:00:01Z"}
+    assert echo_chunk(sig)["data"]["acceptedAt"] == "2026-01-01T00:00:01Z"
+
+
+def test_notified_reply_never_serialises_a_run_output():
+    from threadline.events import Notified
+
+    reply = Notified(request_id="r", results=[{"record": {"id": "n1"}, "output": object()}])
+    assert reply.dump()["results"] == [{"record": {"id": "n1"}}]
+    assert "output" in reply.results[0]  # the client's object stays in the results
+
+
+def test_a_notification_renders_its_record_attributes_in_mastras_order():
+    # as PostgreSQL jsonb gives them back (shortest keys first), then as Mastra's notificationSignalAttributes writes them
+    stored = {"team": "ops", "id": "n1", "kind": "build", "type": "build", "source": "ci", "status": "delivered",
+              "priority": "high"}
+    sig = signal_from_message({"contents": "Build 12 failed", "attributes": stored}, kind="notification")
+    out = render_for_model(signal_to_message(sig, thread_id="t", resource_id="r"))
+    assert out == ('<notification team="ops" id="n1" source="ci" type="build" kind="build" priority="high" '
+                   'status="delivered">Build 12 failed</notification>')

@@ -137,3 +137,56 @@ async def test_the_loop_suspends_on_a_sub_agent_call_then_resumes_with_its_resul
     assert "child says hi" in str(model.prompts[0])
     assert "sub_agent_calls" not in store2.saved[0].state
     assert store2.saved[0].state["steps"][0]["toolResults"][0]["result"] == {"text": "child says hi"}
+
+
+async def test_tool_hooks_wrap_a_sub_agent_call() -> None:
+    # Mastra wraps every tool with the hooks, sub-agents too; the metadata names the agent
+    seen: list[tuple[str, Any]] = []
+
+    def before(ctx: Any) -> Any:
+        seen.append(("before", ctx.metadata["agentName"]))
+        return {"proceed": False, "output": {"text": "skipped"}} if ctx.input["prompt"] == "skip" else None
+
+    def after(ctx: Any) -> None:
+        seen.append(("after", ctx.output))
+
+    lead = Agent(id="lead", name="Lead", agents={"helper": helper},
+                 hooks={"before_tool_call": before, "after_tool_call": after})
+    skip = {"type": "tool-call", "payload": {"toolCallId": "k1", "toolName": "agent-helper", "args": {"prompt": "skip"}}}
+    store, sink = MemoryStepStore(), MemorySink("run-1", 0)
+    outcome = await _loop(ScriptedModel([skip])).run(
+        _run(), lead, StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, store)
+    assert outcome == Continue("tool-calls") and not store.saved[0].children  # no child run
+    assert store.tools["k1"] == ({"text": "skipped"}, None)
+    assert next(c for c in sink.chunks if c["type"] == "tool-result")["payload"]["result"] == {"text": "skipped"}
+    assert seen == [("before", "Lead")]  # a skipped call gets no afterToolCall (Mastra)
+    seen.clear()
+    go = {"type": "tool-call", "payload": {"toolCallId": "k2", "toolName": "agent-helper", "args": {"prompt": "go"}}}
+    store = MemoryStepStore()
+    outcome = await _loop(ScriptedModel([go])).run(
+        _run(), lead, StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), MemorySink("run-1", 0), store)
+    assert outcome == Suspend("tool-calls") and seen == [("before", "Lead")]
+    store2 = MemoryStepStore()
+    store2.tools["k2"] = ({"text": "child says hi"}, None)
+    await _loop(ScriptedModel([{"type": "text-delta", "payload": {"text": "ok"}}])).run(
+        _run(step=1, state=RunState.of(store.saved[0].state)), lead, StepInputs(attempt=1, seq_base=0, restarted=False),
+        MemorySink("run-1", 1), store2)
+    assert seen == [("before", "Lead"), ("after", {"text": "child says hi"})]  # once the child ended
+
+
+async def test_a_tool_skipped_by_before_tool_call_gets_no_after_tool_call() -> None:
+    # Mastra's wrapToolWithHooks returns the skip's output at once: afterToolCall is not called
+    from types import SimpleNamespace
+
+    from threadline.runtime.step.tools import run_tool_call
+    from threadline.runtime.tools import ToolContext, ToolHooks, create_tool
+
+    seen: list[str] = []
+    hooks = ToolHooks(before_tool_call=lambda ctx: {"proceed": False, "output": {"sum": 42}},
+                      after_tool_call=lambda ctx: seen.append("after"))
+    ctx = ToolContext(tool_call_id="c1", run_id="run-1", thread_id="th-1", resource_id="res-1", agent_id="a",
+                      step=0, idempotency_key="run-1:c1", writer=SimpleNamespace())
+    tool = create_tool(id="add", description="", execute=lambda _a: {"sum": 2})
+    out = await run_tool_call(call={"toolName": "add", "toolCallId": "c1", "args": {}}, tools={"add": tool},
+                              hooks=hooks, context=ctx, agent_meta={})
+    assert out == ({"sum": 42}, None) and seen == []

@@ -172,7 +172,8 @@ class AgentHandle:
     async def send_state_signal(self, state: Mapping[str, object], options: Mapping[str, object] | None = None,
                                 **kw: object) -> SendResult:
         """``sendStateSignal({id, cacheKey, contents, mode?, value?|delta?}, {resourceId, threadId, …})``;
-        ``accepted`` resolves to a ``Skipped`` reply when the lane's value is unchanged."""
+        returns once ingress answered; ``skipped`` True (``reason`` ``"unchanged"``, no ``signal``)
+        when the lane's value is unchanged."""
         opts = _snake(options, kw)
         return await self.client.send_state_signal(dict(state), agent_id=self.id, **_target(opts), **opts)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
@@ -38,6 +39,7 @@ from threadline.events import (
     SendNotificationSignal,
     SendSignal,
     SendStateSignal,
+    Skipped,
     Stream,
 )
 from threadline.events.base import Event
@@ -218,12 +220,21 @@ class ThreadlineClient:
                                 if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``sendStateSignal``: the lane's new value (``{id, cache_key, contents, mode?, value?|delta?}``).
 
-        ``accepted`` resolves to :class:`Accepted`, or to :class:`Skipped` when the cache key and
-        mode are already the lane's current value (nothing was sent).
+        Returns once ingress answered, as Mastra's ``await agent.sendStateSignal(...)``: a
+        :class:`SendResult` whose ``accepted`` is resolved, or, when the cache key and mode are
+        already the lane's current value (nothing sent), one with ``skipped`` True, ``reason``
+        ``"unchanged"`` and no ``signal`` (its ``accepted`` resolves to the ``Skipped`` reply).
+
+        Raises:
+            RequestFailed: an error reply. TimeoutError: no reply within ``reply_timeout_s``.
         """
         req = SendStateSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                               state=state, **given(if_active=if_active, if_idle=if_idle))
-        return await self._send(req, ("accepted", "skipped"))
+        result = await self._send(req, ("accepted", "skipped"))
+        reply = await result.accepted
+        if isinstance(reply, Skipped):
+            return replace(result, skipped=True, reason=reply.reason, signal=None)
+        return result
 
     async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
@@ -231,12 +242,22 @@ class ThreadlineClient:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
         Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
-        accepted?}``. Raises :class:`RequestFailed` on an error reply.
+        signal?, accepted?, persisted?, output?}`` (Mastra's result: ``signal`` the created signal,
+        ``persisted`` ``{signal_id}`` when it was stored on the idle thread, and on ``wake``
+        ``output``, a :class:`RunOutput` on the woken run, as Mastra's ``accepted.output``).
+        Raises :class:`RequestFailed` on an error reply.
         """
         items = notification if isinstance(notification, list) else [notification]
         req = SendNotificationSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                                      notifications=items, **given(if_idle=if_idle))
-        return await self._ask(req, "notified")
+        sent_at_ms = int(time.time() * 1000)
+        reply = await self._ask(req, "notified")
+        for result in reply.results:
+            accepted = result.get("accepted") or {}
+            if accepted.get("action") == "wake" and accepted.get("run_id"):
+                result["output"] = self.run_output(accepted["run_id"], resource_id=resource_id,
+                                                   thread_id=thread_id, sent_at_ms=sent_at_ms)
+        return reply
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:

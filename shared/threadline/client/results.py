@@ -47,3 +47,9 @@ class SendResult:
     signal: CreatedSignal | None = None
     sent_at_ms: int = 0
     """When the request was published (ms since the epoch, the client's clock)."""
+    skipped: bool = False
+    """``send_state_signal`` only: True when the lane already holds this cache key and mode, so
+    nothing was sent (Mastra's ``{skipped: true, reason: "unchanged"}``, known when the call
+    returns; ``signal`` is then ``None`` and ``accepted`` resolves to the ``Skipped`` reply)."""
+    reason: str | None = None
+    """Why it was skipped (``"unchanged"``); ``None`` otherwise."""

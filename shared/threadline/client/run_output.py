@@ -54,6 +54,8 @@ class CreatedSignal:
     created_at: str = ""
     tag_name: str | None = None
     provider_options: dict[str, Any] | None = None
+    accepted_at: str | None = None
+    """ISO 8601 UTC: when ingress accepted it (``acceptedAt``; ``None`` until ``accepted``)."""
 
     def update(self, stored: dict[str, Any]) -> None:
         """Take the stored signal's fields (an ``accepted`` reply's ``signal``, without contents)."""
@@ -63,13 +65,17 @@ class CreatedSignal:
         self.metadata = dict(stored.get("metadata") or {})
         self.created_at = stored.get("createdAt", self.created_at)
         self.provider_options = stored.get("providerOptions", self.provider_options)
+        self.accepted_at = stored.get("acceptedAt", self.accepted_at)
 
     def to_dict(self) -> dict[str, Any]:
-        """Mastra's camelCase shape ``{id, type, tagName, contents, attributes, metadata, createdAt}``."""
+        """Mastra's camelCase shape ``{id, type, tagName, contents, attributes, metadata, createdAt,
+        acceptedAt?, providerOptions?}``."""
         out = {"id": self.id, "type": self.type, "tagName": self.tag_name, "contents": self.contents,
                "attributes": self.attributes, "metadata": self.metadata, "createdAt": self.created_at}
         if self.provider_options:
             out["providerOptions"] = self.provider_options
+        if self.accepted_at:
+            out["acceptedAt"] = self.accepted_at
         return out
 
 

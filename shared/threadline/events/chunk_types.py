@@ -228,6 +228,8 @@ class EchoData(TypedDict):
     type: NotRequired[str]
     tagName: NotRequired[str]
     createdAt: NotRequired[str]
+    acceptedAt: NotRequired[str]
+    """When ingress accepted a thread verb's signal (Mastra's ``acceptedAt``)."""
     attributes: NotRequired[JsonObject]
     metadata: NotRequired[JsonObject]
 

@@ -173,7 +173,7 @@ def tool_error_chunk(call_id: str, tool_name: str, args: JsonValue, error: str) 
             "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args, "error": error}}
 
 
-_ECHOED = ("id", "type", "tagName", "contents", "createdAt", "attributes", "metadata")
+_ECHOED = ("id", "type", "tagName", "contents", "createdAt", "acceptedAt", "attributes", "metadata")
 
 
 def echo_chunk(signal: Mapping[str, object]) -> EchoChunk:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, PrivateAttr, TypeAdapter, field_validator, model_validator
+from pydantic import Field, PrivateAttr, TypeAdapter, field_serializer, field_validator, model_validator
 
 from threadline.events.base import Event
 
@@ -105,6 +105,11 @@ class Notified(_ReplyBase):
 
     type: Literal["notified"] = "notified"
     results: list[dict[str, Any]]
+    """In a client, a woken run's result also holds ``output`` (a ``RunOutput``): never serialised."""
+
+    @field_serializer("results")
+    def _without_outputs(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{k: v for k, v in r.items() if k != "output"} for r in results]
 
 
 Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped | Notified,

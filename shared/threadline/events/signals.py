@@ -25,7 +25,11 @@ LEGACY_TYPES = {"user-message": "user", "system-reminder": "reactive"}
 DEFAULT_TAGS = {"user": "user", "state": "state", "reactive": "system-reminder",
                 "notification": "notification"}
 _XML_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
-_RECORDED = ("id", "type", "tagName", "createdAt", "attributes", "metadata", "providerOptions")
+NOTIFICATION_ATTRIBUTES = ("id", "source", "type", "kind", "priority", "status", "coalescedCount")
+"""The attributes a notification signal gets from its record, in the order Mastra writes them
+(after the caller's own): rendered in this order whatever order storage gave back (PostgreSQL
+``jsonb`` keeps keys shortest first)."""
+_RECORDED = ("id", "type", "tagName", "createdAt", "acceptedAt", "attributes", "metadata", "providerOptions")
 
 
 def normalize_type(kind: str) -> str:
@@ -129,8 +133,9 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
 
 def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: str) -> AttrDict:
     """The transcript message of a signal: role ``user`` for user signals, else ``signal``
-    (``type`` = the tag); the signal itself is in ``content.metadata.signal``."""
-    meta = {"signal": {k: signal[k] for k in _RECORDED if k in signal}}
+    (``type`` = the tag); the signal itself is in ``content.metadata.signal`` (its fields that are
+    set: empty ``attributes`` / ``metadata`` are left out, as Mastra's ``signalToDBMessage`` does)."""
+    meta = {"signal": {k: signal[k] for k in _RECORDED if signal.get(k) not in (None, {})}}
     role = "user" if signal["type"] == "user" else "signal"
     return make_message(role, contents_parts(signal["contents"]), id=signal["id"], thread_id=thread_id,
                         resource_id=resource_id, metadata=meta,
@@ -144,6 +149,9 @@ def render_for_model(msg: dict[str, Any]) -> str:
     texts = [p.get("text", "") for p in parts if p.get("type") == "text"]
     meta = (content.get("metadata") or {}).get("signal") or {}
     attrs = {k: v for k, v in (meta.get("attributes") or {}).items() if v is not None}
+    if meta.get("type") == "notification":  # the caller's attributes, then the record's in Mastra's order
+        attrs = {**{k: v for k, v in attrs.items() if k not in NOTIFICATION_ATTRIBUTES},
+                 **{k: attrs[k] for k in NOTIFICATION_ATTRIBUTES if k in attrs}}
     if msg["role"] == "user" and not attrs:
         text = "".join(texts)
         if not text and isinstance(content.get("content"), str):

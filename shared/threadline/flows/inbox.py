@@ -144,7 +144,8 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
             return row, {}
         # mastra §3.9: a medium (or high, with a later full delivery) summary due now goes out now
         pending = await notes.pending_count(conn, row["thread_id"])
-        routed = await _send(conn, row, digest_signal([dict(row)], pending=pending), topics=topics,
+        digest = digest_signal([dict(row)], pending=pending)
+        routed = await _send(conn, row, digest, topics=topics,
                              lease_ttl_s=lease_ttl_s, wake=row["priority"] != "high", stream_options=stream_options,
                              event_id=event_id, reply_to=reply_to)
         ids.extend(routed.outbox_ids)
@@ -155,10 +156,11 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
         ids.append(await _announce(conn, topics, row, "summary_delivered", [rid], sig,
                                    getattr(routed.reply, "run_id", None)))
         row = (await notes.mark_summarized(conn, [rid], sig))[0]
-        return row, _sent(routed)
+        return row, _sent(routed, digest)
     # deliver (into the active run, or waking the thread) / queue (the next turn)
     send = _queue if d.action == "queue" else _send_wake
-    routed = await send(conn, row, notification_signal(dict(row)), topics=topics, lease_ttl_s=lease_ttl_s,
+    signal = notification_signal(dict(row))
+    routed = await send(conn, row, signal, topics=topics, lease_ttl_s=lease_ttl_s,
                         stream_options=stream_options, event_id=event_id, reply_to=reply_to)
     ids.extend(routed.outbox_ids)
     outcome = _outcome(routed)
@@ -167,7 +169,7 @@ async def _act(conn: asyncpg.Connection, row: asyncpg.Record, d: Decision, *, no
     elif outcome == "rejected":
         await _failed(conn, [row], _rejection(routed), now, column="deliver_at")
         row = await notes.read(conn, rid)
-    return row, _sent(routed)
+    return row, _sent(routed, signal)
 
 
 async def _send_wake(conn: asyncpg.Connection, row: asyncpg.Record, signal: dict[str, Any], **kw: Any) -> Routed:
@@ -189,12 +191,19 @@ def _rejection(routed: Routed) -> str:
     return f"{getattr(reply, 'code', getattr(reply, 'type', '?'))}: {getattr(reply, 'message', '')}"
 
 
-def _sent(routed: Routed) -> dict[str, Any]:
+def _sent(routed: Routed, signal: Mapping[str, Any]) -> dict[str, Any]:
+    """What a result says of the signal that went out (Mastra's ``{signal, accepted, persisted?}``):
+    ``signal`` the created signal with its ``contents``, ``persisted`` ``{signal_id}`` when it
+    was stored on the idle thread (durable once this reply is out: the reply is sent after commit)."""
     reply = routed.reply
     if not isinstance(reply, Accepted):
         return {}
-    return {"signal_id": reply.signal_id, "run_id": reply.run_id, "accepted": {"action": reply.action,
-                                                                              "run_id": reply.run_id}}
+    out = {"signal_id": reply.signal_id, "run_id": reply.run_id,
+           "signal": {**(reply.signal or {}), "contents": signal.get("contents", "")},
+           "accepted": {"action": reply.action, "run_id": reply.run_id}}
+    if reply.action == "persist":
+        out["persisted"] = {"signal_id": reply.signal_id}
+    return out
 
 
 async def _announce(conn: asyncpg.Connection, topics: Topics, row: asyncpg.Record, kind: str,

@@ -19,6 +19,7 @@ from threadline.errors import ConfigurationError, InvalidEventError
 from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun, StepTask
 from threadline.events.base import Event
 from threadline.events.chunks import chunk_headers, synthetic_run_chunks
+from threadline.events.messages import now_iso
 from threadline.events.replies import REPLY_ADAPTER
 from threadline.events.signals import signal_from_message
 from threadline.ids import new_id
@@ -156,6 +157,8 @@ async def route_claimed(conn: asyncpg.Connection, req: Inbound, arrival: Arrival
                                  ErrorReply(request_id=req.event_id, code="invalid_request_context", message=str(exc)))
     if route_.attributes:
         signal["attributes"] = {**signal["attributes"], **route_.attributes}
+    if req.kind not in ("stream", "generate"):  # a thread verb's signal (Mastra's CreatedAgentSignal)
+        signal["acceptedAt"] = now_iso()
     signal_options: dict[str, Any] = {"reply_to": req.reply_to, "kind": req.kind}
     if not isinstance(route_, Wake):
         return await _answer(conn, req, routed, reply_topic,

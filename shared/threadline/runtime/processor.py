@@ -109,6 +109,13 @@ def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> list[P
 
 
 def _check_one(p: object, kind: str, agent_id: str) -> None:
+    from threadline.runtime.workflows import Workflow
+
+    if isinstance(p, Workflow):  # Mastra's ProcessorWorkflow: docs/decisions.md#processor-workflows
+        raise ConfigurationError(
+            f"agent {agent_id}: {kind}_processors holds the workflow {p.id!r}; a processor list holds processors "
+            "only (a workflow of processor steps is not supported: write one Processor that calls the steps "
+            "in order, or list the processors themselves; workflows run as the model's tools)")
     pid = getattr(p, "id", None)
     if not pid or not isinstance(pid, str):
         raise ConfigurationError(f"agent {agent_id}: processor {type(p).__name__} has no id")

@@ -6,8 +6,10 @@ A request travels as JSON, so code cannot cross the wire. Code that calls the cl
 the client replaces each with a reference ``{"ref": "module:name"}`` to where the agents module
 defines it (a module-level name, or a top-level function's or class's own ``module:qualname``),
 and the worker imports that name back. A processor the agents module does not define at module
-level goes by its ``id`` (the catalogue: the agents' processors and the module's ``processors``).
-Anything else is refused at the client, before anything is sent. The worker resolves references
+level goes by its ``id`` (the catalogue: the agents' processors and the module's ``processors``)
+only when the catalogue's processor of that id is the same one (the object, or one of its class
+with the same attributes): another object under a registered id is refused, never silently
+replaced by the registered one. Anything else is refused at the client, before anything is sent. The worker resolves references
 only inside the agents module's package (never an arbitrary import path from a request).
 
 Options concerned: ``input_processors``, ``output_processors``, ``error_processors`` (lists),
@@ -88,9 +90,36 @@ def _processor(p: Any, package: str, key: str) -> object:
     try:
         return reference(p, package, what=key)
     except ConfigurationError:
-        if isinstance(getattr(p, "id", None), str):
-            return p.id  # looked up in the worker's catalogue
-        raise
+        pid = getattr(p, "id", None)
+        if not isinstance(pid, str):
+            raise
+        registered = _registered(package).get(pid)
+        if registered is None:
+            raise ConfigurationError(
+                f"{key}: processor {pid!r} is neither defined at module level in the agents module {package!r} "
+                "nor registered under its id there (the services could not run it)") from None
+        if not same_processor(registered, p):
+            raise ConfigurationError(
+                f"{key}: processor {pid!r} is not the one the agents module registers under that id (another "
+                "class or other settings); the services would run the registered one instead: define this "
+                f"object at module level in {package!r}, or give it an id of its own") from None
+        return pid  # looked up in the worker's catalogue: the same processor
+
+
+def same_processor(registered: object, given: object) -> bool:
+    """Whether ``given`` would behave as ``registered``: the same object, or one of the same
+    class with the same attributes (a fresh ``Shout()`` for the registered ``Shout()``)."""
+    if registered is given:
+        return True
+    mine, theirs = getattr(given, "__dict__", None), getattr(registered, "__dict__", None)
+    return type(registered) is type(given) and mine is not None and mine == theirs
+
+
+def _registered(package: str) -> dict[str, Any]:
+    """The processors the agents module lets calls name by id (its agents' and ``processors``)."""
+    from threadline.runtime.registry import load_agents, load_catalogue
+
+    return load_catalogue(package, load_agents(package)).processors
 
 
 def _is_ref(value: object) -> bool:

@@ -206,10 +206,13 @@ class ToolHooks:
     """``hooks.beforeToolCall`` / ``hooks.afterToolCall`` (Mastra's Agent API).
 
     ``before_tool_call(ctx)`` gets ``ctx.tool_name``, ``ctx.input``, ``ctx.context``,
-    ``ctx.metadata`` (``agent_id``, ``agent_name``, ``agent_metadata``: the agent's metadata for
-    the run); returning ``{"proceed": False, "output": x}`` skips the tool and uses ``x`` as its
-    result. ``after_tool_call(ctx)`` also gets ``ctx.output`` and ``ctx.error`` (set when the tool
-    raised; then ``output`` is ``None``).
+    ``ctx.metadata`` (``agent_id``, ``agent_name``, Mastra's ``agentId`` / ``agentName``, and
+    ``agent_metadata``: the agent's metadata for the run); returning ``{"proceed": False,
+    "output": x}`` skips the tool and uses ``x`` as its result (``after_tool_call`` is then not
+    called, as in Mastra). ``after_tool_call(ctx)`` also gets ``ctx.output`` and ``ctx.error``
+    (set when the tool raised; then ``output`` is ``None``). A sub-agent call (the tool
+    ``agent-<key>``) is wrapped too: ``before_tool_call`` runs before its child run starts
+    (``proceed: False`` starts none), ``after_tool_call`` once the child ended, with its result.
     """
 
     before_tool_call: HookFn | None = None

@@ -134,7 +134,7 @@ class StepLoop:
         if run.step == 0:
             await sink.emit(chunks.start_chunk(step.agent.id, step.response_id))
         elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
-            await resume_children(step, store)
+            await resume_children(step, store, step_hooks(step, options, self._catalogue.hooks))
         if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
             step.response_id = new_id("msg")
         consumed = []

@@ -71,10 +71,16 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
     for call in response.calls:
         sub = tools.get(call["toolName"])
         if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
-            step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
-            step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
-                                                       args=call.get("args")))
-            continue
+            skipped = await _before_sub_agent(step, call, hooks)
+            if skipped is None:
+                step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
+                step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
+                                                           args=call.get("args")))
+                continue
+            if not owned and not await store.still_owner(run, step.writer.attempt):
+                raise StaleWriterError(run.run_id, run.epoch)
+            await store.save_tool_result(run, call["toolCallId"], call["toolName"], skipped[0], None)
+            done[call["toolCallId"]] = (skipped[0], None)
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
             log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
@@ -100,9 +106,8 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool
         with tracing.span(f"execute_tool {call['toolName']}", **{
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
                 "gen_ai.tool.call.id": call["toolCallId"]}):
-            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx, agent_meta={
-                "agent_id": agent.id, "agentId": agent.id, "agent_name": agent.name,
-                "agent_metadata": step.agent_metadata})
+            output, error = await run_tool_call(call=call, tools=tools, hooks=hooks, context=ctx,
+                                                agent_meta=agent_meta(step))
     except asyncio.CancelledError:  # an abort (or a shutdown) stops the step: tell the tool
         ctx.abort_signal.set()
         raise
@@ -140,19 +145,59 @@ async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks:
     return clean_json(output), (clean_text(error) if error is not None else None)
 
 
+def agent_meta(step: StepState) -> dict[str, Any]:
+    """A tool hook's ``metadata``: the agent's id and name (Mastra's ``agentId``, ``agentName``)."""
+    agent = step.agent
+    return {"agent_id": agent.id, "agentId": agent.id, "agent_name": agent.name, "agentName": agent.name,
+            "agent_metadata": step.agent_metadata}
+
+
+def hook_context(call: ToolCallPayload, *, run_id: str, thread_id: str, resource_id: str,
+                 meta: Mapping[str, object]) -> AttrDict:
+    """What a tool hook gets: ``tool_name``, ``input``, ``context`` (the call's ids), ``metadata``."""
+    name = call["toolName"]
+    ctx: AttrDict = wrap({"tool_name": name, "toolName": name, "input": call.get("args") or {},
+                          "context": {"tool_call_id": call["toolCallId"], "run_id": run_id,
+                                      "thread_id": thread_id, "resource_id": resource_id},
+                          "metadata": dict(meta)})
+    return ctx
+
+
+async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks) -> tuple[Any] | None:
+    """``before_tool_call`` around a sub-agent call (Mastra wraps every tool, sub-agents too):
+    ``(output,)`` when it answered ``{proceed: False, output}`` (no child run, and no
+    ``after_tool_call``, as for any skipped tool), else ``None``."""
+    if hooks.before_tool_call is None:
+        return None
+    run = step.run
+    ctx = hook_context(call, run_id=run.run_id, thread_id=run.thread_id, resource_id=run.resource_id,
+                       meta=agent_meta(step))
+    decision = await call_user(hooks.before_tool_call, ctx)
+    if not (isinstance(decision, dict) and decision.get("proceed") is False):
+        return None
+    return (clean_json(decision.get("output")),)
+
+
+async def after_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks, output: Any,
+                          error: str | None) -> None:
+    """``after_tool_call`` once a sub-agent call's child run ended (its result, or its error)."""
+    if hooks.after_tool_call is None:
+        return
+    run = step.run
+    ctx = hook_context(call, run_id=run.run_id, thread_id=run.thread_id, resource_id=run.resource_id,
+                       meta=agent_meta(step))
+    await _after(hooks, ctx, output, error)
+
+
 async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
                context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     name, args = call["toolName"], call.get("args") or {}
-    hook_ctx = wrap({"tool_name": name, "toolName": name, "input": args,
-                     "context": {"tool_call_id": call["toolCallId"], "run_id": context.run_id,
-                                 "thread_id": context.thread_id, "resource_id": context.resource_id},
-                     "metadata": agent_meta})
+    hook_ctx = hook_context(call, run_id=context.run_id, thread_id=context.thread_id,
+                            resource_id=context.resource_id, meta=agent_meta)
     if hooks.before_tool_call is not None:
         decision = await call_user(hooks.before_tool_call, hook_ctx)
-        if isinstance(decision, dict) and decision.get("proceed") is False:
-            output = decision.get("output")
-            await _after(hooks, hook_ctx, output, None)
-            return output, None
+        if isinstance(decision, dict) and decision.get("proceed") is False:  # Mastra: no afterToolCall then
+            return decision.get("output"), None
     tool = tools.get(name)
     output = None
     error: str | None = None
