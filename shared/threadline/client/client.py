@@ -32,6 +32,7 @@ from threadline.events import (
     AbortRequest,
     Accepted,
     Generate,
+    Notified,
     QueueMessage,
     RunResult,
     SendMessage,
@@ -41,6 +42,15 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
+from threadline.events.rows import (
+    AgentDetails,
+    InboxRecord,
+    MessageRow,
+    RunRow,
+    ScoreRow,
+    ThreadDetails,
+    ThreadSummary,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -227,7 +237,7 @@ class ThreadlineClient:
 
     async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
-                                       if_idle: Mapping[str, object] | None = None) -> Any:
+                                       if_idle: Mapping[str, object] | None = None) -> Notified:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
         Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
@@ -236,7 +246,8 @@ class ThreadlineClient:
         items = notification if isinstance(notification, list) else [notification]
         req = SendNotificationSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                                      notifications=items, **given(if_idle=if_idle))
-        return await self._ask(req, "notified")
+        notified: Notified = await self._ask(req, "notified")
+        return notified
 
     async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
                             agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
@@ -292,71 +303,71 @@ class ThreadlineClient:
         found: str | None = await self.transport.read("active_run", resource_id=resource_id, thread_id=thread_id)
         return found
 
-    async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
+    async def agent_details(self, agent_id: str) -> AgentDetails | None:
         """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
         dynamic_metadata, memory, voice}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true
         when the agent's metadata is a function of the request context), or ``None`` for an unknown id."""
-        found: dict[str, Any] | None = await self.transport.read("agent", agent_id=agent_id)
+        found: AgentDetails | None = await self.transport.read("agent", agent_id=agent_id)
         return found
 
-    async def get_thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def get_thread(self, *, resource_id: str, thread_id: str) -> ThreadDetails | None:
         """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
         ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
         resource has no such thread."""
-        found: dict[str, Any] | None = await self.transport.read("thread", resource_id=resource_id,
+        found: ThreadDetails | None = await self.transport.read("thread", resource_id=resource_id,
                                                                  thread_id=thread_id)
         return found
 
-    async def list_threads(self, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_threads(self, *, resource_id: str, limit: int = 100) -> list[ThreadSummary[str]]:
         """The resource's threads, most recently updated first (``{id, title, metadata,
         created_at, updated_at}``; ``limit`` 1..1000)."""
         return list(await self.transport.read("threads", resource_id=resource_id, limit=limit))
 
-    async def messages(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def messages(self, *, resource_id: str, thread_id: str) -> list[MessageRow[str]]:
         """The thread's stored messages, oldest first (``{id, run_id, role, type, content, created_at}``)."""
         return list(await self.transport.read("messages", resource_id=resource_id, thread_id=thread_id))
 
-    async def runs(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def runs(self, *, resource_id: str, thread_id: str) -> list[RunRow[str]]:
         """The thread's runs, oldest first (``{run_id, agent_id, kind, status, finish_reason, text, usage, …}``)."""
         return list(await self.transport.read("runs", resource_id=resource_id, thread_id=thread_id))
 
-    async def scores(self, run_id: str) -> list[dict[str, Any]]:
+    async def scores(self, run_id: str) -> list[ScoreRow]:
         """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
         ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
         sampled) are absent (decision 71). Raises :class:`~threadline.client.GatewayError` over
         the gateway, which serves no scores."""
         return list(await self.transport.read("scores", run_id=run_id))
 
-    async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+    async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[InboxRecord]:
         """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
         Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
         return list(await self.transport.read("inbox", resource_id=resource_id, thread_id=thread_id, status=status))
 
-    async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
-        found: dict[str, Any] | None = await self.transport.read("notification", resource_id=resource_id,
+        found: InboxRecord | None = await self.transport.read("notification", resource_id=resource_id,
                                                                  thread_id=thread_id, record_id=record_id)
         return found
 
     async def mark_notification(self, record_id: str, status: str, *, resource_id: str,
-                                thread_id: str) -> dict[str, Any] | None:
+                                thread_id: str) -> InboxRecord | None:
         """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
         has no such record. Raises ``ValueError`` for another status."""
         if status not in ("seen", "dismissed", "archived"):
             raise ValueError(f"status must be seen, dismissed or archived, not {status!r}")
-        found: dict[str, Any] | None = await self.transport.read("mark", resource_id=resource_id, thread_id=thread_id,
+        found: InboxRecord | None = await self.transport.read("mark", resource_id=resource_id, thread_id=thread_id,
                                                                  record_id=record_id, status=status)
         return found
 
-    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``seen`` (Mastra's ``markSeen``); ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
 
-    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``dismissed``; ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
 
-    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``archived``; ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
 

@@ -219,13 +219,15 @@ async def main() -> int:
         content = row["content"]
         parts = []
         for p in content.get("parts", []):
-            if p["type"] == "text":
+            kind = str(p["type"])
+            if kind == "text":
                 parts.append(repr(p["text"]))
-            elif p["type"] == "tool-invocation":
+            elif kind == "tool-invocation":
                 inv = p["toolInvocation"]
+                assert isinstance(inv, dict), inv  # Mastra's ToolInvocation object
                 parts.append(f"{inv['toolName']}({inv.get('args')}) -> {inv.get('result')}")
-            elif p["type"].startswith("data-"):
-                parts.append(f"{p['type']} {p.get('data')}")
+            elif kind.startswith("data-"):
+                parts.append(f"{kind} {p.get('data')}")
         out(f"  {row['role']:<9} " + " | ".join(parts))
     if len(stored) != 16:
         out(f"expected 16 stored messages, found {len(stored)}")
