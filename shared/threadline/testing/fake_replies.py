@@ -21,6 +21,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from threadline.testing.model_script import JournalEntry
+
 FAILS = frozenset({"error_event", "disconnect", "truncate", "malformed", "stall"})
 _NUM = (int, float)
 _FIELDS: dict[str, tuple[type, ...]] = {
@@ -90,7 +92,7 @@ class ScriptStore:
 
     def __init__(self, journal_size: int = 10_000) -> None:
         self.queues: dict[str | None, deque[list[Any]]] = {}
-        self.journal: deque[dict[str, Any]] = deque(maxlen=journal_size)
+        self.journal: deque[JournalEntry] = deque(maxlen=journal_size)
         self.limits: dict[str, tuple[float, deque[float]]] = {}
         """Per model: the requests/s it accepts and the arrival times of the last second."""
 
