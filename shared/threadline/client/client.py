@@ -22,11 +22,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.run_output import RunOutput
-from threadline.client.sending import answer, checked, given, slots, with_signal
+from threadline.client.sending import SignalRequest, answer, as_is, checked, given, slots, with_signal
 from threadline.client.transport import Follow, Subscription, Transport
 from threadline.events import (
     AbortRequest,
@@ -57,6 +57,8 @@ if TYPE_CHECKING:
 
     from threadline.client.agent_handle import AgentHandle
     from threadline.config import Settings
+
+_Reply = TypeVar("_Reply")
 
 __all__ = ["BrokerUnavailableError", "HttpThreadlineClient", "RequestFailed", "SendResult", "ThreadlineClient"]
 
@@ -144,13 +146,13 @@ class ThreadlineClient:
             raise ValueError("agent_id is required (or set default_agent)")
         return agent
 
-    async def _send(self, request: Any, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
+    async def _send(self, request: SignalRequest, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
         """Send a request that creates a signal; the :class:`SendResult` once the transport took it."""
         request, signal = with_signal(request)
         sent_at_ms = int(time.time() * 1000)
         sent = await self.transport.request(request, slots(request, kinds))
 
-        def answered(reply: Any) -> Any:
+        def answered(reply: _Reply) -> _Reply:
             if isinstance(reply, Accepted):
                 if reply.signal is not None:
                     signal.update(reply.signal)
@@ -164,9 +166,9 @@ class ThreadlineClient:
         timeout_s = self.transport.reply_timeout_s
         persisted = sent.replies.get("persisted")
         return SendResult(sent.request_id, checked(sent.replies["accepted"], timeout_s, answered),
-                          checked(persisted, timeout_s) if persisted is not None else None, signal, sent_at_ms)
+                          checked(persisted, timeout_s, as_is) if persisted is not None else None, signal, sent_at_ms)
 
-    async def _ask(self, request: Any, slot: str) -> Any:
+    async def _ask(self, request: Event, slot: str) -> Any:
         """Send a request whose one reply ``slot`` answers it; that reply.
 
         Raises:
@@ -175,7 +177,7 @@ class ThreadlineClient:
         sent = await self.transport.request(request, {slot: (slot,)})
         return answer(await asyncio.wait_for(sent.replies[slot], self.transport.reply_timeout_s))
 
-    def _objects(self, options: Mapping[str, object] | None) -> dict[str, Any]:
+    def _objects(self, options: Mapping[str, object] | None) -> dict[str, object]:
         """Run options with call-level processors, hooks and ``prepare_step`` given as objects
         replaced by references to the agents module (decision 73); as given when the transport
         names no agents module (the gateway encodes them).
@@ -190,12 +192,13 @@ class ThreadlineClient:
 
         return encode(options, module)
 
-    def _idle(self, if_idle: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _idle(self, if_idle: Mapping[str, object] | None) -> Mapping[str, object] | None:
         """``if_idle`` with its ``stream_options`` / ``streamOptions`` objects as references."""
         if not if_idle:
             return if_idle
         key = "stream_options" if "stream_options" in if_idle else "streamOptions"
-        return {**if_idle, key: self._objects(if_idle[key])} if if_idle.get(key) else if_idle
+        options = if_idle.get(key)
+        return {**if_idle, key: self._objects(options)} if isinstance(options, Mapping) and options else if_idle
 
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
@@ -203,9 +206,9 @@ class ThreadlineClient:
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
             resource_id, thread_id, from_time_ms=from_ms, after=after), sent_at_ms)
 
-    async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
-                           run_id: str | None = None, if_active: dict[str, Any] | None = None,
-                           if_idle: dict[str, Any] | None = None) -> SendResult:
+    async def send_message(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                           run_id: str | None = None, if_active: Mapping[str, object] | None = None,
+                           if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``sendMessage``: deliver into the active run, or wake the idle thread.
 
         ``message``: a string, a list of parts, or ``{contents, attributes?, metadata?, provider_options?}``.
@@ -235,7 +238,8 @@ class ThreadlineClient:
                               state=state, **given(if_active=if_active, if_idle=if_idle))
         return await self._send(req, ("accepted", "skipped"))
 
-    async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
+    async def send_notification_signal(self, notification: Mapping[str, object] | list[dict[str, object]], *,
+                                       resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
                                        if_idle: Mapping[str, object] | None = None) -> Notified:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
@@ -249,8 +253,8 @@ class ThreadlineClient:
         notified: Notified = await self._ask(req, "notified")
         return notified
 
-    async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
-                            agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
+    async def queue_message(self, message: object, *, resource_id: str, thread_id: str,
+                            agent_id: str | None = None, if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``queueMessage``: the next turn after the active run, or a run now."""
         req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                            message=message, **given(if_idle=self._idle(if_idle)))
