@@ -42,15 +42,7 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
-from threadline.events.rows import (
-    AgentDetails,
-    InboxRecord,
-    MessageRow,
-    RunRow,
-    ScoreRow,
-    ThreadDetails,
-    ThreadSummary,
-)
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 
 if TYPE_CHECKING:
     import httpx

@@ -19,15 +19,7 @@ from threadline.client.results import BrokerUnavailableError, RequestFailed
 from threadline.client.transport import ReadName, query_of
 from threadline.errors import ThreadlineError
 from threadline.events.replies import ErrorReply
-from threadline.events.rows import (
-    AgentDetails,
-    InboxRecord,
-    MessageRow,
-    RunRow,
-    ScoreRow,
-    ThreadDetails,
-    ThreadSummary,
-)
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 
 INGRESS_REFUSALS_ARE_NOT = frozenset({"validation_failed", "invalid_json", "invalid_argument"})
 """422 codes of the gateway itself (a body it refused), not of ingress."""

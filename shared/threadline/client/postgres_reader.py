@@ -13,15 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from threadline.client.transport import ReadName, query_of
-from threadline.events.rows import (
-    AgentDetails,
-    InboxRecord,
-    MessageRow,
-    RunRow,
-    ScoreRow,
-    ThreadDetails,
-    ThreadSummary,
-)
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 from threadline.store import inbox_access as access
 from threadline.store import queries
 from threadline.store.db import connect
