@@ -4,6 +4,7 @@ discard / queue) atomically in Postgres, answers on the replies topic, commands 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -62,7 +63,7 @@ def parse_request(value: bytes | None) -> Any:
     return clean_json(body)
 
 
-def _bad_id(body: dict[str, Any]) -> str | None:
+def _bad_id(body: Mapping[str, object]) -> str | None:
     """The first id/key field of ``body`` holding text PostgreSQL or UTF-8 cannot hold."""
     if any(find_bad_text(k) for k in body):
         return "a field name"
@@ -75,7 +76,8 @@ def _bad_id(body: dict[str, Any]) -> str | None:
             for name in names:
                 if find_bad_text(inner.get(name)):
                     return f"{outer}.{name}"
-    for i, item in enumerate(body.get("notifications") or () if isinstance(body.get("notifications"), list) else ()):
+    notifications = body.get("notifications")
+    for i, item in enumerate(notifications if isinstance(notifications, list) else ()):
         if isinstance(item, dict):
             for name in _NOTIFICATION_ID_FIELDS:
                 if find_bad_text(item.get(name)):

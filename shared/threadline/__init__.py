@@ -13,7 +13,7 @@ drifts. Everything else (``threadline.events``, ``threadline.kafka``, ``threadli
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from threadline.client import SendResult, ThreadlineClient, ThreadSubscription
@@ -108,7 +108,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Import a public name on first use. Raises ``AttributeError`` for any other name."""
     module = _WHERE.get(name)
     if module is None:

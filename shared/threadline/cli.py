@@ -15,7 +15,7 @@ import contextlib
 import logging
 import os
 import sys
-from typing import Annotated, Any
+from typing import Annotated
 
 import orjson
 import typer
@@ -85,7 +85,7 @@ def _attrs(pairs: list[str] | None) -> dict[str, str]:
     return out
 
 
-async def _send(kind: str, text: str | dict[str, Any], resource: str, thread: str, agent: str, **kw: object) -> None:
+async def _send(kind: str, text: object, resource: str, thread: str, agent: str, **kw: object) -> None:
     from threadline.client.client import ThreadlineClient
 
     async with ThreadlineClient() as tl:
@@ -103,7 +103,7 @@ def send_message(resource: Resource, thread: Thread, text: TextArg = None, file:
                  if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake",
                  max_steps: Annotated[int | None, typer.Option(help="max_steps of a woken run")] = None) -> None:
     """Send a user message to a thread (Mastra's ``sendMessage``); print the accepted reply."""
-    idle: dict[str, Any] = {"behavior": if_idle}
+    idle: dict[str, object] = {"behavior": if_idle}
     if max_steps is not None:
         idle["stream_options"] = {"max_steps": max_steps}
     _run(_send("send_message", _text(text, file), resource, thread, agent, if_active={"behavior": if_active},
@@ -134,7 +134,7 @@ def send_state_signal(contents: str, resource: Resource, thread: Thread, agent: 
                       value: Annotated[str | None, typer.Option(help="JSON value (snapshot) or delta")] = None,
                       if_idle: Annotated[str, typer.Option(help="wake|persist|discard")] = "wake") -> None:
     """Send a state signal (Mastra's ``sendStateSignal``); prints the accepted or skipped reply."""
-    state: dict[str, Any] = {"id": lane, "cache_key": cache_key or contents, "contents": contents, "mode": mode}
+    state: dict[str, object] = {"id": lane, "cache_key": cache_key or contents, "contents": contents, "mode": mode}
     if value is not None:
         try:
             state["value" if mode == "snapshot" else "delta"] = orjson.loads(value)

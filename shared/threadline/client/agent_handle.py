@@ -18,10 +18,12 @@ Options are one dict as in Mastra (camelCase or snake_case keys), or keyword arg
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Protocol, TypedDict
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from threadline.client.run_output import RunOutput
-from threadline.events import RunResult
+from threadline.events import Notified, RunResult
+from threadline.events.json_types import JSONObject
+from threadline.events.rows import AgentDetails
 
 if TYPE_CHECKING:
     from threadline.client.results import SendResult
@@ -100,7 +102,7 @@ class AgentClient(Protocol):
     @property
     def send_state_signal(self) -> Callable[..., Awaitable[SendResult]]: ...
     @property
-    def send_notification_signal(self) -> Callable[..., Awaitable[Any]]: ...
+    def send_notification_signal(self) -> Callable[..., Awaitable[Notified]]: ...
     @property
     def subscribe_to_thread(self) -> Callable[..., Awaitable[Subscription]]: ...
     @property
@@ -110,7 +112,7 @@ class AgentClient(Protocol):
     @property
     def run_output(self) -> Callable[..., RunOutput]: ...
     @property
-    def agent_details(self) -> Callable[[str], Awaitable[dict[str, Any] | None]]: ...
+    def agent_details(self) -> Callable[[str], Awaitable[AgentDetails | None]]: ...
 
 
 class AgentHandle:
@@ -133,7 +135,7 @@ class AgentHandle:
     def __repr__(self) -> str:
         return f"AgentHandle(id={self.id!r})"
 
-    async def details(self) -> dict[str, Any]:
+    async def details(self) -> AgentDetails:
         """``{id, name, description, metadata, dynamic_metadata, memory, voice}`` as the cluster serves it.
 
         Raises:
@@ -144,14 +146,13 @@ class AgentHandle:
             raise LookupError(f"the cluster serves no agent {self.id!r}")
         return found
 
-    async def get_metadata(self) -> dict[str, Any]:
+    async def get_metadata(self) -> JSONObject:
         """The agent's ``metadata`` (Mastra: for clients to sort and filter agents).
 
         Raises:
             LookupError: the cluster serves no agent with this id.
         """
-        metadata: dict[str, Any] = (await self.details())["metadata"]
-        return metadata
+        return (await self.details())["metadata"]
 
     async def send_message(self, message: object, options: Mapping[str, object] | None = None, **kw: object) -> SendResult:
         """``sendMessage(message, {resourceId, threadId, runId?, ifActive?, ifIdle?})``."""
@@ -178,7 +179,7 @@ class AgentHandle:
         return await self.client.send_state_signal(dict(state), agent_id=self.id, **_target(opts), **opts)
 
     async def send_notification_signal(self, notification: Mapping[str, object] | list[dict[str, object]],
-                                       options: Mapping[str, object] | None = None, **kw: object) -> Any:
+                                       options: Mapping[str, object] | None = None, **kw: object) -> Notified:
         """``sendNotificationSignal({source, kind, summary, priority?, …}, {resourceId, threadId, ifIdle?})``:
         the ``notified`` reply (per notification ``{record, decision, signal_id?, run_id?, accepted?}``)."""
         opts = _snake(options, kw)

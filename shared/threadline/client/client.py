@@ -23,16 +23,17 @@ import asyncio
 import time
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.run_output import RunOutput
-from threadline.client.sending import answer, checked, given, slots, with_signal
+from threadline.client.sending import SignalRequest, answer, as_is, checked, given, slots, with_signal
 from threadline.client.transport import Follow, Subscription, Transport
 from threadline.events import (
     AbortRequest,
     Accepted,
     Generate,
+    Notified,
     QueueMessage,
     RunResult,
     SendMessage,
@@ -43,12 +44,15 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 
 if TYPE_CHECKING:
     import httpx
 
     from threadline.client.agent_handle import AgentHandle
     from threadline.config import Settings
+
+_Reply = TypeVar("_Reply")
 
 __all__ = ["BrokerUnavailableError", "HttpThreadlineClient", "RequestFailed", "SendResult", "ThreadlineClient"]
 
@@ -136,13 +140,13 @@ class ThreadlineClient:
             raise ValueError("agent_id is required (or set default_agent)")
         return agent
 
-    async def _send(self, request: Any, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
+    async def _send(self, request: SignalRequest, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
         """Send a request that creates a signal; the :class:`SendResult` once the transport took it."""
         request, signal = with_signal(request)
         sent_at_ms = int(time.time() * 1000)
         sent = await self.transport.request(request, slots(request, kinds))
 
-        def answered(reply: Any) -> Any:
+        def answered(reply: _Reply) -> _Reply:
             if isinstance(reply, Accepted):
                 if reply.signal is not None:
                     signal.update(reply.signal)
@@ -156,9 +160,9 @@ class ThreadlineClient:
         timeout_s = self.transport.reply_timeout_s
         persisted = sent.replies.get("persisted")
         return SendResult(sent.request_id, checked(sent.replies["accepted"], timeout_s, answered),
-                          checked(persisted, timeout_s) if persisted is not None else None, signal, sent_at_ms)
+                          checked(persisted, timeout_s, as_is) if persisted is not None else None, signal, sent_at_ms)
 
-    async def _ask(self, request: Any, slot: str) -> Any:
+    async def _ask(self, request: Event, slot: str) -> Any:
         """Send a request whose one reply ``slot`` answers it; that reply.
 
         Raises:
@@ -167,7 +171,7 @@ class ThreadlineClient:
         sent = await self.transport.request(request, {slot: (slot,)})
         return answer(await asyncio.wait_for(sent.replies[slot], self.transport.reply_timeout_s))
 
-    def _objects(self, options: Mapping[str, object] | None) -> dict[str, Any]:
+    def _objects(self, options: Mapping[str, object] | None) -> dict[str, object]:
         """Run options with call-level processors, hooks and ``prepare_step`` given as objects
         replaced by references to the agents module (decision 73); as given when the transport
         names no agents module (the gateway encodes them).
@@ -182,12 +186,13 @@ class ThreadlineClient:
 
         return encode(options, module)
 
-    def _idle(self, if_idle: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _idle(self, if_idle: Mapping[str, object] | None) -> Mapping[str, object] | None:
         """``if_idle`` with its ``stream_options`` / ``streamOptions`` objects as references."""
         if not if_idle:
             return if_idle
         key = "stream_options" if "stream_options" in if_idle else "streamOptions"
-        return {**if_idle, key: self._objects(if_idle[key])} if if_idle.get(key) else if_idle
+        options = if_idle.get(key)
+        return {**if_idle, key: self._objects(options)} if isinstance(options, Mapping) and options else if_idle
 
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
@@ -195,9 +200,9 @@ class ThreadlineClient:
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
             resource_id, thread_id, from_time_ms=from_ms, after=after), sent_at_ms)
 
-    async def send_message(self, message: Any, *, resource_id: str, thread_id: str, agent_id: str | None = None,
-                           run_id: str | None = None, if_active: dict[str, Any] | None = None,
-                           if_idle: dict[str, Any] | None = None) -> SendResult:
+    async def send_message(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
+                           run_id: str | None = None, if_active: Mapping[str, object] | None = None,
+                           if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``sendMessage``: deliver into the active run, or wake the idle thread.
 
         ``message``: a string, a list of parts, or ``{contents, attributes?, metadata?, provider_options?}``.
@@ -236,9 +241,10 @@ class ThreadlineClient:
             return replace(result, skipped=True, reason=reply.reason, signal=None)
         return result
 
-    async def send_notification_signal(self, notification: dict[str, Any] | list[dict[str, Any]], *, resource_id: str,
+    async def send_notification_signal(self, notification: Mapping[str, object] | list[dict[str, object]], *,
+                                       resource_id: str,
                                        thread_id: str, agent_id: str | None = None,
-                                       if_idle: Mapping[str, object] | None = None) -> Any:
+                                       if_idle: Mapping[str, object] | None = None) -> Notified:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
         Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
@@ -251,7 +257,7 @@ class ThreadlineClient:
         req = SendNotificationSignal(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                                      notifications=items, **given(if_idle=if_idle))
         sent_at_ms = int(time.time() * 1000)
-        reply = await self._ask(req, "notified")
+        reply: Notified = await self._ask(req, "notified")
         for result in reply.results:
             accepted = result.get("accepted") or {}
             if accepted.get("action") == "wake" and accepted.get("run_id"):
@@ -259,8 +265,8 @@ class ThreadlineClient:
                                                    thread_id=thread_id, sent_at_ms=sent_at_ms)
         return reply
 
-    async def queue_message(self, message: Any, *, resource_id: str, thread_id: str,
-                            agent_id: str | None = None, if_idle: dict[str, Any] | None = None) -> SendResult:
+    async def queue_message(self, message: object, *, resource_id: str, thread_id: str,
+                            agent_id: str | None = None, if_idle: Mapping[str, object] | None = None) -> SendResult:
         """``queueMessage``: the next turn after the active run, or a run now."""
         req = QueueMessage(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
                            message=message, **given(if_idle=self._idle(if_idle)))
@@ -313,71 +319,71 @@ class ThreadlineClient:
         found: str | None = await self.transport.read("active_run", resource_id=resource_id, thread_id=thread_id)
         return found
 
-    async def agent_details(self, agent_id: str) -> dict[str, Any] | None:
+    async def agent_details(self, agent_id: str) -> AgentDetails | None:
         """What the cluster's ingress published of one agent: ``{id, name, description, metadata,
         dynamic_metadata, memory, voice}`` (``metadata`` is ``{}`` and ``dynamic_metadata`` true
         when the agent's metadata is a function of the request context), or ``None`` for an unknown id."""
-        found: dict[str, Any] | None = await self.transport.read("agent", agent_id=agent_id)
+        found: AgentDetails | None = await self.transport.read("agent", agent_id=agent_id)
         return found
 
-    async def get_thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def get_thread(self, *, resource_id: str, thread_id: str) -> ThreadDetails | None:
         """The thread row ``{id, resource_id, title, metadata, created_at, updated_at}`` (set by
         ``generate`` / ``stream`` with ``thread={title, metadata}``), or ``None`` when the
         resource has no such thread."""
-        found: dict[str, Any] | None = await self.transport.read("thread", resource_id=resource_id,
+        found: ThreadDetails | None = await self.transport.read("thread", resource_id=resource_id,
                                                                  thread_id=thread_id)
         return found
 
-    async def list_threads(self, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    async def list_threads(self, *, resource_id: str, limit: int = 100) -> list[ThreadSummary[str]]:
         """The resource's threads, most recently updated first (``{id, title, metadata,
         created_at, updated_at}``; ``limit`` 1..1000)."""
         return list(await self.transport.read("threads", resource_id=resource_id, limit=limit))
 
-    async def messages(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def messages(self, *, resource_id: str, thread_id: str) -> list[MessageRow[str]]:
         """The thread's stored messages, oldest first (``{id, run_id, role, type, content, created_at}``)."""
         return list(await self.transport.read("messages", resource_id=resource_id, thread_id=thread_id))
 
-    async def runs(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+    async def runs(self, *, resource_id: str, thread_id: str) -> list[RunRow[str]]:
         """The thread's runs, oldest first (``{run_id, agent_id, kind, status, finish_reason, text, usage, …}``)."""
         return list(await self.transport.read("runs", resource_id=resource_id, thread_id=thread_id))
 
-    async def scores(self, run_id: str) -> list[dict[str, Any]]:
+    async def scores(self, run_id: str) -> list[ScoreRow]:
         """A finished run's stored scores, by scorer name: ``[{run_id, scorer, agent_id, status
         ("done" | "failed"), score, reason, error, scored_at}]``; scorers still running (or not
         sampled) are absent (decision 71). Raises :class:`~threadline.client.GatewayError` over
         the gateway, which serves no scores."""
         return list(await self.transport.read("scores", run_id=run_id))
 
-    async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+    async def inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[InboxRecord]:
         """The thread's notification records, oldest first (``status``: only those, e.g. ``pending``).
         Records as dicts (``id, source, kind, priority, status, summary, coalesced_count, …``), no payload."""
         return list(await self.transport.read("inbox", resource_id=resource_id, thread_id=thread_id, status=status))
 
-    async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def read_notification(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """One record of the thread with its ``payload`` and ``metadata``; ``None`` if there is none."""
-        found: dict[str, Any] | None = await self.transport.read("notification", resource_id=resource_id,
+        found: InboxRecord | None = await self.transport.read("notification", resource_id=resource_id,
                                                                  thread_id=thread_id, record_id=record_id)
         return found
 
     async def mark_notification(self, record_id: str, status: str, *, resource_id: str,
-                                thread_id: str) -> dict[str, Any] | None:
+                                thread_id: str) -> InboxRecord | None:
         """Mark a record ``seen``, ``dismissed`` or ``archived``; returns it, or ``None`` if the thread
         has no such record. Raises ``ValueError`` for another status."""
         if status not in ("seen", "dismissed", "archived"):
             raise ValueError(f"status must be seen, dismissed or archived, not {status!r}")
-        found: dict[str, Any] | None = await self.transport.read("mark", resource_id=resource_id, thread_id=thread_id,
+        found: InboxRecord | None = await self.transport.read("mark", resource_id=resource_id, thread_id=thread_id,
                                                                  record_id=record_id, status=status)
         return found
 
-    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def mark_seen(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``seen`` (Mastra's ``markSeen``); ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "seen", resource_id=resource_id, thread_id=thread_id)
 
-    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def dismiss(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``dismissed``; ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "dismissed", resource_id=resource_id, thread_id=thread_id)
 
-    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def archive(self, record_id: str, *, resource_id: str, thread_id: str) -> InboxRecord | None:
         """The record marked ``archived``; ``None`` if the thread has no such record."""
         return await self.mark_notification(record_id, "archived", resource_id=resource_id, thread_id=thread_id)
 

@@ -19,6 +19,7 @@ from threadline.client.results import BrokerUnavailableError, RequestFailed
 from threadline.client.transport import ReadName, query_of
 from threadline.errors import ThreadlineError
 from threadline.events.replies import ErrorReply
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 
 INGRESS_REFUSALS_ARE_NOT = frozenset({"validation_failed", "invalid_json", "invalid_argument"})
 """422 codes of the gateway itself (a body it refused), not of ingress."""
@@ -154,43 +155,43 @@ class GatewayReader:
         answer = await self._get(f"{thread_path(resource_id, thread_id)}/active-run")
         return None if answer is None else answer.get("run_id")
 
-    async def _agent(self, *, agent_id: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(f"/v1/agents/{seg(agent_id)}")
+    async def _agent(self, *, agent_id: str) -> AgentDetails | None:
+        found: AgentDetails | None = await self._get(f"/v1/agents/{seg(agent_id)}")
         return found
 
-    async def _thread(self, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(thread_path(resource_id, thread_id))
+    async def _thread(self, *, resource_id: str, thread_id: str) -> ThreadDetails | None:
+        found: ThreadDetails | None = await self._get(thread_path(resource_id, thread_id))
         return found
 
-    async def _threads(self, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+    async def _threads(self, *, resource_id: str, limit: int = 100) -> list[ThreadSummary[str]]:
         answer = await self._http.call("GET", f"/v1/resources/{seg(resource_id)}/threads",
                                        params={"limit": str(limit)})
         return list(answer["threads"])
 
-    async def _messages(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/messages", "messages")
+    async def _messages(self, *, resource_id: str, thread_id: str) -> list[MessageRow[str]]:
+        rows: list[MessageRow[str]] = await self._get(f"{thread_path(resource_id, thread_id)}/messages", "messages")
         return rows
 
-    async def _runs(self, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/runs", "runs")
+    async def _runs(self, *, resource_id: str, thread_id: str) -> list[RunRow[str]]:
+        rows: list[RunRow[str]] = await self._get(f"{thread_path(resource_id, thread_id)}/runs", "runs")
         return rows
 
-    async def _scores(self, *, run_id: str) -> list[dict[str, Any]]:
+    async def _scores(self, *, run_id: str) -> list[ScoreRow]:
         raise GatewayError(501, "not_served", f"the gateway serves no scores (run {run_id}); read them from PostgreSQL")
 
-    async def _inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
-        rows: list[dict[str, Any]] = await self._get(f"{thread_path(resource_id, thread_id)}/inbox", "records",
+    async def _inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[InboxRecord]:
+        rows: list[InboxRecord] = await self._get(f"{thread_path(resource_id, thread_id)}/inbox", "records",
                                                      {"status": status} if status else None)
         return rows
 
-    async def _notification(self, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
-        found: dict[str, Any] | None = await self._get(f"{thread_path(resource_id, thread_id)}/inbox/{seg(record_id)}")
+    async def _notification(self, *, resource_id: str, thread_id: str, record_id: str) -> InboxRecord | None:
+        found: InboxRecord | None = await self._get(f"{thread_path(resource_id, thread_id)}/inbox/{seg(record_id)}")
         return found
 
-    async def _mark(self, *, resource_id: str, thread_id: str, record_id: str, status: str) -> dict[str, Any] | None:
+    async def _mark(self, *, resource_id: str, thread_id: str, record_id: str, status: str) -> InboxRecord | None:
         if status not in ("seen", "dismissed", "archived"):
             raise ValueError(f"status must be seen, dismissed or archived, not {status!r}")
-        found: dict[str, Any] | None = await self._http.call(
+        found: InboxRecord | None = await self._http.call(
             "POST", f"{thread_path(resource_id, thread_id)}/inbox/{seg(record_id)}", {"status": status},
             missing_ok=True)
         return found

@@ -13,11 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import TypeVar
 
 import httpx
 import orjson
-from httpx_sse import EventSource
+from httpx_sse import EventSource, ServerSentEvent
 
 from threadline.client.active import Delivered, hidden_echo
 from threadline.errors import ThreadlineError
@@ -32,9 +32,12 @@ RECONNECTS = 20
 """Consecutive failed reconnections after which the stream raises."""
 
 
-def resolved(value: object) -> asyncio.Future[Any]:
+_T = TypeVar("_T")
+
+
+def resolved(value: _T) -> asyncio.Future[_T]:
     """A future that already holds ``value`` (the HTTP answer came with the request)."""
-    fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+    fut: asyncio.Future[_T] = asyncio.get_running_loop().create_future()
     fut.set_result(value)
     return fut
 
@@ -74,7 +77,7 @@ class HttpThreadSubscription:
         self._on_abort = on_abort
         self._on_active = on_active
         self._response: httpx.Response | None = None
-        self._events: AsyncIterator[Any] | None = None
+        self._events: AsyncIterator[ServerSentEvent] | None = None
         self._last_id: str | None = None
         self._closed = False
         self.topic: str | None = None

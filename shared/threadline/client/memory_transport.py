@@ -31,14 +31,14 @@ from threadline.client.subscription import ThreadSubscription
 from threadline.client.transport import Follow, ReadName, Sent
 from threadline.events.base import Event
 from threadline.events.chunk_types import ChunkBody, parse_chunk
-from threadline.events.replies import Aborted, Accepted, Notified, RunResult
+from threadline.events.replies import Aborted, Accepted, Notified, Reply, RunResult
 from threadline.ids import new_id
 
-Responder = Callable[[Event], Mapping[str, Any]]
+Responder = Callable[[Event], Mapping[str, "Reply | asyncio.Future[Reply]"]]
 """A request → its replies by slot (``{"accepted": Accepted(...), "result": RunResult(...)}``)."""
 
 
-def _default(request: Event) -> dict[str, Any]:
+def _default(request: Event) -> dict[str, Reply]:
     """The replies a cluster with an idle thread would give (see the module)."""
     kind, rid = getattr(request, "type", ""), request.event_id
     if kind == "abort":
@@ -50,6 +50,11 @@ def _default(request: Event) -> dict[str, Any]:
     if kind == "generate":
         return {"accepted": accepted, "result": RunResult(request_id=rid, run_id=run_id, finish_reason="stop")}
     return {"accepted": accepted}
+
+
+def _future(answer: Reply | asyncio.Future[Reply]) -> asyncio.Future[Reply]:
+    """``answer`` as the future of a slot: itself when it is one, else one already done."""
+    return answer if isinstance(answer, asyncio.Future) else resolved(answer)
 
 
 class MemoryTransport:
@@ -68,7 +73,7 @@ class MemoryTransport:
     def __init__(self, *, reply_timeout_s: float = 5.0) -> None:
         self.reply_timeout_s = reply_timeout_s
         self.requests: list[Event] = []
-        self.rows: dict[str, Any] = {}
+        self.rows: dict[str, object] = {}
         self._responders: dict[str, Responder] = {}
         self._threads: dict[tuple[str, str], _Log] = {}
         self.started = False
@@ -89,7 +94,7 @@ class MemoryTransport:
         replaces the default reply of each slot it names (see the module)."""
         self._responders[request_type] = responder
 
-    def emit(self, resource_id: str, thread_id: str, *chunks: dict[str, Any]) -> None:
+    def emit(self, resource_id: str, thread_id: str, *chunks: Mapping[str, object]) -> None:
         """Append chunks (dicts with ``type``, ``runId``, ``seq``, …) to the thread's stream."""
         self._log(resource_id, thread_id).append(chunks)
 
@@ -104,8 +109,7 @@ class MemoryTransport:
         self.requests.append(request)
         responder = self._responders.get(str(getattr(request, "type", "")))
         answers = {**_default(request), **(responder(request) if responder is not None else {})}
-        return Sent(request.event_id, {slot: answers[slot] if isinstance(answers[slot], asyncio.Future)
-                                       else resolved(answers[slot]) for slot in expect if slot in answers})
+        return Sent(request.event_id, {slot: _future(answers[slot]) for slot in expect if slot in answers})
 
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> MemorySubscription:
         """A subscription on the thread's emitted chunks, from the position ``follow`` names."""
@@ -125,11 +129,11 @@ class _Log:
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
-        self.chunks: list[tuple[int, dict[str, Any]]] = []
+        self.chunks: list[tuple[int, dict[str, object]]] = []
         self.closed = False
         self.wake = asyncio.Event()
 
-    def append(self, chunks: tuple[dict[str, Any], ...]) -> None:
+    def append(self, chunks: tuple[Mapping[str, object], ...]) -> None:
         now_ms = int(time.time() * 1000)
         self.chunks.extend((now_ms, dict(c)) for c in chunks)
         self.changed()

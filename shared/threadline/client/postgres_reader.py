@@ -9,18 +9,32 @@ come back as ISO-8601 text, as the gateway answers them.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from threadline.client.transport import ReadName, query_of
+from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 from threadline.store import inbox_access as access
 from threadline.store import queries
 from threadline.store.db import connect
 from threadline.store.scores import list_scores
 
 
-def _row(record: Any) -> dict[str, Any]:
-    """A row with its timestamps as ISO-8601 strings (what the gateway answers)."""
-    return {k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(record).items()}
+def _thread(row: ThreadSummary[datetime]) -> ThreadSummary[str]:
+    """The row with its times as ISO-8601 text (what the gateway answers)."""
+    return {**row, "created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat()}
+
+
+def _message(row: MessageRow[datetime]) -> MessageRow[str]:
+    """The row with its time as ISO-8601 text (what the gateway answers)."""
+    return {**row, "created_at": row["created_at"].isoformat()}
+
+
+def _run(row: RunRow[datetime]) -> RunRow[str]:
+    """The row with its times as ISO-8601 text (what the gateway answers)."""
+    finished_at = row["finished_at"]
+    return {**row, "created_at": row["created_at"].isoformat(),
+            "finished_at": None if finished_at is None else finished_at.isoformat()}
 
 
 class PostgresReader:
@@ -62,40 +76,40 @@ class PostgresReader:
         return await queries.active_run(conn, resource_id=resource_id, thread_id=thread_id)
 
     @staticmethod
-    async def _agent(conn: queries.Conn, *, agent_id: str) -> dict[str, Any] | None:
+    async def _agent(conn: queries.Conn, *, agent_id: str) -> AgentDetails | None:
         return await queries.read_agent(conn, agent_id)
 
     @staticmethod
-    async def _thread(conn: queries.Conn, *, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+    async def _thread(conn: queries.Conn, *, resource_id: str, thread_id: str) -> ThreadDetails | None:
         return await queries.read_thread(conn, resource_id, thread_id)
 
     @staticmethod
-    async def _threads(conn: queries.Conn, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
-        return [_row(r) for r in await queries.list_threads(conn, resource_id=resource_id,
+    async def _threads(conn: queries.Conn, *, resource_id: str, limit: int = 100) -> list[ThreadSummary[str]]:
+        return [_thread(r) for r in await queries.list_threads(conn, resource_id=resource_id,
                                                              limit=max(1, min(limit, 1000)))]
 
     @staticmethod
-    async def _messages(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
-        return [_row(r) for r in await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)]
+    async def _messages(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[MessageRow[str]]:
+        return [_message(r) for r in await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)]
 
     @staticmethod
-    async def _runs(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
-        return [_row(r) for r in await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)]
+    async def _runs(conn: queries.Conn, *, resource_id: str, thread_id: str) -> list[RunRow[str]]:
+        return [_run(r) for r in await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)]
 
     @staticmethod
-    async def _scores(conn: queries.Conn, *, run_id: str) -> list[dict[str, Any]]:
+    async def _scores(conn: queries.Conn, *, run_id: str) -> list[ScoreRow]:
         return await list_scores(conn, run_id)
 
     @staticmethod
-    async def _inbox(conn: queries.Conn, *, resource_id: str, thread_id: str, status: str | None = None) -> list[dict[str, Any]]:
+    async def _inbox(conn: queries.Conn, *, resource_id: str, thread_id: str, status: str | None = None) -> list[InboxRecord]:
         return await access.list_records(conn, resource_id=resource_id, thread_id=thread_id, status=status)
 
     @staticmethod
-    async def _notification(conn: queries.Conn, *, resource_id: str, thread_id: str, record_id: str) -> dict[str, Any] | None:
+    async def _notification(conn: queries.Conn, *, resource_id: str, thread_id: str, record_id: str) -> InboxRecord | None:
         return await access.read_record(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id)
 
     @staticmethod
     async def _mark(conn: queries.Conn, *, resource_id: str, thread_id: str, record_id: str,
-                    status: str) -> dict[str, Any] | None:
+                    status: str) -> InboxRecord | None:
         return await access.mark(conn, resource_id=resource_id, thread_id=thread_id, record_id=record_id,
                                  status=status)

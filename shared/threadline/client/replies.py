@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from threadline.client.subscription import IDLE_FETCH_WAIT_MS
 from threadline.events.codec import decode
-from threadline.events.replies import REPLY_ADAPTER
+from threadline.events.replies import REPLY_ADAPTER, Reply
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
 
@@ -30,8 +29,8 @@ class ReplyListener:
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
-        self._waiting: dict[tuple[str, str], asyncio.Future[Any]] = {}
-        self._early: dict[tuple[str, str], Any] = {}
+        self._waiting: dict[tuple[str, str], asyncio.Future[Reply]] = {}
+        self._early: dict[tuple[str, str], Reply] = {}
 
     async def start(self) -> None:
         consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
@@ -61,10 +60,10 @@ class ReplyListener:
             await self._consumer.stop()
             self._consumer = None
 
-    def expect(self, request_id: str, kind: str) -> asyncio.Future[Any]:
+    def expect(self, request_id: str, kind: str) -> asyncio.Future[Reply]:
         """A future resolved by the reply of type ``kind`` (``accepted``, ``error`` counts too)."""
         key = (request_id, kind)
-        fut = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         if key in self._early:
             fut.set_result(self._early.pop(key))
         elif (request_id, "error") in self._early:
@@ -73,12 +72,12 @@ class ReplyListener:
             self._waiting[key] = fut
         return fut
 
-    def expect_first(self, request_id: str, kinds: tuple[str, ...]) -> asyncio.Future[Any]:
+    def expect_first(self, request_id: str, kinds: tuple[str, ...]) -> asyncio.Future[Reply]:
         """A future resolved by the first reply of any of ``kinds`` (or an ``error``)."""
         futures = [self.expect(request_id, k) for k in kinds]
-        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        out: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
-        def done(f: asyncio.Future[Any]) -> None:
+        def done(f: asyncio.Future[Reply]) -> None:
             if not out.done() and not f.cancelled():
                 out.set_result(f.result())
                 for other in futures:

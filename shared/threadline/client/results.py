@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from threadline.client.run_output import CreatedSignal
 from threadline.errors import ThreadlineError
-from threadline.events import Accepted, ErrorReply
+from threadline.events import Accepted, ErrorReply, Persisted
 
 __all__ = ["BrokerUnavailableError", "RequestFailed", "SendResult"]
 
@@ -43,7 +42,7 @@ class SendResult:
 
     request_id: str
     accepted: asyncio.Future[Accepted]
-    persisted: asyncio.Future[Any] | None = None
+    persisted: asyncio.Future[Persisted] | None = None
     signal: CreatedSignal | None = None
     sent_at_ms: int = 0
     """When the request was published (ms since the epoch, the client's clock)."""

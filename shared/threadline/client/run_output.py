@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from threadline.errors import ThreadlineError
 from threadline.events.chunk_types import ChunkBody, ChunkKind, known
+from threadline.events.json_types import JSONObject
 
 
 class ChunkSource(Protocol):
@@ -48,12 +49,12 @@ class CreatedSignal:
 
     id: str
     type: str
-    contents: Any
-    attributes: dict[str, Any] = field(default_factory=dict)
-    metadata: dict[str, Any] = field(default_factory=dict)
+    contents: str | list[JSONObject]
+    attributes: JSONObject = field(default_factory=dict)
+    metadata: JSONObject = field(default_factory=dict)
     created_at: str = ""
     tag_name: str | None = None
-    provider_options: dict[str, Any] | None = None
+    provider_options: JSONObject | None = None
     accepted_at: str | None = None
     """ISO 8601 UTC: when ingress accepted it (``acceptedAt``; ``None`` until ``accepted``)."""
 
@@ -67,10 +68,10 @@ class CreatedSignal:
         self.provider_options = stored.get("providerOptions", self.provider_options)
         self.accepted_at = stored.get("acceptedAt", self.accepted_at)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Mastra's camelCase shape ``{id, type, tagName, contents, attributes, metadata, createdAt,
         acceptedAt?, providerOptions?}``."""
-        out = {"id": self.id, "type": self.type, "tagName": self.tag_name, "contents": self.contents,
+        out: dict[str, object] = {"id": self.id, "type": self.type, "tagName": self.tag_name, "contents": self.contents,
                "attributes": self.attributes, "metadata": self.metadata, "createdAt": self.created_at}
         if self.provider_options:
             out["providerOptions"] = self.provider_options

@@ -5,13 +5,19 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias, TypeVar, overload
 
 from threadline.client.results import RequestFailed
 from threadline.client.run_output import CreatedSignal
-from threadline.events import ErrorReply, SendSignal, SendStateSignal
+from threadline.events import ErrorReply, QueueMessage, SendMessage, SendSignal, SendStateSignal, Stream
 from threadline.events.messages import now_iso
 from threadline.ids import new_id
+
+SignalRequest: TypeAlias = SendMessage | QueueMessage | SendSignal | SendStateSignal | Stream
+"""A request that creates a signal (``Stream`` covers ``Generate``)."""
+
+_R = TypeVar("_R")
+_S = TypeVar("_S")
 
 
 def given(**kw: object) -> dict[str, Any]:
@@ -29,37 +35,47 @@ def slots(request: object, accepted: tuple[str, ...] = ("accepted",)) -> dict[st
     return out
 
 
-def checked(fut: asyncio.Future[Any], timeout_s: float,
-            then: Callable[[Any], Any] | None = None) -> asyncio.Future[Any]:
+def checked(fut: asyncio.Future[_R], timeout_s: float, then: Callable[[_R], _S]) -> asyncio.Future[_S]:
     """A future of ``fut``'s reply within ``timeout_s`` (``TimeoutError`` else), passed through
     ``then``; an ``ErrorReply`` raises :class:`RequestFailed`. A reply already there is taken
     now (``then`` runs before this returns)."""
     if fut.done() and not fut.cancelled() and fut.exception() is None:
-        out: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        out: asyncio.Future[_S] = asyncio.get_running_loop().create_future()
         try:
             out.set_result(answer(fut.result(), then))
         except RequestFailed as exc:
             out.set_exception(exc)
         return out
 
-    async def wait() -> Any:
+    async def wait() -> _S:
         return answer(await asyncio.wait_for(fut, timeout_s), then)
 
     return asyncio.ensure_future(wait())
 
 
-def answer(reply: object, then: Callable[[Any], Any] | None = None) -> Any:
+def as_is(reply: _R) -> _R:
+    """The reply unchanged (:func:`checked` / :func:`answer` with nothing to do)."""
+    return reply
+
+
+@overload
+def answer(reply: _R) -> _R: ...
+@overload
+def answer(reply: _R, then: Callable[[_R], _S]) -> _S: ...
+def answer(reply: object, then: Callable[..., object] = as_is) -> object:
     """``then(reply)`` (or the reply). Raises :class:`RequestFailed` for an ``ErrorReply``."""
     if isinstance(reply, ErrorReply):
         raise RequestFailed(reply)
-    return then(reply) if then is not None else reply
+    return then(reply)
 
 
-def with_signal(request: Any) -> tuple[Any, CreatedSignal]:
+def with_signal(request: SignalRequest) -> tuple[SignalRequest, CreatedSignal]:
     """``request`` with a new ``signal_id`` (unless it names one) and the :class:`CreatedSignal` it
     will create, as far as the client knows it before ingress answers."""
-    if request.signal_id is None:
-        request = request.model_copy(update={"signal_id": new_id("sig")})
+    signal_id = request.signal_id
+    if signal_id is None:
+        signal_id = new_id("sig")
+        request = request.model_copy(update={"signal_id": signal_id})
     if isinstance(request, SendSignal):
         sig = request.signal
         body: dict[str, Any] = {"contents": sig.contents, "attributes": sig.attributes, "metadata": sig.metadata,
@@ -73,7 +89,7 @@ def with_signal(request: Any) -> tuple[Any, CreatedSignal]:
         msg = request.message
         body = {"contents": msg} if isinstance(msg, str | list) else msg.model_dump()
         kind, tag = "user", None
-    signal = CreatedSignal(id=request.signal_id, type=kind, contents=body["contents"],
+    signal = CreatedSignal(id=signal_id, type=kind, contents=body["contents"],
                            attributes=dict(body.get("attributes") or {}), metadata=dict(body.get("metadata") or {}),
                            created_at=now_iso(), tag_name=tag, provider_options=body.get("provider_options"))
     return request, signal

@@ -45,13 +45,13 @@ A thread of another resource reads as one that does not exist (``None`` / ``[]``
 READS = frozenset(get_args(ReadName))
 
 
-def query_of(reader: object, name: str) -> Callable[..., Awaitable[Any]]:
+def query_of(reader: object, name: str) -> Callable[..., Awaitable[object]]:
     """A reader's method for read ``name``: its ``_<name>``.
 
     Raises:
         ValueError: ``name`` is no read (:data:`ReadName`) or the reader has no method for it.
     """
-    query: Callable[..., Awaitable[Any]] | None = getattr(reader, f"_{name}", None) if name in READS else None
+    query: Callable[..., Awaitable[object]] | None = getattr(reader, f"_{name}", None) if name in READS else None
     if query is None:
         raise ValueError(f"no read {name!r}")
     return query

@@ -205,7 +205,7 @@ def synthetic_run_chunks(signal: Mapping[str, Any], *, agent_id: str, run_id: st
     return chunks
 
 
-def nested_chunk(chunk: Mapping[str, object], target: Mapping[str, object]) -> dict[str, Any]:
+def nested_chunk(chunk: Mapping[str, object], target: Mapping[str, object]) -> dict[str, object]:
     """A child's stamped chunk as the parent thread's subscribers get it (decision 78): Mastra's
     ``tool-output`` ``{output: <the child's chunk>, toolCallId, toolName}``, with the child's own
     ``runId`` / ``step`` / ``attempt`` / ``seq`` on the envelope, so a subscriber drops a duplicate

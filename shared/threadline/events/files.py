@@ -12,9 +12,10 @@ from __future__ import annotations
 import base64
 import binascii
 import re
-from typing import Any
+from collections.abc import Mapping
 
 from threadline.errors import InvalidEventError
+from threadline.events.json_types import JSONObject
 
 _URL = re.compile(r"^(https?|gs)://\S+$", re.IGNORECASE)
 _DATA_URL = re.compile(r"^data:([\w.+-]+/[\w.+-]+)?(;[\w=.+-]+)*;base64,(.*)$", re.IGNORECASE | re.DOTALL)
@@ -26,7 +27,7 @@ def _bad(why: str) -> InvalidEventError:
     return InvalidEventError(f"unreadable file part: {why}", code="invalid_parts")
 
 
-def normalize_file_part(part: dict[str, Any]) -> dict[str, Any]:
+def normalize_file_part(part: Mapping[str, object]) -> dict[str, str]:
     """Check a ``file`` or ``image`` part and return it as a stored file part.
 
     Raises:
@@ -49,8 +50,9 @@ def normalize_file_part(part: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(mime, str) or not _MIME.match(mime):
         raise _bad("'mimeType' must be a media type such as image/png or application/pdf")
     out = {"type": "file", "data": data, "mimeType": mime}
-    if isinstance(part.get("filename"), str):
-        out["filename"] = part["filename"]
+    filename = part.get("filename")
+    if isinstance(filename, str):
+        out["filename"] = filename
     return out
 
 
@@ -61,9 +63,10 @@ def _check_base64(text: str) -> None:
         raise _bad("'data' is not a URL, a data: URL or valid base64") from None
 
 
-def to_model_block(part: dict[str, Any]) -> dict[str, Any]:
-    """The OpenAI-style content block of a stored file part (what litellm takes):
-    ``image_url`` for images, ``input_audio`` for base64 WAV/MP3, ``file`` for the rest."""
+def to_model_block(part: Mapping[str, str]) -> JSONObject:
+    """The OpenAI-style content block of a stored file part (:func:`normalize_file_part`'s
+    ``{type, data, mimeType, filename?}``, what litellm takes): ``image_url`` for images,
+    ``input_audio`` for base64 WAV/MP3, ``file`` for the rest."""
     data, mime = part["data"], part.get("mimeType") or "application/octet-stream"
     is_url = bool(_URL.match(data))
     url = data if is_url or data.startswith("data:") else f"data:{mime};base64,{data}"
@@ -74,7 +77,7 @@ def to_model_block(part: dict[str, Any]) -> dict[str, Any]:
         return {"type": "input_audio", "input_audio": {"data": raw, "format": _AUDIO_FORMATS[mime]}}
     if is_url:
         return {"type": "file", "file": {"file_id": url, "format": mime}}
-    block: dict[str, Any] = {"type": "file", "file": {"file_data": url}}
+    file: JSONObject = {"file_data": url}
     if part.get("filename"):
-        block["file"]["filename"] = part["filename"]
-    return block
+        file["filename"] = part["filename"]
+    return {"type": "file", "file": file}

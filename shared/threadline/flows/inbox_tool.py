@@ -3,7 +3,8 @@ read, mark seen, dismiss and archive the notifications of its own thread."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -22,19 +23,24 @@ class InboxInput(BaseModel):
     status: str | None = Field(default="pending", description="list only records with this status")
 
 
-async def _inbox(input: InboxInput, context: ToolContext) -> dict[str, Any]:
+def _pick(record: Mapping[str, object], keys: tuple[str, ...]) -> dict[str, object]:
+    """``record``'s ``keys``, in that order (what the model sees of a record)."""
+    return {k: record[k] for k in keys}
+
+
+async def _inbox(input: InboxInput, context: ToolContext) -> dict[str, object]:
     where = {"resource_id": context.resource_id, "thread_id": context.thread_id}
     settings = get_settings()  # works behind a transaction pooler too (C24)
     conn = await connect(settings.pg_dsn, statement_cache=settings.pg_use_statement_cache)
     try:
         if input.action == "list":
             records = await access.list_records(conn, status=input.status, **where)
-            return {"records": [{k: r[k] for k in _BRIEF} for r in records]}
+            return {"records": [_pick(r, _BRIEF) for r in records]}
         if not input.record_id:
             return {"error": "record_id is required"}
         if input.action == "read":
             row = await access.read_record(conn, record_id=input.record_id, **where)
-            return {k: row[k] for k in (*_BRIEF, "payload")} if row else {"error": "no such record"}
+            return _pick(row, (*_BRIEF, "payload")) if row else {"error": "no such record"}
         done = await access.mark(conn, record_id=input.record_id, status=_STATUS[input.action], **where)
         return {"updated": done is not None, "status": _STATUS[input.action]}
     finally:

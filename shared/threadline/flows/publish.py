@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from threadline._internal.periodic import Periodic
 from threadline.errors import ThreadlineError
@@ -37,7 +37,10 @@ class OutboxNotAcknowledgedError(ThreadlineError, TimeoutError):
         return RuntimeError(f"an earlier outbox row of key {key!r} was not published")
 
 
-def _retrieve(fut: asyncio.Future[Any]) -> None:
+_T = TypeVar("_T")
+
+
+def _retrieve(fut: asyncio.Future[_T]) -> None:
     """Done-callback: an acknowledgement nobody waits for any more must not log 'never retrieved'."""
     if not fut.cancelled():
         fut.exception()

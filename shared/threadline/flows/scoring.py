@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.errors import ModelCallError
@@ -119,7 +118,7 @@ class Scoring:
         agent = self._agents.get(run["agent_id"])
         score: float | None = None
         reason: str | None = None
-        error: dict[str, Any] | None = None
+        error: dict[str, str] | None = None
         try:
             entry = next((e for e in await entries_for(agent, run["request_context"]) if e.name == name), None) \
                 if agent is not None else None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from importlib import resources
-from typing import Any
+from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from threadline.client.client import BrokerUnavailableError, RequestFailed, ThreadlineClient
+from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
 from threadline.gateway.cors import cors_middleware
@@ -99,7 +99,10 @@ class Gateway:
         return resource_id, thread_id
 
 
-async def _body(request: Request, model: type[BaseModel]) -> Any:
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+async def _body(request: Request, model: type[_Body]) -> _Body:
     try:
         return model.model_validate(orjson.loads(await request.body() or b"{}"))
     except orjson.JSONDecodeError:
@@ -141,7 +144,7 @@ def _errors(handler: Handler) -> Handler:
 
 
 # --- writes (through ingress) --------------------------------------------------------------------
-async def _accepted(result: Any) -> Response:
+async def _accepted(result: SendResult) -> Response:
     """202 with the ``accepted`` reply; for a ``persist`` send, once the message is durable, with
     the ``persisted`` reply under ``persisted`` (what the Python client's ``persisted`` resolves to)."""
     reply = await result.accepted
@@ -229,7 +232,7 @@ async def abort(request: Request) -> Response:
 
 
 # --- reads (PostgreSQL, by resource) -------------------------------------------------------------
-def _rows(rows: list[Any]) -> list[dict[str, Any]]:
+def _rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(r).items()} for r in rows]
 
 

@@ -58,8 +58,7 @@ async def _agent_memory(request: Request) -> dict[str, object]:
     row = await queries.read_agent(gw(request).db, agent_id)
     if row is None:
         raise ApiError(404, "not_found", "Agent not found")
-    memory: dict[str, object] = row.get("memory") or {}
-    return memory
+    return dict(row.get("memory") or {})
 
 
 @mastra_errors

@@ -34,6 +34,7 @@ from threadline.events.ingress import (
     StateInput,
     Stream,
 )
+from threadline.events.json_types import JSONObject
 from threadline.orchestration.options import normalize_options
 
 RequestKind = Literal["send_message", "queue_message", "send_signal", "send_state_signal", "stream", "generate"]
@@ -49,7 +50,7 @@ class Branch:
 
     behavior: str
     """``deliver`` / ``persist`` / ``discard`` (active), ``wake`` / ``persist`` / ``discard`` (idle)."""
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes when this branch is taken."""
 
 
@@ -80,15 +81,15 @@ class Inbound:
     """What to do while a run holds the thread (``send_*`` only)."""
     if_idle: Branch = _WAKE
     """What to do when the thread is idle."""
-    run_options: Mapping[str, Any] = field(default_factory=dict)
+    run_options: Mapping[str, object] = field(default_factory=dict)
     """Options (normalised names) of the run a wake starts."""
-    body: Any = ""
+    body: object = ""
     """What becomes the signal: a message input (string, parts, ``{contents, attributes, …}``)."""
     signal_type: str = "user"
     """The signal's type (``user``, ``state``, ``reactive``, ``notification``, or a legacy name)."""
     tag_name: str | None = None
     """The signal's XML tag (``None``: the type's default)."""
-    thread: Mapping[str, Any] | None = None
+    thread: Mapping[str, object] | None = None
     """``{title, metadata}`` of the thread row (``stream`` / ``generate``)."""
     state: StateInput | None = None
     """The lane value of a ``send_state_signal``."""
@@ -167,7 +168,7 @@ class ThreadState:
 class Wake:
     """Start a run with the signal as its first input (the thread is idle)."""
 
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
 
 
@@ -177,7 +178,7 @@ class Deliver:
 
     run_id: str
     """The active run."""
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
 
 
@@ -185,7 +186,7 @@ class Deliver:
 class Queue:
     """A run of its own for the signal once the active run ends (never mixed into it)."""
 
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
 
 
@@ -195,7 +196,7 @@ class Persist:
 
     idle: bool
     """The thread is idle: subscribers see a run with no model call (``start``, echo, ``finish``)."""
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
 
 
@@ -203,7 +204,7 @@ class Persist:
 class Discard:
     """Drop the signal (it is recorded as discarded)."""
 
-    attributes: Mapping[str, Any] = field(default_factory=dict)
+    attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
 
 
@@ -263,7 +264,7 @@ class NextVersion:
 
     version: int
     """The lane's new version."""
-    state: dict[str, Any]
+    state: JSONObject
     """``metadata.state`` of the signal: ``{id, threadId, cacheKey, version, mode, value|delta}``."""
 
 
@@ -272,7 +273,7 @@ def decide_state(state: StateInput, *, thread_id: str, lane: Lane | None) -> Ski
     if lane is not None and lane.cache_key == state.cache_key and lane.mode == state.mode:
         return Skip()
     version = (lane.version if lane else 0) + 1
-    meta: dict[str, Any] = {"id": state.id, "threadId": thread_id, "cacheKey": state.cache_key,
+    meta: JSONObject = {"id": state.id, "threadId": thread_id, "cacheKey": state.cache_key,
                             "version": version, "mode": state.mode}
     if state.mode == "snapshot" and state.value is not None:
         meta["value"] = state.value

@@ -6,10 +6,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime
 
 import asyncpg
 import orjson
+
+from threadline.events.rows import InboxRecord
 
 MARKS = {"seen": "seen_at", "dismissed": "dismissed_at", "archived": "archived_at"}
 """Status → the timestamp it stamps."""
@@ -24,16 +26,30 @@ async def _json(conn: asyncpg.Connection) -> None:
                                   schema="pg_catalog")
 
 
-def _view(row: asyncpg.Record) -> dict[str, Any]:
-    out = dict(row)
-    for k, v in out.items():
-        if hasattr(v, "isoformat"):
-            out[k] = v.isoformat()
+def _iso(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def _view(row: asyncpg.Record, *, with_payload: bool = False) -> InboxRecord:
+    """The record with its times as ISO-8601 text (``payload`` and ``metadata`` when selected)."""
+    out: InboxRecord = {
+        "id": row["id"], "source": row["source"], "kind": row["kind"], "priority": row["priority"],
+        "status": row["status"], "summary": row["summary"], "coalesced_count": row["coalesced_count"],
+        "coalesce_key": row["coalesce_key"], "dedupe_key": row["dedupe_key"], "attributes": row["attributes"],
+        "delivery_reason": row["delivery_reason"], "delivery_attempts": row["delivery_attempts"],
+        "last_delivery_error": row["last_delivery_error"], "summarized": row["summarized"], "held": row["held"],
+        "deliver_at": _iso(row["deliver_at"]), "summary_at": _iso(row["summary_at"]),
+        "created_at": row["created_at"].isoformat(), "updated_at": row["updated_at"].isoformat(),
+        "delivered_at": _iso(row["delivered_at"]), "seen_at": _iso(row["seen_at"]),
+        "dismissed_at": _iso(row["dismissed_at"]), "archived_at": _iso(row["archived_at"])}
+    if with_payload:
+        out["payload"] = row["payload"]
+        out["metadata"] = row["metadata"]
     return out
 
 
 async def list_records(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
-                       status: str | None = None) -> list[dict[str, Any]]:
+                       status: str | None = None) -> list[InboxRecord]:
     """The thread's records, oldest first, without ``payload`` (``status`` filters)."""
     await _json(conn)
     rows = await conn.fetch(f"SELECT {_LIST_COLUMNS} FROM notifications WHERE thread_id = $1 AND resource_id = $2 "
@@ -43,16 +59,16 @@ async def list_records(conn: asyncpg.Connection, *, resource_id: str, thread_id:
 
 
 async def read_record(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
-                      record_id: str) -> dict[str, Any] | None:
+                      record_id: str) -> InboxRecord | None:
     """One record with its ``payload`` and ``metadata`` (never shown to the model otherwise)."""
     await _json(conn)
     row = await conn.fetchrow(f"SELECT {_LIST_COLUMNS}, payload, metadata FROM notifications WHERE id = $1 "
                               "AND thread_id = $2 AND resource_id = $3", record_id, thread_id, resource_id)
-    return _view(row) if row else None
+    return _view(row, with_payload=True) if row else None
 
 
 async def mark(conn: asyncpg.Connection, *, resource_id: str, thread_id: str, record_id: str,
-               status: str) -> dict[str, Any] | None:
+               status: str) -> InboxRecord | None:
     """Set the record's status to ``seen``, ``dismissed`` or ``archived`` (stamping ``<status>_at``).
     A marked record is no longer pending, so the scheduler never delivers it.
 

@@ -11,9 +11,8 @@ the provider. Callers are served in the order they took, at the configured rate.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from threadline.logging import get_logger
 from threadline.store.db import Database
@@ -72,7 +71,7 @@ class PgModelLimiter:
     """
 
     def __init__(self, db: Database, limits: Mapping[str, ModelLimit], *, burst_s: float = 1.0,
-                 sleep: Callable[[float], Any] = asyncio.sleep) -> None:
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._db = db
         self._limits = dict(limits)
         self._burst_s = burst_s

@@ -11,10 +11,11 @@ thread's lease row first (the lock order of :mod:`threadline.store.leases`).
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
 
 import asyncpg
 
+from threadline.events.ingress import NotificationInput
 from threadline.ids import new_id
 
 _ACTIVE = ("EXISTS (SELECT 1 FROM thread_leases l WHERE l.thread_id = n.thread_id AND l.run_id IS NOT NULL "
@@ -25,7 +26,8 @@ summary already reached the run (delivered in full when the thread goes idle, do
 ``flows/inbox.py``'s ``_waits_for_idle`` is the same rule over a row."""
 
 
-async def upsert(conn: asyncpg.Connection, *, thread_id: str, resource_id: str, agent_id: str, n: Any) -> asyncpg.Record:
+async def upsert(conn: asyncpg.Connection, *, thread_id: str, resource_id: str, agent_id: str,
+                 n: NotificationInput) -> asyncpg.Record:
     """Create the record of notification ``n`` (its ``source``, ``kind``, ``priority``, ``summary``,
     ``payload``, ``dedupe_key``, ``coalesce_key``, ``attributes``, ``metadata``), or replace a
     pending duplicate (same thread, source, kind, dedupe key)."""

@@ -11,18 +11,22 @@ thread that does not exist.
 
 from __future__ import annotations
 
-from typing import Any, TypeAlias
+from datetime import datetime
+from typing import TypeAlias
 
 import asyncpg
 import orjson
 
+from threadline.events.json_types import JSONObject
+from threadline.events.rows import AgentDetails, AgentSummary, MessageRow, RunRow, ThreadDetails, ThreadSummary
 from threadline.store.db import Database
 
 Conn: TypeAlias = Database | asyncpg.Connection
 """A pool or one connection: anything with asyncpg's ``fetch`` and ``fetchrow``."""
 
 
-def _json(text: str | None) -> object:
+def _json(text: str | None) -> JSONObject | None:
+    """A JSON object column read as text, decoded (``None`` for SQL ``NULL``)."""
     return None if text is None else orjson.loads(text)
 
 
@@ -33,17 +37,17 @@ async def thread_owner(conn: Conn, thread_id: str) -> str | None:
     return None if row is None else str(row["resource_id"])
 
 
-async def list_threads(conn: Conn, *, resource_id: str, limit: int = 100) -> list[dict[str, Any]]:
+async def list_threads(conn: Conn, *, resource_id: str, limit: int = 100) -> list[ThreadSummary[datetime]]:
     """``[{id, title, metadata, created_at, updated_at}]`` of the resource's threads, the most
     recently updated first, at most ``limit`` (a positive count)."""
     rows = await conn.fetch(
         "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at FROM threads "
         "WHERE resource_id = $1 ORDER BY updated_at DESC, thread_id LIMIT $2", resource_id, limit)
-    return [{"id": r["thread_id"], "title": r["title"], "metadata": _json(r["metadata"]),
+    return [{"id": r["thread_id"], "title": r["title"], "metadata": orjson.loads(r["metadata"]),
              "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows]
 
 
-async def read_thread(conn: Conn, resource_id: str, thread_id: str) -> dict[str, Any] | None:
+async def read_thread(conn: Conn, resource_id: str, thread_id: str) -> ThreadDetails | None:
     """``{id, resource_id, title, metadata, created_at, updated_at}`` of the resource's thread
     (times as ISO text), or ``None``."""
     row = await conn.fetchrow("SELECT thread_id, resource_id, title, metadata::text AS metadata, created_at, updated_at "
@@ -56,7 +60,7 @@ async def read_thread(conn: Conn, resource_id: str, thread_id: str) -> dict[str,
 
 
 # --- messages -----------------------------------------------------------------------------------
-async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list[MessageRow[datetime]]:
     """The thread's stored messages in thread order: ``[{id, run_id, role, type, content,
     created_at}]``, ``content`` Mastra's stored message content (``{format: 2, parts, …}``).
     Empty for a thread of another resource, or none."""
@@ -68,7 +72,7 @@ async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list
 
 
 # --- runs ---------------------------------------------------------------------------------------
-async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[dict[str, Any]]:
+async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[RunRow[datetime]]:
     """The thread's runs, oldest first: ``[{run_id, agent_id, kind, status, step, steps_done,
     finish_reason, text, usage, error, tripwire, created_at, finished_at}]`` (``usage``,
     ``error`` and ``tripwire`` decoded JSON or ``None``; ``finished_at`` ``None`` while running)."""
@@ -76,8 +80,10 @@ async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[dic
         "SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage::text AS usage, "
         "error::text AS error, tripwire::text AS tripwire, created_at, finished_at FROM runs "
         "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id, resource_id)
-    return [{**dict(r), "usage": _json(r["usage"]), "error": _json(r["error"]), "tripwire": _json(r["tripwire"])}
-            for r in rows]
+    return [{"run_id": r["run_id"], "agent_id": r["agent_id"], "kind": r["kind"], "status": r["status"],
+             "step": r["step"], "steps_done": r["steps_done"], "finish_reason": r["finish_reason"], "text": r["text"],
+             "usage": _json(r["usage"]), "error": _json(r["error"]), "tripwire": _json(r["tripwire"]),
+             "created_at": r["created_at"], "finished_at": r["finished_at"]} for r in rows]
 
 
 async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | None:
@@ -90,13 +96,13 @@ async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | N
 
 
 # --- agents -------------------------------------------------------------------------------------
-async def list_agents(conn: Conn) -> list[dict[str, Any]]:
+async def list_agents(conn: Conn) -> list[AgentSummary]:
     """``[{id, name, description}]`` of every agent the cluster serves, by id."""
     rows = await conn.fetch("SELECT agent_id, name, description FROM agents ORDER BY agent_id")
     return [{"id": r["agent_id"], "name": r["name"], "description": r["description"]} for r in rows]
 
 
-async def read_agent(conn: Conn, agent_id: str) -> dict[str, Any] | None:
+async def read_agent(conn: Conn, agent_id: str) -> AgentDetails | None:
     """``{id, name, description, metadata, memory, dynamic_metadata, voice}`` of one agent, or ``None``
     (``voice``: ``{speak_model, listen_model, speaker, response_format}`` or ``None``)."""
     row = await conn.fetchrow("SELECT agent_id, name, description, metadata::text AS metadata, memory::text AS memory, "
@@ -120,8 +126,8 @@ async def _count(conn: Conn, query: str, *args: object) -> int:
 
 
 async def page_threads(conn: Conn, *, resource_id: str, offset: int, limit: int, field: str = "createdAt",
-                       descending: bool = True, metadata: dict[str, Any] | None = None
-                       ) -> tuple[list[dict[str, Any]], int]:
+                       descending: bool = True, metadata: JSONObject | None = None
+                       ) -> tuple[list[ThreadSummary[datetime]], int]:
     """One page of the resource's threads (rows as :func:`list_threads`) ordered by ``field``
     (``createdAt`` or ``updatedAt``), only those whose metadata holds ``metadata``'s pairs when
     given, and the count of those threads.
@@ -137,12 +143,12 @@ async def page_threads(conn: Conn, *, resource_id: str, offset: int, limit: int,
         "OFFSET $2 LIMIT $3", resource_id, offset, limit, wanted)
     total = rows[0]["total"] if rows else await _count(
         conn, "SELECT count(*) FROM threads WHERE resource_id = $1 AND metadata @> $2::text::jsonb", resource_id, wanted)
-    return [{"id": r["thread_id"], "title": r["title"], "metadata": _json(r["metadata"]),
+    return [{"id": r["thread_id"], "title": r["title"], "metadata": orjson.loads(r["metadata"]),
              "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows], int(total)
 
 
 async def page_messages(conn: Conn, *, resource_id: str, thread_id: str, offset: int, limit: int,
-                        descending: bool = False) -> tuple[list[dict[str, Any]], int]:
+                        descending: bool = False) -> tuple[list[MessageRow[datetime]], int]:
     """One page of the thread's stored messages (rows as :func:`list_messages`) in thread order
     (``descending``: newest first), and the thread's message count; ``([], 0)`` for a thread of
     another resource."""

@@ -9,6 +9,7 @@ from typing import Any
 
 import asyncpg
 
+from threadline.events.json_types import JSONObject
 from threadline.events.signals import signal_to_message
 from threadline.store.db import Database
 
@@ -99,7 +100,7 @@ async def run_holder(conn: asyncpg.Connection, run_id: str | None) -> asyncpg.Re
     return await conn.fetchrow("SELECT agent_id, status FROM runs WHERE run_id = $1", run_id)
 
 
-async def run_steps(conn: asyncpg.Connection, run_id: str) -> list[Any]:
+async def run_steps(conn: asyncpg.Connection, run_id: str) -> list[JSONObject]:
     """The run's ``state.steps`` (a ``generate`` reply's steps; ``[]`` when none)."""
     steps = await conn.fetchval("SELECT state->'steps' FROM runs WHERE run_id = $1", run_id)
     return list(steps or [])

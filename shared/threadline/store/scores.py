@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from threadline.events import LifecycleEvent
+from threadline.events.rows import ScoreRow
 from threadline.store import outbox
 from threadline.topics import Topics, thread_key
 
@@ -72,7 +73,7 @@ async def store(conn: asyncpg.Connection, topics: Topics, *, run: dict[str, Any]
         return await outbox.add(conn, topics.lifecycle, event, key=thread_key(run["resource_id"], run["thread_id"]))
 
 
-async def list_scores(conn: asyncpg.Connection, run_id: str) -> list[dict[str, Any]]:
+async def list_scores(conn: asyncpg.Connection, run_id: str) -> list[ScoreRow]:
     """The run's stored scores, by scorer name: ``[{run_id, scorer, status, score, reason, error,
     scored_at}]`` (``status`` ``done`` or ``failed``; pending jobs are not listed)."""
     rows = await conn.fetch(

@@ -7,15 +7,15 @@ another resource's thread.
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 
+from threadline.events.json_types import JSONObject
+from threadline.events.rows import ThreadDetails
 from threadline.store.queries import Conn, read_thread
 
 
 async def create_thread(conn: Conn, *, thread_id: str, resource_id: str, title: str | None,
-                        metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+                        metadata: JSONObject | None) -> ThreadDetails | None:
     """Create the resource's thread ``thread_id`` (kept as it is when the resource has it
     already); the row as :func:`threadline.store.queries.read_thread` reads it, or ``None`` when
     the id is another resource's thread."""
@@ -27,7 +27,7 @@ async def create_thread(conn: Conn, *, thread_id: str, resource_id: str, title: 
 
 
 async def update_thread(conn: Conn, *, thread_id: str, resource_id: str, title: str | None,
-                        metadata: dict[str, Any] | None) -> dict[str, Any] | None:
+                        metadata: JSONObject | None) -> ThreadDetails | None:
     """Set the title and/or replace the metadata (``None``: unchanged) of the resource's thread,
     as Mastra's ``updateThread`` does; the new row, or ``None`` when the resource has no such thread."""
     await conn.execute(

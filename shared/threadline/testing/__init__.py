@@ -16,7 +16,7 @@ points are read from the environment at import).
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from threadline.testing.memory import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["MemorySink", "MemoryStepStore", "ScriptedModel", "step_run", "text_delta", "tool_call", "user_signal"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in __all__:
         return getattr(importlib.import_module("threadline.testing.memory"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -9,7 +9,10 @@ published on, which is therefore chosen before the start (a free port of this ho
 from __future__ import annotations
 
 import socket
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # an optional dependency, imported where a container starts
+    from testcontainers.core.container import DockerContainer
 
 KAFKA_IMAGE = "apache/kafka:4.4.0"
 POSTGRES_IMAGE = "postgres:15"
@@ -47,7 +50,7 @@ def kafka_env(host_port: int) -> dict[str, str]:
     }
 
 
-def start_kafka(timeout_s: float = 120) -> tuple[Any, str]:
+def start_kafka(timeout_s: float = 120) -> tuple[DockerContainer, str]:
     """Start the Kafka container; returns it (``.stop()`` when done) and its bootstrap address."""
     from testcontainers.core.container import DockerContainer
     from testcontainers.core.waiting_utils import wait_for_logs
@@ -61,7 +64,7 @@ def start_kafka(timeout_s: float = 120) -> tuple[Any, str]:
     return container, f"localhost:{port}"
 
 
-def start_postgres() -> tuple[Any, str]:
+def start_postgres() -> tuple[DockerContainer, str]:
     """Start the PostgreSQL container; returns it and the admin DSN (user/password threadline)."""
     from testcontainers.postgres import PostgresContainer
 

@@ -15,11 +15,16 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from threadline.testing.model_script import JournalEntry
+
+if TYPE_CHECKING:
+    from threadline.events.json_types import JSONObject
 
 FAILS = frozenset({"error_event", "disconnect", "truncate", "malformed", "stall"})
 _NUM = (int, float)
@@ -99,7 +104,7 @@ class ScriptStore:
 
     def __init__(self, journal_size: int = 10_000) -> None:
         self.queues: dict[str | None, deque[list[Any]]] = {}
-        self.journal: deque[dict[str, Any]] = deque(maxlen=journal_size)
+        self.journal: deque[JournalEntry] = deque(maxlen=journal_size)
         self.limits: dict[str, tuple[float, deque[float]]] = {}
         """Per model: the requests/s it accepts and the arrival times of the last second."""
 
@@ -153,12 +158,21 @@ class ScriptStore:
         return sum(len(q) for q in self.queues.values())
 
 
+class _Call(TypedDict):
+    """A planned tool call: its JSON ``arguments`` and the ``fragments`` they stream in."""
+
+    id: str
+    name: str
+    arguments: str
+    fragments: list[str]
+
+
 @dataclass
 class _Reply:
     pieces: list[str]
-    calls: list[dict[str, Any]]
+    calls: list[_Call]
     finish_reason: str
-    usage: dict[str, Any] | None
+    usage: JSONObject | None
     reasoning: list[str]
 
 
@@ -181,7 +195,7 @@ def _plan(script: dict[str, Any], body: dict[str, Any]) -> _Reply:
     return _Reply(pieces, calls, finish, usage, _WORDS.findall(script.get("reasoning", "")))
 
 
-def _planned_call(call: dict[str, Any]) -> dict[str, Any]:
+def _planned_call(call: dict[str, Any]) -> _Call:
     """A scripted tool call with its id and its JSON arguments cut into ``pieces`` fragments."""
     args = call.get("arguments", "{}")
     args = args if isinstance(args, str) else json.dumps(args)
@@ -191,7 +205,7 @@ def _planned_call(call: dict[str, Any]) -> dict[str, Any]:
             "arguments": args, "fragments": [args[i:i + size] for i in range(0, len(args), size)] or [""]}
 
 
-def _pieces(script: dict[str, Any], calls: list[dict[str, Any]], messages: list[dict[str, Any]]) -> list[str]:
+def _pieces(script: dict[str, Any], calls: list[_Call], messages: list[dict[str, Any]]) -> list[str]:
     """The reply's text pieces: the script's chunks, its text by words, nothing beside tool calls,
     else "You said: " and the last user message."""
     if "chunks" in script:
@@ -207,7 +221,7 @@ def _pieces(script: dict[str, Any], calls: list[dict[str, Any]], messages: list[
 
 
 def _usage(script: dict[str, Any], messages: list[dict[str, Any]], pieces: list[str],
-           calls: list[dict[str, Any]]) -> dict[str, Any] | None:
+           calls: list[_Call]) -> dict[str, Any] | None:
     """Token counts (4 characters a token) overlaid by the script's ``usage``; ``None`` when it is null."""
     if script.get("usage", {}) is None:
         return None
@@ -225,21 +239,21 @@ def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish:
     null_usage = include_usage and reply.usage is not None
     head = f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},"model":{json.dumps(model)},'
     tail = ',"finish_reason":null}]' + (',"usage":null' if null_usage else "") + "}\n\n"
-    deltas: list[dict[str, Any]] = [{"reasoning_content": p} for p in reply.reasoning]
+    deltas: list[JSONObject] = [{"reasoning_content": p} for p in reply.reasoning]
     deltas += [{"content": p} for p in reply.pieces]
     for index, call in enumerate(reply.calls):
         for j, frag in enumerate(call["fragments"]):
-            tc = ({"index": index, "id": call["id"], "type": "function",
-                   "function": {"name": call["name"], "arguments": frag}} if j == 0
-                  else {"index": index, "function": {"arguments": frag}})
+            tc: JSONObject = ({"index": index, "id": call["id"], "type": "function",
+                               "function": {"name": call["name"], "arguments": frag}} if j == 0
+                              else {"index": index, "function": {"arguments": frag}})
             deltas.append({"tool_calls": [tc]})
-    finish_delta: dict[str, Any] = {}
+    finish_delta: JSONObject = {}
     if deltas:
         deltas[0] = {"role": "assistant", **deltas[0]}
     else:
         finish_delta = {"role": "assistant"}
     events = [head + '"choices":[{"index":0,"delta":' + _dumps(d) + tail for d in deltas]
-    finish: dict[str, Any] = {"choices": [{"index": 0, "delta": finish_delta, "finish_reason": reply.finish_reason}]}
+    finish: JSONObject = {"choices": [{"index": 0, "delta": finish_delta, "finish_reason": reply.finish_reason}]}
     if reply.usage is not None and usage_on_finish:
         finish["usage"] = reply.usage
     elif null_usage:
@@ -250,13 +264,13 @@ def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish:
     return events
 
 
-def _completion(reply: _Reply, model: str) -> dict[str, Any]:
+def _completion(reply: _Reply, model: str) -> JSONObject:
     text = "".join(reply.pieces) if reply.pieces or not reply.calls else None
-    message: dict[str, Any] = {"role": "assistant", "content": text}
+    message: JSONObject = {"role": "assistant", "content": text}
     if reply.calls:
         message["tool_calls"] = [{"id": c["id"], "type": "function",
                                   "function": {"name": c["name"], "arguments": c["arguments"]}} for c in reply.calls]
-    body = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion", "created": int(time.time()),
+    body: JSONObject = {"id": "chatcmpl-" + secrets.token_hex(12), "object": "chat.completion", "created": int(time.time()),
             "model": model, "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason,
                                          "logprobs": None}]}
     if reply.usage is not None:
@@ -264,7 +278,7 @@ def _completion(reply: _Reply, model: str) -> dict[str, Any]:
     return body
 
 
-def _error_body(status: int, error: dict[str, Any] | None) -> dict[str, Any]:
+def _error_body(status: int, error: JSONObject | None) -> JSONObject:
     if error is not None:
         return error if isinstance(error.get("error"), dict) else {"error": error}
     if status >= 500 and status not in _DEFAULT_ERRORS:

@@ -13,9 +13,12 @@ Builders return plain dicts (the `Script` TypedDict); any script field can be pa
 from __future__ import annotations
 
 import os
-from typing import Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, TypedDict
 
 import httpx
+
+if TYPE_CHECKING:  # annotations only: this module stays importable without the rest of threadline
+    from threadline.events.json_types import JSONObject
 
 ENV_URL = "THREADLINE_MODEL_SERVER_URL"
 DEFAULT_URL = "http://127.0.0.1:18080"
@@ -26,7 +29,7 @@ CONTEXT_OVERFLOW_MESSAGE = ("This model's maximum context length is 8192 tokens.
 class ToolCall(TypedDict, total=False):
     id: str
     name: str
-    arguments: str | dict[str, Any]
+    arguments: str | JSONObject
     pieces: int
 
 
@@ -34,7 +37,7 @@ class Script(TypedDict, total=False):
     """One scripted response; the fields are documented in `model_server`'s docstring."""
 
     status: int
-    error: dict[str, Any]
+    error: JSONObject
     headers: dict[str, str]
     raw: str
     content_type: str
@@ -46,14 +49,48 @@ class Script(TypedDict, total=False):
     tool_calls: list[ToolCall]
     reasoning: str
     finish_reason: str
-    usage: dict[str, Any] | None
+    usage: JSONObject | None
     usage_on_finish: bool
     fail: Literal["error_event", "disconnect", "truncate", "malformed", "stall"]
     fail_after: int
-    error_event: dict[str, Any]
+    error_event: JSONObject
     stall_seconds: float
     times: int
     model: str
+
+
+class JournalEntry(TypedDict):
+    """One request the server received (``GET /_fake/requests``): ``body`` as sent, ``headers``
+    with credentials redacted, ``time`` in epoch seconds. ``closed_by`` (``server`` / ``client``)
+    and ``closed_at`` once a streamed body ended; ``limited`` for a request refused by a rate
+    limit; ``pairing_error`` for one refused by the pairing validator."""
+
+    model: str | None
+    path: str
+    stream: bool
+    scripted: bool
+    headers: dict[str, str]
+    body: JSONObject
+    time: float
+    closed_by: NotRequired[str]
+    closed_at: NotRequired[float]
+    limited: NotRequired[bool]
+    pairing_error: NotRequired[str]
+
+
+class Violation(TypedDict):
+    """One request the pairing validator refused: its ``path``, ``model`` and ``reason``."""
+
+    path: str
+    model: str | None
+    reason: str
+
+
+class PairingReport(TypedDict):
+    """``GET /_fake/pairing``: how many requests were refused since the last reset, the last few."""
+
+    count: int
+    violations: list[Violation]
 
 
 def text(content: str, **fields: object) -> Script:
@@ -61,7 +98,7 @@ def text(content: str, **fields: object) -> Script:
     return {"text": content, **fields}  # type: ignore[typeddict-item]  # **fields: the other Script keys
 
 
-def tool_call(name: str, arguments: str | dict[str, Any] | None = None, *, id: str | None = None,
+def tool_call(name: str, arguments: str | JSONObject | None = None, *, id: str | None = None,
               pieces: int = 3) -> ToolCall:
     """One tool call whose JSON arguments are streamed in `pieces` fragments."""
     call: ToolCall = {"name": name, "arguments": {} if arguments is None else arguments, "pieces": pieces}
@@ -123,7 +160,7 @@ class ModelScript:
         self.timeout = timeout
 
     @staticmethod
-    def _payload(scripts: Script | list[Script], model: str | None) -> dict[str, Any]:
+    def _payload(scripts: Script | list[Script], model: str | None) -> dict[str, object]:
         return {"scripts": [scripts] if isinstance(scripts, dict) else list(scripts), "model": model}
 
     @staticmethod
@@ -132,15 +169,19 @@ class ModelScript:
             raise ValueError(f"fake model server: {response.status_code} {response.text}")
         return response.json()
 
-    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
-        return self._check(httpx.request(method, self.base_url + path, timeout=self.timeout, **kwargs))
+    def _call(self, method: str, path: str, *, json: object = None, params: dict[str, str] | None = None) -> Any:
+        """The decoded JSON answer (its shape is the endpoint's)."""
+        return self._check(httpx.request(method, self.base_url + path, timeout=self.timeout, json=json,
+                                         params=params))
 
-    async def _acall(self, method: str, path: str, **kwargs: Any) -> Any:
+    async def _acall(self, method: str, path: str, *, json: object = None,
+                     params: dict[str, str] | None = None) -> Any:
+        """The decoded JSON answer (its shape is the endpoint's)."""
         # a plain-HTTP server needs no certificates: loading them took ~18 ms of CPU per call,
         # half of the bench process's CPU in the tool-step figure (docs/benchmarks.md)
         plain = self.base_url.startswith("http://")
         async with httpx.AsyncClient(timeout=self.timeout, verify=not plain) as client:
-            return self._check(await client.request(method, self.base_url + path, **kwargs))
+            return self._check(await client.request(method, self.base_url + path, json=json, params=params))
 
     def queue(self, scripts: Script | list[Script], model: str | None = None) -> int:
         """Append scripts to `model`'s FIFO (global when None); returns how many were queued."""
@@ -161,11 +202,11 @@ class ModelScript:
     async def alimit(self, model: str, rps: float | None) -> None:
         await self._acall("POST", "/_fake/limit", json={"model": model, "rps": rps})
 
-    def requests(self, model: str | None = None) -> list[dict[str, Any]]:
+    def requests(self, model: str | None = None) -> list[JournalEntry]:
         """The journal, oldest first: [{model, path, stream, scripted, headers, body, time}]."""
         return self._call("GET", "/_fake/requests", params={"model": model} if model else None)["requests"]
 
-    def pairing(self, *, clear: bool = False) -> dict[str, Any]:
+    def pairing(self, *, clear: bool = False) -> PairingReport:
         """The pairing validator's ``{"count": n, "violations": [{path, model, reason}]}`` (requests
         refused for a broken tool-call pairing); ``clear`` sets the count back to 0 after reading."""
         return self._call("POST" if clear else "GET", "/_fake/pairing")
@@ -179,7 +220,7 @@ class ModelScript:
     async def areset(self) -> None:
         await self._acall("POST", "/_fake/reset")
 
-    async def arequests(self, model: str | None = None) -> list[dict[str, Any]]:
+    async def arequests(self, model: str | None = None) -> list[JournalEntry]:
         return (await self._acall("GET", "/_fake/requests", params={"model": model} if model else None))["requests"]
 
 
@@ -193,7 +234,7 @@ def reset() -> None:
     ModelScript().reset()
 
 
-def requests(model: str | None = None) -> list[dict[str, Any]]:
+def requests(model: str | None = None) -> list[JournalEntry]:
     """`ModelScript().requests` on the default URL."""
     return ModelScript().requests(model)
 
@@ -206,5 +247,5 @@ async def areset() -> None:
     await ModelScript().areset()
 
 
-async def arequests(model: str | None = None) -> list[dict[str, Any]]:
+async def arequests(model: str | None = None) -> list[JournalEntry]:
     return await ModelScript().arequests(model)

@@ -84,6 +84,7 @@ from threadline.testing.fake_replies import (
     json_object,
     rate_limited,
 )
+from threadline.testing.model_script import JournalEntry
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +127,11 @@ async def _stream(events: list[str], script: dict[str, Any], app: Starlette) -> 
         yield _flush(buf)
 
 
-def _closed(entry: dict[str, Any], by: str) -> None:
+def _closed(entry: JournalEntry, by: str) -> None:
     entry["closed_by"], entry["closed_at"] = by, time.time()
 
 
-async def _journaled(body: AsyncIterator[bytes], entry: dict[str, Any]) -> AsyncIterator[bytes]:
+async def _journaled(body: AsyncIterator[bytes], entry: JournalEntry) -> AsyncIterator[bytes]:
     """``body``, noting in the request's journal entry who ended it and when: ``closed_by``
     ``"server"`` (the body was sent, or its scripted fault ended it) or ``"client"`` (the client
     closed the connection first), and ``closed_at`` (epoch seconds)."""
@@ -170,7 +171,7 @@ async def chat_completions(request: Request) -> Response:
         return refused
     script = store.take(model)
     headers = {k: ("<redacted>" if k in _REDACTED else v) for k, v in request.headers.items()}
-    entry = {"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
+    entry: JournalEntry = {"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
              "scripted": script is not None, "headers": headers, "body": body, "time": time.time()}
     store.journal.append(entry)
     log.debug("chat completion model=%s stream=%s scripted=%s", model, bool(body.get("stream")), script is not None)
@@ -207,7 +208,7 @@ def _scripted_answer(script: dict[str, Any], out_headers: dict[str, str]) -> Res
 
 
 async def _reply(request: Request, body: dict[str, Any], model: str | None, script: dict[str, Any],
-                 entry: dict[str, Any], out_headers: dict[str, str]) -> Response:
+                 entry: JournalEntry, out_headers: dict[str, str]) -> Response:
     """The planned reply as an SSE stream or one JSON completion, with the script's faults."""
     app, status = request.app, script.get("status", 200)
     reply = _plan(script, body)

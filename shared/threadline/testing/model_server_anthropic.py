@@ -16,13 +16,16 @@ import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from threadline.testing import fake_replies as base
 from threadline.testing import pairing
+
+if TYPE_CHECKING:
+    from threadline.events.json_types import JSONObject, JSONValue
 
 _STOP = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "content_filter": "refusal"}
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
@@ -47,7 +50,7 @@ def _usage(reply: Any) -> tuple[int, int, int]:
     return int(usage.get("prompt_tokens") or 0) - int(cached), int(usage.get("completion_tokens") or 0), int(cached)
 
 
-def _events(reply: Any, model: str) -> list[str]:
+def _events(reply: base._Reply, model: str) -> list[str]:
     """The reply as Anthropic's stream: message_start, one block per text / tool call, message_delta."""
     inp, out, cached = _usage(reply)
     events = [_event("message_start", {"message": {
@@ -85,8 +88,8 @@ def _events(reply: Any, model: str) -> list[str]:
     return events
 
 
-def _message(reply: Any, model: str) -> dict[str, Any]:
-    content: list[dict[str, Any]] = []
+def _message(reply: base._Reply, model: str) -> JSONObject:
+    content: list[JSONValue] = []
     if reply.pieces:
         content.append({"type": "text", "text": "".join(reply.pieces)})
     for call in reply.calls:

@@ -19,10 +19,15 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+
+from threadline.testing.model_script import PairingReport, Violation
+
+if TYPE_CHECKING:
+    from threadline.events.json_types import JSONObject
 
 PAIRING_MESSAGE = ("An assistant message with 'tool_calls' must be followed by tool messages responding to "
                    "each 'tool_call_id'")
@@ -106,7 +111,7 @@ def anthropic_pairing_error(messages: object) -> str | None:
     return None
 
 
-def refuse(request: Request, body: Mapping[str, object], model: str | None, reason: str) -> None:
+def refuse(request: Request, body: JSONObject, model: str | None, reason: str) -> None:
     """Count a refused request and journal it (``scripted: false``, ``pairing_error: reason``); the
     dialect then answers 400 in its own error shape."""
     request.app.state.pairing.record(request.url.path, model, reason)
@@ -120,13 +125,13 @@ class PairingLog:
 
     def __init__(self, keep: int = 50) -> None:
         self.count = 0
-        self.violations: deque[dict[str, Any]] = deque(maxlen=keep)
+        self.violations: deque[Violation] = deque(maxlen=keep)
 
     def record(self, path: str, model: str | None, reason: str) -> None:
         self.count += 1
         self.violations.append({"path": path, "model": model, "reason": reason})
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> PairingReport:
         return {"count": self.count, "violations": list(self.violations)}
 
 
