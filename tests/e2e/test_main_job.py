@@ -68,7 +68,7 @@ async def test_blocked_word_is_a_tripwire_with_no_model_call(services, settings,
         chunks = await collect_run(sub)
         await sub.unsubscribe()
     trip = next(c for c in chunks if c["type"] == "tripwire")
-    assert trip["payload"] == {"reason": "Blocked word in input: password", "retry": False,
+    assert trip["payload"] == {"reason": "Blocked word in input: password",  # no retry: false (as in Mastra)
                                "metadata": {"word": "password"}, "processorId": "blocked-words"}
     assert chunks[-1]["type"] == "finish" and chunks[-1]["payload"]["finishReason"] == "other"
     assert model.requests(model="threadline-fake") == []

@@ -121,10 +121,11 @@ def show_chunk(chunk: ChunkBody) -> None:
     elif k["type"] == ChunkKind.TRIPWIRE or k["type"] == ChunkKind.ERROR:
         out(f"  [{k['type']}] {k['payload']}")
     elif k["type"] == ChunkKind.STEP_FINISH and not _seen_models:
-        meta = k["payload"].get("metadata")
+        step_meta = k["payload"].get("metadata")
+        meta = step_meta["modelMetadata"] if step_meta else None
         if meta and meta.get("modelId"):  # the model the worker called (its THREADLINE_MODEL or the agent's)
             _seen_models.add(meta["modelId"])
-            name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
+            name = f"{meta['modelProvider'].split('.', 1)[0]}/{meta['modelId']}"  # openai.chat: openai
             out(f"  [answered by model {name}, as the running workers are configured]")
     elif k["type"] == ChunkKind.FINISH:
         usage = k["payload"].get("output", {}).get("usage")

@@ -203,6 +203,7 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
         step_clock.mark("model_called")
         path, response, provider_stream = await _open(kwargs)
         step_clock.mark("model_opened")
+        outcome.headers = _headers(provider_stream)
         if path == "wrapper":
             watch = llm_stream.watch_raw(response)
             chunks: Any = llm_stream.wrapper_chunks(response)
@@ -227,6 +228,13 @@ async def stream_model(*, model: str, messages: list[dict[str, Any]], tools: lis
             await stream.aclose()
     for event in norm.end():
         yield event
+
+
+def _headers(provider_stream: object) -> dict[str, str] | None:
+    """The provider's HTTP response headers, where the read path holds its ``httpx.Response``
+    (the direct path and the openai SDK's stream); ``None`` under litellm's wrapper."""
+    headers = getattr(getattr(provider_stream, "response", None), "headers", None)
+    return dict(headers.items()) if headers is not None and hasattr(headers, "items") else None
 
 
 def request_kwargs(model: str, *, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
