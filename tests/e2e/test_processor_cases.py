@@ -42,7 +42,7 @@ async def test_c03_input_tripwire_reaches_subscribers_and_the_generate_reply(ser
         accepted = await sent.accepted
         run2 = await collect_run(sub)
         await sub.unsubscribe()
-    trip = {"reason": "PII in input", "processorId": "pii", "metadata": {"category": "pii"}}  # retry only when true
+    trip = {"reason": "PII in input", "processorId": "pii", "retry": False, "metadata": {"category": "pii"}}
     assert [c["type"] for c in run1 if c["type"] != "start"] == ["tripwire", "finish"]
     assert run1[-2]["payload"] == trip and run1[-1]["payload"]["stepResult"]["reason"] == "tripwire"
     Chunk.model_validate(run1[-2])  # the published chunk schema accepts it

@@ -51,7 +51,8 @@ async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, mo
     types = [c["type"] for c in chunks]
     assert types.index("tool-result") < types.index("step-finish")
     finishes = [c["payload"]["stepResult"] for c in chunks if c["type"] == "step-finish"]
-    assert finishes == [{"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
+    assert finishes == [{"reason": "tool-calls", "rawReason": "tool_calls", "isContinued": True},
+                        {"reason": "stop", "rawReason": "stop", "isContinued": False}]
     await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
     assert [r["role"] for r in stored] == ["user", "assistant"]

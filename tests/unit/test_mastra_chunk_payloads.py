@@ -129,11 +129,7 @@ async def test_a_chunk_written_at_finish_comes_before_the_last_step_finish_only(
     assert finish["output"]["text"] == "two" and finish["messageId"] == sink.chunks[-2]["payload"]["messageId"]
 
 
-def test_tripwire_and_abort_chunks_carry_what_mastras_do() -> None:
-    verdict = {"reason": "no", "retry": False, "metadata": None, "processorId": "p"}
-    assert chunks.tripwire_chunk(verdict)["payload"] == {"reason": "no", "processorId": "p"}
-    kept = {"reason": "no", "retry": True, "metadata": {"w": 1}, "processorId": "p"}
-    assert chunks.tripwire_chunk(kept)["payload"] == kept
+def test_an_abort_chunk_has_no_payload() -> None:
     abort, finish = chunks.abort_chunks()
     assert "payload" not in abort and finish["type"] == "finish"
 

@@ -376,8 +376,7 @@ class ErrorChunk(_Envelope):
 class TripwireChunk(_Envelope):
     type: Literal["tripwire"]
     payload: JsonObject
-    """``{reason, retry?, metadata?, processorId?}``: the processor's verdict (``retry`` only when
-    true, ``metadata`` only when given, as in Mastra)."""
+    """``{reason, retry, metadata, processorId}``: the processor's verdict."""
 
 
 class AbortChunk(_Envelope):

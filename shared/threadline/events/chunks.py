@@ -236,11 +236,10 @@ def error_chunk(error: JsonObject) -> ErrorChunk:
 
 
 def tripwire_chunk(tripwire: JsonObject) -> TripwireChunk:
-    """A processor blocked the run: its verdict ``{reason, retry?, metadata?, processorId}``, as
-    Mastra's chunk has it (``retry`` only when true, ``metadata`` only when given)."""
-    payload = {k: v for k, v in tripwire.items()
-               if not (k == "retry" and v is False) and not (k == "metadata" and v is None)}
-    return {"type": ChunkKind.TRIPWIRE, "from": FROM_AGENT, "payload": payload}
+    """A processor blocked the run: its verdict ``{reason, retry, metadata, processorId}``, every
+    key always there (``retry: false``, ``metadata: null`` when not given;
+    docs/decisions.md#mastra-step-payloads)."""
+    return {"type": ChunkKind.TRIPWIRE, "from": FROM_AGENT, "payload": tripwire}
 
 
 def attempt_discarded_chunk(step: int, attempt: int, reason: str,

@@ -298,6 +298,7 @@ async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: 
         # before handing over the usage it held back
         if watch.get("last_usage"):
             norm.outcome.usage = llm_normalise.usage(watch["last_usage"])
+            norm.outcome.raw_usage = llm_normalise.as_json(watch["last_usage"])
     if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
         raise llm_normalise.bad_response()
 
