@@ -152,3 +152,11 @@ async def test_a_cached_reply_is_not_given_to_process_llm_response() -> None:
                              StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, MemoryStepStore())
     assert outcome == Finish("stop")
     assert "text-delta" in sink.types() and "data-llm-response" not in sink.types()
+
+
+def test_a_delivered_notifications_echo_says_delivered_in_its_metadata_too() -> None:
+    from threadline.inbox.render import notification_signal
+
+    record = {"id": "ntf_1", "source": "ci", "kind": "build", "priority": "high", "summary": "Build 12 failed"}
+    echo = chunks.echo_chunk({**notification_signal(record), "id": "sig_1", "tagName": "notification"})
+    assert echo["data"].get("metadata", {})["notification"]["status"] == "delivered"  # as Mastra's echo
