@@ -160,3 +160,9 @@ def test_a_delivered_notifications_echo_says_delivered_in_its_metadata_too() -> 
     record = {"id": "ntf_1", "source": "ci", "kind": "build", "priority": "high", "summary": "Build 12 failed"}
     echo = chunks.echo_chunk({**notification_signal(record), "id": "sig_1", "tagName": "notification"})
     assert echo["data"].get("metadata", {})["notification"]["status"] == "delivered"  # as Mastra's echo
+
+
+def test_a_persisted_signals_run_starts_with_mastras_message_id() -> None:
+    signal = {"id": "sig_1", "type": "user", "contents": "later", "createdAt": "2026-01-01T00:00:00Z"}
+    start = chunks.synthetic_run_chunks(signal, agent_id="a", run_id="run_1")[0]
+    assert start["type"] == "start" and start["payload"] == {"id": "a", "messageId": "persisted-signal:sig_1"}

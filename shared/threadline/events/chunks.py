@@ -290,11 +290,12 @@ def abort_chunks() -> list[AbortChunk | FinishChunk]:
 
 def synthetic_run_chunks(signal: Mapping[str, Any], *, agent_id: str, run_id: str) -> list[ChunkBody]:
     """``start``, the signal's echo and ``finish``, stamped, of a run that made no model call
-    (an idle thread's ``persist``): what subscribers see of it."""
+    (an idle thread's ``persist``): what subscribers see of it. The ``start``'s ``messageId`` is
+    ``persisted-signal:<signal id>``, as Mastra's (no assistant message comes of it)."""
     echo = echo_chunk(signal)
     echo["from"] = FROM_AGENT
     chunks: list[ChunkBody] = [
-        start_chunk(agent_id, signal["id"]), echo,
+        start_chunk(agent_id, f"persisted-signal:{signal['id']}"), echo,
         finish_chunk("stop", finish_reason="stop", usage={"inputTokens": 0, "outputTokens": 0, "totalTokens": 0})]
     for i, c in enumerate(chunks):
         envelope(c, run_id=run_id, step=0, attempt=1, seq=i)
