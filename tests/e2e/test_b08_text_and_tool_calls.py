@@ -61,8 +61,9 @@ async def test_b08_text_and_calls_without_arguments_run_the_tool(path, services,
     else:
         assert results[0]["result"] == {"id": "C-1", "plan": "Pro"}
     finishes = [c["payload"] for c in chunks if c["type"] == "step-finish"]
-    assert [f["stepResult"] for f in finishes] == [{"reason": "tool-calls", "isContinued": True},
-                                                    {"reason": "stop", "isContinued": False}]
+    # rawReason (the provider's own) varies with the shape: not compared here
+    assert [{k: f["stepResult"][k] for k in ("reason", "isContinued")} for f in finishes] == [
+        {"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
     assert finishes[-1]["output"]["text"] == "C-1 is on Pro."  # the run's last text
     requests = model.requests(model=MODEL)
     assert len(requests) == 2

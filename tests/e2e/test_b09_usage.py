@@ -54,14 +54,19 @@ async def test_b09_usage_from_every_shape_summed_over_every_billed_response(path
     assert len(model.requests(model=MODEL)) == 3
     assert [c["payload"]["attempt"] for c in chunks if c["type"] == "attempt-discarded"] == [1]
     finishes = [c["payload"] for c in chunks if c["type"] == "step-finish"]
+    # a chunk's usage is Mastra's (decisions.md#mastra-step-payloads): the counts, and the report as `raw`
+    raws = [f["output"]["usage"].pop("raw") for f in finishes]
+    assert raws[0]["inputTokens"] == {"total": 1000, "noCache": 200, "cacheRead": 800}
+    assert raws[0]["outputTokens"] == {"total": 20, "text": 15, "reasoning": 5}
     assert finishes[0]["output"]["usage"] == {"inputTokens": 1000, "outputTokens": 20, "totalTokens": 1020,
                                               "cachedInputTokens": 800, "reasoningTokens": 5}
     # the step's usage is the accepted attempt's (the discarded attempt ended without a step-finish)
     assert finishes[-1]["output"]["usage"] == {"inputTokens": 1120, "outputTokens": 4, "totalTokens": 1124,
-                                               "cachedInputTokens": 1000}
+                                               "cachedInputTokens": 1000, "reasoningTokens": 0}
     assert finishes[-1]["output"]["text"] == "Five." and result.text == "Five."
     final = chunks[-1]
     assert final["type"] == "finish" and final["payload"]["finishReason"] == "stop"
+    assert final["payload"]["output"]["usage"].pop("raw") == raws[-1]  # the last step's report, as in Mastra
     assert final["payload"]["output"]["usage"] == TOTAL  # the discarded attempt is billed too (§21)
     assert result.usage == TOTAL
     row = await run_row(cluster.dsn, result.run_id)

@@ -79,7 +79,10 @@ async def test_c13_tool_calls_ending_with_stop_still_run_the_tool(services, sett
     assert len(model.requests(model="threadline-adder")) == 2
     finishes = [c for c in chunks if c["type"] == "step-finish"]
     assert finishes[0]["payload"]["stepResult"]["reason"] == "tool-calls"
-    assert finishes[0]["payload"]["output"]["usage"] == {"inputTokens": 40, "outputTokens": 9, "totalTokens": 49}
+    usage = finishes[0]["payload"]["output"]["usage"]
+    assert usage.pop("raw")["raw"] == {"prompt_tokens": 40, "completion_tokens": 9, "total_tokens": 49}  # as sent
+    assert usage == {"inputTokens": 40, "outputTokens": 9, "totalTokens": 49, "cachedInputTokens": 0,
+                     "reasoningTokens": 0}
     assert finishes[1]["payload"]["output"]["usage"] is None  # unknown, not 0
     result = next(c for c in chunks if c["type"] == "tool-result")
     assert result["payload"]["result"] == 5

@@ -32,13 +32,15 @@ async def test_send_message_wakes_a_run_that_streams_and_stores_the_thread(servi
     assert result["payload"]["result"]["name"] == "Ada Lovelace"
     step_finishes = [c for c in chunks if c["type"] == "step-finish"]
     assert [s["payload"]["stepResult"] for s in step_finishes] == [
-        {"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
+        {"reason": "tool-calls", "rawReason": "tool_calls", "isContinued": True},
+        {"reason": "stop", "rawReason": "stop", "isContinued": False}]
     # the model that answered, as Mastra's step-finish metadata has it (the demo prints it)
-    assert [s["payload"]["metadata"] for s in step_finishes] == [{"modelId": "threadline-fake", "modelProvider": "openai"}] * 2
+    assert [s["payload"]["metadata"]["modelMetadata"] for s in step_finishes] == [
+        {"modelId": "threadline-fake", "modelVersion": "v3", "modelProvider": "openai.chat"}] * 2
     text = "".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta")
     assert text == "Ada is on the pro plan with two open tickets."
-    assert types[-2:] == ["data-word-count", "finish"]
-    assert chunks[-2]["data"] == {"words": 10}
+    assert types[-3:] == ["data-word-count", "step-finish", "finish"]  # written at finish, before step-finish (Mastra)
+    assert chunks[-3]["data"] == {"words": 10}
     assert chunks[-1]["payload"]["finishReason"] == "stop"
     # the model's second request carried the tool result
     second = model.requests(model="threadline-fake")[1]["body"]["messages"]

@@ -43,7 +43,8 @@ async def test_idle_persist_stores_without_a_model_call_and_shows_a_synthetic_ru
         await sub.unsubscribe()
     assert accepted.action == "persist" and accepted.run_id is None and persisted.signal_id == accepted.signal_id
     assert [c["type"] for c in chunks] == ["start", "data-user-message", "finish"]  # S5
-    assert chunks[-1]["payload"]["output"]["usage"] == {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
+    assert chunks[-1]["payload"]["output"]["usage"] == {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0,
+                                                        "cachedInputTokens": 0, "reasoningTokens": 0}
     assert model.requests(model="threadline-signals") == []
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1", thread)
     assert [r["role"] for r in stored] == ["user"]

@@ -40,7 +40,8 @@ async def test_p29_c8_cached_response_replayed_through_output_processors(service
     text = "".join(c["payload"]["text"] for c in chunks if c["type"] == "text-delta")
     assert text == "CACHED ANSWER"  # replayed chunks went through process_output_stream (docs/decisions.md#cached-responses)
     run = await run_row(cluster.dsn, run_id)
-    assert run["state"]["processor_state"]["cache"]["from_cache"] == [True] and run["text"] == "CACHED ANSWER"
+    # as in Mastra, process_llm_response is not called after a cached reply (docs/decisions.md#cached-responses)
+    assert "from_cache" not in run["state"]["processor_state"].get("cache", {}) and run["text"] == "CACHED ANSWER"
 
 
 async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, model, cluster):
@@ -50,7 +51,8 @@ async def test_c2_m2_tool_round_and_one_assistant_message(services, settings, mo
     types = [c["type"] for c in chunks]
     assert types.index("tool-result") < types.index("step-finish")
     finishes = [c["payload"]["stepResult"] for c in chunks if c["type"] == "step-finish"]
-    assert finishes == [{"reason": "tool-calls", "isContinued": True}, {"reason": "stop", "isContinued": False}]
+    assert finishes == [{"reason": "tool-calls", "rawReason": "tool_calls", "isContinued": True},
+                        {"reason": "stop", "rawReason": "stop", "isContinued": False}]
     await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
     assert [r["role"] for r in stored] == ["user", "assistant"]

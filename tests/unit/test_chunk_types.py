@@ -87,6 +87,11 @@ def _built() -> list[dict[str, Any]]:
                                  model="openai/gpt-4o"),
         chunks.step_finish_chunk("msg_1", reason="error", is_continued=False, text=None, usage=None, has_text=False),
         chunks.finish_chunk("stop", finish_reason="stop", usage={"totalTokens": 1}, tripwire={"reason": "no"}),
+        chunks.finish_chunk("stop", finish_reason="stop", usage={"totalTokens": 1}, last_step=chunks.step_finish_chunk(
+            "msg_1", reason="stop", is_continued=False, text="x", usage={"totalTokens": 1}, model="openai/gpt-4o",
+            raw_reason="stop", tool_calls=[{"toolCallId": "c1", "toolName": "add", "args": {}}], retry_count=1,
+            response={"id": "r", "timestamp": "T", "modelId": "m", "headers": {"a": "b"},
+                      "rawUsage": {"total_tokens": 1}})["payload"]),
         chunks.object_chunk({"a": 1}), chunks.object_chunk({"a": 1}, final=True),
         chunks.error_chunk({"kind": "model", "message": "boom"}), chunks.tripwire_chunk({"reason": "blocked"}),
         chunks.attempt_discarded_chunk(0, 1, "retry", {"retryProcessorId": "p", "retryReason": "r"}),

@@ -21,8 +21,8 @@ def test_each_chunk_kind_prints_its_line(capsys: pytest.CaptureFixture[str], mon
         {"type": "data-signal", "data": {"tagName": "note", "contents": "x", "attributes": {"a": "b"}}},
         {"type": "tripwire", "payload": {"reason": "r"}},
         {"type": "step-finish", "payload": {"metadata": {}}},
-        {"type": "step-finish", "payload": {"metadata": {"modelId": "m1", "modelProvider": "p"}}},
-        {"type": "step-finish", "payload": {"metadata": {"modelId": "m2"}}},
+        {"type": "step-finish", "payload": {"metadata": {"modelMetadata": {"modelId": "m1", "modelProvider": "p.chat"}}}},
+        {"type": "step-finish", "payload": {"metadata": {"modelMetadata": {"modelId": "m2", "modelProvider": "p.chat"}}}},
         {"type": "finish", "payload": {"finishReason": "stop", "output": {"usage": {"totalTokens": 3}}}},
         {"type": "data-word-count", "data": {"n": 3}},
     ]

@@ -91,16 +91,20 @@ class StartPayload(TypedDict):
 
 class StepStartPayload(TypedDict):
     messageId: str
+    warnings: list[JsonValue]
+    """The provider's call warnings (Mastra's); none that Threadline knows of: ``[]``."""
     startedAt: NotRequired[int]
     """Milliseconds since the epoch; absent on a replayed (cached) response."""
 
 
 class PartPayload(TypedDict):
-    """``text-start`` / ``text-end`` / ``reasoning-start`` / ``reasoning-end``."""
+    """``text-start`` / ``text-end`` / ``reasoning-start`` / ``reasoning-end``: ``id`` is Mastra's
+    (``txt-0``, ``reasoning-0``); ``text-end`` repeats its ``type``, as Mastra's does."""
 
     id: str
     providerMetadata: NotRequired[dict[str, Any]]
     """On ``reasoning-end`` of an Anthropic thinking block: ``{anthropic: {signature}}``."""
+    type: NotRequired[str]
 
 
 class DeltaPayload(TypedDict):
@@ -148,6 +152,8 @@ class ToolErrorPayload(TypedDict):
 class StepResult(TypedDict):
     reason: str | None
     """The step's finish reason; ``retry`` on an attempt a processor rejected (it is retried)."""
+    rawReason: NotRequired[str]
+    """The provider's own finish reason (``tool_calls``), where one came."""
     isContinued: NotRequired[bool]
     retryProcessorId: NotRequired[str | None]
     """On a ``retry``: the processor that asked for it."""
@@ -170,30 +176,95 @@ class Usage(TypedDict, total=False):
     partial: bool
 
 
+class UsageParts(TypedDict):
+    total: int
+    noCache: NotRequired[int]
+    cacheRead: NotRequired[int]
+    text: NotRequired[int]
+    reasoning: NotRequired[int]
+
+
+class RawUsage(TypedDict):
+    """Mastra's ``usage.raw``: the counts split, and the provider's report as it came."""
+
+    inputTokens: UsageParts
+    """``{total, noCache, cacheRead}``."""
+    outputTokens: UsageParts
+    """``{total, text, reasoning}``."""
+    raw: JsonObject
+
+
+class MastraUsage(Usage, total=False):
+    """:class:`Usage` as a chunk carries it: ``reasoningTokens`` and ``cachedInputTokens`` always
+    (0 when not reported) and ``raw`` when the provider reported usage."""
+
+    raw: RawUsage
+
+
 class StepOutput(TypedDict):
     text: NotRequired[str | None]
-    usage: Usage | None
+    toolCalls: NotRequired[list[ToolCallPayload]]
+    """The step's tool calls ``{toolCallId, toolName, args}`` (``[]``: none)."""
+    usage: MastraUsage | Usage | None
     """``{inputTokens, outputTokens, totalTokens, ...}`` (token counts)."""
 
 
 class ModelMetadata(TypedDict):
     modelId: str
     """``gpt-4o`` of ``openai/gpt-4o``."""
-    modelProvider: str | None
+    modelVersion: str
+    """``v3``: the model interface whose stream shapes the chunks follow."""
+    modelProvider: str
+    """``openai.chat``: the provider, through its chat completions API."""
+
+
+class ProviderResponse(TypedDict, total=False):
+    """What the provider said of one answer (all optional: a cached or replayed answer has none)."""
+
+    id: str
+    """The provider's response id (``chatcmpl-…``)."""
+    timestamp: str
+    """When the provider made it, ISO 8601 UTC (``2026-01-01T00:00:00.000Z``)."""
+    modelId: str
+    """The model the provider says answered."""
+    headers: dict[str, str]
+    """Its HTTP response headers."""
+    rawUsage: JsonObject
+    """Its usage report as it came."""
+
+
+class StepMetadata(TypedDict):
+    """Mastra's ``metadata`` of a ``step-finish`` (and of a ``finish``)."""
+
+    providerMetadata: dict[str, JsonObject]
+    """``{<provider>: {}}``: the provider's own metadata (none that Threadline reads)."""
+    modelId: str
+    modelMetadata: ModelMetadata
+    id: NotRequired[str]
+    timestamp: NotRequired[str]
+    headers: NotRequired[dict[str, str]]
 
 
 class StepFinishPayload(TypedDict):
     messageId: str
     stepResult: StepResult
     output: StepOutput
-    metadata: NotRequired[ModelMetadata]
+    processorRetryCount: NotRequired[int]
+    """The processor retries of the step so far (Mastra's)."""
+    metadata: NotRequired[StepMetadata]
 
 
 class FinishPayload(TypedDict):
     stepResult: StepResult
     finishReason: str
+    """Threadline's: the run's finish reason (``stepResult.reason`` of its last step)."""
     output: NotRequired[StepOutput]
     tripwire: NotRequired[JsonObject]
+    messageId: NotRequired[str]
+    metadata: NotRequired[StepMetadata]
+    processorRetryCount: NotRequired[int]
+    response: NotRequired[JsonObject]
+    """The last step's ``id``, ``timestamp``, ``modelId``, ``headers``, ``modelMetadata``."""
 
 
 class ErrorPayload(TypedDict):
@@ -316,13 +387,13 @@ class ErrorChunk(_Envelope):
 class TripwireChunk(_Envelope):
     type: Literal["tripwire"]
     payload: JsonObject
-    """``{reason, retry?, metadata?, processorId?}``: the processor's verdict."""
+    """``{reason, retry, metadata, processorId}``: the processor's verdict."""
 
 
 class AbortChunk(_Envelope):
     type: Literal["abort"]
-    payload: JsonObject
-    """Empty."""
+    payload: NotRequired[JsonObject]
+    """None written (Mastra's has none); an older release wrote ``{}``."""
 
 
 class AttemptDiscardedChunk(_Envelope):

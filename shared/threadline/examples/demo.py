@@ -102,11 +102,12 @@ def _signal_line(k: Any) -> str:
 
 def _model_line(k: Any) -> str:
     """The model that answered, on its first ``step-finish`` that names it ("" after that)."""
-    meta = k["payload"].get("metadata")
+    step_meta = k["payload"].get("metadata")
+    meta = step_meta.get("modelMetadata") if step_meta else None
     if _seen_models or not (meta and meta.get("modelId")):
         return ""
     _seen_models.add(meta["modelId"])  # the model the worker called (its THREADLINE_MODEL or the agent's)
-    name = "/".join(x for x in (meta.get("modelProvider"), meta["modelId"]) if x)
+    name = f"{meta['modelProvider'].split('.', 1)[0]}/{meta['modelId']}"  # openai.chat: openai
     return f"  [answered by model {name}, as the running workers are configured]\n"
 
 

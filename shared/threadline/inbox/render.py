@@ -17,7 +17,7 @@ def notification_signal(record: dict[str, Any]) -> dict[str, Any]:
         attrs["coalescedCount"] = record["coalesced_count"]
     meta = {**(record.get("metadata") or {}), "notification": {
         "signal": "notification", "recordId": record["id"], "source": record["source"], "kind": record["kind"],
-        "priority": record["priority"], "status": "delivered"}}
+        "priority": record["priority"], "status": "delivered"}}  # as Mastra's: the signal is the delivery
     return {"type": "notification", "contents": record["summary"], "attributes": attrs, "metadata": meta}
 
 

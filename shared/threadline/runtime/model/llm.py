@@ -216,6 +216,7 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
         step_clock.mark("model_called")
         path, response, provider_stream = await _open(kwargs)
         step_clock.mark("model_opened")
+        outcome.headers = _headers(provider_stream)
         if path == "wrapper":
             watch = llm_stream.watch_raw(response)
             chunks: Any = llm_stream.wrapper_chunks(response)
@@ -240,6 +241,13 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
             await stream.aclose()
     for event in norm.end():
         yield event
+
+
+def _headers(provider_stream: object) -> dict[str, str] | None:
+    """The provider's HTTP response headers, where the read path holds its ``httpx.Response``
+    (the direct path and the openai SDK's stream); ``None`` under litellm's wrapper."""
+    headers = getattr(getattr(provider_stream, "response", None), "headers", None)
+    return dict(headers.items()) if headers is not None and hasattr(headers, "items") else None
 
 
 def request_kwargs(model: str, *, messages: list[CoreMessage], tools: list[ToolSpec] | None,
@@ -307,6 +315,7 @@ async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: 
         # before handing over the usage it held back
         if watch.get("last_usage"):
             norm.outcome.usage = llm_normalise.usage(watch["last_usage"])
+            norm.outcome.raw_usage = llm_normalise.as_json(watch["last_usage"])
     if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
         raise llm_normalise.bad_response()
 

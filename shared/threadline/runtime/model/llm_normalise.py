@@ -42,6 +42,11 @@ from threadline.text import clean_json, clean_text, loads_clean
 FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
           "length": "length", "content_filter": "content-filter"}
 """Provider finish reasons and Mastra's names for them; any other is ``other``."""
+TEXT_ID = "txt-0"
+"""The ``id`` of a step's text part, as Mastra's OpenAI-compatible provider names it (one text part
+per step); its ``text-end`` payload repeats ``type``, as Mastra's does."""
+REASONING_ID = "reasoning-0"
+"""The ``id`` of a step's reasoning part, as Mastra's OpenAI-compatible provider names it."""
 USAGE_KEYS = ("inputTokens", "outputTokens", "totalTokens", "cachedInputTokens", "reasoningTokens")
 
 
@@ -104,6 +109,17 @@ def usage(raw: object) -> Usage:
     return result
 
 
+def as_json(raw: Any) -> dict[str, Any] | None:
+    """A provider usage report as JSON: a dict as it is, a pydantic object dumped; else ``None``."""
+    if isinstance(raw, dict):
+        return clean_json(raw)
+    dump = getattr(raw, "model_dump", None)
+    if callable(dump):
+        value = dump(exclude_none=True)
+        return clean_json(value) if isinstance(value, dict) else None
+    return None
+
+
 def parse_args(text: str, obj: object = None) -> JSONValue:
     """A call's arguments: ``obj`` when they came as an object, else ``text`` parsed; empty,
     whitespace or ``null`` is ``{}``; text that is not JSON is ``{"__raw": text}``."""
@@ -156,9 +172,12 @@ class StreamNormaliser:
         """The Mastra chunks for one stream chunk."""
         self.events += 1
         out: list[dict[str, Any]] = []
+        if self.events == 1:
+            self._response_fields(chunk)
         raw_usage = chunk.get("usage")
         if raw_usage and self.take_usage:
             self.outcome.usage = usage(raw_usage)
+            self.outcome.raw_usage = as_json(raw_usage)
         for choice in chunk.get("choices") or ():
             if not isinstance(choice, dict):
                 continue
@@ -171,6 +190,13 @@ class StreamNormaliser:
             break  # one choice (n=1)
         return out
 
+    def _response_fields(self, chunk: dict[str, Any]) -> None:
+        """The response's ``id``, ``created`` and ``model``, as the provider's first chunk gives them."""
+        rid, created, model = chunk.get("id"), count(chunk.get("created")), chunk.get("model")
+        self.outcome.response_id = rid if isinstance(rid, str) and rid else None
+        self.outcome.created_s = created
+        self.outcome.model_id = model if isinstance(model, str) and model else None
+
     def _delta(self, delta: dict[str, Any], out: list[dict[str, Any]]) -> None:
         reasoning = delta.get("reasoning_content")
         if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
@@ -179,9 +205,9 @@ class StreamNormaliser:
             reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
             if not self._reasoning_open:
                 self._reasoning_open = True
-                out.append({"type": "reasoning-start", "payload": {"id": "r0"}})
+                out.append({"type": "reasoning-start", "payload": {"id": REASONING_ID}})
             self.outcome.add_reasoning(reasoning)
-            out.append({"type": "reasoning-delta", "payload": {"id": "r0", "text": reasoning}})
+            out.append({"type": "reasoning-delta", "payload": {"id": REASONING_ID, "text": reasoning}})
         for block in delta.get("thinking_blocks") or ():  # Anthropic's thinking block, its signature last
             if isinstance(block, dict) and isinstance(block.get("signature"), str) and block["signature"]:
                 self._signature = block["signature"]
@@ -193,9 +219,9 @@ class StreamNormaliser:
             content = clean_text(content)
             if not self._text_open:
                 self._text_open = True
-                out.append({"type": "text-start", "payload": {"id": "t0"}})
+                out.append({"type": "text-start", "payload": {"id": TEXT_ID}})
             self.outcome.add_text(content)
-            out.append({"type": "text-delta", "payload": {"id": "t0", "text": content}})
+            out.append({"type": "text-delta", "payload": {"id": TEXT_ID, "text": content}})
         unindexed = 0
         for fragment in delta.get("tool_calls") or ():
             if not isinstance(fragment, dict):
@@ -245,7 +271,7 @@ class StreamNormaliser:
     def _reasoning_end(self) -> dict[str, Any]:
         """``reasoning-end``, with Anthropic's thinking signature as Mastra carries it
         (``providerMetadata.anthropic.signature``) when the block had one."""
-        payload: dict[str, Any] = {"id": "r0"}
+        payload: dict[str, Any] = {"id": REASONING_ID}
         if self._signature:
             payload["providerMetadata"] = {"anthropic": {"signature": self._signature}}
         return {"type": "reasoning-end", "payload": payload}
@@ -258,7 +284,7 @@ class StreamNormaliser:
         if self._reasoning_open:
             out.append(self._reasoning_end())
         if self._text_open:
-            out.append({"type": "text-end", "payload": {"id": "t0"}})
+            out.append({"type": "text-end", "payload": {"type": "text-end", "id": TEXT_ID}})
         for entry in self._calls:
             call: ToolCallPayload = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
                     "args": parse_args("".join(entry["argsText"]), entry["argsObject"])}

@@ -304,7 +304,8 @@ def as_dict(chunk: object) -> dict[str, Any]:
                       "content": getattr(delta, "content", None), "tool_calls": calls,
                       "thinking_blocks": getattr(delta, "thinking_blocks", None)}
         choices.append({"delta": fields, "finish_reason": getattr(choice, "finish_reason", None)})
-    return {"usage": getattr(chunk, "usage", None), "choices": choices}
+    return {"usage": getattr(chunk, "usage", None), "choices": choices, "id": getattr(chunk, "id", None),
+            "created": getattr(chunk, "created", None), "model": getattr(chunk, "model", None)}
 
 
 def watch_raw(response: Any) -> StreamWatch:

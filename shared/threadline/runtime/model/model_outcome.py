@@ -5,7 +5,7 @@ litellm's import (several seconds of CPU)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from threadline.events.chunk_types import ToolCallPayload, Usage
 
@@ -31,6 +31,16 @@ class ModelOutcome:
     finish_reason: str = "other"
     usage: Usage | None = None
     raw_finish_reason: str | None = None
+    response_id: str | None = None
+    """The provider's id of the response (``chatcmpl-…``), as its first chunk gave it."""
+    created_s: int | None = None
+    """When the provider says it made the response (``created``, seconds since the epoch)."""
+    model_id: str | None = None
+    """The model the provider says answered (``model`` of its chunks)."""
+    headers: dict[str, str] | None = None
+    """The provider's HTTP response headers (``None``: the read path does not expose them)."""
+    raw_usage: dict[str, Any] | None = None
+    """The provider's last usage report as it sent it (JSON), behind :attr:`usage`."""
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)
 
@@ -64,6 +74,7 @@ class ModelOutcome:
         """Forget a failed call's partial output (before a retry or the next fallback model)."""
         self._text, self._reasoning, self.tool_calls, self.finish_reason = [], [], [], "other"
         self.usage = self.raw_finish_reason = None
+        self.response_id = self.created_s = self.model_id = self.headers = self.raw_usage = None
 
 
 def _joined(pieces: list[str]) -> str:

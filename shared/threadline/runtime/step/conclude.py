@@ -7,12 +7,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from threadline._internal.attrdict import AttrDict, wrap
 from threadline.events import chunks
+from threadline.events.json_types import JSONObject
+from threadline.logging import get_logger
 from threadline.runtime.message_types import ToolOutcome
+from threadline.runtime.processor import TripWire
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.prepare import ModelRequest
 from threadline.runtime.step.respond import ModelResponse
 from threadline.runtime.step.state import StepState
+
+log = get_logger(__name__)
 
 DEFAULT_MAX_STEPS = 5
 
@@ -40,6 +46,7 @@ async def conclude(step: StepState, request: ModelRequest, response: ModelRespon
     """Record the step's summary, decide whether the run continues and emit ``step-finish``.
     ``consumed``: the signals this step drained (not counted as pending)."""
     step_no = step.run.step
+    step.finish = None
     step.steps.append({"stepNumber": step_no, "text": response.text, "toolCalls": response.calls,
                        "toolResults": results, "finishReason": response.finish_reason, "usage": response.usage,
                        **({"object": response.object} if request.spec is not None and response.object is not None
@@ -50,7 +57,29 @@ async def conclude(step: StepState, request: ModelRequest, response: ModelRespon
     continued = continues(results=bool(results), children=children, pending=pending, step_no=step_no,
                           max_steps=int(options.get("max_steps") or DEFAULT_MAX_STEPS))
     caller = request.caller
-    await step.emit(chunks.step_finish_chunk(step.response_id, reason=response.finish_reason,
-                                             is_continued=continued, text=response.text, usage=response.usage,
-                                             model=caller.choices[caller.index].model))
+    chunk = chunks.step_finish_chunk(step.response_id, reason=response.finish_reason, is_continued=continued,
+                                     text=response.text, usage=response.usage, model=caller.choices[caller.index].model,
+                                     raw_reason=response.raw_finish_reason, tool_calls=response.calls,
+                                     response=response.provider, retry_count=step.runner.retry_count)
+    step.last_step_finish = chunk["payload"]
+    if not continued:  # Mastra's processors see the run's finish before the last step-finish goes out
+        step.finish = await finish_seen(step, response.finish_reason)
+    await step.emit(chunk)
     return Attempted(response.finish_reason, continued)
+
+
+async def finish_seen(step: StepState, reason: str, *, finish_reason: str | None = None,
+                      tripwire: JSONObject | None = None, after_step: bool = True) -> AttrDict:
+    """The run's ``finish`` chunk (for a run ending with ``reason``), through
+    ``process_output_stream``: processors see it, and what they write then is emitted now, but
+    they cannot drop or block it (an abort on it is logged and ignored). Emitted by the caller.
+    ``finish_reason``: when not ``reason``. ``after_step``: the run ended with its step's
+    ``step-finish`` (whose fields the finish repeats, as Mastra's does), not a tripwire or an error."""
+    last = step.last_step_finish if after_step else None
+    chunk: AttrDict = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason or reason, usage=step.usage_total,
+                                               tripwire=tripwire, last_step=last))
+    try:  # the finish cannot be dropped: the processors' verdict is not used
+        await step.runner.process_output_stream(chunk, step.ml)
+    except TripWire as tw:
+        log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
+    return chunk

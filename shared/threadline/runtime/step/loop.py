@@ -24,7 +24,6 @@ from typing import Any
 
 import orjson
 
-from threadline._internal.attrdict import wrap
 from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
@@ -44,7 +43,7 @@ from threadline.runtime.processor_args import AbortSignal
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
 from threadline.runtime.step.children import resume_children
-from threadline.runtime.step.conclude import Attempted, conclude
+from threadline.runtime.step.conclude import Attempted, conclude, finish_seen
 from threadline.runtime.step.ports import (
     ChunkSink,
     Continue,
@@ -299,7 +298,7 @@ class StepLoop:
                      processor_id=retry and retry["retryProcessorId"])
         if not done.continued:
             await self._output_result(step, done.finish_reason)
-            await self._finish_chunk(step, done.finish_reason, finish_reason=done.finish_reason)
+            await step.writer.emit(step.finish or await finish_seen(step, done.finish_reason))
         return done
 
     async def _discard(self, step: StepState, store: StepStore, reason: str, retry: dict[str, Any] | None) -> None:
@@ -334,13 +333,9 @@ class StepLoop:
 
     async def _finish_chunk(self, step: StepState, reason: str, *, finish_reason: str,
                             tripwire: JSONObject | None = None) -> None:
-        chunk = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason, usage=step.usage_total,
-                                         tripwire=tripwire))
-        try:  # processors see the terminal chunk but cannot drop or block it
-            await step.runner.process_output_stream(chunk, step.ml)
-        except TripWire as tw:
-            log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
-        await step.writer.emit(chunk)
+        # after the step's step-finish (an abort in process_output_result), the finish repeats it
+        await step.writer.emit(await finish_seen(step, reason, finish_reason=finish_reason, tripwire=tripwire,
+                                                 after_step=step.last_step_finish is not None))
 
     async def _fail(self, step: StepState, error: JSONObject) -> None:
         await step.writer.emit(chunks.error_chunk(error))

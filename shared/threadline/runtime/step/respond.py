@@ -9,13 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
-from threadline.events.chunk_types import ToolCallPayload
+from threadline.events.chunk_types import ProviderResponse, ToolCallPayload
 from threadline.events.json_types import JSONValue
 from threadline.logging import get_logger
 from threadline.runtime.message_types import RecordedOutput
@@ -49,6 +50,10 @@ class ModelResponse:
     """The chunks as the model streamed them, before the output processors."""
     fresh: bool
     """The model was asked now (not a cached response, not a crashed attempt's replayed output)."""
+    raw_finish_reason: str | None = None
+    """The provider's own finish reason (``tool_calls``; ``None``: none came, or not asked now)."""
+    provider: ProviderResponse | None = None
+    """What the provider said of its answer (id, time, model, headers, usage report)."""
 
 
 async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> ModelResponse:
@@ -60,6 +65,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
         TripWire: a processor aborted.
     """
     runner, step_no = step.runner, step.run.step
+    step.last_step_finish = None  # this attempt's, once concluded
     await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
         step.response_id, started_at_ms=None if request.cached else int(time.time() * 1000)))
     step.response_message()
@@ -76,8 +82,9 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
     step.attempt_output = {"text": response.text, "usage": response.usage}
     steps = [*step.steps, _this_step(step_no, response)]  # "all completed steps so far, including this step"
-    await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=steps,
-                                      from_cache=bool(request.cached))
+    if not request.cached:  # as in Mastra: a reply from process_llm_request's cache is not a model response
+        await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=steps,
+                                          from_cache=False)
     _add_parts(step, response, _calls_first(processed))
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
@@ -142,7 +149,26 @@ def _response(processed: list[AttrDict], outcome: ModelOutcome, raw: list[dict[s
                      if p["type"] == "reasoning-end" and p["payload"].get("providerMetadata")), None)
     return ModelResponse(text=joined("text-delta"), reasoning=joined("reasoning-delta"), reasoning_metadata=metadata,
                          calls=[cast(ToolCallPayload, dict(p["payload"])) for p in processed if p["type"] == "tool-call"],
-                         usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh)
+                         usage=outcome.usage, finish_reason=outcome.finish_reason, chunks=raw, fresh=fresh,
+                         raw_finish_reason=outcome.raw_finish_reason, provider=provider_response(outcome))
+
+
+def provider_response(outcome: ModelOutcome) -> ProviderResponse:
+    """What the provider said of its answer, as ``step-finish``'s metadata carries it (only the
+    fields it gave; the timestamp from its ``created`` seconds, as ISO 8601 UTC)."""
+    got: ProviderResponse = {}
+    if outcome.response_id:
+        got["id"] = outcome.response_id
+    if outcome.created_s is not None:
+        when = datetime.fromtimestamp(outcome.created_s, tz=UTC)
+        got["timestamp"] = when.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if outcome.model_id:
+        got["modelId"] = outcome.model_id
+    if outcome.headers is not None:
+        got["headers"] = outcome.headers
+    if outcome.raw_usage is not None:
+        got["rawUsage"] = outcome.raw_usage
+    return got
 
 
 def _this_step(step_no: int, response: ModelResponse) -> dict[str, Any]:

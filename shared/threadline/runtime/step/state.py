@@ -9,7 +9,7 @@ from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline.errors import ModelCallError
-from threadline.events.chunk_types import Emitted, ToolCallPayload
+from threadline.events.chunk_types import Emitted, StepFinishPayload, ToolCallPayload
 from threadline.events.json_types import JSONObject
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
@@ -80,6 +80,11 @@ class StepState:
     the model finished)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
+    last_step_finish: StepFinishPayload | None = None
+    """The payload of the step's ``step-finish`` (the run's ``finish`` repeats its fields)."""
+    finish: AttrDict | None = None
+    """The run's ``finish``, seen by the processors before the last ``step-finish`` (emitted after
+    ``process_output_result``); ``None`` while the run continues."""
     _transforms: bool | None = None
 
     def next_model(self) -> bool:
