@@ -188,9 +188,9 @@ class Agent:
             self.dynamic["workflows"] = workflows
         self.workflow_tools = self._workflow_tools(workflows)
         """The tools of the static ``workflows`` (``workflow-<key>``), also in ``tools``."""
-        from threadline.runtime.sub_agents import static_sub_agents
+        from threadline.runtime.sub_agents import SubAgent, static_sub_agents
 
-        self.agents: dict[str, Agent] = static_sub_agents(agents, id)
+        self.agents: dict[str, SubAgent] = static_sub_agents(agents, id)
         """Sub-agents by key (a function: ``{}`` here, resolved per run); each is the tool ``agent-<key>``."""
         self.hooks = ToolHooks.of(hooks)
         self.input_processors = check_processor_list(input_processors, "input", agent_id=id)

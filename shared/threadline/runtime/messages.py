@@ -21,7 +21,7 @@ from threadline.events.messages import make_message, now_iso
 from threadline.events.signals import render_for_model
 from threadline.ids import new_id
 from threadline.runtime.message_types import UIMessage
-from threadline.runtime.sub_agents import model_output
+from threadline.runtime.sub_agent_names import model_output
 
 Source = Literal["memory", "input", "response", "context"]
 

@@ -41,6 +41,8 @@ def load_agents(module_name: str) -> dict[str, Agent]:
     subs = [sub for agent in out.values() for sub in agent.agents.values()]
     while subs:  # a static sub-agent is served too, listed or not (its child runs need it)
         sub = subs.pop()
+        if not isinstance(sub, Agent):  # a sub-agent is served like any agent, so it must be one
+            raise ConfigurationError(f"sub-agent {sub.id!r} is a {type(sub).__name__}, not an Agent")
         if sub.id not in out:
             out[sub.id] = sub
             subs.extend(sub.agents.values())

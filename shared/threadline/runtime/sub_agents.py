@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import orjson
 
@@ -22,10 +22,8 @@ from threadline.errors import ConfigurationError
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject
 from threadline.orchestration.children import ChildRequest
+from threadline.runtime.sub_agent_names import TOOL_PREFIX
 from threadline.runtime.tools import JSON_SCHEMA_DRAFT_07, Tool
-
-if TYPE_CHECKING:
-    from threadline.runtime.agent import Agent
 
 
 @runtime_checkable
@@ -37,8 +35,6 @@ class SubAgent(Protocol):
     name: str
     description: str
 
-TOOL_PREFIX = "agent-"
-"""Mastra names the tool of sub-agent key ``k`` ``agent-k``."""
 
 INPUT_SCHEMA: JSONObject = {
     "$schema": JSON_SCHEMA_DRAFT_07,
@@ -49,15 +45,6 @@ INPUT_SCHEMA: JSONObject = {
 }
 """The arguments of a sub-agent tool: Mastra's ``prompt`` only, in the shape Mastra sends a tool
 schema (Mastra's other, optional arguments are not offered: docs/decisions.md#sub-agent-input)."""
-
-
-def model_output(tool_name: str, result: object) -> object:
-    """What the model reads of a tool's result: a sub-agent call's ``text`` alone (as Mastra's
-    sub-agent tools hand the model only the answer; the run and thread ids stay in the stream and
-    the stored thread), any other result as it is."""
-    if tool_name.startswith(TOOL_PREFIX) and isinstance(result, Mapping) and "subAgentRunId" in result:
-        return str(result.get("text") or "")
-    return result
 
 
 def _not_inline(*_: object) -> object:
@@ -98,7 +85,7 @@ def sub_agent_tools(agents: object, parent_id: str) -> dict[str, Tool]:
     return out
 
 
-def static_sub_agents(agents: Any, parent_id: str) -> dict[str, Agent]:
+def static_sub_agents(agents: Any, parent_id: str) -> dict[str, SubAgent]:
     """The ``agents`` option as given (a function: ``{}``, resolved per run). Raises as
     :func:`sub_agent_tools`."""
     if callable(agents) or agents is None:

@@ -21,7 +21,7 @@ from threadline.events.json_types import JSONObject
 from threadline.runtime.message_types import ToolSpec
 
 if TYPE_CHECKING:
-    from threadline.runtime.workflows import JournalFactory
+    from threadline.runtime.workflow_journal import JournalFactory
 
 
 class AbortSignal(threading.Event):

@@ -21,7 +21,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -30,6 +30,7 @@ from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError, StaleWriterError
 from threadline.events.json_types import JSONValue
 from threadline.runtime.tools import AbortSignal, CustomWriter, Tool, ToolContext, to_jsonable
+from threadline.runtime.workflow_journal import Entry, Journal, JournalFactory
 
 Schema = type[BaseModel] | dict[str, Any] | None
 """A pydantic model class, a JSON Schema dict, or ``None`` (anything goes)."""
@@ -220,29 +221,6 @@ def step_path(index: int, step_id: str) -> str:
     return f"{index}/{step_id}"
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """A journal record of one step: ``status`` ``running`` / ``success`` / ``failed``."""
-
-    status: str
-    output: Any = None
-    error: str | None = None
-
-
-class Journal(Protocol):
-    """Where a workflow's steps are recorded (one per tool call of a workflow)."""
-
-    async def load(self) -> dict[str, Entry]:
-        """Every recorded step of this tool call, by path."""
-
-    async def start(self, path: str) -> None:
-        """Record ``path`` as running (under this attempt). Raises :class:`WorkflowFencedError` when
-        this worker no longer owns the step, :class:`JournalUnavailableError` when unreachable."""
-
-    async def end(self, path: str, status: str, output: object, error: str | None) -> None:
-        """Record ``path``'s end (``success`` / ``failed``). Raises as :meth:`start`."""
-
-
 class MemoryJournal:
     """A journal in a dict (tests of the pure logic; a workflow run outside a worker)."""
 
@@ -409,10 +387,6 @@ async def _all(runs: list[Awaitable[Any]]) -> list[Any]:
     if errors:
         raise errors[0]
     return outs
-
-
-JournalFactory = Callable[[str], Journal]
-"""``tool_call_id -> Journal`` for one step attempt (the worker's; ``None``: in memory)."""
 
 
 def workflow_tool(key: str, workflow: Workflow) -> Tool:

@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 import asyncpg
 
 from threadline.logging import get_logger
-from threadline.runtime.workflows import Entry, JournalUnavailableError, WorkflowFencedError
+from threadline.runtime.workflow_journal import Entry
+from threadline.runtime.workflows import JournalUnavailableError, WorkflowFencedError
 from threadline.store.workflow_steps import end_step, load_steps, start_step
 from threadline.transient import STORE_BACKOFF, is_transient, retrying
 
