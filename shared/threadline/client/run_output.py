@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from threadline.errors import ThreadlineError
 from threadline.events.chunk_types import ChunkBody, ChunkKind, known
 from threadline.events.json_types import JSONObject
+from threadline.events.replies import mastra_tripwire
 
 
 class ChunkSource(Protocol):
@@ -228,9 +229,9 @@ class RunOutput:
 
 
     async def tripwire(self, *, timeout_s: float | None = None) -> dict[str, Any] | None:
-        """The tripwire that ended the run (Mastra's ``result.tripwire``: ``{reason, retry,
-        metadata, processorId}``, from the ``finish`` chunk), once finished; ``None`` when no
-        processor aborted it.
+        """The tripwire that ended the run (Mastra's ``result.tripwire``: ``{reason, processorId,
+        retry?, metadata?}``, from the ``finish`` chunk; ``retry`` only when true, ``metadata``
+        only when given), once finished; ``None`` when no processor aborted it.
 
         Raises:
             TimeoutError: as :meth:`consume_stream`.
@@ -238,7 +239,7 @@ class RunOutput:
         for k in map(known, reversed(await self.consume_stream(timeout_s=timeout_s))):
             if k is not None and k["type"] == ChunkKind.FINISH:
                 tripwire = (k.get("payload") or {}).get("tripwire")
-                return dict(tripwire) if isinstance(tripwire, Mapping) else None
+                return mastra_tripwire(tripwire) if isinstance(tripwire, Mapping) else None
         return None
 
 

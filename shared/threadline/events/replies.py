@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, TypeAdapter, field_serializer, field_validator, model_validator
@@ -51,6 +52,15 @@ class ErrorReply(_ReplyBase):
     message: str
 
 
+def mastra_tripwire(tripwire: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A tripwire as Mastra's result carries it: ``{reason, processorId, retry?, metadata?}``,
+    ``retry`` only when true and ``metadata`` only when given (``None`` stays ``None``)."""
+    if tripwire is None:
+        return None
+    return {k: v for k, v in tripwire.items()
+            if not (k == "retry" and v is False) and not (k == "metadata" and v is None)}
+
+
 class RunResult(_ReplyBase):
     """Result of a ``generate`` request (what Mastra's ``generate()`` returns)."""
 
@@ -60,7 +70,9 @@ class RunResult(_ReplyBase):
     finish_reason: str
     usage: dict[str, Any] = Field(default_factory=dict)
     """Mastra's result usage: ``inputTokens``, ``outputTokens``, ``totalTokens``, and
-    ``cachedInputTokens`` / ``reasoningTokens`` (``0`` when the provider reported none)."""
+    ``cachedInputTokens`` / ``reasoningTokens`` (``0`` when the provider reported none); with the
+    last step's provider report, ``raw {inputTokens {total, noCache, cacheRead}, outputTokens
+    {total, text, reasoning}, raw}`` from the last step's usage (as Mastra's result)."""
     steps: list[dict[str, Any]] = Field(default_factory=list)
     tripwire: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -75,10 +87,19 @@ class RunResult(_ReplyBase):
                     "reasoningTokens": usage.get("reasoningTokens") or 0}
         return usage
 
+    @field_validator("tripwire")
+    @classmethod
+    def _mastra_tripwire(cls, tripwire: dict[str, Any] | None) -> dict[str, Any] | None:
+        return mastra_tripwire(tripwire)
+
     @model_validator(mode="after")
-    def _object_of_the_last_step(self) -> RunResult:
-        if self.object is None and self.steps and isinstance(self.steps[-1], dict):
-            self.object = self.steps[-1].get("object")
+    def _from_the_last_step(self) -> RunResult:
+        last = self.steps[-1] if self.steps and isinstance(self.steps[-1], dict) else {}
+        if self.object is None:
+            self.object = last.get("object")
+        raw = (last.get("usage") or {}).get("raw") if isinstance(last.get("usage"), dict) else None
+        if raw is not None and "inputTokens" in self.usage and "raw" not in self.usage:
+            self.usage = {**self.usage, "raw": raw}  # the last step's report, as Mastra's result
         return self
 
 
