@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, TypeAdapter, field_serializer, field_validator, model_validator
@@ -52,15 +51,6 @@ class ErrorReply(_ReplyBase):
     message: str
 
 
-def mastra_tripwire(tripwire: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """A tripwire as Mastra's result carries it: ``{reason, processorId, retry?, metadata?}``,
-    ``retry`` only when true and ``metadata`` only when given (``None`` stays ``None``)."""
-    if tripwire is None:
-        return None
-    return {k: v for k, v in tripwire.items()
-            if not (k == "retry" and v is False) and not (k == "metadata" and v is None)}
-
-
 class RunResult(_ReplyBase):
     """Result of a ``generate`` request (what Mastra's ``generate()`` returns)."""
 
@@ -86,11 +76,6 @@ class RunResult(_ReplyBase):
             return {**usage, "cachedInputTokens": usage.get("cachedInputTokens") or 0,
                     "reasoningTokens": usage.get("reasoningTokens") or 0}
         return usage
-
-    @field_validator("tripwire")
-    @classmethod
-    def _mastra_tripwire(cls, tripwire: dict[str, Any] | None) -> dict[str, Any] | None:
-        return mastra_tripwire(tripwire)
 
     @model_validator(mode="after")
     def _from_the_last_step(self) -> RunResult:
