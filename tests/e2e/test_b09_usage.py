@@ -68,6 +68,7 @@ async def test_b09_usage_from_every_shape_summed_over_every_billed_response(path
     assert final["type"] == "finish" and final["payload"]["finishReason"] == "stop"
     assert final["payload"]["output"]["usage"].pop("raw") == raws[-1]  # the last step's report, as in Mastra
     assert final["payload"]["output"]["usage"] == TOTAL  # the discarded attempt is billed too (§21)
+    assert result.usage.pop("raw") == raws[-1]  # the result's usage has the last step's report too
     assert result.usage == TOTAL
     row = await run_row(cluster.dsn, result.run_id)
     assert row["usage"] == TOTAL

@@ -107,12 +107,16 @@ async def _idle_delivery(settings, model, priority, reason, **fields):
         await sub.unsubscribe()
         # Mastra's result: the created signal, and the woken run's output (accepted.output)
         assert await res["output"].text(timeout_s=30) == "noted"
-    assert res["signal"]["id"] == res["signal_id"] and res["signal"]["contents"] == f"{priority} thing"
+    assert res["signal"]["id"].startswith("sig_") and res["signal"]["contents"] == f"{priority} thing"
+    assert "signal_id" not in res and res["run_id"] == res["accepted"]["run_id"]  # Mastra's {signal, runId, …}
     assert res["signal"]["type"] == "notification" and res["signal"]["acceptedAt"] and "persisted" not in res
     assert res["signal"]["metadata"]["notification"]["status"] == "delivered"
     assert res["decision"]["action"] == "deliver" and res["decision"]["reason"] == reason
     assert res["accepted"]["action"] == "wake" and res["record"]["status"] == "delivered"
-    assert res["record"]["delivered_signal_id"] == res["signal_id"]
+    assert res["record"]["delivered_signal_id"] == res["signal"]["id"]
+    # Mastra's NotificationRecord: fields that hold a value, none of the inbox's own bookkeeping
+    assert None not in res["record"].values() and not {"held", "summarized"} & set(res["record"])
+    assert ("attributes" in res["record"]) == bool(fields.get("attributes"))  # as given
     assert next(c for c in chunks if c["type"] == "data-signal")["data"]["type"] == "notification"
     last = _users(model.requests(model="threadline-notes")[-1])[-1]
     assert last.startswith("<notification ") and f'priority="{priority}"' in last and f">{priority} thing<" in last
@@ -138,9 +142,11 @@ async def test_n8_sources_beat_priorities_on_the_cluster(services, settings, mod
     async with ThreadlineClient(settings) as tl:
         github = await _notify(tl, thread, agent="notes-sources", priority="urgent")
         slack = await _notify(tl, thread, agent="notes-sources", priority="urgent", source="slack")
-    assert github["decision"] == {"action": "discard", "reason": "policy-source"}
-    assert github["record"]["status"] == "discarded" and github["record"]["delivery_reason"] == "policy-source"
-    assert slack["decision"] == {"action": "persist", "reason": "policy-priority"}
+    # a policy's decision is the one it gave, with no reason of ours (Mastra's `{action: "discard"}`)
+    assert github["decision"] == {"action": "discard"}
+    assert github["record"]["status"] == "discarded" and "delivery_reason" not in github["record"]
+    assert github["record"]["discarded_at"]  # Mastra's discardedAt
+    assert slack["decision"] == {"action": "persist"}
     assert slack["record"]["status"] == "pending" and "accepted" not in slack
 
 
@@ -180,7 +186,7 @@ async def test_n1_urgent_on_active_thread_is_delivered_into_the_run(services, se
     assert res["accepted"] == {"action": "deliver", "run_id": run_id}
     rec = await _record(cluster.dsn, res["record"]["id"])
     assert rec["status"] == "delivered" and rec["delivery_reason"] == "urgent"
-    assert rec["delivered_signal_id"] == res["signal_id"]
+    assert rec["delivered_signal_id"] == res["signal"]["id"]
     assert {c["runId"] for c in chunks} == {run_id}
     requests = model.requests(model="threadline-notes")
     assert len(requests) == 2 and ">prod down</notification>" in _users(requests[1])[-1]  # the run's next step
@@ -199,8 +205,8 @@ async def test_n3_high_on_active_thread_summary_now_full_once_when_idle(services
         await sub.unsubscribe()
     assert high["decision"]["reason"] == "active-high-summary-then-full" and high["accepted"]["action"] == "deliver"
     view = high["record"]  # the summary is out, the full delivery waits for idle
-    assert view["status"] == "pending" and view["deliver_at"] and view["summary_at"] is None
-    assert view["summary_signal_id"] == high["signal_id"]
+    assert view["status"] == "pending" and view["deliver_at"] and "summary_at" not in view
+    assert view["summary_signal_id"] == high["signal"]["id"]
     assert again["record"]["id"] == high["record"]["id"] and again["record"]["coalesced_count"] == 2  # dedupe
     assert "accepted" not in again  # one summary for the record, not one per merge
     requests = model.requests(model="threadline-notes")
@@ -227,7 +233,8 @@ async def test_n4_medium_on_active_thread_summary_now_then_inbox_only(services, 
     assert med["decision"]["reason"] == "active-batch-summary"
     assert med["accepted"] == {"action": "deliver", "run_id": run_id}
     view = med["record"]
-    assert (view["status"], view["summary_at"], view["deliver_at"], view["summarized"]) == ("pending", None, None, True)
+    assert (view["status"], view.get("summary_at"), view.get("deliver_at"), view["summarized"]) == ("pending", None, None,
+                                                                                                True)
     requests = model.requests(model="threadline-notes")
     assert _users(requests[1])[-1] == '<notification-summary pending="1" priority="medium">github: 1</notification-summary>'
     assert await wait_idle(cluster.dsn, thread)
@@ -288,7 +295,7 @@ async def test_n9_persist_stays_in_the_inbox_and_is_never_dispatched(services, s
         kept = await _notify(tl, thread, agent="notes-actions", kind="persist-me", priority="urgent")
         assert kept["decision"]["action"] == "persist" and "accepted" not in kept
         view = kept["record"]
-        assert (view["status"], view["deliver_at"], view["summary_at"]) == ("pending", None, None)
+        assert (view["status"], view.get("deliver_at"), view.get("summary_at")) == ("pending", None, None)
         await clock.advance(24 * 3600)  # a day later, for the scheduler
         sentinel = await _notify(tl, thread, agent="notes-actions", kind="other", priority="low")
 
@@ -340,7 +347,8 @@ async def test_hold_is_re_decided_by_the_policy_when_the_thread_goes_idle(servic
         held = await _notify(tl, thread, agent="notes-actions", kind="hold-me", summary="wait for me")
         view = held["record"]
         assert held["decision"]["action"] == "hold" and "accepted" not in held
-        assert (view["status"], view["held"], view["deliver_at"], view["summary_at"]) == ("pending", True, None, None)
+        assert (view["status"], view["held"], view.get("deliver_at"), view.get("summary_at")) == ("pending", True, None,
+                                                                                                   None)
         chunks = await collect_run(sub, runs=2, timeout_s=60)
         await sub.unsubscribe()
     runs = [c["runId"] for c in chunks if c["type"] == "finish"]

@@ -98,14 +98,16 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
     verb = call["verb"]
     where = {"agent_id": agent, "resource_id": RESOURCE, "thread_id": thread}
     routing = {k: call[m] for k, m in (("if_active", "ifActive"), ("if_idle", "ifIdle")) if m in call}
-    if verb == "stream":  # Mastra's stream returns the output at once: compared are its text and finish reason
+    if verb == "stream":  # Mastra's stream returns the output at once: compared are its text, finish reason,
+        # tripwire and error (a failed run's stream does not raise: its result carries the error)
         sent = await tl.stream(call["message"], options=_options(call), **where)
         accepted = await sent.accepted
         if accepted.output is None:  # not a wake: delivered into (or queued behind) a run
             return {"verb": verb, "accepted": _accepted(accepted)}
         result = {"text": await accepted.output.text(timeout_s=30),
                   "finishReason": await accepted.output.finish_reason(timeout_s=5),
-                  "tripwire": await accepted.output.tripwire(timeout_s=5)}
+                  "tripwire": await accepted.output.tripwire(timeout_s=5),
+                  "error": await accepted.output.error(timeout_s=5)}
         await _idle(tl, thread)
         return {"verb": verb, "result": {k: v for k, v in result.items() if v is not None}}
     if verb == "generate":

@@ -28,14 +28,15 @@ def _markup(signal):
 async def test_n8_sources_beat_priorities_when_decide_answers_nothing():
     policy = {"decide": lambda **_: None, "sources": {"github": "discard"}, "priorities": {"urgent": "persist"}}
     d = await decide(policy, _rec(priority="urgent"), active=False, now=NOW)
-    assert (d.action, d.reason) == ("discard", "policy-source")
+    assert (d.action, d.reason) == ("discard", None)  # a policy's decision has only the reason it gave
+    assert d.dump() == {"action": "discard"}  # as Mastra's {action: "discard"}
     d = await decide(policy, _rec(priority="urgent", source="slack"), active=False, now=NOW)
-    assert (d.action, d.reason) == ("persist", "policy-priority")
+    assert (d.action, d.reason) == ("persist", None)
 
 
 async def test_default_decision_and_string_decisions():
     d = await decide({"default": "persist"}, _rec(priority="urgent"), active=True, now=NOW)
-    assert (d.action, d.reason) == ("persist", "policy-default")
+    assert (d.action, d.reason) == ("persist", None)
     d = await decide({"priorities": {"low": {"action": "defer", "reason": "later"}}}, _rec(priority="low"),
                      active=False, now=NOW)
     assert (d.action, d.reason, d.deliver_at) == ("defer", "later", NOW)

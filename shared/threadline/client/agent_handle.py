@@ -181,7 +181,7 @@ class AgentHandle:
     async def send_notification_signal(self, notification: Mapping[str, object] | list[dict[str, object]],
                                        options: Mapping[str, object] | None = None, **kw: object) -> Notified:
         """``sendNotificationSignal({source, kind, summary, priority?, …}, {resourceId, threadId, ifIdle?})``:
-        the ``notified`` reply (per notification ``{record, decision, signal_id?, run_id?, accepted?}``)."""
+        the ``notified`` reply (per notification ``{record, decision, run_id?, signal?, accepted?}``)."""
         opts = _snake(options, kw)
         items = notification if isinstance(notification, list) else dict(notification)
         return await self.client.send_notification_signal(items, agent_id=self.id, **_target(opts), **opts)

@@ -247,8 +247,10 @@ class ThreadlineClient:
                                        if_idle: Mapping[str, object] | None = None) -> Notified:
         """``sendNotificationSignal``: store or merge inbox records and apply the delivery policy.
 
-        Returns the ``notified`` reply: per notification ``{record, decision, signal_id?, run_id?,
-        signal?, accepted?, persisted?, output?}`` (Mastra's result: ``signal`` the created signal,
+        Returns the ``notified`` reply: per notification ``{record, decision, run_id?, signal?,
+        accepted?, persisted?, output?}`` (Mastra's result: ``record`` the stored record's fields
+        that hold a value, ``decision`` ``{action, reason?}`` (a policy's has the reason it gave),
+        ``signal`` the created signal,
         ``persisted`` ``{signal_id}`` when it was stored on the idle thread, and on ``wake``
         ``output``, a :class:`RunOutput` on the woken run, as Mastra's ``accepted.output``).
         Raises :class:`RequestFailed` on an error reply.

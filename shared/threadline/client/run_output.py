@@ -6,7 +6,7 @@
     accepted = await result.accepted
     if accepted.action == "wake":
         await accepted.output.consume_stream()   # raises RunFailed when the run ended in an error
-        print(await accepted.output.text())
+        print(await accepted.output.text())      # what streamed (also of a failed run: see .error())
 """
 
 from __future__ import annotations
@@ -193,12 +193,19 @@ class RunOutput:
                 or c.get("attempt", 0) > dead.get((c.get("runId"), c.get("step")), -1)]
 
     async def text(self, *, timeout_s: float | None = None) -> str:
-        """The run's text (its ``text-delta`` chunks), once it has finished.
+        """The run's text (its ``text-delta`` chunks), once it has finished — also when the run
+        failed (what streamed before the error; :meth:`error` tells the error), as Mastra's stream
+        ``result.text``; ``""`` when ``process_output_result`` rejected the finished answer.
 
         Raises:
-            RunFailed, TimeoutError: as :meth:`consume_stream`.
+            TimeoutError: as :meth:`consume_stream`.
         """
-        chunks = await self.consume_stream(timeout_s=timeout_s)
+        try:
+            chunks = await self.consume_stream(timeout_s=timeout_s)
+        except RunFailed:
+            chunks = self._kept()
+        if _answer_rejected(chunks):
+            return ""
         return "".join((k.get("payload") or {}).get("text", "") for k in map(known, chunks)
                        if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
@@ -227,6 +234,21 @@ class RunOutput:
             "reason") == "tripwire" else "other"
 
 
+    async def error(self, *, timeout_s: float | None = None) -> dict[str, Any] | None:
+        """The error that ended the run (Mastra's stream ``result.error``: the ``error`` chunk's
+        ``error``, ``{kind, message, statusCode?, retryable, …}``), once finished; ``None`` when
+        the run did not fail.
+
+        Raises:
+            TimeoutError: as :meth:`consume_stream`.
+        """
+        try:
+            await self.consume_stream(timeout_s=timeout_s)
+        except RunFailed as failed:
+            inner = failed.error.get("error")
+            return dict(inner) if isinstance(inner, Mapping) else dict(failed.error)
+        return None
+
     async def tripwire(self, *, timeout_s: float | None = None) -> dict[str, Any] | None:
         """The tripwire that ended the run (Mastra's ``result.tripwire``: ``{reason, retry,
         metadata, processorId}``, from the ``finish`` chunk), once finished; ``None`` when no
@@ -235,11 +257,29 @@ class RunOutput:
         Raises:
             TimeoutError: as :meth:`consume_stream`.
         """
-        for k in map(known, reversed(await self.consume_stream(timeout_s=timeout_s))):
+        try:
+            chunks = await self.consume_stream(timeout_s=timeout_s)
+        except RunFailed:
+            chunks = self._kept()
+        for k in map(known, reversed(chunks)):
             if k is not None and k["type"] == ChunkKind.FINISH:
                 tripwire = (k.get("payload") or {}).get("tripwire")
                 return dict(tripwire) if isinstance(tripwire, Mapping) else None
         return None
+
+
+def _answer_rejected(chunks: list[ChunkBody]) -> bool:
+    """True when a ``tripwire`` came after the run's last step had finished for good (a
+    ``step-finish`` not continued, not itself rejected): ``process_output_result`` aborted."""
+    last_step: Mapping[str, Any] | None = None
+    for k in map(known, chunks):
+        if k is None:
+            continue
+        if k["type"] == ChunkKind.STEP_FINISH:
+            last_step = (k.get("payload") or {}).get("stepResult") or {}
+        elif k["type"] == ChunkKind.TRIPWIRE:
+            return last_step is not None and not last_step.get("isContinued") and last_step.get("reason") != "tripwire"
+    return False
 
 
 def _inner(chunk: ChunkBody) -> ChunkBody:

@@ -60,7 +60,9 @@ class RunResult(_ReplyBase):
     finish_reason: str
     usage: dict[str, Any] = Field(default_factory=dict)
     """Mastra's result usage: ``inputTokens``, ``outputTokens``, ``totalTokens``, and
-    ``cachedInputTokens`` / ``reasoningTokens`` (``0`` when the provider reported none)."""
+    ``cachedInputTokens`` / ``reasoningTokens`` (``0`` when the provider reported none); with the
+    last step's provider report, ``raw {inputTokens {total, noCache, cacheRead}, outputTokens
+    {total, text, reasoning}, raw}`` from the last step's usage (as Mastra's result)."""
     steps: list[dict[str, Any]] = Field(default_factory=list)
     tripwire: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
@@ -76,9 +78,13 @@ class RunResult(_ReplyBase):
         return usage
 
     @model_validator(mode="after")
-    def _object_of_the_last_step(self) -> RunResult:
-        if self.object is None and self.steps and isinstance(self.steps[-1], dict):
-            self.object = self.steps[-1].get("object")
+    def _from_the_last_step(self) -> RunResult:
+        last = self.steps[-1] if self.steps and isinstance(self.steps[-1], dict) else {}
+        if self.object is None:
+            self.object = last.get("object")
+        raw = (last.get("usage") or {}).get("raw") if isinstance(last.get("usage"), dict) else None
+        if raw is not None and "inputTokens" in self.usage and "raw" not in self.usage:
+            self.usage = {**self.usage, "raw": raw}  # the last step's report, as Mastra's result
         return self
 
 

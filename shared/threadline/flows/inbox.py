@@ -38,17 +38,29 @@ _COLUMNS = ("id", "thread_id", "resource_id", "agent_id", "source", "kind", "pri
             "payload", "dedupe_key", "coalesce_key", "coalesced_count", "attributes", "metadata", "deliver_at",
             "summary_at", "summarized", "held", "delivery_reason", "delivery_attempts", "last_delivery_error",
             "delivered_signal_id", "summary_signal_id", "created_at", "updated_at", "delivered_at", "seen_at",
-            "dismissed_at", "archived_at")
+            "dismissed_at", "archived_at", "discarded_at")
+_THREADLINE_ONLY = frozenset({"summarized", "held"})
+"""Inbox flags Mastra's ``NotificationRecord`` has no field for: in a result's record only when true."""
 
 
 def record_view(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
-    """A record as JSON (what replies, the client, the CLI and tools see)."""
+    """A record as JSON (what replies, the client, the CLI and tools see): every column, times as
+    ISO 8601."""
     keys = set(row.keys())
     out = {k: row[k] for k in _COLUMNS if k in keys}
     for k, v in list(out.items()):
         if isinstance(v, datetime):
             out[k] = v.isoformat()
     return out
+
+
+def result_record(row: asyncpg.Record | dict[str, Any]) -> dict[str, Any]:
+    """A ``sendNotificationSignal`` result's record, as Mastra's ``NotificationRecord``: the fields
+    :func:`record_view` gives that hold a value (no ``None``, no empty ``attributes`` /
+    ``metadata``); Threadline's own flags ``summarized`` / ``held`` only when true (a summary
+    went out; the policy's ``hold``, which Mastra has not)."""
+    return {k: v for k, v in record_view(row).items()
+            if v is not None and v != {} and not (k in _THREADLINE_ONLY and v is False)}
 
 
 def _waits_for_idle(r: asyncpg.Record) -> bool:
@@ -117,7 +129,7 @@ async def receive(conn: asyncpg.Connection, req: Any, *, policy: dict[str, Any],
             row, sent = await _act(conn, row, decision, now=now, topics=topics, lease_ttl_s=lease_ttl_s,
                                    stream_options=req.if_idle.stream_options, event_id=f"{req.event_id}:{i}",
                                    reply_to=reply_topic, ids=ids)
-            results.append({"record": record_view(row), "decision": decision.dump(), **sent})
+            results.append({"record": result_record(row), "decision": decision.dump(), **sent})
         reply = Notified(request_id=req.event_id, results=results)
         ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
     return ids, reply
@@ -192,15 +204,17 @@ def _rejection(routed: Routed) -> str:
 
 
 def _sent(routed: Routed, signal: Mapping[str, Any]) -> dict[str, Any]:
-    """What a result says of the signal that went out (Mastra's ``{signal, accepted, persisted?}``):
-    ``signal`` the created signal with its ``contents``, ``persisted`` ``{signal_id}`` when it
+    """What a result says of the signal that went out (Mastra's ``{signal, accepted, runId?,
+    persisted?}``): ``signal`` the created signal with its ``contents`` (its ``id`` the stored
+    signal's), ``run_id`` the run that took it, ``persisted`` ``{signal_id}`` when it
     was stored on the idle thread (durable once this reply is out: the reply is sent after commit)."""
     reply = routed.reply
     if not isinstance(reply, Accepted):
         return {}
-    out = {"signal_id": reply.signal_id, "run_id": reply.run_id,
-           "signal": {**(reply.signal or {}), "contents": signal.get("contents", "")},
-           "accepted": {"action": reply.action, "run_id": reply.run_id}}
+    out: dict[str, Any] = {"signal": {**(reply.signal or {}), "contents": signal.get("contents", "")},
+                           "accepted": {"action": reply.action, "run_id": reply.run_id}}
+    if reply.run_id is not None:
+        out["run_id"] = reply.run_id
     if reply.action == "persist":
         out["persisted"] = {"signal_id": reply.signal_id}
     return out
@@ -213,7 +227,7 @@ async def _announce(conn: asyncpg.Connection, topics: Topics, row: asyncpg.Recor
     return await outbox.add(conn, topics.lifecycle, event, key=thread_key(row["resource_id"], row["thread_id"]))
 
 
-async def _mark_delivered(conn: asyncpg.Connection, rows: list[asyncpg.Record], routed: Routed, reason: str,
+async def _mark_delivered(conn: asyncpg.Connection, rows: list[asyncpg.Record], routed: Routed, reason: str | None,
                           topics: Topics, ids: list[int]) -> list[asyncpg.Record]:
     reply = routed.reply
     rids = [r["id"] for r in rows]

@@ -51,13 +51,17 @@ class Decision:
     """What to do with one record now."""
 
     action: Action
-    reason: str
+    reason: str | None
+    """Why (the built-in table's reasons: ``urgent``, ``idle-high``, …); a policy's decision has
+    the reason it gave, or none (as Mastra's ``NotificationDeliveryDecision.reason?``)."""
     deliver_at: datetime | None = None
     summary_at: datetime | None = None
 
     def dump(self) -> dict[str, str]:
-        """``{action, reason, deliverAt?, summaryAt?}`` (times as ISO 8601)."""
-        out: dict[str, str] = {"action": self.action, "reason": self.reason}
+        """``{action, reason?, deliverAt?, summaryAt?}`` (times as ISO 8601)."""
+        out: dict[str, str] = {"action": self.action}
+        if self.reason is not None:
+            out["reason"] = self.reason
         if self.deliver_at:
             out["deliverAt"] = self.deliver_at.isoformat()
         if self.summary_at:
@@ -79,7 +83,7 @@ def default_decision(priority: str, active: bool, now: datetime, *, digest_windo
     return Decision("summarize", "active-batch-summary" if active else "idle-low-summary", summary_at=later)
 
 
-def _coerce(value: object, reason: str) -> Decision | None:
+def _coerce(value: object) -> Decision | None:
     if value is None:
         return None
     if isinstance(value, Decision):
@@ -88,7 +92,7 @@ def _coerce(value: object, reason: str) -> Decision | None:
         value = {"action": value}
     if not isinstance(value, dict) or value.get("action") not in ACTIONS:
         raise ConfigurationError(f"a delivery policy returned {value!r}; expected one of {ACTIONS}")
-    return Decision(value["action"], value.get("reason", reason),
+    return Decision(value["action"], value.get("reason"),
                     deliver_at=value.get("deliver_at") or value.get("deliverAt"),
                     summary_at=value.get("summary_at") or value.get("summaryAt"))
 
@@ -111,15 +115,14 @@ async def decide(policy: dict[str, Any] | None, record: dict[str, Any], *, activ
                                     "now": now}.items() if k in params or any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())}
         out = await call_user(fn, **kwargs)  # a plain function runs off the event loop
-        found = _coerce(out, "policy-decide")
+        found = _coerce(out)
         if found:
             return _fill(found, record, active, now, digest_window_s)
-    for table, reason, key in (("sources", "policy-source", record.get("source")),
-                               ("priorities", "policy-priority", record.get("priority"))):
-        found = _coerce((policy.get(table) or {}).get(key), reason)
+    for table, key in (("sources", record.get("source")), ("priorities", record.get("priority"))):
+        found = _coerce((policy.get(table) or {}).get(key))
         if found:
             return _fill(found, record, active, now, digest_window_s)
-    found = _coerce(policy.get("default"), "policy-default")
+    found = _coerce(policy.get("default"))
     if found:
         return _fill(found, record, active, now, digest_window_s)
     return default_decision(record.get("priority", "medium"), active, now, digest_window_s=digest_window_s)

@@ -58,13 +58,13 @@ async def pending_count(conn: asyncpg.Connection, thread_id: str) -> int:
                                    thread_id))
 
 
-async def discard(conn: asyncpg.Connection, record_id: str, reason: str) -> asyncpg.Record:
+async def discard(conn: asyncpg.Connection, record_id: str, reason: str | None) -> asyncpg.Record:
     """Mark the record ``discarded`` (no longer held) with ``reason``."""
     return await conn.fetchrow("UPDATE notifications SET status = 'discarded', discarded_at = now(), held = false, "
                                "delivery_reason = $2, updated_at = now() WHERE id = $1 RETURNING *", record_id, reason)
 
 
-async def keep(conn: asyncpg.Connection, record_id: str, reason: str, *, held: bool) -> asyncpg.Record:
+async def keep(conn: asyncpg.Connection, record_id: str, reason: str | None, *, held: bool) -> asyncpg.Record:
     """Keep the record in the inbox, unscheduled: ``held`` ones are decided again when the thread
     goes idle."""
     return await conn.fetchrow("UPDATE notifications SET delivery_reason = $2, deliver_at = NULL, summary_at = NULL, "
@@ -72,7 +72,7 @@ async def keep(conn: asyncpg.Connection, record_id: str, reason: str, *, held: b
 
 
 async def schedule(conn: asyncpg.Connection, record_id: str, *, deliver_at: datetime | None,
-                   summary_at: datetime | None, reason: str) -> asyncpg.Record:
+                   summary_at: datetime | None, reason: str | None) -> asyncpg.Record:
     """Schedule the record: its full delivery at ``deliver_at`` (``None``: unchanged) and its
     summary at ``summary_at`` (``None``: none)."""
     return await conn.fetchrow("UPDATE notifications SET deliver_at = coalesce($2, deliver_at), summary_at = $3, "

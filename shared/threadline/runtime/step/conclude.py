@@ -62,6 +62,9 @@ async def conclude(step: StepState, request: ModelRequest, response: ModelRespon
                                      raw_reason=response.raw_finish_reason, tool_calls=response.calls,
                                      response=response.provider, retry_count=step.runner.retry_count)
     step.last_step_finish = chunk["payload"]
+    step_usage = chunk["payload"]["output"].get("usage")
+    if step_usage is not None:  # Mastra's step usage: the counts and the provider's report `raw`
+        step.steps[-1]["usage"] = step_usage
     if not continued:  # Mastra's processors see the run's finish before the last step-finish goes out
         step.finish = await finish_seen(step, response.finish_reason)
     await step.emit(chunk)
