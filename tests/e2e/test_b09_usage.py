@@ -60,7 +60,7 @@ async def test_b09_usage_from_every_shape_summed_over_every_billed_response(path
     assert raws[0]["outputTokens"] == {"total": 20, "text": 15, "reasoning": 5}
     assert finishes[0]["output"]["usage"] == {"inputTokens": 1000, "outputTokens": 20, "totalTokens": 1020,
                                               "cachedInputTokens": 800, "reasoningTokens": 5}
-    # the step's usage is the accepted attempt's (the discarded attempt ended without a step-finish)
+    # the step's usage is the accepted attempt's (the discarded attempt's step-finish, reason retry, has its own)
     assert finishes[-1]["output"]["usage"] == {"inputTokens": 1120, "outputTokens": 4, "totalTokens": 1124,
                                                "cachedInputTokens": 1000, "reasoningTokens": 0}
     assert finishes[-1]["output"]["text"] == "Five." and result.text == "Five."

@@ -38,10 +38,11 @@ def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: 
     isContinued: true, retryProcessorId, retryReason, retryMetadata}`` (the three only for an
     ``abort(..., retry=True)``, not for ``process_api_error``'s ``{retry: True}``) and ``output
     {text, usage}`` of the attempt as far as it got (``text`` ``""`` and ``usage`` ``None`` before
-    the model answered)."""
+    the model answered), with the answering model's ``metadata`` and usage ``raw`` once it answered."""
     output = output or {}
     chunk = chunks.step_finish_chunk(message_id, reason="retry", is_continued=True,
-                                     text=output.get("text", ""), usage=output.get("usage"))
+                                     text=output.get("text", ""), usage=output.get("usage"),
+                                     model=output.get("model"), response=output.get("response"))
     if retry:
         chunk["payload"]["stepResult"].update(cast(StepResult, dict(retry)))
     return chunk
@@ -53,4 +54,5 @@ def tripwire_step_finish(message_id: str, output: Mapping[str, Any] | None) -> S
     usage}``, before the run's ``tripwire`` chunk (decisions 2 and 123)."""
     output = output or {}
     return chunks.step_finish_chunk(message_id, reason="tripwire", is_continued=False,
-                                    text=output.get("text", ""), usage=output.get("usage"))
+                                    text=output.get("text", ""), usage=output.get("usage"),
+                                    model=output.get("model"), response=output.get("response"))
