@@ -18,13 +18,16 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.datastructures import Headers, QueryParams
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.gateway import api, editing
-from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import events, parse_event_id
 from threadline.logging import get_logger
@@ -67,7 +70,7 @@ class Gateway:
         secret = credential(request.headers, request.query_params if query_token else None)
         caller = authenticate(self.auth, secret)
         if caller is None:
-            raise ApiError(401, "unauthenticated", "a valid API key or token is required")
+            raise ApiError(401, "unauthenticated", refusal(self.auth, secret))
         return caller
 
     def resource(self, request: Request, *, query_token: bool = False) -> str:
@@ -412,6 +415,22 @@ HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 
+class _PrepareJwks:
+    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
+    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
+
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
+        self.app = app
+        self.jwks = gateway.auth.jwks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.jwks is not None and scope["type"] == "http":
+            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
+            if secret is not None:
+                await self.jwks.prepare(secret)
+        await self.app(scope, receive, send)
+
+
 def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
              start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None,
              extra_routes: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
@@ -433,7 +452,8 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(cors_origins))
+    middleware = [*cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = gateway
     app.state.checks = checks or {}
     return app

@@ -81,7 +81,7 @@ async def serve(settings: Settings) -> None:
 
 def _auth_mode(gateway: Gateway) -> str:
     a = gateway.auth
-    modes = [m for m, on in (("api_keys", bool(a.keys)), ("jwt", a.jwt_key is not None), ("open", a.open)) if on]
+    modes = [m for m, on in (("api_keys", bool(a.keys)), ("jwt", a.verifies_jwts), ("open", a.open)) if on]
     return "+".join(modes) or "none"
 
 
