@@ -30,6 +30,7 @@ from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import events, parse_event_id
+from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
 from threadline.store import inbox_access as access
@@ -452,7 +453,7 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    middleware = [*cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
+    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = gateway
     app.state.checks = checks or {}

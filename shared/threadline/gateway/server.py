@@ -18,6 +18,7 @@ from threadline.gateway import mastra_api
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
+from threadline.ops import tracing
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -29,6 +30,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     """The ASGI app and its :class:`Gateway` for ``settings`` (connects in the app's lifespan).
     Raises :class:`threadline.gateway.auth.AuthConfigError` for unusable API keys."""
     auth = config_from_settings(settings)
+    tracing.configure(NAME)  # before the client's own configure: the spans are the gateway's
     if not auth.configured:
         log.warning("no API key, JWT secret or THREADLINE_GATEWAY_OPEN: every request is refused (401)")
     db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
