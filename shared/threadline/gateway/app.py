@@ -61,10 +61,13 @@ def _json(data: object, status: int = 200) -> Response:
 class Gateway:
     """State of one gateway process: the client, the database pool, the auth settings."""
 
-    def __init__(self, client: ThreadlineClient, db: Database, auth: AuthConfig) -> None:
+    def __init__(self, client: ThreadlineClient, db: Database, auth: AuthConfig, *,
+                 chat_send_reasoning: bool = False) -> None:
         self.client = client
         self.db = db
         self.auth = auth
+        self.chat_send_reasoning = chat_send_reasoning
+        """The AI SDK chat route sends reasoning parts (``chatRoute``'s ``sendReasoning``)."""
 
     # --- who, which resource, which thread -------------------------------------------------------
     def caller(self, request: Request, *, query_token: bool = False) -> Caller:

@@ -14,7 +14,7 @@ import uvicorn
 from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
 from threadline.config import Settings, get_settings
-from threadline.gateway import mastra_api
+from threadline.gateway import ai_sdk, mastra_api
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
@@ -36,7 +36,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
                   transaction_pooling=settings.pg_transaction_pooling, max_size=settings.pg_pool_max,
                   acquire_timeout_s=settings.pg_pool_timeout_s)
-    gateway = Gateway(ThreadlineClient(settings), db, auth)
+    gateway = Gateway(ThreadlineClient(settings), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
 
     async def start() -> None:
         await db.start()
@@ -53,7 +53,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
         return await db.ping()
 
     app = make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop,
-                   extra_routes=mastra_api.ROUTES, cors_origins=settings.gateway_cors_origins)
+                   extra_routes=[*mastra_api.ROUTES, *ai_sdk.ROUTES], cors_origins=settings.gateway_cors_origins)
     return app, gateway
 
 
