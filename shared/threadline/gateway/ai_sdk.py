@@ -17,7 +17,7 @@ caller has several.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -29,7 +29,7 @@ from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.ai_sdk_stream import HEADERS, UiOptions, error_text, sse, ui_chunks
 from threadline.gateway.app import ApiError
 from threadline.gateway.auth import ANY
-from threadline.gateway.mastra_http import body_of, gw, mastra_errors, writable
+from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
 from threadline.logging import get_logger
 from threadline.store import queries
 
@@ -91,28 +91,21 @@ def _options(request: Request, body: Mapping[str, Any]) -> UiOptions:
 async def _ui_stream(output: Any, options: UiOptions) -> AsyncIterator[bytes]:
     """The UI message stream of ``output``'s chunks, a keep-alive comment after
     :data:`KEEP_ALIVE_S` of silence, an ``error`` chunk if reading fails, then ``[DONE]``."""
-    it = output.stream.__aiter__()
-    pending: asyncio.Task[Any] | None = None
     try:
-        while True:
-            pending = pending or asyncio.ensure_future(it.__anext__())
-            finished, _ = await asyncio.wait({pending}, timeout=KEEP_ALIVE_S)
-            if not finished:
-                yield shapes.KEEP_ALIVE
-                continue
-            pending = None
-            try:
-                chunk = finished.pop().result()
-            except StopAsyncIteration:
-                break
-            for part in ui_chunks(chunk, options):
-                yield sse(part)
+        async with contextlib.aclosing(paced(output.stream, KEEP_ALIVE_S)) as chunks:
+            async for chunk in chunks:
+                if chunk is None:
+                    yield shapes.KEEP_ALIVE
+                    continue
+                for part in ui_chunks(chunk, options):
+                    yield sse(part)
     except Exception as exc:  # noqa: BLE001 - the reader gets the failure as the protocol's error chunk
         log.warning("chat stream failed", error=type(exc).__name__)
         yield sse({"type": "error", "errorText": error_text(str(exc) or type(exc).__name__)})
     finally:
-        if pending is not None:
-            pending.cancel()
+        close = getattr(output, "unsubscribe", None)
+        if close is not None:
+            await close()
     yield shapes.DONE
 
 
