@@ -197,6 +197,14 @@ class Settings(BaseSettings):
     """Key that verifies bearer JWTs (the HMAC secret, or a PEM public key for RS*/ES*); the
     token's ``gateway_jwt_resources_claim`` lists the resources it may act for. Never logged."""
     gateway_jwt_algorithms: list[str] = ["HS256"]
+    gateway_chat_send_reasoning: bool = False
+    """The AI SDK chat route (``/chat/{agent_id}``) streams reasoning parts, as ``chatRoute``'s
+    ``sendReasoning`` does (off, as there: reasoning can hold what a page should not show)."""
+    gateway_jwt_jwks_url: str | None = None
+    """An OIDC issuer's JSON Web Key Set URL (e.g. ``https://issuer/.well-known/jwks.json``): a
+    token's ``kid`` picks the key that verifies it; the set is cached (refetched after 300 s, or
+    for an unknown ``kid`` at most every 30 s). Its keys verify the RS*/ES*/PS* algorithms of
+    ``gateway_jwt_algorithms`` (``RS256``, ``ES256`` when it names none), never HS*."""
     gateway_jwt_audience: str | None = None
     """``aud`` a token must carry (not checked when unset)."""
     gateway_jwt_resources_claim: str = "resources"

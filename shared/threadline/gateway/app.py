@@ -18,15 +18,19 @@ import orjson
 from pydantic import BaseModel, ValidationError
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.datastructures import Headers, QueryParams
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.gateway import api, editing
-from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import events, parse_event_id
+from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
 from threadline.store import inbox_access as access
@@ -57,17 +61,20 @@ def _json(data: object, status: int = 200) -> Response:
 class Gateway:
     """State of one gateway process: the client, the database pool, the auth settings."""
 
-    def __init__(self, client: ThreadlineClient, db: Database, auth: AuthConfig) -> None:
+    def __init__(self, client: ThreadlineClient, db: Database, auth: AuthConfig, *,
+                 chat_send_reasoning: bool = False) -> None:
         self.client = client
         self.db = db
         self.auth = auth
+        self.chat_send_reasoning = chat_send_reasoning
+        """The AI SDK chat route sends reasoning parts (``chatRoute``'s ``sendReasoning``)."""
 
     # --- who, which resource, which thread -------------------------------------------------------
     def caller(self, request: Request, *, query_token: bool = False) -> Caller:
         secret = credential(request.headers, request.query_params if query_token else None)
         caller = authenticate(self.auth, secret)
         if caller is None:
-            raise ApiError(401, "unauthenticated", "a valid API key or token is required")
+            raise ApiError(401, "unauthenticated", refusal(self.auth, secret))
         return caller
 
     def resource(self, request: Request, *, query_token: bool = False) -> str:
@@ -412,6 +419,22 @@ HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 
+class _PrepareJwks:
+    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
+    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
+
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
+        self.app = app
+        self.jwks = gateway.auth.jwks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.jwks is not None and scope["type"] == "http":
+            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
+            if secret is not None:
+                await self.jwks.prepare(secret)
+        await self.app(scope, receive, send)
+
+
 def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
              start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None,
              extra_routes: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
@@ -433,7 +456,8 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    app = Starlette(routes=routes, lifespan=lifespan, middleware=cors_middleware(cors_origins))
+    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = gateway
     app.state.checks = checks or {}
     return app

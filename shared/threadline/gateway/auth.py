@@ -1,10 +1,12 @@
 """Who is calling the gateway and which resources it may act for (docs/gateway.md, "Auth").
 
 A caller presents an API key (``Authorization: Bearer <key>`` or ``X-API-Key: <key>``) or a JWT
-(``Authorization: Bearer <jwt>``); the SSE endpoint also takes ``?access_token=`` because a
-browser's ``EventSource`` cannot set headers. Keys are compared in constant time, against every
-configured key (so the time does not tell which one nearly matched). A caller is a
-:class:`Caller`: the resources it may act for, or every resource (``*``).
+(``Authorization: Bearer <jwt>``: HS*, RS*, ES* or PS*, verified with a configured secret or
+public key, or with an OIDC issuer's key set, :mod:`threadline.gateway.jwks`); the SSE endpoint
+also takes ``?access_token=`` because a browser's ``EventSource`` cannot set headers. Keys are
+compared in constant time, against every configured key (so the time does not tell which one
+nearly matched). A caller is a :class:`Caller`: the resources it may act for, or every resource
+(``*``). A refused caller's 401 says why (:func:`refusal`).
 
 Nothing here logs or returns a key or a token.
 """
@@ -19,6 +21,8 @@ from typing import Any, TypeGuard
 
 import jwt
 import orjson
+
+from threadline.gateway.jwks import JwksKeys, token_kid
 
 ANY = "*"
 """The resource list entry that allows every resource."""
@@ -61,10 +65,23 @@ class AuthConfig:
     jwt_audience: str | None = None
     jwt_claim: str = "resources"
     open: bool = False
+    jwks: JwksKeys | None = None
+    """An OIDC issuer's keys (``THREADLINE_GATEWAY_JWT_JWKS_URL``): a token whose ``kid`` names
+    one of them is verified with it; other tokens with ``jwt_key``."""
 
     @property
     def configured(self) -> bool:
-        return bool(self.keys) or self.jwt_key is not None or self.open
+        return bool(self.keys) or self.verifies_jwts or self.open
+
+    @property
+    def verifies_jwts(self) -> bool:
+        """True when a JWT can authenticate (a secret or public key, or a JWKS URL, is set)."""
+        return self.jwt_key is not None or self.jwks is not None
+
+
+ASYMMETRIC_DEFAULT = ("RS256", "ES256")
+"""Algorithms a JWKS key verifies when ``jwt_algorithms`` names no asymmetric one (never HS*:
+a public key must not be taken for an HMAC secret)."""
 
 
 def _digest(secret: str) -> bytes:
@@ -108,9 +125,11 @@ def config_from_settings(settings: Any) -> AuthConfig:
     Raises :class:`AuthConfigError` for unusable API keys."""
     keys = settings.gateway_api_keys.get_secret_value() if settings.gateway_api_keys is not None else None
     secret = settings.gateway_jwt_secret.get_secret_value() if settings.gateway_jwt_secret is not None else None
+    jwks_url = settings.gateway_jwt_jwks_url
     return AuthConfig(keys=parse_api_keys(keys), jwt_key=secret or None,
                       jwt_algorithms=tuple(settings.gateway_jwt_algorithms), jwt_audience=settings.gateway_jwt_audience,
-                      jwt_claim=settings.gateway_jwt_resources_claim, open=settings.gateway_open)
+                      jwt_claim=settings.gateway_jwt_resources_claim, open=settings.gateway_open,
+                      jwks=JwksKeys(jwks_url) if jwks_url else None)
 
 
 def credential(headers: Mapping[str, str], query: Mapping[str, str] | None = None) -> str | None:
@@ -145,34 +164,67 @@ def _jwt_scopes(claims: Mapping[str, object]) -> frozenset[str]:
     return frozenset(s for s in scopes if isinstance(s, str)) if isinstance(scopes, list) else frozenset()
 
 
-def _from_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str]] | None:
-    if config.jwt_key is None or token.count(".") != 2:
-        return None
+def _verification_key(config: AuthConfig, token: str) -> tuple[Any, list[str]] | str:
+    """The key and algorithms that verify ``token``, or why there is none."""
+    kid = token_kid(token)
+    if config.jwks is not None and kid is not None:
+        found = config.jwks.key(kid)
+        if found is not None:
+            allowed = [a for a in config.jwt_algorithms if not a.startswith("HS")] or list(ASYMMETRIC_DEFAULT)
+            return found.key, allowed
+        if config.jwt_key is None:
+            return f"the token's key id (kid) {kid!r} is not in the issuer's key set"
+    if config.jwt_key is None:
+        return "the token names no key id (kid), and only a JWKS URL is configured"
+    return config.jwt_key, list(config.jwt_algorithms)
+
+
+def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str]] | str:
+    """The resources and scopes of a valid ``token``, else the reason it is refused (never
+    quoting the token)."""
+    if not config.verifies_jwts or token.count(".") != 2:
+        return "not a known API key"
+    key = _verification_key(config, token)
+    if isinstance(key, str):
+        return key
     try:
-        claims = jwt.decode(token, config.jwt_key, algorithms=list(config.jwt_algorithms),
-                            audience=config.jwt_audience, options={"require": ["exp"],
-                                                                   "verify_aud": config.jwt_audience is not None})
-    except jwt.PyJWTError:
-        return None
+        claims = jwt.decode(token, key[0], algorithms=key[1], audience=config.jwt_audience,
+                            options={"require": ["exp"], "verify_aud": config.jwt_audience is not None})
+    except jwt.InvalidSignatureError:
+        return "the token's signature does not verify with the configured key"
+    except jwt.ExpiredSignatureError:
+        return "the token has expired"
+    except jwt.InvalidAlgorithmError:
+        return f"the token's algorithm is not one of {', '.join(key[1])}"
+    except jwt.PyJWTError as exc:
+        return f"the token is not valid: {exc}"
     resources = claims.get(config.jwt_claim)
     if isinstance(resources, str):
         resources = [resources]
     if not _strings(resources):
-        return None
+        return f"the token's {config.jwt_claim!r} claim is not a list of resource ids"
     return frozenset(resources), _jwt_scopes(claims)
+
+
+def refusal(config: AuthConfig, secret: str | None) -> str:
+    """Why ``secret`` does not authenticate, for the 401 body (quotes neither key nor token)."""
+    if secret is None:
+        return "a valid API key or token is required"
+    found = _verify_jwt(config, secret)
+    return found if isinstance(found, str) else "a valid API key or token is required"
 
 
 def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
     """The caller presenting ``secret`` (an API key or a JWT); ``None`` when it is not valid
     (missing, unknown, expired, badly signed, without the resources claim). ``open`` with no key
     and no JWT secret configured allows every resource; with either configured it is ignored."""
-    open_only = config.open and not config.keys and config.jwt_key is None  # open counts only alone
+    open_only = config.open and not config.keys and not config.verifies_jwts  # open counts only alone
     if secret is None:
         return Caller(frozenset({ANY}), "open") if open_only else None
     found = _match_key(config, secret)
     if found is not None:
         return Caller(found[0], "api_key", found[1])
-    found = _from_jwt(config, secret)
-    if found is not None:
-        return Caller(found[0], "jwt", found[1])
+    verified = _verify_jwt(config, secret)
+    if not isinstance(verified, str):
+        return Caller(verified[0], "jwt", verified[1])
     return Caller(frozenset({ANY}), "open") if open_only else None

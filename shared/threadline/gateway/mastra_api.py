@@ -14,6 +14,7 @@ until the caller leaves). Errors are Mastra's ``{error: <message>}`` with Thread
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +25,7 @@ from starlette.routing import Route
 from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.app import ApiError, Gateway
-from threadline.gateway.mastra_http import body_of, gw, mastra_errors, writable
+from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
 from threadline.logging import get_logger
 from threadline.store import queries
@@ -105,26 +106,13 @@ async def get_agent(request: Request) -> Response:
 async def _chunks(output: Any, *, done: bool) -> AsyncIterator[bytes]:
     """The SSE bytes of ``output`` (a chunk source with ``stream``), a keep-alive comment after
     :data:`KEEP_ALIVE_S` s of silence, and ``[DONE]`` at the end when ``done``."""
-    it = output.stream.__aiter__()
-    pending: asyncio.Task[Any] | None = None
     try:
-        while True:
-            pending = pending or asyncio.ensure_future(it.__anext__())
-            finished, _ = await asyncio.wait({pending}, timeout=KEEP_ALIVE_S)
-            if not finished:
-                yield shapes.KEEP_ALIVE
-                continue
-            pending = None
-            try:
-                chunk = finished.pop().result()
-            except StopAsyncIteration:
-                break
-            yield shapes.sse_data(chunk)
+        async with contextlib.aclosing(paced(output.stream, KEEP_ALIVE_S)) as chunks:
+            async for chunk in chunks:
+                yield shapes.KEEP_ALIVE if chunk is None else shapes.sse_data(chunk)
         if done:
             yield shapes.DONE
     finally:
-        if pending is not None:
-            pending.cancel()
         close = getattr(output, "unsubscribe", None)
         if close is not None:
             await close()

@@ -6,8 +6,9 @@ Mastra's error answers, the request body, and the caller's tenancy checks (the `
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import orjson
 from starlette.requests import Request
@@ -79,3 +80,29 @@ async def writable(request: Request, resource_id: str, thread_id: str) -> None:
     allowed(request, resource_id)
     if await queries.thread_owner(gw(request).db, thread_id) not in (None, resource_id):
         raise ApiError(404, "not_found", "Thread not found")
+
+
+_T = TypeVar("_T")
+
+
+async def paced(items: AsyncIterator[_T], quiet_s: float) -> AsyncGenerator[_T | None]:
+    """``items`` as they come, and ``None`` after each ``quiet_s`` s in which none came (time for
+    an SSE keep-alive comment). Closing it (``contextlib.aclosing``) cancels the pending read."""
+    it = items.__aiter__()
+    pending: asyncio.Future[_T] | None = None
+    try:
+        while True:
+            pending = pending or asyncio.ensure_future(it.__anext__())
+            finished, _ = await asyncio.wait({pending}, timeout=quiet_s)
+            if not finished:
+                yield None
+                continue
+            pending = None
+            try:
+                item = finished.pop().result()
+            except StopAsyncIteration:
+                return
+            yield item
+    finally:
+        if pending is not None:
+            pending.cancel()

@@ -14,10 +14,11 @@ import uvicorn
 from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
 from threadline.config import Settings, get_settings
-from threadline.gateway import mastra_api
+from threadline.gateway import ai_sdk, mastra_api
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
+from threadline.ops import tracing
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -29,12 +30,13 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     """The ASGI app and its :class:`Gateway` for ``settings`` (connects in the app's lifespan).
     Raises :class:`threadline.gateway.auth.AuthConfigError` for unusable API keys."""
     auth = config_from_settings(settings)
+    tracing.configure(NAME)  # before the client's own configure: the spans are the gateway's
     if not auth.configured:
         log.warning("no API key, JWT secret or THREADLINE_GATEWAY_OPEN: every request is refused (401)")
     db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
                   transaction_pooling=settings.pg_transaction_pooling, max_size=settings.pg_pool_max,
                   acquire_timeout_s=settings.pg_pool_timeout_s)
-    gateway = Gateway(ThreadlineClient(settings), db, auth)
+    gateway = Gateway(ThreadlineClient(settings), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
 
     async def start() -> None:
         await db.start()
@@ -51,7 +53,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
         return await db.ping()
 
     app = make_app(gateway, checks={"kafka": kafka, "postgres": postgres}, start=start, stop=stop,
-                   extra_routes=mastra_api.ROUTES, cors_origins=settings.gateway_cors_origins)
+                   extra_routes=[*mastra_api.ROUTES, *ai_sdk.ROUTES], cors_origins=settings.gateway_cors_origins)
     return app, gateway
 
 
@@ -81,7 +83,7 @@ async def serve(settings: Settings) -> None:
 
 def _auth_mode(gateway: Gateway) -> str:
     a = gateway.auth
-    modes = [m for m, on in (("api_keys", bool(a.keys)), ("jwt", a.jwt_key is not None), ("open", a.open)) if on]
+    modes = [m for m, on in (("api_keys", bool(a.keys)), ("jwt", a.verifies_jwts), ("open", a.open)) if on]
     return "+".join(modes) or "none"
 
 

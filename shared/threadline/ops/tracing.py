@@ -144,6 +144,27 @@ def consuming(topic: str, headers: Iterable[tuple[str, bytes | str]] | None,
         otel_context.detach(token)
 
 
+@contextmanager
+def serving(method: str, path: str, headers: Iterable[tuple[str, bytes | str]] | None) -> Iterator[Span | None]:
+    """An HTTP server span for one request (``method``, the URL ``path``), the child of the W3C
+    context its ``traceparent``/``tracestate`` headers carry (a new trace without them), current
+    while the request is handled, so what it publishes joins the trace. Yields the span, for the
+    caller to name by its route and give its status; ``None`` (a no-op) when tracing is off."""
+    if not _enabled:
+        yield None
+        return
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate, trace
+
+    token = otel_context.attach(propagate.extract(_from_headers(headers)))
+    try:
+        attrs = _attributes({"http.request.method": method, "url.path": path})
+        with _on().start_as_current_span(method, kind=trace.SpanKind.SERVER, attributes=attrs) as server:
+            yield server
+    finally:
+        otel_context.detach(token)
+
+
 def current_span() -> Span | None:
     """The span current in this context (the step's, a tool's…), for user code to annotate;
     ``None`` when tracing is off."""

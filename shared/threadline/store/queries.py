@@ -95,6 +95,16 @@ async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | N
     return None if row is None else str(row["run_id"])
 
 
+async def active_run_started(conn: Conn, *, resource_id: str, thread_id: str) -> tuple[str, int] | None:
+    """``(run_id, created_at_ms)`` of the thread's active run (:func:`active_run`'s), for a reader
+    that replays its chunks from its start; ``None`` when no run is active."""
+    row = await conn.fetchrow(
+        "SELECT r.run_id, (extract(epoch FROM r.created_at) * 1000)::bigint AS created_ms FROM thread_leases l "
+        "JOIN runs r ON r.run_id = l.run_id WHERE l.thread_id = $1 AND l.resource_id = $2 AND l.run_id IS NOT NULL "
+        "AND l.expires_at > now()", thread_id, resource_id)
+    return None if row is None else (str(row["run_id"]), int(row["created_ms"]))
+
+
 # --- agents -------------------------------------------------------------------------------------
 async def list_agents(conn: Conn) -> list[AgentSummary]:
     """``[{id, name, description}]`` of every agent the cluster serves, by id."""
