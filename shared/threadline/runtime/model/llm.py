@@ -23,6 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
 import openai
+import orjson
 from litellm import exceptions as lx
 
 litellm.suppress_debug_info = True
@@ -214,7 +215,7 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
     stream: Any = None
     try:
         step_clock.mark("model_called")
-        path, response, provider_stream = await _open(kwargs)
+        path, response, provider_stream = await _open(kwargs, outcome)
         step_clock.mark("model_opened")
         outcome.headers = _headers(provider_stream)
         if path == "wrapper":
@@ -279,13 +280,15 @@ def request_kwargs(model: str, *, messages: list[CoreMessage], tools: list[ToolS
     return kwargs
 
 
-async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
+async def _open(kwargs: dict[str, Any], outcome: ModelOutcome) -> tuple[str, Any, Any]:
     """Open the call: sent directly when :func:`llm_direct.prepare` takes it (a ``422`` asks
     again through litellm), else ``litellm.acompletion``. Returns the read path (``raw``, ``sdk``
-    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream."""
+    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream;
+    ``outcome.request_body`` is the body sent directly."""
     if (request := llm_direct.prepare(kwargs)) is not None:
         provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
         if provider_stream is not None:
+            outcome.request_body = orjson.loads(request.body)
             return "raw", None, provider_stream
     with no_open_cost_estimate():
         response = await litellm.acompletion(**kwargs)
