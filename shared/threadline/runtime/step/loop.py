@@ -70,9 +70,11 @@ log = get_logger(__name__)
 
 
 def model_error(exc: ModelCallError) -> JSONObject:
-    """The failed run's ``error``: ``{kind, message, statusCode, retryable, retry_after_s?}``."""
-    error: JSONObject = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
-                             "retryable": exc.retryable}
+    """The failed run's ``error``: what the provider said as Mastra reports it (``name``, ``url``,
+    ``responseBody``, ``data``…: ``exc.provider``), then Threadline's ``{kind, message, statusCode,
+    retryable, retry_after_s?}`` (docs/decisions.md#model-error-payload)."""
+    error: JSONObject = {**(exc.provider or {}), "kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+                         "retryable": exc.retryable}
     if exc.retry_after_s is not None:
         error["retry_after_s"] = exc.retry_after_s
     return error
