@@ -217,3 +217,24 @@ async def test_a_tool_error_carries_mastras_error_object() -> None:
     errors = {c["payload"]["toolName"]: c["payload"]["error"] for c in sink.chunks if c["type"] == "tool-error"}
     assert errors["boom"] == {"name": "Error", "message": "it broke"}
     assert errors["nope"]["name"] == "ToolNotFoundError" and errors["nope"]["message"].startswith('Tool "nope" not found')
+
+
+class _StepGuard(Processor):
+    id = "step-guard"
+
+    def process_output_step(self, *, text: str, abort: Any, **_: Any) -> None:
+        abort(f"no {text}")
+
+
+async def test_the_finish_after_a_rejected_step_repeats_that_steps_fields() -> None:
+    loop = StepLoop(default_model="openai/threadline-test", model_api_base=None, model_timeout_s=5,
+                    model=ScriptedModel([text_delta("bad")]))
+    sink = MemorySink("run-1", 0)
+    await loop.run(_run(), Agent(id="a", output_processors=[_StepGuard()]),
+                   StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, MemoryStepStore())
+    assert sink.types()[-3:] == ["step-finish", "tripwire", "finish"]
+    step_finish, finish = sink.chunks[-3]["payload"], sink.chunks[-1]["payload"]
+    assert step_finish["metadata"]["modelMetadata"]["modelId"] == "threadline-test"  # as Mastra's: the step's metadata
+    assert finish["messageId"] == step_finish["messageId"] and finish["output"]["text"] == "bad"
+    assert finish["metadata"] == step_finish["metadata"] and finish["stepResult"]["reason"] == "tripwire"
+    assert finish["tripwire"]["reason"] == "no bad"

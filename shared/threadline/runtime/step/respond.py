@@ -81,7 +81,9 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
         raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                              kind="server_error", retryable=True)
     response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
-    step.attempt_output = {"text": response.text, "usage": response.usage}
+    step.attempt_output = {"text": response.text, "usage": response.usage, "response": response.provider,
+                           "raw_reason": response.raw_finish_reason,
+                           "model": request.caller.choices[request.caller.index].model}
     steps = [*step.steps, _this_step(step_no, response)]  # "all completed steps so far, including this step"
     if not request.cached:  # as in Mastra: a reply from process_llm_request's cache is not a model response
         await runner.process_llm_response(step_chunks(start, raw, response), model=request.model,
