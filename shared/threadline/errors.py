@@ -15,6 +15,8 @@ not derive from ``ThreadlineError``.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ThreadlineError(Exception):
     """Root of every error Threadline raises on purpose."""
@@ -74,3 +76,6 @@ class ModelCallError(RunError):
         self.retryable = retryable
         self.streamed = False
         self.model: str | None = None
+        self.provider: dict[str, Any] | None = None
+        """What the provider said of the failure, as Mastra's error carries it (``name``, ``url``,
+        ``statusCode``, ``responseHeaders``, ``responseBody``, ``data``…; ``None``: nothing known)."""

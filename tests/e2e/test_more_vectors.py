@@ -144,7 +144,7 @@ async def test_process_tool_result_is_not_called_for_a_tool_that_raised(services
                 model="threadline-raising")
     run_id, chunks = await run_stream(settings, "raising", "x")
     errors = [c for c in chunks if c["type"] == "tool-error"]
-    assert len(errors) == 1 and "tool broke" in errors[0]["payload"]["error"]
+    assert len(errors) == 1 and "tool broke" in errors[0]["payload"]["error"]["message"]
     assert [c["payload"]["toolName"] for c in chunks if c["type"] == "tool-result"] == ["fine"]
     run = await run_row(cluster.dsn, run_id)
     assert run["state"]["processor_state"]["recorder"]["results"] == ["fine"]

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 
 from threadline.events import chunks
-from threadline.runtime import Agent
+from threadline.runtime import Agent, tool
 from threadline.runtime.model.llm_normalise import StreamNormaliser
 from threadline.runtime.model.model_outcome import ModelOutcome
 from threadline.runtime.processor import Processor
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import Finish, RunState, Signal, StepInputs, StepRun
-from threadline.runtime.step.respond import provider_response
+from threadline.runtime.step.respond import call_details, provider_response
 from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, text_delta, tool_call
 
 pytestmark = pytest.mark.unit
@@ -166,3 +166,75 @@ def test_a_persisted_signals_run_starts_with_mastras_message_id() -> None:
     signal = {"id": "sig_1", "type": "user", "contents": "later", "createdAt": "2026-01-01T00:00:00Z"}
     start = chunks.synthetic_run_chunks(signal, agent_id="a", run_id="run_1")[0]
     assert start["type"] == "start" and start["payload"] == {"id": "a", "messageId": "persisted-signal:sig_1"}
+
+
+class _Seen(Processor):
+    id = "seen"
+
+    def __init__(self) -> None:
+        self.got: dict[str, Any] = {}
+
+    async def process_llm_response(self, *, chunks: Any, warnings: Any, request: Any, raw_response: Any,
+                                   **_: Any) -> None:
+        self.got.update(types=[c["type"] for c in chunks], finish=chunks[-1]["payload"], warnings=warnings,
+                        request=request, raw_response=raw_response)
+
+    async def process_output_step(self, *, provider_metadata: Any, **_: Any) -> None:
+        self.got["provider_metadata"] = provider_metadata
+
+
+async def test_process_llm_response_gets_every_chunk_of_the_step_and_the_calls_details() -> None:
+    seen = _Seen()
+    loop = StepLoop(default_model="openai/threadline-test", model_api_base=None, model_timeout_s=5,
+                    model=ScriptedModel([text_delta("hi")]))
+    await loop.run(_run(), Agent(id="a", input_processors=[seen], output_processors=[seen]),
+                   StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), MemorySink("run-1", 0),
+                   MemoryStepStore())
+    # as Mastra's: step-start and response-metadata first, the model's finish last
+    assert seen.got["types"] == ["step-start", "response-metadata", "text-delta", "finish"]
+    assert seen.got["finish"]["stepResult"]["reason"] == "stop" and "usage" in seen.got["finish"]["output"]
+    assert (seen.got["warnings"], seen.got["request"], seen.got["raw_response"]) == ([], {}, {})
+    assert seen.got["provider_metadata"] == {"openai": {}}
+
+
+def test_call_details_carry_the_body_sent_and_the_response_headers() -> None:
+    outcome = ModelOutcome(request_body={"model": "m", "stream": True}, headers={"x-request-id": "r1"})
+    assert call_details(outcome) == {"warnings": [], "request": {"body": {"model": "m", "stream": True}},
+                                     "raw_response": {"headers": {"x-request-id": "r1"}}}
+
+
+@tool(description="fails")
+async def boom(_args: Any) -> None:
+    raise ValueError("it broke")
+
+
+async def test_a_tool_error_carries_mastras_error_object() -> None:
+    model = ScriptedModel([tool_call("boom", {}, "c1"), tool_call("nope", {}, "c2")])
+    loop = StepLoop(default_model="openai/threadline-test", model_api_base=None, model_timeout_s=5, model=model)
+    sink = MemorySink("run-1", 0)
+    await loop.run(_run(), Agent(id="a", tools={"boom": boom}),
+                   StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, MemoryStepStore())
+    errors = {c["payload"]["toolName"]: c["payload"]["error"] for c in sink.chunks if c["type"] == "tool-error"}
+    assert errors["boom"] == {"name": "Error", "message": "it broke"}
+    assert errors["nope"]["name"] == "ToolNotFoundError" and errors["nope"]["message"].startswith('Tool "nope" not found')
+
+
+class _StepGuard(Processor):
+    id = "step-guard"
+
+    def process_output_step(self, *, text: str, abort: Any, **_: Any) -> None:
+        abort(f"no {text}")
+
+
+async def test_the_finish_after_a_rejected_step_repeats_that_steps_fields() -> None:
+    loop = StepLoop(default_model="openai/threadline-test", model_api_base=None, model_timeout_s=5,
+                    model=ScriptedModel([text_delta("bad")]))
+    sink = MemorySink("run-1", 0)
+    await loop.run(_run(), Agent(id="a", output_processors=[_StepGuard()]),
+                   StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, MemoryStepStore())
+    assert sink.types()[-3:] == ["step-finish", "tripwire", "finish"]
+    step_finish, finish = sink.chunks[-3]["payload"], sink.chunks[-1]["payload"]
+    assert step_finish["metadata"]["modelMetadata"]["modelId"] == "threadline-test"  # as Mastra's: the step's metadata
+    assert finish["messageId"] == step_finish["messageId"] and finish["output"]["text"] == "bad"
+    assert finish["metadata"] == step_finish["metadata"] and finish["stepResult"]["reason"] == "tripwire"
+    assert finish["tripwire"]["reason"] == "no bad"

@@ -8,7 +8,7 @@ import pytest
 from threadline._internal.attrdict import wrap
 from threadline.errors import ConfigurationError
 from threadline.runtime import MessageList, Processor, ProcessorRunner, TripWire, make_message
-from threadline.runtime.processor import resolve_list
+from threadline.runtime.processor_lists import resolve_list
 
 
 def runner(*, input=(), output=(), error=()):

@@ -142,11 +142,20 @@ class ToolResultPayload(TypedDict):
     result: JsonValue
 
 
+class ToolError(TypedDict):
+    """A tool's error as Mastra's ``tool-error`` carries it."""
+
+    name: str
+    """``ToolNotFoundError`` for a call to a tool the agent does not have, else ``Error``."""
+    message: str
+    """The error's text (what the model is told)."""
+
+
 class ToolErrorPayload(TypedDict):
     toolCallId: str
     toolName: str
     args: JsonValue
-    error: str
+    error: ToolError
 
 
 class StepResult(TypedDict):

@@ -262,10 +262,13 @@ def tool_result_chunk(call_id: str, tool_name: str, args: JsonValue, result: Jso
             "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args, "result": result}}
 
 
-def tool_error_chunk(call_id: str, tool_name: str, args: JsonValue, error: str) -> ToolErrorChunk:
-    """A tool's error."""
+def tool_error_chunk(call_id: str, tool_name: str, args: JsonValue, error: str, *,
+                     name: str = "Error") -> ToolErrorChunk:
+    """A tool's error, as Mastra's: ``error {name, message}`` (``message``: the error's text;
+    ``name``: ``ToolNotFoundError`` or ``Error``, docs/decisions.md#tool-error-name)."""
     return {"type": ChunkKind.TOOL_ERROR, "from": FROM_AGENT,
-            "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args, "error": error}}
+            "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args,
+                        "error": {"name": name, "message": error}}}
 
 
 _ECHOED = ("id", "type", "tagName", "contents", "createdAt", "acceptedAt", "attributes", "metadata")

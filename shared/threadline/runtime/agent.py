@@ -12,7 +12,7 @@ from threadline.events.json_types import JSONObject
 from threadline.orchestration.options import normalize_options
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model.model_calls import ModelChoice, check_fallback_list, fallback_list
-from threadline.runtime.processor import check_processor_list
+from threadline.runtime.processor_lists import check_processor_list
 from threadline.runtime.scorers import ScorerEntry, scorer_entries
 from threadline.runtime.tools import Tool, ToolHooks
 

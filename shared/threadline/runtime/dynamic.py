@@ -24,7 +24,8 @@ from threadline.runtime.agent import Agent, normalize_instructions, tool_dict
 from threadline.runtime.editor import EditorOverrides, strip
 from threadline.runtime.memory import Memory, memory_config
 from threadline.runtime.model.model_calls import ModelChoice, fallback_list
-from threadline.runtime.processor import PrepareStep, ProcessorLike, ProcessorRunner, check_processor_list, resolve_list
+from threadline.runtime.processor import PrepareStep, ProcessorLike, ProcessorRunner
+from threadline.runtime.processor_lists import check_processor_list, resolve_list
 from threadline.runtime.sub_agents import sub_agent_tools
 from threadline.runtime.tools import Tool
 from threadline.runtime.workflows import workflow_tools

@@ -11,7 +11,6 @@ takes keyword arguments; a method receives only the arguments it names (or all w
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple, Protocol
@@ -31,7 +30,8 @@ OUTPUT_METHODS = ("process_output_stream", "process_output_step", "process_outpu
 ERROR_METHODS = ("process_api_error",)
 BOUNDARY_CHUNKS = frozenset({"text-start", "text-end", "reasoning-start", "reasoning-end"})
 """Content-free boundary markers: emitted as they are, never given to ``process_output_stream``."""
-_LIST_METHODS = {"input": INPUT_METHODS, "output": OUTPUT_METHODS, "error": ERROR_METHODS}
+LIST_METHODS = {"input": INPUT_METHODS, "output": OUTPUT_METHODS, "error": ERROR_METHODS}
+"""The methods a processor of each list (``input``, ``output``, ``error``) may implement."""
 
 
 class TripWire(Exception):  # noqa: N818 - Mastra's name
@@ -91,65 +91,6 @@ class ProcessorLike(Protocol):
 
 def implements(processor: object, method: str) -> bool:
     return callable(getattr(processor, method, None))
-
-
-def check_processor_list(processors: Any, kind: str, *, agent_id: str) -> list[ProcessorLike] | Callable[..., object]:
-    """Validate a processor list at agent build time (functions are checked at run time).
-
-    Raises:
-        ConfigurationError: a processor without an id, or with none of the methods of its list.
-    """
-    if processors is None:
-        return []
-    if callable(processors) and not isinstance(processors, list):
-        return processors
-    for p in processors:
-        _check_one(p, kind, agent_id)
-    return list(processors)
-
-
-def _check_one(p: object, kind: str, agent_id: str) -> None:
-    from threadline.runtime.workflows import Workflow
-
-    if isinstance(p, Workflow):  # Mastra's ProcessorWorkflow: docs/decisions.md#processor-workflows
-        raise ConfigurationError(
-            f"agent {agent_id}: {kind}_processors holds the workflow {p.id!r}; a processor list holds processors "
-            "only (a workflow of processor steps is not supported: write one Processor that calls the steps "
-            "in order, or list the processors themselves; workflows run as the model's tools)")
-    pid = getattr(p, "id", None)
-    if not pid or not isinstance(pid, str):
-        raise ConfigurationError(f"agent {agent_id}: processor {type(p).__name__} has no id")
-    methods = _LIST_METHODS[kind]
-    if not any(implements(p, m) for m in methods):
-        raise ConfigurationError(
-            f"agent {agent_id}: processor {pid!r} is in {kind}_processors but implements none of "
-            f"{', '.join(methods)}")
-
-
-def resolve_list(processors: Any, kind: str, request_context: Mapping[str, object], agent_id: str,
-                 catalogue: Mapping[str, object] | None = None) -> list[ProcessorLike]:
-    """Resolve a list (or a function of ``request_context``) into per-run copies with
-    ``processor_index`` set (docs/decisions.md §8: never on a shared instance).
-
-    A call-level list travels in a JSON request, so it names processors by id; ids are looked
-    up in ``catalogue`` (the agents module's ``processors`` and the agent's own).
-
-    Raises:
-        ConfigurationError: an unknown processor id, or a processor in the wrong list.
-    """
-    items = processors(request_context) if callable(processors) else list(processors or [])
-    out: list[ProcessorLike] = []
-    for i, p in enumerate(items):
-        if isinstance(p, str):
-            found = (catalogue or {}).get(p)
-            if found is None:
-                raise ConfigurationError(f"agent {agent_id}: no processor with id {p!r} for {kind}_processors")
-            p = found
-        _check_one(p, kind, agent_id)
-        c = copy.copy(p)
-        c.processor_index = i
-        out.append(c)
-    return out
 
 
 _SIG_CACHE: dict[object, tuple[bool, frozenset[str]]] = {}
@@ -372,12 +313,15 @@ class ProcessorRunner:
         return prompt, response
 
     async def process_llm_response(self, chunks: Sequence[object], *, model: str, step_number: int,
-                                   steps: Sequence[Mapping[str, object]], from_cache: bool) -> None:
-        """``processLLMResponse``: after the stream, with the collected chunks."""
+                                   steps: Sequence[Mapping[str, object]], from_cache: bool,
+                                   extra: Mapping[str, object] | None = None) -> None:
+        """``processLLMResponse``: after the stream, with every chunk of the step; ``extra`` holds
+        the call's ``warnings``, ``request`` and ``raw_response``."""
         for p in self.input:
             if implements(p, "process_llm_response"):
                 await self.call(p, "process_llm_response", "Tripwire triggered by {id}", chunks=chunks,
-                                model=model, step_number=step_number, steps=steps, from_cache=from_cache)
+                                model=model, step_number=step_number, steps=steps, from_cache=from_cache,
+                                **(extra or {}))
 
     async def process_output_stream(self, part: AttrDict, ml: MessageList | None = None) -> AttrDict | None:
         """``processOutputStream`` for one chunk: returns the chunk to emit, or ``None`` to drop.
@@ -428,8 +372,9 @@ class ProcessorRunner:
 
     async def process_output_step(self, ml: MessageList, *, step_number: int, steps: Sequence[Mapping[str, object]],
                                   finish_reason: str, tool_calls: Sequence[object] | None, text: str,
-                                  usage: object) -> None:
-        """``processOutputStep``: after the model's step, before its tools run."""
+                                  usage: object, provider_metadata: object = None) -> None:
+        """``processOutputStep``: after the model's step, before its tools run (``provider_metadata``:
+        Mastra's ``providerMetadata`` of the step, ``{<provider>: {...}}``)."""
         for p in self.output:
             if not implements(p, "process_output_step"):
                 continue
@@ -438,7 +383,8 @@ class ProcessorRunner:
             result = await self.call(p, "process_output_step", "Tripwire triggered by {id}",
                                      messages=messages, message_list=ml, step_number=step_number,
                                      steps=steps, finish_reason=finish_reason, tool_calls=tool_calls,
-                                     text=text, usage=usage, system_messages=ml.get_system_messages())
+                                     text=text, usage=usage, provider_metadata=provider_metadata,
+                                     system_messages=ml.get_system_messages())
             if isinstance(result, list) and not result:
                 continue  # a guardrail (Mastra's QualityGuardrail example) returns [] when the step passes: no change
             self.apply_messages(ml, result, before_ids=before, default_source="response")

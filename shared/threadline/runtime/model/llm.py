@@ -23,6 +23,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import litellm
 import openai
+import orjson
 from litellm import exceptions as lx
 
 litellm.suppress_debug_info = True
@@ -35,6 +36,7 @@ from threadline.runtime.model import llm_direct, llm_normalise, llm_stream, prov
 from threadline.runtime.model import provider_options as provider_opts  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model._litellm_private import no_open_cost_estimate  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model.provider_error import bare_message, provider_error  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
@@ -81,11 +83,12 @@ def classify(exc: BaseException) -> ModelCallError:
             mapped.__cause__ = original
             return mapped
         if embedded is not None:
-            mapped = _by_status(embedded, str(getattr(exc, "message", None) or exc)[:500], _retry_after(exc))
+            mapped = _by_status(embedded, bare_message(str(getattr(exc, "message", None) or exc))[:500],
+                                _retry_after(exc))
             mapped.__cause__ = original
             return mapped
     status = getattr(exc, "status_code", None)
-    message = str(getattr(exc, "message", None) or exc)[:500]
+    message = bare_message(str(getattr(exc, "message", None) or exc))[:500]
     retry_after = _retry_after(exc)
     if isinstance(exc, lx.ContextWindowExceededError):
         kind, retryable = "context_length_exceeded", False
@@ -214,7 +217,7 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
     stream: Any = None
     try:
         step_clock.mark("model_called")
-        path, response, provider_stream = await _open(kwargs)
+        path, response, provider_stream = await _open(kwargs, outcome)
         step_clock.mark("model_opened")
         outcome.headers = _headers(provider_stream)
         if path == "wrapper":
@@ -232,6 +235,8 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
         raise
     except Exception as exc:
         err = _classify_stream(exc, opened=norm is not None)
+        err.provider = provider_error(exc, retryable=err.retryable, request_body=outcome.request_body,
+                                      opened=norm is not None)
         hint = providers.key_hint(model)
         if err.kind == "authentication" and hint:  # say which variable holds the rejected key
             err.args = (f"{err.args[0]} ({hint})",)
@@ -279,14 +284,17 @@ def request_kwargs(model: str, *, messages: list[CoreMessage], tools: list[ToolS
     return kwargs
 
 
-async def _open(kwargs: dict[str, Any]) -> tuple[str, Any, Any]:
+async def _open(kwargs: dict[str, Any], outcome: ModelOutcome) -> tuple[str, Any, Any]:
     """Open the call: sent directly when :func:`llm_direct.prepare` takes it (a ``422`` asks
     again through litellm), else ``litellm.acompletion``. Returns the read path (``raw``, ``sdk``
-    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream."""
+    or ``wrapper``), litellm's response (``None`` when sent directly) and the provider stream;
+    ``outcome.request_body`` is the body sent directly."""
     if (request := llm_direct.prepare(kwargs)) is not None:
+        outcome.request_body = orjson.loads(request.body)  # an error answer reports it too
         provider_stream = await llm_direct.open_stream(request, kwargs["model"])  # None: a 422, litellm asks again
         if provider_stream is not None:
             return "raw", None, provider_stream
+        outcome.request_body = None
     with no_open_cost_estimate():
         response = await litellm.acompletion(**kwargs)
     return llm_stream.reader(response), response, getattr(response, "completion_stream", None)

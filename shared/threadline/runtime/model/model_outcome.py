@@ -41,6 +41,9 @@ class ModelOutcome:
     """The provider's HTTP response headers (``None``: the read path does not expose them)."""
     raw_usage: dict[str, Any] | None = None
     """The provider's last usage report as it sent it (JSON), behind :attr:`usage`."""
+    request_body: dict[str, Any] | None = None
+    """The JSON body sent to the provider (``None``: sent through litellm's own client, which
+    does not show it)."""
     _text: list[str] = field(default_factory=list)
     _reasoning: list[str] = field(default_factory=list)
 
@@ -75,6 +78,7 @@ class ModelOutcome:
         self._text, self._reasoning, self.tool_calls, self.finish_reason = [], [], [], "other"
         self.usage = self.raw_finish_reason = None
         self.response_id = self.created_s = self.model_id = self.headers = self.raw_usage = None
+        self.request_body = None
 
 
 def _joined(pieces: list[str]) -> str:

@@ -70,9 +70,11 @@ log = get_logger(__name__)
 
 
 def model_error(exc: ModelCallError) -> JSONObject:
-    """The failed run's ``error``: ``{kind, message, statusCode, retryable, retry_after_s?}``."""
-    error: JSONObject = {"kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
-                             "retryable": exc.retryable}
+    """The failed run's ``error``: what the provider said as Mastra reports it (``name``, ``url``,
+    ``responseBody``, ``data``…: ``exc.provider``), then Threadline's ``{kind, message, statusCode,
+    retryable, retry_after_s?}`` (docs/decisions.md#model-error-payload)."""
+    error: JSONObject = {**(exc.provider or {}), "kind": exc.kind, "message": str(exc), "statusCode": exc.status_code,
+                         "retryable": exc.retryable}
     if exc.retry_after_s is not None:
         error["retry_after_s"] = exc.retry_after_s
     return error
@@ -192,8 +194,10 @@ class StepLoop:
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
             for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
                 step.ml.remove_by_ids([msg["id"]])
-            if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123)
-                await step.writer.emit(tripwire_step_finish(step.response_id, step.attempt_output))
+            if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123),
+                finished = tripwire_step_finish(step.response_id, step.attempt_output)
+                await step.writer.emit(finished)
+                step.last_step_finish = finished["payload"]  # and the finish repeats its fields
             await step.writer.emit(chunks.tripwire_chunk(trip.tripwire))
             await self._finish_chunk(step, "tripwire", finish_reason="other", tripwire=trip.tripwire)
             return trip

@@ -7,7 +7,7 @@ message's parts built from the *processed* chunks; a structured answer's ``objec
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -66,8 +66,9 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     """
     runner, step_no = step.runner, step.run.step
     step.last_step_finish = None  # this attempt's, once concluded
-    await step.writer.emit(chunks.step_start_chunk(  # no startedAt on a cached replay
-        step.response_id, started_at_ms=None if request.cached else int(time.time() * 1000)))
+    start = chunks.step_start_chunk(  # no startedAt on a cached replay
+        step.response_id, started_at_ms=None if request.cached else int(time.time() * 1000))
+    await step.writer.emit(start)
     step.response_message()
     outcome = ModelOutcome()
     recorded, step.recorded = step.recorded, None
@@ -80,12 +81,14 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
         raise ModelCallError('the model finished with reason "other" without producing any output (P42)',
                              kind="server_error", retryable=True)
     response = _response(processed, outcome, raw, fresh=recorded is None and not request.cached)
-    step.attempt_output = {"text": response.text, "usage": response.usage, "model": request.model,
-                           "response": response.provider}
+    step.attempt_output = {"text": response.text, "usage": response.usage, "response": response.provider,
+                           "raw_reason": response.raw_finish_reason,
+                           "model": request.caller.choices[request.caller.index].model}
     steps = [*step.steps, _this_step(step_no, response)]  # "all completed steps so far, including this step"
     if not request.cached:  # as in Mastra: a reply from process_llm_request's cache is not a model response
-        await runner.process_llm_response(raw, model=request.model, step_number=step_no, steps=steps,
-                                          from_cache=False)
+        await runner.process_llm_response(step_chunks(start, raw, response), model=request.model,
+                                          step_number=step_no, steps=steps, from_cache=False,
+                                          extra=call_details(outcome))
     _add_parts(step, response, _calls_first(processed))
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
@@ -98,7 +101,9 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     await runner.process_output_step(step.ml, step_number=step_no, steps=steps,
                                      finish_reason=response.finish_reason,
                                      tool_calls=[wrap(c) for c in response.calls] or None, text=response.text,
-                                     usage=response.usage)
+                                     usage=response.usage, provider_metadata=chunks.step_metadata(
+                                         request.caller.choices[request.caller.index].model,
+                                         response.provider)["providerMetadata"])
     step.judging = False
     return response
 
@@ -170,6 +175,32 @@ def provider_response(outcome: ModelOutcome) -> ProviderResponse:
     if outcome.raw_usage is not None:
         got["rawUsage"] = outcome.raw_usage
     return got
+
+
+def step_chunks(start: Mapping[str, Any], raw: list[dict[str, Any]], response: ModelResponse) -> list[dict[str, Any]]:
+    """Every chunk of the step, as Mastra's ``processLLMResponse`` gets them: ``step-start``,
+    ``response-metadata`` (the provider's ``id``, ``timestamp`` and ``modelId``, those it gave),
+    the model's chunks as streamed, then the model's ``finish`` (``stepResult {reason, rawReason?}``,
+    ``output {usage}``)."""
+    got = response.provider or {}
+    result: dict[str, Any] = {"reason": response.finish_reason}
+    if response.raw_finish_reason is not None:
+        result["rawReason"] = response.raw_finish_reason
+    usage = chunks.mastra_usage(response.usage, got.get("rawUsage"))
+    return [{"type": start["type"], "from": chunks.FROM_AGENT, "payload": start["payload"]},
+            {"type": "response-metadata", "from": chunks.FROM_AGENT,
+             "payload": {k: got[k] for k in ("id", "timestamp", "modelId") if k in got}},
+            *raw,
+            {"type": "finish", "from": chunks.FROM_AGENT, "payload": {"stepResult": result, "output": {"usage": usage}}}]
+
+
+def call_details(outcome: ModelOutcome) -> dict[str, Any]:
+    """``processLLMResponse``'s ``warnings`` (the provider's call warnings: litellm reports none, so
+    ``[]``), ``request`` (``{body}``: the JSON body sent; ``{}`` when litellm's own client sent it)
+    and ``raw_response`` (``{headers}``: the HTTP response headers; ``{}`` when not known)."""
+    return {"warnings": [],
+            "request": {"body": outcome.request_body} if outcome.request_body is not None else {},
+            "raw_response": {"headers": outcome.headers} if outcome.headers is not None else {}}
 
 
 def _this_step(step_no: int, response: ModelResponse) -> dict[str, Any]:

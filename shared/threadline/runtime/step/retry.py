@@ -50,9 +50,12 @@ def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: 
 
 def tripwire_step_finish(message_id: str, output: Mapping[str, Any] | None) -> StepFinishChunk:
     """The ``step-finish`` of a step whose answer ``process_output_step`` rejected for good:
-    ``stepResult {reason: "tripwire", isContinued: false}`` and the answer's ``output {text,
-    usage}``, before the run's ``tripwire`` chunk (decisions 2 and 123)."""
+    ``stepResult {reason: "tripwire", rawReason?, isContinued: false}``, the answer's ``output
+    {text, usage}`` and, when ``output`` names the ``model`` that answered, the step's
+    ``metadata`` (from its provider ``response``), before the run's ``tripwire`` chunk
+    (decisions 2 and 123)."""
     output = output or {}
     return chunks.step_finish_chunk(message_id, reason="tripwire", is_continued=False,
                                     text=output.get("text", ""), usage=output.get("usage"),
-                                    model=output.get("model"), response=output.get("response"))
+                                    model=output.get("model"), raw_reason=output.get("raw_reason"),
+                                    response=output.get("response"))

@@ -129,7 +129,10 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue
     base: ToolOutcome = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
-        await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error))
+        tools = step.tools if step.tools is not None else step.agent.tools
+        name = "ToolNotFoundError" if error == unknown_tool_error(call["toolName"], tools) else "Error"
+        await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error,
+                                                name=name))
         return {**base, "error": error}
     set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
     await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
