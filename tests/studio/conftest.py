@@ -18,20 +18,14 @@ import httpx
 import orjson
 import pytest
 
+from tests.clients.conftest import model_server  # noqa: F401 - the client suite's fake model server, per module
 from tests.e2e.conftest import paired_history  # noqa: F401 - the suite-wide pairing check, on this folder too
 from threadline.testing.containers import free_port
 from threadline.testing.harness import ServiceSet, stop_process
-from threadline.testing.model_server import RunningServer, start_in_thread
+from threadline.testing.model_server import RunningServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-
-
-@pytest.fixture(scope="module")
-def model_server() -> Iterator[RunningServer]:
-    server = start_in_thread()
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +34,7 @@ def studio_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(cluster: Any, model_server: RunningServer, studio_port: int,
+def gateway_url(cluster: Any, model_server: RunningServer, studio_port: int,  # noqa: F811 - the imported fixture
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The four services and an open gateway; Studio's origin may call it (CORS)."""
     port = free_port()
