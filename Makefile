@@ -141,7 +141,7 @@ endif
 
 STUDIO_PORT ?= 3000
 STUDIO_LOCK := $(ROOT)/tests/studio/node_modules/.studio-lock
-studio: ## Mastra Studio (the mastra CLI 1.31.0 pinned in tests/studio; Node 20+) against the running gateway: http://localhost:$(STUDIO_PORT)
+studio: ## Mastra Studio (the mastra CLI 1.31.0 pinned in tests/studio; Node 20+) against the running gateway: http://localhost:3000 (STUDIO_PORT)
 	@cd $(ROOT)/tests/studio && if ! cmp -s package-lock.json $(STUDIO_LOCK); then \
 	  npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json $(STUDIO_LOCK); fi
 	@curl -fsS -o /dev/null "http://127.0.0.1:$${THREADLINE_GATEWAY_PORT:-18000}/healthz" 2>/dev/null || \
