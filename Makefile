@@ -45,7 +45,7 @@ SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATO
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
            --scale gateway=$(N_GATEWAYS)
 
-.PHONY: help install infra-up infra-down migrate migrate-contract up down ps logs demo test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
+.PHONY: help install infra-up infra-down migrate migrate-contract up down ps logs demo studio test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-11s %s\n", $$1, $$2}'
@@ -138,6 +138,16 @@ else
 	  $(MAKE) up; fi
 endif
 	cd $(ROOT) && $(PY) -m threadline.examples.demo
+
+STUDIO_PORT ?= 3000
+STUDIO_LOCK := $(ROOT)/tests/studio/node_modules/.studio-lock
+studio: ## Mastra Studio (the mastra CLI 1.31.0 pinned in tests/studio; Node 20+) against the running gateway: http://localhost:3000 (STUDIO_PORT)
+	@cd $(ROOT)/tests/studio && if ! cmp -s package-lock.json $(STUDIO_LOCK); then \
+	  npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json $(STUDIO_LOCK); fi
+	@curl -fsS -o /dev/null "http://127.0.0.1:$${THREADLINE_GATEWAY_PORT:-18000}/healthz" 2>/dev/null || \
+	  echo "studio: no gateway answers on 127.0.0.1:$${THREADLINE_GATEWAY_PORT:-18000} (make up starts it)"
+	cd $(ROOT)/tests/studio && MASTRA_TELEMETRY_DISABLED=1 node node_modules/mastra/dist/index.js studio \
+	  --port $(STUDIO_PORT) --server-host 127.0.0.1 --server-port $${THREADLINE_GATEWAY_PORT:-18000} --server-api-prefix /api
 
 TEST_WORKERS ?= 2
 test: install ## the test suite (it starts the native cluster itself): the tests marked `serial` (they restart Kafka or PostgreSQL) in one process on a second cluster, beside the others in TEST_WORKERS processes (pytest-xdist; TEST_SERIAL_APART=0: one after the other, on one cluster)

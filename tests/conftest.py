@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 MARKER_BY_FOLDER = {"unit": "unit", "contract": "unit", "integration": "integration", "e2e": "e2e",
                     "parity": "parity", "clients": "clients",
-                    "clients_aisdk": "clients"}
+                    "clients_aisdk": "clients", "studio": "clients"}
 """The marker each top-level folder of ``tests/`` gives its tests."""
 
 

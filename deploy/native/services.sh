@@ -38,6 +38,8 @@ GATEWAY_PORT="${THREADLINE_GATEWAY_PORT:-18000}"
 export THREADLINE_GATEWAY_HOST="${THREADLINE_GATEWAY_HOST:-127.0.0.1}"
 if [[ -z "${THREADLINE_GATEWAY_API_KEYS:-}" && -z "${THREADLINE_GATEWAY_JWT_SECRET:-}" ]]; then
   export THREADLINE_GATEWAY_OPEN="${THREADLINE_GATEWAY_OPEN:-true}"
+  # Mastra Studio (`make studio`, http://localhost:3000) calls the open gateway from its own origin
+  export THREADLINE_GATEWAY_CORS_ORIGINS="${THREADLINE_GATEWAY_CORS_ORIGINS:-[\"http://localhost:3000\",\"http://127.0.0.1:3000\"]}"
 fi
 
 # Prints the modules (of those given) that `python -m` cannot run.

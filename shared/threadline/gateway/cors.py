@@ -2,7 +2,9 @@
 (``THREADLINE_GATEWAY_CORS_ORIGINS``) may call the gateway's ``/v1`` and ``/api`` with an
 ``Authorization`` or ``X-API-Key`` header; the preflight ``OPTIONS`` is answered before any
 authentication (it carries no credentials). Other origins get no CORS headers, so their pages
-cannot read the answers. Cookies are never used (credentials are headers), so none are allowed.
+cannot read the answers. Credentialed requests (``fetch`` with ``credentials: "include"``, as
+Mastra Studio sends every call) are allowed: the gateway never reads a cookie, so a page still
+needs the key or token in a header (decision 134).
 """
 
 from __future__ import annotations
@@ -25,5 +27,5 @@ def cors_middleware(origins: Sequence[str]) -> list[Middleware]:
         return []
     return [Middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST", "PUT", "PATCH",
                                                                                     "DELETE", "OPTIONS"],
-                       allow_headers=list(ALLOWED_HEADERS), allow_credentials=False, max_age=MAX_AGE_S,
+                       allow_headers=list(ALLOWED_HEADERS), allow_credentials=True, max_age=MAX_AGE_S,
                        expose_headers=["content-type"])]

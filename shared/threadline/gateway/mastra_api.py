@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
+from threadline.gateway import mastra_studio as studio
 from threadline.gateway.app import ApiError, Gateway
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
@@ -253,6 +254,7 @@ async def execute_tool(request: Request) -> Response:
 
 
 ROUTES = [
+    *studio.ROUTES,
     Route("/api/agents", list_agents, methods=["GET"]),
     Route("/api/agents/{agent_id}", get_agent, methods=["GET"]),
     Route("/api/agents/{agent_id}/generate", generate, methods=["POST"]),

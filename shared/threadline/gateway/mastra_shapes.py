@@ -14,6 +14,8 @@ from typing import Any
 
 import orjson
 
+from threadline.events.chunks import MODEL_VERSION
+
 DONE = b"data: [DONE]\n\n"
 """The last line of a Mastra stream response (``processMastraStream`` stops there)."""
 KEEP_ALIVE = b": keep-alive\n\n"
@@ -87,6 +89,7 @@ def agent_shape(row: Mapping[str, Any], editable: Mapping[str, Any] | None, fact
         out["editor"] = editable.get("editor")
     if facts is not None and facts.model and "/" in facts.model:
         out["provider"], _, out["modelId"] = facts.model.partition("/")
+    out["modelVersion"] = MODEL_VERSION  # the chunks' modelMetadata.modelVersion: Studio sends mid-run on v2/v3
     return out
 
 
@@ -211,9 +214,18 @@ def thread_shape(row: Mapping[str, Any], resource_id: str) -> dict[str, Any]:
 
 def message_shape(row: Mapping[str, Any], *, thread_id: str, resource_id: str) -> dict[str, Any]:
     """Mastra's stored message (``MastraDBMessage``) of a message row: ``{id, role, createdAt,
-    threadId, resourceId, type, content}`` (``content`` is already Mastra's ``{format: 2, parts}``)."""
-    return {"id": row["id"], "role": row["role"], "createdAt": _iso(row["created_at"]), "threadId": thread_id,
-            "resourceId": resource_id, "type": row.get("type") or "v2", "content": row["content"]}
+    threadId, resourceId, type, content}`` (``content`` is already Mastra's ``{format: 2, parts}``).
+
+    ``createdAt`` is when the message was sent for a message that came as a signal (its
+    ``content.metadata.signal.createdAt``, as Mastra stamps a user message when it receives it),
+    else when it was stored: a run stores its user message with its answer, at the same instant,
+    and a client that orders by ``createdAt`` (Mastra Studio) would put the answer first."""
+    content = row["content"]
+    signal = ((content.get("metadata") or {}).get("signal") or {}) if isinstance(content, dict) else {}
+    sent = signal.get("createdAt") if isinstance(signal, dict) else None
+    return {"id": row["id"], "role": row["role"], "createdAt": sent if isinstance(sent, str) and sent
+            else _iso(row["created_at"]), "threadId": thread_id, "resourceId": resource_id,
+            "type": row.get("type") or "v2", "content": content}
 
 
 @dataclass(frozen=True)
