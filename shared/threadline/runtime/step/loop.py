@@ -190,8 +190,9 @@ class StepLoop:
         except TripWire as tw:
             trip = Trip(tw.payload())
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
-            for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
-                step.ml.remove_by_ids([msg["id"]])
+            # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
+            # tripped input reaches the model on the thread's next turn); stored steps are deleted
+            step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
             if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123)
                 await step.writer.emit(tripwire_step_finish(step.response_id, step.attempt_output))
             await step.writer.emit(chunks.tripwire_chunk(trip.tripwire))
