@@ -276,7 +276,8 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         role = msg["role"]
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
-            options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
+            options = msg["content"].get("providerMetadata") or (  # older rows: in the signal's metadata
+                ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions"))
             if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)

@@ -28,6 +28,7 @@ from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.json_types import JSONObject
+from threadline.events.messages import as_stored, now_ms
 from threadline.events.signals import signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
@@ -218,6 +219,10 @@ class StepLoop:
         """Step 8 of the module docstring: the state written back, then the step saved with its
         held ``finish`` (decision 19), which the sink then counts as stored."""
         run, state, sink = step.run, step.run.state, step.writer
+        at = now_ms()
+        for msg, source in step.ml.entries():
+            if source != "memory":  # the run's own messages take Mastra's stored shape
+                as_stored(msg, at)
         state.message_list = step.ml.to_state()
         state.retry_count = step.runner.retry_count
         state.response_message_id = step.response_id
