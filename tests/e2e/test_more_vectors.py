@@ -59,7 +59,7 @@ async def test_p33_abort_on_one_tool_result_ends_the_run_unstored(services, sett
                                                   "processorId": "block-t1"}), ("finish", "tripwire")]
     await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
-    assert [r["role"] for r in stored] == ["user"]
+    assert [r["role"] for r in stored] == []  # a tripped run stores nothing, its input neither (as Mastra)
 
 
 async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(services, settings, model, cluster):

@@ -42,6 +42,15 @@ def as_stored(msg: Mapping[str, Any], at_ms: int) -> None:
             content["content"] = text
 
 
+def is_user_authored(msg: Mapping[str, Any]) -> bool:
+    """A message the user wrote: role ``user``, or a ``signal`` of type ``user`` (``sendMessage``,
+    ``queueMessage``), as Mastra's ``isUserAuthoredMessage``."""
+    if msg.get("role") == "user":
+        return True
+    meta = ((msg.get("content") or {}).get("metadata") or {}) if isinstance(msg.get("content"), Mapping) else {}
+    return msg.get("role") == "signal" and (meta.get("signal") or {}).get("type") == "user"
+
+
 def make_message(role: str, parts: Sequence[Mapping[str, object]], *, id: str | None = None,
                  thread_id: str | None = None, resource_id: str | None = None,
                  metadata: Mapping[str, object] | None = None, type: str | None = None) -> AttrDict:

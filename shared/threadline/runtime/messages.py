@@ -286,6 +286,16 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def user_first(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``prompt`` (chat messages, system ones first) with a user message ``.`` before its first
+    other message when that one is the assistant's (a ``lastMessages`` cut can start there), as
+    Mastra's prompt has it: some providers refuse a conversation that does not start with the user."""
+    first = next((i for i, m in enumerate(prompt) if m.get("role") != "system"), None)
+    if first is not None and prompt[first].get("role") == "assistant":
+        return [*prompt[:first], {"role": "user", "content": "."}, *prompt[first:]]
+    return prompt
+
+
 def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One assistant message's chat messages: per step, the assistant turn (text, tool calls,
     signed thinking blocks), then its tool results."""
