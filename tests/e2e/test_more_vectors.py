@@ -18,6 +18,7 @@ async def test_p18_p19_p20_m5_data_parts_from_tools(services, settings, model, c
     await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1 AND role = 'assistant'", run_id)
     parts = [p for p in stored[0]["content"]["parts"] if p["type"].startswith("data-")]
+    assert isinstance(parts[0].pop("createdAt"), int)  # stamped (epoch ms), as Mastra stamps parts
     assert parts == [{"type": "data-progress", "data": {"p": 1}}]  # the transient note and the dropped secret are not stored
 
 
@@ -59,10 +60,10 @@ async def test_p33_abort_on_one_tool_result_ends_the_run_unstored(services, sett
                                                   "processorId": "block-t1"}), ("finish", "tripwire")]
     await run_row(cluster.dsn, run_id)
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
-    assert [r["role"] for r in stored] == ["user"]
+    assert [r["role"] for r in stored] == []  # a tripped run stores nothing, its input neither (as Mastra)
 
 
-async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(services, settings, model, cluster):
+async def test_p38_m6_output_result_abort_keeps_earlier_turns_not_its_own(services, settings, model, cluster):
     thread = f"th-{uuid.uuid4().hex[:8]}"
     model.queue([ms.text("first answer")], model="threadline-plain")
     first_run, _ = await run_stream(settings, "plain", "first", thread=thread)
@@ -76,8 +77,8 @@ async def test_p38_m6_output_result_abort_keeps_earlier_turns_and_the_input(serv
     assert run["status"] == "tripwire"
     stored = await rows(cluster.dsn, "SELECT role, content::text AS c FROM messages WHERE thread_id = $1 "
                         "ORDER BY position", thread)
-    assert [r["role"] for r in stored] == ["user", "assistant", "user"]
-    assert "first answer" in stored[1]["c"] and not any("second answer" in r["c"] for r in stored)
+    assert [r["role"] for r in stored] == ["user", "assistant"]  # the tripped run's input neither, as Mastra
+    assert "first answer" in stored[1]["c"] and not any("second" in r["c"] for r in stored)
 
 
 async def test_p43_length_with_a_truncated_tool_call_runs_no_tool(services, settings, model, cluster):

@@ -50,7 +50,10 @@ async def test_c03_input_tripwire_reaches_subscribers_and_the_generate_reply(ser
     assert accepted.action == "wake"  # the lease was released by run 1, not left to expire
     assert content(run2) == [("text-delta", "Hi!"), ("finish", "stop")]
     requests = model.requests(model="threadline-pii-tripwire")
-    assert len(requests) == 1 and "x@y.z" not in str(requests[0]["body"]["messages"][-1])
+    # the tripped input is not stored: the next turn's request does not hold it, nor the thread
+    assert len(requests) == 1 and "x@y.z" not in str(requests[0]["body"]["messages"])
+    stored = await rows(cluster.dsn, "SELECT role, content::text AS c FROM messages WHERE thread_id = $1", thread)
+    assert [r["role"] for r in stored] == ["user", "assistant"] and "x@y.z" not in str(stored)
 
 
 async def test_c05a_implicit_cap_of_ten_retries_then_the_mapped_error(services, settings, model, cluster):

@@ -58,11 +58,11 @@ async def test_the_signed_thinking_block_goes_back_with_the_tool_call(server) ->
     message = {"role": "assistant", "content": {"parts": []}}
     step = SimpleNamespace(response_message=lambda: message)
     response = respond._response([wrap(e) for e in events], outcome, events, fresh=True)
-    respond._add_parts(step, response, calls_first=False)  # type: ignore[arg-type]  # the one method it uses
-    reasoning = message["content"]["parts"][1]
+    respond._add_parts(step, response, False, "anthropic/claude")  # type: ignore[arg-type]  # the one method it uses
+    reasoning = message["content"]["parts"][0]  # a message's first step has no step-start, as Mastra's
     assert reasoning["providerMetadata"] == {"anthropic": {"signature": signature}}
     assert reasoning["details"] == [{"type": "text", "text": "Add them.", "signature": signature}]
-    invocation = message["content"]["parts"][2]["toolInvocation"]
+    invocation = message["content"]["parts"][1]["toolInvocation"]
     invocation.update(state="result", result={"sum": 3})
 
     history = [user, *to_core([message])]

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Literal, TypedDict
 
 from threadline.events.chunk_types import ChunkBody, ChunkKind, JsonValue, known
+from threadline.events.messages import is_user_authored
 
 UNSTORED_ENDINGS = frozenset({"error", "tripwire"})
 """``finish`` reasons whose run stores no assistant message."""
@@ -103,13 +104,15 @@ def replay_transcript(chunks: Iterable[ChunkBody]) -> list[TranscriptEntry]:
 
 def stored_transcript(messages: Iterable[Mapping[str, Any]]) -> list[TranscriptEntry]:
     """The same view of stored messages (``{id, role, content: {parts}}``, e.g. ``threadline thread``
-    lines), for comparing with :func:`replay_transcript`; roles other than user/assistant are left out."""
+    lines), for comparing with :func:`replay_transcript`; a user signal (``sendMessage``) counts as
+    the user's, other signals and roles are left out."""
     out: list[TranscriptEntry] = []
     for m in messages:
-        if m["role"] not in ("user", "assistant"):
+        user = is_user_authored(m)
+        if not user and m["role"] != "assistant":
             continue
         parts = (m.get("content") or {}).get("parts") or []
-        out.append({"id": m["id"], "role": m["role"],
+        out.append({"id": m["id"], "role": "user" if user else "assistant",
                     "text": "".join(p.get("text", "") for p in parts if p.get("type") == "text"),
                     "toolCallIds": [p["toolInvocation"]["toolCallId"] for p in parts
                                     if p.get("type") == "tool-invocation"] if m["role"] == "assistant" else []})

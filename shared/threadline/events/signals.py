@@ -17,7 +17,7 @@ from typing import Any
 from threadline._internal.attrdict import AttrDict
 from threadline.errors import InvalidEventError
 from threadline.events.files import normalize_file_part
-from threadline.events.messages import make_message, now_iso
+from threadline.events.messages import is_user_authored, make_message, now_iso
 from threadline.ids import new_id
 
 SIGNAL_TYPES = ("user", "state", "reactive", "notification")
@@ -29,7 +29,7 @@ NOTIFICATION_ATTRIBUTES = ("id", "source", "type", "kind", "priority", "status",
 """The attributes a notification signal gets from its record, in the order Mastra writes them
 (after the caller's own): rendered in this order whatever order storage gave back (PostgreSQL
 ``jsonb`` keeps keys shortest first)."""
-_RECORDED = ("id", "type", "tagName", "createdAt", "acceptedAt", "attributes", "metadata", "providerOptions")
+_RECORDED = ("id", "type", "tagName", "createdAt", "acceptedAt", "attributes", "metadata")
 
 
 def normalize_type(kind: str) -> str:
@@ -132,14 +132,29 @@ def signal_from_message(message: Any, *, kind: str = "user", tag_name: str | Non
 
 
 def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: str) -> AttrDict:
-    """The transcript message of a signal: role ``user`` for user signals, else ``signal``
-    (``type`` = the tag); the signal itself is in ``content.metadata.signal`` (its fields that are
-    set: empty ``attributes`` / ``metadata`` are left out, as Mastra's ``signalToDBMessage`` does)."""
-    meta = {"signal": {k: signal[k] for k in _RECORDED if signal.get(k) not in (None, {})}}
+    """The transcript message of a signal, as Mastra stores it.
+
+    The message of ``stream``/``generate`` (``userInput`` set by ingress) is a user message: role
+    ``user``, its text also in ``content.content``, no signal metadata (kept only when it has
+    attributes, which the model's rendering needs). Any other signal is role ``user`` for user
+    signals (``sendMessage``, ``queueMessage``; Mastra's role ``signal``, parity rule
+    signal-role), else ``signal`` (``type`` = the tag), with the signal in
+    ``content.metadata.signal`` (its fields that are set: empty ``attributes`` / ``metadata`` are
+    left out, as Mastra's ``signalToDBMessage`` does); ``providerOptions`` go to
+    ``content.providerMetadata``, as there."""
+    parts = contents_parts(signal["contents"])
+    recorded = {k: signal[k] for k in _RECORDED if signal.get(k) not in (None, {})}
+    user_input = bool(signal.get("userInput")) and signal["type"] == "user"
+    plain = user_input and not recorded.get("attributes")
     role = "user" if signal["type"] == "user" else "signal"
-    return make_message(role, contents_parts(signal["contents"]), id=signal["id"], thread_id=thread_id,
-                        resource_id=resource_id, metadata=meta,
-                        type=None if role == "user" else signal["tagName"])
+    msg = make_message(role, parts, id=signal["id"], thread_id=thread_id, resource_id=resource_id,
+                       metadata=None if plain else {"signal": recorded},
+                       type=None if role == "user" else signal["tagName"])
+    if plain:
+        msg["content"]["content"] = "".join(p.get("text", "") for p in parts if p.get("type") == "text")
+    if signal.get("providerOptions"):
+        msg["content"]["providerMetadata"] = signal["providerOptions"]
+    return msg
 
 
 def render_for_model(msg: dict[str, Any]) -> str:
@@ -152,7 +167,7 @@ def render_for_model(msg: dict[str, Any]) -> str:
     if meta.get("type") == "notification":  # the caller's attributes, then the record's in Mastra's order
         attrs = {**{k: v for k, v in attrs.items() if k not in NOTIFICATION_ATTRIBUTES},
                  **{k: attrs[k] for k in NOTIFICATION_ATTRIBUTES if k in attrs}}
-    if msg["role"] == "user" and not attrs:
+    if is_user_authored(msg) and not attrs:  # a user signal without attributes: its bare text
         text = "".join(texts)
         if not text and isinstance(content.get("content"), str):
             text = content["content"]

@@ -86,6 +86,8 @@ def _precheck(req: Inbound, agent_known: bool) -> tuple[dict[str, Any], None] | 
         if not agent_known:
             raise RequestRejected("unknown_agent", f"no agent with id {req.agent_id!r}")
         signal = signal_from_message(req.body, kind=req.signal_type, tag_name=req.tag_name, signal_id=req.signal_id)
+        if req.kind in ("stream", "generate"):  # stored as a plain user message (signal_to_message)
+            signal["userInput"] = True
         if req.run_options.get("memory_options") is not None:
             _check_memory_options(req.run_options["memory_options"])
     except (RequestRejected, InvalidEventError) as exc:

@@ -40,6 +40,8 @@ ToolState = Literal["partial-call", "call", "result", "output-error"]
 class TextPart(TypedDict):
     type: Literal["text"]
     text: str
+    createdAt: NotRequired[int]
+    """When it was stored, in milliseconds since the epoch (as Mastra stamps parts)."""
 
 
 class ReasoningDetail(TypedDict):
@@ -52,6 +54,8 @@ class ReasoningPart(TypedDict):
     type: Literal["reasoning"]
     reasoning: str
     details: list[ReasoningDetail]
+    createdAt: NotRequired[int]
+    """When it was stored, in milliseconds since the epoch (as Mastra stamps parts)."""
 
 
 class ToolInvocation(TypedDict):
@@ -77,12 +81,19 @@ class FilePart(TypedDict):
     data: str
     """Base64 data or a URL."""
     filename: NotRequired[str]
+    createdAt: NotRequired[int]
+    """When it was stored, in milliseconds since the epoch (as Mastra stamps parts)."""
 
 
 class StepStartPart(TypedDict):
-    """Marks where a step of the run began (a new model turn inside one assistant message)."""
+    """Marks where a later step of the run began (a new model turn inside one assistant message;
+    the message's first step has none, as in Mastra)."""
 
     type: Literal["step-start"]
+    model: NotRequired[str]
+    """``<provider>/<modelId>`` (``openai.chat/gpt-4o``)."""
+    createdAt: NotRequired[int]
+    """When it was stored, in milliseconds since the epoch (as Mastra stamps parts)."""
 
 
 class DataPart(TypedDict):
@@ -92,6 +103,8 @@ class DataPart(TypedDict):
     """``data-<name>``."""
     data: JSONValue
     id: NotRequired[str]
+    createdAt: NotRequired[int]
+    """When it was stored, in milliseconds since the epoch (as Mastra stamps parts)."""
 
 
 MessagePart: TypeAlias = TextPart | ReasoningPart | ToolInvocationPart | FilePart | StepStartPart | DataPart
@@ -102,10 +115,13 @@ class MessageContent(TypedDict):
     format: Literal[2]
     parts: list[MessagePart]
     content: NotRequired[str]
-    """Legacy plain text (a message stored before parts, or a CoreMessage-like input)."""
+    """The text of its ``text`` parts, on user (not signal) and assistant messages with text, as
+    Mastra stores it (or the legacy plain text of a message stored without parts)."""
     metadata: NotRequired[JSONObject]
-    """The message's metadata (a signal's ``{signal: {...}}`` among them)."""
+    """The message's metadata: a signal's ``{signal: {...}}``, an assistant message's ``modelId``
+    and ``provider`` (``openai.chat``)."""
     providerMetadata: NotRequired[JSONObject]
+    """The ``providerOptions`` the message or signal was sent with."""
 
 
 class DBMessage(TypedDict):

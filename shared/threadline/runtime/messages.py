@@ -276,13 +276,24 @@ def to_core(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         role = msg["role"]
         if role in ("user", "signal"):
             user: dict[str, Any] = {"role": "user", "content": _user_content(msg)}
-            options = ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions")
+            options = msg["content"].get("providerMetadata") or (  # older rows: in the signal's metadata
+                ((msg["content"].get("metadata") or {}).get("signal") or {}).get("providerOptions"))
             if options:  # sent by threadline.runtime.model.provider_options.prepare_messages
                 user["providerOptions"] = options
             out.append(user)
         elif role == "assistant":
             out.extend(_assistant_turns(msg))
     return out
+
+
+def user_first(prompt: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``prompt`` (chat messages, system ones first) with a user message ``.`` before its first
+    other message when that one is the assistant's (a ``lastMessages`` cut can start there), as
+    Mastra's prompt has it: some providers refuse a conversation that does not start with the user."""
+    first = next((i for i, m in enumerate(prompt) if m.get("role") != "system"), None)
+    if first is not None and prompt[first].get("role") == "assistant":
+        return [*prompt[:first], {"role": "user", "content": "."}, *prompt[first:]]
+    return prompt
 
 
 def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:

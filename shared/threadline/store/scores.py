@@ -9,6 +9,7 @@ import asyncpg
 import orjson
 
 from threadline.events import LifecycleEvent
+from threadline.events.messages import is_user_authored
 from threadline.events.rows import ScoreRow
 from threadline.store import outbox
 from threadline.topics import Topics, thread_key
@@ -26,7 +27,7 @@ async def run_for_scoring(conn: asyncpg.Connection, run_id: str) -> dict[str, An
     options = orjson.loads(row["options"]) if row["options"] else {}
     return {"run_id": row["run_id"], "agent_id": row["agent_id"], "resource_id": row["resource_id"],
             "thread_id": row["thread_id"], "status": row["status"], "output": row["text"] or "",
-            "input": [m for m, source in entries if source == "input" and m.get("role") == "user"],
+            "input": [m for m, source in entries if source == "input" and is_user_authored(m)],
             "request_context": dict(options.get("request_context") or {})}
 
 

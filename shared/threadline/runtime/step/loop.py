@@ -28,6 +28,7 @@ from threadline._internal.faults import pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.json_types import JSONObject
+from threadline.events.messages import as_stored, now_ms
 from threadline.events.signals import signal_to_message
 from threadline.ids import new_id
 from threadline.logging import get_logger
@@ -192,8 +193,9 @@ class StepLoop:
         except TripWire as tw:
             trip = Trip(tw.payload())
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
-            for msg in step.ml.get.response.db():  # the reply of a blocked run is not stored
-                step.ml.remove_by_ids([msg["id"]])
+            # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
+            # tripped input reaches the model on the thread's next turn); stored steps are deleted
+            step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
             if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123),
                 finished = tripwire_step_finish(step.response_id, step.attempt_output)
                 await step.writer.emit(finished)
@@ -221,6 +223,10 @@ class StepLoop:
         """Step 8 of the module docstring: the state written back, then the step saved with its
         held ``finish`` (decision 19), which the sink then counts as stored."""
         run, state, sink = step.run, step.run.state, step.writer
+        at = now_ms()
+        for msg, source in step.ml.entries():
+            if source != "memory":  # the run's own messages take Mastra's stored shape
+                as_stored(msg, at)
         state.message_list = step.ml.to_state()
         state.retry_count = step.runner.retry_count
         state.response_message_id = step.response_id

@@ -10,7 +10,7 @@ from typing import Any
 
 from threadline._internal.usercode import call_user
 from threadline.events.json_types import JSONObject, JSONValue
-from threadline.runtime.messages import MessageList
+from threadline.runtime.messages import MessageList, user_first
 from threadline.runtime.model import prompt_parts, structured
 from threadline.runtime.model.model_calls import DEFAULT_MAX_RETRIES, ModelCaller, ModelChoice, ModelLimiter, RetryPolicy
 from threadline.runtime.step.ports import ModelFn
@@ -119,7 +119,8 @@ async def _chosen(step: StepState, default_model: str) -> ModelChoice:
 
 
 def _prompt(ml: MessageList) -> list[dict[str, Any]]:
-    """The system messages (instructions keep their ``providerOptions``), then the conversation."""
-    return [{"role": "system", "content": m["content"],
-             **({"providerOptions": m["providerOptions"]} if m.get("providerOptions") else {})}
-            for m in ml.all_system_messages()] + ml.get.all.core()
+    """The system messages (instructions keep their ``providerOptions``), then the conversation
+    (starting with the user's, :func:`~threadline.runtime.messages.user_first`)."""
+    return user_first([{"role": "system", "content": m["content"],
+                        **({"providerOptions": m["providerOptions"]} if m.get("providerOptions") else {})}
+                       for m in ml.all_system_messages()] + ml.get.all.core())

@@ -18,6 +18,7 @@ from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.chunk_types import ProviderResponse, ToolCallPayload
 from threadline.events.json_types import JSONValue
+from threadline.events.messages import now_ms
 from threadline.logging import get_logger
 from threadline.runtime.message_types import RecordedOutput
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
@@ -89,7 +90,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
         await runner.process_llm_response(step_chunks(start, raw, response), model=request.model,
                                           step_number=step_no, steps=steps, from_cache=False,
                                           extra=call_details(outcome))
-    _add_parts(step, response, _calls_first(processed))
+    _add_parts(step, response, _calls_first(processed), request.model)
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
         await step.writer.emit(chunks.object_chunk(response.object))
@@ -210,11 +211,23 @@ def _this_step(step_no: int, response: ModelResponse) -> dict[str, Any]:
             "finishReason": response.finish_reason, "usage": response.usage}
 
 
-def _add_parts(step: StepState, response: ModelResponse, calls_first: bool) -> None:
-    """The step's parts on the response message: ``step-start``, the reasoning, then the text and
-    the tool invocations in the order streamed (calls whose input began before the text first)."""
-    parts = step.response_message()["content"]["parts"]
-    parts.append(wrap({"type": "step-start"}))
+_STEP_PARTS = ("step-start", "text", "reasoning", "tool-invocation", "file")
+"""The parts a model step adds: after one of them, a later step starts with a ``step-start``."""
+
+
+def _add_parts(step: StepState, response: ModelResponse, calls_first: bool, model: str) -> None:
+    """The step's parts on the response message, as Mastra stores them: ``step-start`` (``createdAt``
+    and ``model`` ``<provider>/<modelId>``) unless this is the message's first step, the reasoning,
+    then the text and the tool invocations in the order streamed (calls whose input began before
+    the text first); the message's ``metadata`` gets the ``modelId`` and ``provider``."""
+    content = step.response_message()["content"]
+    parts = content["parts"]
+    about = chunks.step_metadata(model, None)["modelMetadata"]
+    content["metadata"] = wrap({**(content.get("metadata") or {}), "modelId": about["modelId"],
+                                "provider": about["modelProvider"]})
+    if any(p.get("type") in _STEP_PARTS for p in parts):  # the message's first step has no marker
+        parts.append(wrap({"type": "step-start", "createdAt": now_ms(),
+                           "model": f"{about['modelProvider']}/{about['modelId']}"}))
     if response.reasoning:
         meta = response.reasoning_metadata
         signature = ((meta or {}).get("anthropic") or {}).get("signature")
