@@ -161,6 +161,8 @@ async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, object],
                         policy: TransformPolicy | None) -> object:
     """``chunk`` as the stream shows it: tool payload fields transformed (a copy), the chunk
     itself when nothing applies, or :data:`SUPPRESS` (a covered input delta)."""
+    if chunk.get("type") in _STEP_ENDS:
+        return await _display_step_end(chunk, tools, policy)
     fields = _CHUNK_FIELDS.get(str(chunk.get("type")))
     if not fields:
         return chunk
@@ -180,6 +182,25 @@ async def display_chunk(chunk: Mapping[str, Any], tools: Mapping[str, object],
             return SUPPRESS
         new_payload[key] = value
     return {**chunk, "payload": new_payload}
+
+
+_STEP_ENDS = frozenset({"step-finish", "finish"})
+"""Chunks that repeat the step's tool calls (``payload.output.toolCalls``, as Mastra's do)."""
+
+
+async def _display_step_end(chunk: Mapping[str, Any], tools: Mapping[str, object],
+                            policy: TransformPolicy | None) -> Mapping[str, Any]:
+    """A ``step-finish`` / ``finish`` whose ``output.toolCalls`` are shown as their ``tool-call``
+    chunks are (a covered call's ``args`` transformed), so the step's end repeats nothing the
+    stream hid; the chunk itself when it lists no call."""
+    payload = chunk.get("payload") or {}
+    output = payload.get("output") or {}
+    calls = output.get("toolCalls")
+    if not calls:
+        return chunk
+    shown = [await display_chunk({"type": "tool-call", "payload": call}, tools, policy) for call in calls]
+    shown_calls = [c["payload"] for c in shown if isinstance(c, Mapping)]
+    return {**chunk, "payload": {**payload, "output": {**output, "toolCalls": shown_calls}}}
 
 
 async def transcript_entries(entries: Sequence[tuple[Mapping[str, Any], str]], tools: Mapping[str, object],
