@@ -269,7 +269,6 @@ class StepLoop:
         cap = self._retry_cap(options, agent, runner)
         while True:
             saved = orjson.dumps(ml.to_state())  # decoded only when the attempt is retried
-            retry: dict[str, Any] | None = None
             step.attempt_output, step.judging = None, False
             try:
                 done = await self._attempt(step, options, consumed, store)
@@ -278,38 +277,60 @@ class StepLoop:
                 if not tw.retry or cap is None or runner.retry_count >= cap:
                     raise
                 feedback: TripWire | None = tw
-                step.ml = ml = MessageList.from_state(orjson.loads(saved), thread_id=run.thread_id,
-                                                      resource_id=run.resource_id)
+                ml = self._restore(step, saved)
                 retry = {"retryProcessorId": tw.processor_id, "retryReason": tw.reason, "retryMetadata": tw.metadata}
             except ModelCallError as exc:
                 # the attempt's own additions are dropped first: the error processors edit the
                 # list the failed request was built from, and their edits reach the retried request
-                step.ml = ml = MessageList.from_state(orjson.loads(saved), thread_id=run.thread_id,
-                                                      resource_id=run.resource_id)
+                ml = self._restore(step, saved)
                 feedback = None
                 if exc.streamed and step.next_model():  # the model died mid-answer: the next one takes over
                     await self._discard(step, store, "fallback", None)
                     continue
-                asked = None
-                if cap is not None and runner.retry_count < cap:
-                    asked = await runner.process_api_error(ml, error=error_view(exc), step_number=run.step,
-                                                           steps=step.steps)
-                if not asked:
+                if (asked := await self._asked_retry(step, exc, cap)) is None:
                     raise
-                retry = {"retryProcessorId": asked["processorId"], "retryReason": f"api-error: {exc.kind}",
-                         "retryMetadata": asked["metadata"]}
-            runner.retry_count += 1
-            await step.writer.emit(retry_step_finish(step.response_id, retry if feedback else None,
-                                                     step.attempt_output))
-            await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
-            if feedback is not None:
-                add_feedback(ml, feedback.reason)
-            log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt,
-                     processor_id=retry and retry["retryProcessorId"])
+                retry = asked
+            await self._retried(step, store, retry, feedback, cap)
         if not done.continued:
             await self._output_result(step, done.finish_reason)
             await step.writer.emit(step.finish or await finish_seen(step, done.finish_reason))
         return done
+
+    @staticmethod
+    def _restore(step: StepState, saved: bytes) -> MessageList:
+        """The step's message list as it was before the attempt (``saved``: its state as JSON)."""
+        step.ml = MessageList.from_state(orjson.loads(saved), thread_id=step.run.thread_id,
+                                         resource_id=step.run.resource_id)
+        return step.ml
+
+    @staticmethod
+    async def _asked_retry(step: StepState, exc: ModelCallError, cap: int | None) -> dict[str, Any] | None:
+        """The retry ``process_api_error`` asks for the failed model call ``exc`` (Mastra's
+        ``stepResult`` retry fields), while the run's retries are under ``cap``; ``None``: no retry."""
+        runner = step.runner
+        if cap is None or runner.retry_count >= cap:
+            return None
+        asked = await runner.process_api_error(step.ml, error=error_view(exc), step_number=step.run.step,
+                                               steps=step.steps)
+        if not asked:
+            return None
+        return {"retryProcessorId": asked["processorId"], "retryReason": f"api-error: {exc.kind}",
+                "retryMetadata": asked["metadata"]}
+
+    async def _retried(self, step: StepState, store: StepStore, retry: dict[str, Any],
+                       feedback: TripWire | None, cap: int | None) -> None:
+        """End a rejected attempt as Mastra shows it (``step-finish`` with ``reason: "retry"``; the
+        retry fields only for a processor's abort), declare it dead, and add a tripwire's reason
+        as feedback for the next attempt (decision 120)."""
+        runner = step.runner
+        runner.retry_count += 1
+        await step.writer.emit(retry_step_finish(step.response_id, retry if feedback else None,
+                                                 step.attempt_output))
+        await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
+        if feedback is not None:
+            add_feedback(step.ml, feedback.reason)
+        log.info("step retried", retry_count=runner.retry_count, cap=cap, attempt=step.writer.attempt,
+                 processor_id=retry["retryProcessorId"])
 
     async def _discard(self, step: StepState, store: StepStore, reason: str, retry: dict[str, Any] | None) -> None:
         """Declare the current attempt dead on the stream and continue under the next one."""
