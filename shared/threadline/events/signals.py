@@ -157,20 +157,25 @@ def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: st
     return msg
 
 
+def _model_attributes(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored signal's attributes as the model sees them: ``None`` values left out; a
+    notification's the caller's first, then the record's in Mastra's order."""
+    attrs = {k: v for k, v in (meta.get("attributes") or {}).items() if v is not None}
+    if meta.get("type") != "notification":
+        return attrs
+    return {**{k: v for k, v in attrs.items() if k not in NOTIFICATION_ATTRIBUTES},
+            **{k: attrs[k] for k in NOTIFICATION_ATTRIBUTES if k in attrs}}
+
+
 def render_for_model(msg: dict[str, Any]) -> str:
     """The user-role text the model sees for a stored user or signal message."""
     content = msg["content"]
     parts = content.get("parts") or []
     texts = [p.get("text", "") for p in parts if p.get("type") == "text"]
     meta = (content.get("metadata") or {}).get("signal") or {}
-    attrs = {k: v for k, v in (meta.get("attributes") or {}).items() if v is not None}
-    if meta.get("type") == "notification":  # the caller's attributes, then the record's in Mastra's order
-        attrs = {**{k: v for k, v in attrs.items() if k not in NOTIFICATION_ATTRIBUTES},
-                 **{k: attrs[k] for k in NOTIFICATION_ATTRIBUTES if k in attrs}}
+    attrs = _model_attributes(meta)
     if is_user_authored(msg) and not attrs:  # a user signal without attributes: its bare text
         text = "".join(texts)
-        if not text and isinstance(content.get("content"), str):
-            text = content["content"]
-        return text
+        return text if text or not isinstance(content.get("content"), str) else content["content"]
     tag = meta.get("tagName") or msg.get("type") or ("user" if msg["role"] == "user" else "system-reminder")
     return render_markup(tag, attrs, "\n".join(texts))

@@ -207,17 +207,7 @@ class Outbox:
                 await asyncio.wait(late)
         if queued:
             await asyncio.wait([f for _, f in queued], timeout=max(0.0, deadline - loop.time()))
-        for r, fut in queued:
-            if not fut.done():
-                failed[r.id] = TimeoutError(f"not acknowledged by Kafka within {self.ack_timeout_s} s")
-            elif fut.cancelled():
-                failed[r.id] = asyncio.CancelledError()
-            elif (refused := fut.exception()) is not None:
-                failed[r.id] = refused
-        sent = {r.id for r, _ in queued}
-        for r in rows:  # queued nowhere: its topic's metadata did not come in time
-            if r.id not in sent and r.id not in failed:
-                failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {self.ack_timeout_s} s")
+        _not_acknowledged(rows, queued, failed, self.ack_timeout_s)
 
     async def relay_once(self, *, older_than_s: float = 2.0, limit: int = 500) -> int:
         """Publish rows left unpublished for ``older_than_s``; return how many. Rows that Kafka
@@ -249,3 +239,21 @@ class OutboxRelay(Periodic):
     def __init__(self, outbox: Outbox, *, interval_s: float = 1.0) -> None:
         super().__init__("outbox-relay", interval_s, outbox.relay_once, failure="outbox relay failed",
                          timeout_s=outbox.ack_timeout_s + 30.0)
+
+
+def _not_acknowledged(rows: list[OutboxRow], queued: list[tuple[OutboxRow, asyncio.Future[Any]]],
+                      failed: dict[int, BaseException], ack_timeout_s: float) -> None:
+    """Add to ``failed`` each row of ``rows`` Kafka did not acknowledge once the wait is over:
+    its send still pending (a timeout), cancelled or refused, or never queued (its topic's
+    metadata did not come in time)."""
+    for r, fut in queued:
+        if not fut.done():
+            failed[r.id] = TimeoutError(f"not acknowledged by Kafka within {ack_timeout_s} s")
+        elif fut.cancelled():
+            failed[r.id] = asyncio.CancelledError()
+        elif (refused := fut.exception()) is not None:
+            failed[r.id] = refused
+    sent = {r.id for r, _ in queued}
+    for r in rows:
+        if r.id not in sent and r.id not in failed:
+            failed[r.id] = TimeoutError(f"topic {r.topic!r} not available within {ack_timeout_s} s")
