@@ -1,6 +1,7 @@
 """Fixtures of the client suites: a fake model server, the services serving ``tests.e2e.agents``
-and the gateway with two tenants' keys — started for the module and stopped after it, so that
-they never outlive it beside another folder's services in the same pytest process — and the
+and the gateway with two tenants' keys — started for the module and stopped after it, on a
+database and topic prefix of the module's own (``own_cluster``), so that no other folder's
+services in the same pytest process take their runs — and the
 Node project's ``node_modules`` (``npm ci`` from the lockfile when missing)."""
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def model_server() -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="module")
-def gateway(cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
+def gateway(own_cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
     """The four services and the gateway (``tests/e2e/gateway_http.py``'s keys and tenants)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
-           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
+           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}

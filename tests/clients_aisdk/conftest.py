@@ -30,11 +30,11 @@ def model_server() -> Iterator[RunningServer]:
 
 
 @pytest.fixture(scope="module")
-def gateway(cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
+def gateway(own_cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
     """The four services (agents of ``tests.e2e.agents``) and the gateway, whose chat route
     sends reasoning (``chatRoute``'s ``sendReasoning``)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
-           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
+           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}

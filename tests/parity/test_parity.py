@@ -52,7 +52,7 @@ class Sides:
 
 
 @pytest.fixture(scope="module")
-def sides(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sides]:
+def sides(own_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sides]:
     out_dir = Path(os.environ.get("THREADLINE_PARITY_OUT", ROOT / ".run" / "parity"))
     out_dir.mkdir(parents=True, exist_ok=True)
     _node_modules()
@@ -62,8 +62,8 @@ def sides(cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Si
     assert node, "the parity suite needs Node 20+"
     mastra = subprocess.Popen([node, str(HERE / "runner.mjs"), str(TABLE), server.url, str(out_dir / "mastra.json"), *ONLY],
                               cwd=HERE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
-           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
+           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "tests.parity.agents", "THREADLINE_MODEL_API_BASE": server.api_base,
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
@@ -95,14 +95,14 @@ def _mastra_records(sides: Sides) -> dict[str, Any]:
     return json.loads(sides.mastra_out.read_text())
 
 
-def test_parity(sides: Sides, cluster: Any) -> None:
+def test_parity(sides: Sides, own_cluster: Any) -> None:
     out_dir, server = sides.out_dir, sides.server
     scenarios = [s for s in json.loads(TABLE.read_text())["scenarios"] if not ONLY or s["id"] in ONLY]
     mastra = _mastra_records(sides)
     ModelScript(server.url).reset()  # the journal holds one side's requests at a time
-    settings = Settings(kafka_bootstrap=cluster.bootstrap, pg_dsn=cluster.dsn, topic_prefix=cluster.prefix,
+    settings = Settings(kafka_bootstrap=own_cluster.bootstrap, pg_dsn=own_cluster.dsn, topic_prefix=own_cluster.prefix,
                         partitions=4, agents_module="tests.parity.agents")  # per-call objects are encoded against it
-    threadline = asyncio.run(run_all(settings, server.url, cluster.dsn, scenarios))
+    threadline = asyncio.run(run_all(settings, server.url, own_cluster.dsn, scenarios))
     (out_dir / "threadline.json").write_text(json.dumps(threadline, indent=1, default=str))
     rules = [Rule.of(r) for r in json.loads((HERE / "known.json").read_text())["rules"]]
     verdicts: dict[str, str] = {}

@@ -34,12 +34,12 @@ def studio_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def gateway_url(cluster: Any, model_server: RunningServer, studio_port: int,  # noqa: F811 - the imported fixture
+def gateway_url(own_cluster: Any, model_server: RunningServer, studio_port: int,  # noqa: F811 - the imported fixture
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The four services and an open gateway; Studio's origin may call it (CORS)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
-           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix,
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
+           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
            "THREADLINE_AGENTS_MODULE": "threadline.examples.support", "THREADLINE_MODEL_API_BASE": model_server.api_base,
            "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     for name in ("THREADLINE_GATEWAY_API_KEYS", "THREADLINE_GATEWAY_JWT_SECRET"):

@@ -30,6 +30,9 @@ class Clock:
     def __init__(self) -> None:
         self.now = 0.0
         self.waits: list[float] = []
+        self.task: asyncio.Task[Any] | None = None
+        """The test's own task: only its sleeps are the loop's waits (a task an earlier test left
+        on the session's event loop sleeps for real, unrecorded)."""
 
     def monotonic(self) -> float:
         return self.now
@@ -41,6 +44,9 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     real_sleep = asyncio.sleep
 
     async def sleep(seconds: float) -> None:
+        if fake.task is None or asyncio.current_task() is not fake.task:
+            await real_sleep(seconds)
+            return
         fake.waits.append(seconds)
         fake.now += seconds
         await real_sleep(0)
@@ -92,6 +98,7 @@ WRITES = {"tool result": (tool_result_store, step_store, "TOOL_RESULT_RETRY_S"),
 async def test_a_transient_fault_is_retried_with_the_store_backoff(which: str, clock: Clock,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     make, module, _ = WRITES[which]
+    clock.task = asyncio.current_task()
     monkeypatch.setattr(module, "STORE_BACKOFF", Backoff(first_s=0.5, max_s=1.5), raising=False)
     calls: list[int] = []
     await make(monkeypatch, 4, calls)()
@@ -103,6 +110,7 @@ async def test_a_transient_fault_is_retried_with_the_store_backoff(which: str, c
 async def test_the_retry_gives_up_once_its_budget_is_spent(which: str, clock: Clock,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     make, module, budget_name = WRITES[which]
+    clock.task = asyncio.current_task()
     budget: float = getattr(module, budget_name)
     calls: list[int] = []
     expected = JournalUnavailableError if module is journal else ConnectionResetError
