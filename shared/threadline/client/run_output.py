@@ -192,6 +192,15 @@ class RunOutput:
                 or not isinstance(c.get("attempt"), int)
                 or c.get("attempt", 0) > dead.get((c.get("runId"), c.get("step")), -1)]
 
+    async def _settled(self, timeout_s: float | None) -> list[ChunkBody]:
+        """The run's kept chunks once it has finished, a failed run's too (what streamed before
+        its error), as Mastra's stream result reads them. Raises ``TimeoutError`` as
+        :meth:`consume_stream`."""
+        try:
+            return await self.consume_stream(timeout_s=timeout_s)
+        except RunFailed:
+            return self._kept()
+
     async def text(self, *, timeout_s: float | None = None) -> str:
         """The run's text (its ``text-delta`` chunks), once it has finished — also when the run
         failed (what streamed before the error; :meth:`error` tells the error), as Mastra's stream
@@ -200,10 +209,7 @@ class RunOutput:
         Raises:
             TimeoutError: as :meth:`consume_stream`.
         """
-        try:
-            chunks = await self.consume_stream(timeout_s=timeout_s)
-        except RunFailed:
-            chunks = self._kept()
+        chunks = await self._settled(timeout_s)
         if _answer_rejected(chunks):
             return ""
         return "".join((k.get("payload") or {}).get("text", "") for k in map(known, chunks)
@@ -218,10 +224,7 @@ class RunOutput:
         Raises:
             TimeoutError: as :meth:`consume_stream`.
         """
-        try:
-            chunks = await self.consume_stream(timeout_s=timeout_s)
-        except RunFailed:
-            chunks = self._kept()
+        chunks = await self._settled(timeout_s)
         finish = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.FINISH), None)
         if finish is None:
             return None
@@ -257,10 +260,7 @@ class RunOutput:
         Raises:
             TimeoutError: as :meth:`consume_stream`.
         """
-        try:
-            chunks = await self.consume_stream(timeout_s=timeout_s)
-        except RunFailed:
-            chunks = self._kept()
+        chunks = await self._settled(timeout_s)
         for k in map(known, reversed(chunks)):
             if k is not None and k["type"] == ChunkKind.FINISH:
                 tripwire = (k.get("payload") or {}).get("tripwire")
