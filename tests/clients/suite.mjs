@@ -150,9 +150,37 @@ const scenarios = {
     await rejects(client(KEY_B).getMemoryThread({ threadId, agentId }).get(), 404);
     await rejects(client(KEY_B).getMemoryThread({ threadId, agentId }).listMessages(), 404);
     await rejects(client(KEY_B).listMemoryThreads({ resourceId: RESOURCE, agentId }), 403);
-    // deleting is not served: a clear 501, the thread stays
-    await rejects(handle.delete(), 501);
-    assert.equal((await handle.get()).id, threadId);
+    // the AI SDK's UI messages of the same page
+    assert.deepEqual(page0.uiMessages.map((m) => [m.id, m.role]), page0.messages.map((m) => [m.id, m.role]));
+    assert.deepEqual(page0.uiMessages[1].parts.filter((p) => p.type === "text").map((p) => p.text), ["one"]);
+    assert.equal(page0.uiMessages[0].metadata.threadId, threadId);
+    // delete: another tenant sees no such thread; then the thread and its messages are gone
+    await rejects(client(KEY_B).getMemoryThread({ threadId, agentId }).delete(), 404);
+    assert.deepEqual(await handle.delete(), { result: "Thread deleted" });
+    await rejects(handle.get(), 404);
+    await rejects(handle.listMessages(), 404);
+    await rejects(handle.delete(), 404);
+    // a new run on the same id starts from nothing: the model is not sent the deleted messages
+    await script({ text: "fresh" });
+    assert.equal((await mastra.getAgent(agentId).generate("third", { memory: memory(threadId) })).text, "fresh");
+    const sent = (await (await fetch(`${MODEL_URL}/_fake/requests`)).json()).requests.at(-1).body.messages;
+    const said = JSON.stringify(sent);
+    assert.ok(said.includes("third") && !said.includes("first") && !said.includes("two"), said);
+    assert.equal((await handle.listMessages()).total, 2);
+  },
+
+  async tools() {
+    const listed = await mastra.listTools();
+    assert.equal(listed.add.description, "add two numbers");
+    assert.deepEqual(Object.keys(JSON.parse((await mastra.getTool("add").details()).inputSchema).properties).sort(), ["a", "b"]);
+    assert.equal(await mastra.getTool("add").execute({ data: { a: 2, b: 3 } }), 5);
+    assert.equal(await mastra.getAgent(AGENT).executeTool("add", { data: { a: 40, b: 2 } }), 42);
+    assert.equal((await mastra.getAgent(AGENT).getTool("add")).id, "add");
+    await rejects(mastra.getTool("no-such-tool").execute({ data: {} }), 404);
+    await rejects(mastra.getAgent(AGENT).executeTool("no-such-tool", { data: {} }), 404);
+    await rejects(mastra.getAgent("no-such-agent").executeTool("add", { data: { a: 1, b: 1 } }), 404);
+    await rejects(mastra.getTool("add").execute({ data: { a: "two" } }), 400);
+    await rejects(client("not-a-key").getTool("add").execute({ data: { a: 1, b: 1 } }), 401);
   },
 };
 

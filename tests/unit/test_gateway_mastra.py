@@ -64,7 +64,7 @@ def test_tenancy_is_the_v1_apis(monkeypatch: pytest.MonkeyPatch) -> None:
                   json={"message": "hi", "resourceId": "user-2", "threadId": "t-x"})
     assert r.status_code == 403 and r.json()["code"] == "forbidden"
     assert http.get("/api/agents/nobody", headers=bearer).status_code == 404
-    assert http.post("/api/tools/add/execute", headers=bearer, json={"data": {}}).status_code == 501
+    assert http.post("/api/tools/add/execute", headers=bearer, json={"data": {}}).status_code == 501  # no agents module
     # threads/abort without resourceId: the thread's own resource, if the caller may see it
     hidden = http.post("/api/agents/helper/threads/abort", headers=bearer, json={"threadId": "t-other"})
     assert hidden.status_code == 404 and hidden.json()["error"] == "Thread not found"

@@ -1,9 +1,9 @@
 """Mastra's server API on the gateway, under ``/api`` (decision 132): the routes
 ``@mastra/client-js`` calls for agents (list, details, generate, stream, send-message,
-queue-message, signals, threads/subscribe, threads/abort, tool execute); the memory routes are in
-:mod:`threadline.gateway.mastra_memory`. Authentication and tenancy are the ``/v1`` API's: the
-key or token decides which resources a caller may name; another resource's thread answers as a
-missing one.
+queue-message, signals, threads/subscribe, threads/abort); the tool routes are in
+:mod:`threadline.gateway.mastra_tools`, the memory routes in :mod:`threadline.gateway.mastra_memory`.
+Authentication and tenancy are the ``/v1`` API's: the key or token decides which resources a
+caller may name; another resource's thread answers as a missing one.
 
 ``stream`` and ``threads/subscribe`` answer with the stream itself (``text/event-stream``):
 ``data: <chunk JSON>`` lines, an SSE comment every :data:`KEEP_ALIVE_S` seconds while nothing
@@ -25,6 +25,7 @@ from starlette.routing import Route
 from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
+from threadline.gateway import mastra_tools as tools
 from threadline.gateway.app import ApiError, Gateway
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
@@ -244,15 +245,6 @@ async def abort(request: Request) -> Response:
     return _json({"aborted": aborted})
 
 
-@mastra_errors
-async def execute_tool(request: Request) -> Response:
-    """Tools run inside a run, in the cluster's workers (hooks, transforms, the tool's context):
-    calling one alone is not served (501, decision 132)."""
-    gw(request).caller(request)
-    raise ApiError(501, "not_supported", "executing a tool outside a run is not supported by Threadline: "
-                                         "tools run in the cluster's workers, inside a run")
-
-
 ROUTES = [
     *studio.ROUTES,
     Route("/api/agents", list_agents, methods=["GET"]),
@@ -264,8 +256,7 @@ ROUTES = [
     Route("/api/agents/{agent_id}/signals", send_signal, methods=["POST"]),
     Route("/api/agents/{agent_id}/threads/subscribe", subscribe, methods=["POST"]),
     Route("/api/agents/{agent_id}/threads/abort", abort, methods=["POST"]),
-    Route("/api/agents/{agent_id}/tools/{tool_id}/execute", execute_tool, methods=["POST"]),
-    Route("/api/tools/{tool_id}/execute", execute_tool, methods=["POST"]),
+    *tools.ROUTES,
     *memory.ROUTES,
 ]
 """Every ``/api`` route (registered by :func:`threadline.gateway.app.make_app`'s caller)."""

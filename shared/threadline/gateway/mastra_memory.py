@@ -1,8 +1,8 @@
 """Mastra's memory routes on the gateway (``/api/memory/…``, decision 132): threads list, get,
 create and update, a thread's messages by page, memory status and config; filtered by the
 caller's resources as ``/v1`` is. A thread the caller may not see answers as a missing one
-(404 ``Thread not found``). Deleting a thread is not served (501): a thread's runs, signals,
-inbox and chunk topic are the durable record of what ran.
+(404 ``Thread not found``). Deleting a thread deletes it with its messages, signals and inbox
+(decision 156), refused while a run of it is running.
 """
 
 from __future__ import annotations
@@ -12,11 +12,15 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from threadline.gateway import mastra_shapes as shapes
+from threadline.gateway import mastra_ui as ui
 from threadline.gateway.app import ApiError
 from threadline.gateway.mastra_http import allowed, body_of, gw, mastra_errors
 from threadline.gateway.mastra_http import json_response as _json
 from threadline.ids import new_id
+from threadline.logging import get_logger
 from threadline.store import queries, thread_rows
+
+log = get_logger(__name__)
 
 THREAD_FIELDS = ("createdAt", "updatedAt")
 
@@ -127,15 +131,23 @@ async def update_thread(request: Request) -> Response:
 
 @mastra_errors
 async def delete_thread(request: Request) -> Response:
-    await _visible_thread(request, request.query_params.get("resourceId"))
-    raise ApiError(501, "not_supported", "deleting a thread is not supported by Threadline: its runs, signals, "
-                                         "inbox and stream are the durable record of what ran")
+    """``{result: "Thread deleted"}``: the thread, its messages, signals and inbox are gone
+    (decision 156); 409 ``run_active`` while a run of the thread is running (abort it first)."""
+    resource_id, thread_id = await _visible_thread(request, request.query_params.get("resourceId"))
+    outcome = await thread_rows.delete_thread(gw(request).db, thread_id=thread_id, resource_id=resource_id)
+    if outcome == "missing":
+        raise _not_found()
+    if outcome == "active":
+        raise ApiError(409, "run_active", "a run of this thread is running: abort it "
+                                          "(POST /api/agents/:agentId/threads/abort), then delete the thread")
+    log.info("thread deleted", thread_id=thread_id)
+    return _json({"result": "Thread deleted"})
 
 
 @mastra_errors
 async def list_messages(request: Request) -> Response:
-    """A page of the thread's stored messages (Mastra's stored form); ``uiMessages`` is ``null``
-    (the AI SDK conversion is not served)."""
+    """A page of the thread's stored messages (Mastra's stored form) and the same messages as
+    the AI SDK's UI messages (``uiMessages``, :mod:`threadline.gateway.mastra_ui`)."""
     q = request.query_params
     resource_id, thread_id = await _visible_thread(request, q.get("resourceId"))
     if q.get("include") or q.get("filter"):
@@ -144,7 +156,7 @@ async def list_messages(request: Request) -> Response:
     rows, total = await queries.page_messages(gw(request).db, resource_id=resource_id, thread_id=thread_id,
                                               offset=page.offset, limit=page.limit, descending=page.descending)
     messages = [shapes.message_shape(r, thread_id=thread_id, resource_id=resource_id) for r in rows]
-    return _json({**page.answer(total, rows), "messages": messages, "uiMessages": None})
+    return _json({**page.answer(total, rows), "messages": messages, "uiMessages": ui.ui_messages(messages)})
 
 
 ROUTES = [

@@ -20,7 +20,6 @@ from threadline.store import queries
 
 OFF_ANSWERS: dict[str, object] = {
     "/api/workflows": {},
-    "/api/tools": {},
     "/api/processors": {},
     "/api/scores/scorers": {},
     "/api/agents/providers": {"providers": []},
@@ -34,8 +33,8 @@ OFF_ANSWERS: dict[str, object] = {
     "/api/editor/builder/models/available": {"providers": []},
 }
 """``GET`` path → ``@mastra/server``'s answer when the feature is off or nothing is registered:
-workflows, tools (registered on the Mastra instance, not an agent's), processors and scorers are
-records by id; voice speakers a list (what a server without a voice provider answers)."""
+workflows, processors and scorers are records by id (the agents' tools are served by
+:mod:`threadline.gateway.mastra_tools`); voice speakers a list (what a server without a voice provider answers)."""
 
 
 def _off(answer: object) -> Callable[[Request], Awaitable[Response]]:
