@@ -6,7 +6,6 @@ Node project's ``node_modules`` (``npm ci`` from the lockfile when missing)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -15,14 +14,13 @@ from typing import Any
 
 import pytest
 
+from tests.clients.suite_services import running_services, services_env
 from tests.e2e.conftest import paired_history  # noqa: F401 - the suite-wide pairing check, on this folder too
 from tests.e2e.gateway_http import GatewayInfo
 from threadline.testing.containers import free_port
-from threadline.testing.harness import ServiceSet
 from threadline.testing.model_server import RunningServer, start_in_thread
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -35,19 +33,10 @@ def model_server() -> Iterator[RunningServer]:
 @pytest.fixture(scope="module")
 def gateway(own_cluster: Any, model_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[GatewayInfo]:
     """The four services and the gateway (``tests/e2e/gateway_http.py``'s keys and tenants)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
-           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
-           "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
-           "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05", "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
     info = GatewayInfo.make(free_port())
-    svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("clients-logs"), cwd=ROOT)
-    try:
-        svc.start_all()
-        svc.start("gateway", "gateway-1", **info.env())
+    with running_services(services_env(own_cluster, model_server, "tests.e2e.agents"),
+                          tmp_path_factory.mktemp("clients-logs"), **info.env()):
         yield info
-    finally:
-        svc.stop_all()
 
 
 @pytest.fixture(scope="module")

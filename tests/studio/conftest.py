@@ -19,13 +19,13 @@ import orjson
 import pytest
 
 from tests.clients.conftest import model_server  # noqa: F401 - the client suite's fake model server, per module
+from tests.clients.suite_services import running_services, services_env
 from tests.e2e.conftest import paired_history  # noqa: F401 - the suite-wide pairing check, on this folder too
 from threadline.testing.containers import free_port
-from threadline.testing.harness import ServiceSet, stop_process
+from threadline.testing.harness import stop_process
 from threadline.testing.model_server import RunningServer
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 
 
 @pytest.fixture(scope="module")
@@ -38,22 +38,14 @@ def gateway_url(own_cluster: Any, model_server: RunningServer, studio_port: int,
                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The four services and an open gateway; Studio's origin may call it (CORS)."""
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": own_cluster.bootstrap,
-           "THREADLINE_PG_DSN": own_cluster.dsn, "THREADLINE_TOPIC_PREFIX": own_cluster.prefix,
-           "THREADLINE_AGENTS_MODULE": "threadline.examples.support", "THREADLINE_MODEL_API_BASE": model_server.api_base,
-           "THREADLINE_PARTITIONS": "4", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = services_env(own_cluster, model_server, "threadline.examples.support", fast_retries=False)
     for name in ("THREADLINE_GATEWAY_API_KEYS", "THREADLINE_GATEWAY_JWT_SECRET"):
         env.pop(name, None)
-    svc = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("studio-logs"), cwd=ROOT)
-    try:
-        svc.start_all()
-        svc.start("gateway", "gateway-1", THREADLINE_GATEWAY_PORT=str(port), THREADLINE_GATEWAY_HOST="127.0.0.1",
-                  THREADLINE_GATEWAY_OPEN="true",
-                  THREADLINE_GATEWAY_CORS_ORIGINS=orjson.dumps([f"http://127.0.0.1:{studio_port}",
-                                                                f"http://localhost:{studio_port}"]).decode())
+    origins = orjson.dumps([f"http://127.0.0.1:{studio_port}", f"http://localhost:{studio_port}"]).decode()
+    with running_services(env, tmp_path_factory.mktemp("studio-logs"), THREADLINE_GATEWAY_PORT=str(port),
+                          THREADLINE_GATEWAY_HOST="127.0.0.1", THREADLINE_GATEWAY_OPEN="true",
+                          THREADLINE_GATEWAY_CORS_ORIGINS=origins):
         yield f"http://127.0.0.1:{port}"
-    finally:
-        svc.stop_all()
 
 
 @pytest.fixture(scope="module")

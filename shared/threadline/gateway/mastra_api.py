@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -170,42 +171,54 @@ async def _signal_target(request: Request, body: dict[str, Any]) -> tuple[str, s
     return resource, thread
 
 
+@dataclass(frozen=True)
+class _Verb:
+    """What send-message, queue-message and signals act on: the agent, the body, the thread."""
+
+    agent_id: str
+    body: dict[str, Any]
+    resource_id: str
+    thread_id: str
+
+
+async def _verb_target(request: Request) -> _Verb:
+    """The known agent of the path, the JSON body and its writable thread (:func:`_signal_target`)."""
+    agent_id = await _agent_known(request)
+    body = await body_of(request)
+    resource, thread = await _signal_target(request, body)
+    return _Verb(agent_id, body, resource, thread)
+
+
 async def _accepted(result: Any) -> Response:
     return _json(shapes.accepted_shape((await result.accepted).dump()))
 
 
 @mastra_errors
 async def send_message(request: Request) -> Response:
-    agent_id = await _agent_known(request)
-    body = await body_of(request)
-    resource, thread = await _signal_target(request, body)
+    v = await _verb_target(request)
     return await _accepted(await gw(request).client.send_message(
-        shapes.message_input(body.get("message")), resource_id=resource, thread_id=thread, agent_id=agent_id,
-        run_id=body.get("runId"), if_active=shapes.if_active(body.get("ifActive")),
-        if_idle=shapes.if_idle(body.get("ifIdle"))))
+        shapes.message_input(v.body.get("message")), resource_id=v.resource_id, thread_id=v.thread_id,
+        agent_id=v.agent_id, run_id=v.body.get("runId"), if_active=shapes.if_active(v.body.get("ifActive")),
+        if_idle=shapes.if_idle(v.body.get("ifIdle"))))
 
 
 @mastra_errors
 async def queue_message(request: Request) -> Response:
-    agent_id = await _agent_known(request)
-    body = await body_of(request)
-    resource, thread = await _signal_target(request, body)
+    v = await _verb_target(request)
     return await _accepted(await gw(request).client.queue_message(
-        shapes.message_input(body.get("message")), resource_id=resource, thread_id=thread, agent_id=agent_id,
-        if_idle=shapes.if_idle(body.get("ifIdle"))))
+        shapes.message_input(v.body.get("message")), resource_id=v.resource_id, thread_id=v.thread_id,
+        agent_id=v.agent_id, if_idle=shapes.if_idle(v.body.get("ifIdle"))))
 
 
 @mastra_errors
 async def send_signal(request: Request) -> Response:
-    agent_id = await _agent_known(request)
-    body = await body_of(request)
-    resource, thread = await _signal_target(request, body)
-    signal = body.get("signal")
+    v = await _verb_target(request)
+    signal = v.body.get("signal")
     if not isinstance(signal, dict):
         raise shapes.ShapeError("signal must be an object {type, contents, …}")
     return await _accepted(await gw(request).client.send_signal(
-        signal, resource_id=resource, thread_id=thread, agent_id=agent_id, run_id=body.get("runId"),
-        if_active=shapes.if_active(body.get("ifActive")), if_idle=shapes.if_idle(body.get("ifIdle"))))
+        signal, resource_id=v.resource_id, thread_id=v.thread_id, agent_id=v.agent_id, run_id=v.body.get("runId"),
+        if_active=shapes.if_active(v.body.get("ifActive")), if_idle=shapes.if_idle(v.body.get("ifIdle"))))
 
 
 async def _named_thread(request: Request, body: dict[str, Any]) -> tuple[str, str]:
