@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
+import asyncpg
 import pytest
 
+from threadline.store.db import Database, connect
 from threadline.testing.harness import create_database, drop_database
 
 
@@ -18,3 +20,16 @@ def fresh_db(cluster) -> Iterator[str]:
     asyncio.run(create_database(cluster.admin_dsn, name))
     yield cluster.admin_dsn.rsplit("/", 1)[0] + "/" + name
     asyncio.run(drop_database(cluster.admin_dsn, name))
+
+
+@pytest.fixture
+async def readers(cluster) -> AsyncIterator[tuple[Database, asyncpg.Connection]]:
+    """A started pool and one plain connection on the test database, closed after the test."""
+    db = Database(cluster.dsn)
+    await db.start()
+    conn = await connect(cluster.dsn)
+    try:
+        yield db, conn
+    finally:
+        await conn.close()
+        await db.stop()

@@ -5,14 +5,11 @@ stay; another resource's thread is missing; a thread with a running run is refus
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import orjson
-import pytest
 
 from threadline.store import queries, thread_rows
-from threadline.store.db import Database, connect
 
 CONTENT = orjson.dumps({"format": 2, "parts": [{"type": "text", "text": "hi"}]}).decode()
 TABLES = ("messages", "signals", "notifications", "state_lanes", "threads")
@@ -40,20 +37,8 @@ async def _counts(conn: asyncpg.Connection, thread: str) -> dict[str, int]:
     return {t: await conn.fetchval(f"SELECT count(*) FROM {t} WHERE thread_id = $1", thread) for t in TABLES}
 
 
-@pytest.fixture
-async def pg(cluster) -> AsyncIterator[tuple[Database, asyncpg.Connection]]:
-    db = Database(cluster.dsn)
-    await db.start()
-    conn = await connect(cluster.dsn)
-    try:
-        yield db, conn
-    finally:
-        await conn.close()
-        await db.stop()
-
-
-async def test_a_thread_is_deleted_with_what_is_read_through_it(pg) -> None:
-    db, conn = pg
+async def test_a_thread_is_deleted_with_what_is_read_through_it(readers) -> None:
+    db, conn = readers
     resource, thread, run = await _seed(conn, status="finished")
     assert await thread_rows.delete_thread(db, thread_id=thread, resource_id=resource) == "deleted"
     assert await _counts(conn, thread) == dict.fromkeys(TABLES, 0)
@@ -63,15 +48,15 @@ async def test_a_thread_is_deleted_with_what_is_read_through_it(pg) -> None:
     assert await thread_rows.delete_thread(db, thread_id=thread, resource_id=resource) == "missing"
 
 
-async def test_another_resources_thread_is_missing_and_kept(pg) -> None:
-    db, conn = pg
+async def test_another_resources_thread_is_missing_and_kept(readers) -> None:
+    db, conn = readers
     _, thread, _ = await _seed(conn, status="finished")
     assert await thread_rows.delete_thread(db, thread_id=thread, resource_id="someone-else") == "missing"
     assert await _counts(conn, thread) == dict.fromkeys(TABLES, 1)
 
 
-async def test_a_thread_with_a_running_run_is_refused_untouched(pg) -> None:
-    db, conn = pg
+async def test_a_thread_with_a_running_run_is_refused_untouched(readers) -> None:
+    db, conn = readers
     resource, thread, _ = await _seed(conn, status="running")
     assert await thread_rows.delete_thread(db, thread_id=thread, resource_id=resource) == "active"
     assert await _counts(conn, thread) == dict.fromkeys(TABLES, 1)

@@ -9,14 +9,11 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import orjson
-import pytest
 
 from threadline.store import queries
-from threadline.store.db import Database, connect
 
 CONTENT = {"format": 2, "parts": [{"type": "text", "text": "hi"}]}
 
@@ -35,18 +32,6 @@ async def _seed(conn: asyncpg.Connection, tag: str) -> tuple[str, str]:
     await conn.execute("INSERT INTO thread_leases (thread_id, resource_id, run_id, epoch, expires_at) "
                        "VALUES ($1, $2, $3, 1, now() + interval '1 minute')", thread, resource, f"run-{tag}")
     return resource, thread
-
-
-@pytest.fixture
-async def readers(cluster) -> AsyncIterator[tuple[Database, asyncpg.Connection]]:
-    db = Database(cluster.dsn)
-    await db.start()
-    conn = await connect(cluster.dsn)
-    try:
-        yield db, conn
-    finally:
-        await conn.close()
-        await db.stop()
 
 
 async def test_a_thread_reads_the_same_through_a_pool_and_a_connection(readers) -> None:
