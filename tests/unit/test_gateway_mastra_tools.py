@@ -16,6 +16,7 @@ from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import AuthConfig, parse_api_keys
 from threadline.runtime.agent import Agent
 from threadline.runtime.tools import ToolContext, create_tool
+from threadline.runtime.workflows import Workflow, create_step
 from threadline.store import queries
 
 
@@ -36,7 +37,8 @@ ADD = create_tool(id="add", description="add two numbers", input_schema=AddInput
 tools_agent = Agent(id="tools-agent", model="openai/x", instructions="You add.",
                     tools=[ADD, create_tool(id="fail", description="fails", input_schema=AddInput, execute=_fail),
                            create_tool(id="whoami", description="its context", execute=_whoami)])
-other_agent = Agent(id="other-agent", model="openai/x", instructions="Other.", tools=[])
+other_agent = Agent(id="other-agent", model="openai/x", instructions="Other.", tools=[],
+                    workflows={"order": Workflow(id="order").then(create_step(id="s", execute=lambda _: {})).commit()})
 
 
 class _Transport:
@@ -61,7 +63,7 @@ def _app(monkeypatch: pytest.MonkeyPatch, *, module: str | None = __name__, auth
 def test_the_agents_tools_are_listed_and_described(monkeypatch: pytest.MonkeyPatch) -> None:
     http = _app(monkeypatch)
     listed = http.get("/api/tools").json()
-    assert set(listed) == {"add", "fail", "whoami"}
+    assert set(listed) == {"add", "fail", "whoami", "workflow-order"}
     assert listed["add"]["description"] == "add two numbers"
     assert '"a"' in listed["add"]["inputSchema"]
     assert http.get("/api/tools/add").json()["id"] == "add"
@@ -90,6 +92,8 @@ def test_execute_error_cases(monkeypatch: pytest.MonkeyPatch) -> None:
     assert wrong.status_code == 400 and "invalid arguments for tool add" in wrong.json()["error"]
     assert http.post("/api/tools/add/execute", content=b"[1]").status_code == 400
     assert http.post("/api/tools/add/execute", json={"data": {}, "requestContext": [1]}).status_code == 400
+    workflow = http.post("/api/agents/other-agent/tools/workflow-order/execute", json={"data": {}})
+    assert workflow.status_code == 400 and "inside a run" in workflow.json()["error"]
     failed = http.post("/api/tools/fail/execute", json={"data": {"a": 1, "b": 1}})
     assert failed.status_code == 500
     assert failed.json() == {"error": "the ledger is closed", "code": "tool_error"}
