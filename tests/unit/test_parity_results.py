@@ -82,6 +82,8 @@ async def test_a_stream_s_text_is_empty_when_process_output_result_rejected_the_
     assert await _run_output([*head, continued, *end]).text() == "answer"  # the next step's input aborted
     finished = _chunk(3, "finish", {"stepResult": {"reason": "stop"}, "finishReason": "stop"})
     assert await _run_output([*head, done, finished]).text() == "answer"
+    edited = _chunk(3, "finish", {"stepResult": {"reason": "stop"}, "finishReason": "stop", "text": "ANSWER"})
+    assert await _run_output([*head, done, edited]).text() == "ANSWER"  # process_output_result's edit
 
 
 async def test_a_failed_stream_s_result_carries_the_error_and_its_text_does_not_raise() -> None:
