@@ -13,7 +13,7 @@ from threadline.runtime import Agent, Processor
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import Continue, Finish, RunState, Signal, StepInputs, StepRun, Trip
 from threadline.runtime.step.retry import feedback_text, retry_step_finish
-from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, text_delta
+from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, run_output, text_delta
 
 pytestmark = pytest.mark.unit
 
@@ -184,36 +184,19 @@ async def test_steps_include_the_current_step_and_every_method_gets_abort_signal
 
 
 async def test_a_streams_result_carries_the_tripwire_that_ended_it() -> None:
-    from threadline.client.run_output import RunOutput
-
     trip = {"reason": "step mentions x", "retry": False, "metadata": None, "processorId": "guard"}
     chunks = [{"runId": "r", "seq": 0, "step": 0, "attempt": 1, "type": "start", "payload": {}},
               {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "tripwire", "payload": trip},
               {"runId": "r", "seq": 2, "step": 0, "attempt": 1, "type": "finish",
                "payload": {"stepResult": {"reason": "tripwire"}, "finishReason": "other", "tripwire": trip}}]
-
-    class Source:
-        @property
-        def stream(self) -> Any:
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-            return gen()
-
-        async def unsubscribe(self) -> None:
-            return None
-
-    async def open_sub(from_ms: int, after: dict[str, int]) -> Source:
-        return Source()
-
-    assert await RunOutput("r", open_sub, 0).tripwire() == trip  # Mastra's result.tripwire
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "other"  # no step-finish rejected: Mastra's "other"
+    assert await run_output(chunks).tripwire() == trip  # Mastra's result.tripwire
+    assert await run_output(chunks).finish_reason() == "other"  # no step-finish rejected: Mastra's "other"
     chunks.insert(1, {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "step-finish",
                       "payload": {"stepResult": {"reason": "tripwire", "isContinued": False}}})
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "tripwire"  # process_output_step rejected the answer
+    assert await run_output(chunks).finish_reason() == "tripwire"  # process_output_step rejected the answer
     chunks[1:] = [{**chunks[3], "seq": 1, "payload": {"stepResult": {"reason": "stop"}, "finishReason": "stop"}}]
-    assert await RunOutput("r", open_sub, 0).tripwire() is None
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "stop"
+    assert await run_output(chunks).tripwire() is None
+    assert await run_output(chunks).finish_reason() == "stop"
 
 
 class Guard(Processor):
