@@ -28,7 +28,7 @@ NOWHERE = Settings(kafka_bootstrap="127.0.0.1:9", pg_dsn="postgresql://nobody@12
 
 
 def _chunk(run_id: str, seq: int, kind: str = "text-delta", text: str = "", **kw: object) -> dict[str, object]:
-    return {"type": kind, "runId": run_id, "seq": seq, "payload": {"text": text}, **kw}
+    return {"type": kind, "runId": run_id, "seq": seq, "payload": {"text": text} if kind == "text-delta" else {}, **kw}
 
 
 async def test_a_wake_over_the_memory_transport_streams_what_the_test_emits():

@@ -52,6 +52,8 @@ def test_tool_calls_results_errors_and_data() -> None:
 def test_finish_error_abort_tripwire_and_unknown() -> None:
     assert ui_chunks(_c("finish", stepResult={"reason": "stop"}), ON) == [{"type": "finish", "finishReason": "stop"}]
     assert ui_chunks(_c("finish", stepResult={"reason": "tripwire"}), ON) == [{"type": "finish", "finishReason": "other"}]
+    rejected = _c("finish", stepResult={"reason": "stop"}, tripwire={"reason": "no"})  # process_output_result's abort
+    assert ui_chunks(rejected, ON) == [{"type": "finish", "finishReason": "other"}]
     assert ui_chunks(_c("finish"), ON) == [{"type": "finish"}]
     assert ui_chunks(_c("error", error="boom"), ON) == [{"type": "error", "errorText": "boom"}]
     assert ui_chunks(_c("abort"), ON) == [{"type": "abort"}]

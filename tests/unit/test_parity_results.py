@@ -7,6 +7,7 @@ import pytest
 
 from threadline.client.run_output import RunFailed
 from threadline.events.replies import RunResult
+from threadline.testing import run_output
 
 RAW = {"inputTokens": {"total": 3, "noCache": 3, "cacheRead": 0},
        "outputTokens": {"total": 2, "text": 2, "reasoning": 0}, "raw": {"prompt_tokens": 3, "completion_tokens": 2}}
@@ -44,26 +45,6 @@ def test_a_notification_result_s_record_is_mastra_s_notification_record() -> Non
     assert result_record({**row, "held": True})["held"] is True  # Threadline's hold (Mastra has none): told
 
 
-def _run_output(chunks: list[dict]) -> object:
-    from threadline.client.run_output import RunOutput
-
-    class Source:
-        @property
-        def stream(self):  # type: ignore[no-untyped-def]
-            async def gen():  # type: ignore[no-untyped-def]
-                for c in chunks:
-                    yield c
-            return gen()
-
-        async def unsubscribe(self) -> None:
-            return None
-
-    async def open_sub(from_ms: int, after: dict[str, int]) -> Source:
-        return Source()
-
-    return RunOutput("r", open_sub, 0)
-
-
 def _chunk(seq: int, kind: str, payload: dict) -> dict:
     return {"runId": "r", "seq": seq, "step": 0, "attempt": 1, "type": kind, "payload": payload}
 
@@ -73,15 +54,17 @@ async def test_a_stream_s_text_is_empty_when_process_output_result_rejected_the_
     head = [_chunk(0, "start", {}), _chunk(1, "text-delta", {"id": "t0", "text": "answer"})]
     done = _chunk(2, "step-finish", {"stepResult": {"reason": "stop", "isContinued": False}})
     end = [_chunk(3, "tripwire", trip), _chunk(4, "finish", {"stepResult": {"reason": "tripwire"}, "tripwire": trip})]
-    assert await _run_output([*head, done, *end]).text() == ""  # Mastra's result.text after the abort
+    assert await run_output([*head, done, *end]).text() == ""  # Mastra's result.text after the abort
     # a tripwire in the stream (process_output_stream) or of a rejected step keeps the text that streamed
-    assert await _run_output([*head, *end]).text() == "answer"
+    assert await run_output([*head, *end]).text() == "answer"
     rejected = _chunk(2, "step-finish", {"stepResult": {"reason": "tripwire", "isContinued": False}})
-    assert await _run_output([*head, rejected, *end]).text() == "answer"
+    assert await run_output([*head, rejected, *end]).text() == "answer"
     continued = _chunk(2, "step-finish", {"stepResult": {"reason": "tool-calls", "isContinued": True}})
-    assert await _run_output([*head, continued, *end]).text() == "answer"  # the next step's input aborted
+    assert await run_output([*head, continued, *end]).text() == "answer"  # the next step's input aborted
     finished = _chunk(3, "finish", {"stepResult": {"reason": "stop"}, "finishReason": "stop"})
-    assert await _run_output([*head, done, finished]).text() == "answer"
+    assert await run_output([*head, done, finished]).text() == "answer"
+    edited = _chunk(3, "finish", {"stepResult": {"reason": "stop"}, "finishReason": "stop", "text": "ANSWER"})
+    assert await run_output([*head, done, edited]).text() == "ANSWER"  # process_output_result's edit
 
 
 async def test_a_failed_stream_s_result_carries_the_error_and_its_text_does_not_raise() -> None:
@@ -90,11 +73,11 @@ async def test_a_failed_stream_s_result_carries_the_error_and_its_text_does_not_
               _chunk(2, "error", {"error": error}),
               _chunk(3, "step-finish", {"stepResult": {"reason": "error", "isContinued": False}}),
               _chunk(4, "finish", {"stepResult": {"reason": "error"}, "finishReason": "error"})]
-    out = _run_output(chunks)
+    out = run_output(chunks)
     assert await out.text() == "Hel"  # Mastra's stream result.text: what streamed
     assert await out.error() == error  # Mastra's result.error
     assert await out.finish_reason() == "error"
     assert await out.tripwire() is None  # no processor ended it; reading it does not raise either
     with pytest.raises(RunFailed):  # consuming the stream still says the run failed
         await out.consume_stream()
-    assert await _run_output([*chunks[:2], _chunk(2, "finish", {"stepResult": {"reason": "stop"}})]).error() is None
+    assert await run_output([*chunks[:2], _chunk(2, "finish", {"stepResult": {"reason": "stop"}})]).error() is None

@@ -12,8 +12,8 @@ import pytest
 from threadline.runtime import Agent, Processor
 from threadline.runtime.step.loop import StepLoop
 from threadline.runtime.step.ports import Continue, Finish, RunState, Signal, StepInputs, StepRun, Trip
-from threadline.runtime.step.retry import feedback_text
-from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, text_delta
+from threadline.runtime.step.retry import feedback_text, retry_step_finish
+from threadline.testing import MemorySink, MemoryStepStore, ScriptedModel, run_output, text_delta
 
 pytestmark = pytest.mark.unit
 
@@ -55,6 +55,17 @@ def test_the_feedback_is_mastras_sentence() -> None:
     assert feedback_text("add detail") == FEEDBACK
 
 
+def test_a_retry_step_finish_carries_the_providers_reason_only_for_a_processors_abort() -> None:
+    retry = {"retryProcessorId": "p", "retryReason": "add detail", "retryMetadata": None}
+    answered = {"text": "Short.", "usage": None, "raw_reason": "tool_calls"}
+    aborted = retry_step_finish("m", retry, answered, retry_count=2)["payload"]
+    assert aborted["stepResult"]["rawReason"] == "tool_calls" and aborted["processorRetryCount"] == 2
+    assert aborted["processorRetryFeedback"] == FEEDBACK
+    api_error = retry_step_finish("m", None, None, retry_count=1)["payload"]  # process_api_error's retry
+    assert api_error["stepResult"] == {"reason": "retry", "isContinued": True}
+    assert api_error["processorRetryCount"] == 1 and "processorRetryFeedback" not in api_error
+
+
 async def test_a_rejected_attempt_ends_with_a_retry_step_finish_then_is_declared_dead() -> None:
     model = ScriptedModel([text_delta("Short.")], [text_delta("More detail.")])
     sink, store = MemorySink("run-1", 0), MemoryStepStore()
@@ -68,6 +79,11 @@ async def test_a_rejected_attempt_ends_with_a_retry_step_finish_then_is_declared
     assert rejected["stepResult"] == {"reason": "retry", "isContinued": True, "retryProcessorId": "needs-detail",
                                       "retryReason": "add detail", "retryMetadata": {"why": "short"}}
     assert rejected["output"]["text"] == "Short."
+    # Mastra's: the retry's count and feedback; the accepted step and the finish say 0
+    assert rejected["processorRetryCount"] == 1 and rejected["processorRetryFeedback"] == FEEDBACK
+    accepted, finish = [c["payload"] for c in sink.chunks if c["type"] in ("step-finish", "finish")][1:]
+    assert accepted["processorRetryCount"] == 0 and "processorRetryFeedback" not in accepted
+    assert finish["processorRetryCount"] == 0
     # the retried request: the instructions, then Mastra's feedback as a system message, then the user
     assert model.prompts[1][:2] == [{"role": "system", "content": "be brief"}, {"role": "system", "content": FEEDBACK}]
     assert model.prompts[1][2:] == model.prompts[0][1:]  # the rejected answer is not in it
@@ -168,36 +184,19 @@ async def test_steps_include_the_current_step_and_every_method_gets_abort_signal
 
 
 async def test_a_streams_result_carries_the_tripwire_that_ended_it() -> None:
-    from threadline.client.run_output import RunOutput
-
     trip = {"reason": "step mentions x", "retry": False, "metadata": None, "processorId": "guard"}
     chunks = [{"runId": "r", "seq": 0, "step": 0, "attempt": 1, "type": "start", "payload": {}},
               {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "tripwire", "payload": trip},
               {"runId": "r", "seq": 2, "step": 0, "attempt": 1, "type": "finish",
                "payload": {"stepResult": {"reason": "tripwire"}, "finishReason": "other", "tripwire": trip}}]
-
-    class Source:
-        @property
-        def stream(self) -> Any:
-            async def gen() -> Any:
-                for c in chunks:
-                    yield c
-            return gen()
-
-        async def unsubscribe(self) -> None:
-            return None
-
-    async def open_sub(from_ms: int, after: dict[str, int]) -> Source:
-        return Source()
-
-    assert await RunOutput("r", open_sub, 0).tripwire() == trip  # Mastra's result.tripwire
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "other"  # no step-finish rejected: Mastra's "other"
+    assert await run_output(chunks).tripwire() == trip  # Mastra's result.tripwire
+    assert await run_output(chunks).finish_reason() == "other"  # no step-finish rejected: Mastra's "other"
     chunks.insert(1, {"runId": "r", "seq": 1, "step": 0, "attempt": 1, "type": "step-finish",
                       "payload": {"stepResult": {"reason": "tripwire", "isContinued": False}}})
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "tripwire"  # process_output_step rejected the answer
+    assert await run_output(chunks).finish_reason() == "tripwire"  # process_output_step rejected the answer
     chunks[1:] = [{**chunks[3], "seq": 1, "payload": {"stepResult": {"reason": "stop"}, "finishReason": "stop"}}]
-    assert await RunOutput("r", open_sub, 0).tripwire() is None
-    assert await RunOutput("r", open_sub, 0).finish_reason() == "stop"
+    assert await run_output(chunks).tripwire() is None
+    assert await run_output(chunks).finish_reason() == "stop"
 
 
 class Guard(Processor):
@@ -218,3 +217,48 @@ async def test_an_answer_rejected_for_good_ends_with_a_tripwire_step_finish_then
     step_finish = next(c for c in sink.chunks if c["type"] == "step-finish")["payload"]
     assert step_finish["stepResult"] == {"reason": "tripwire", "isContinued": False}
     assert step_finish["output"]["text"] == "x marks"
+
+
+class RejectResult(Processor):
+    id = "result-abort"
+
+    async def process_output_result(self, *, abort: Any, **_: Any) -> None:
+        abort("final answer rejected")
+
+
+async def test_an_abort_in_process_output_result_ends_with_mastras_finish() -> None:
+    sink = MemorySink("run-1", 0)
+    agent = Agent(id="a", output_processors=[RejectResult()])
+    outcome = await _loop(ScriptedModel([text_delta("answer")])).run(_run(), agent, _inputs(signals=[SIGNAL]),
+                                                                     sink, MemoryStepStore())
+    assert isinstance(outcome, Trip)
+    assert sink.types()[-4:] == ["text-delta", "step-finish", "tripwire", "finish"]
+    finish = sink.chunks[-1]["payload"]
+    # Mastra's: the accepted step's reason, no response; Threadline's tripwire and finishReason stay
+    assert finish["stepResult"]["reason"] == "stop" and "response" not in finish
+    assert finish["tripwire"]["processorId"] == "result-abort" and finish["finishReason"] == "other"
+
+
+class UpperResult(Processor):
+    id = "result-upper"
+
+    def process_output_result(self, *, messages: Any, **_: Any) -> Any:
+        def upper(m: Any) -> Any:
+            parts = [{**p, "text": p["text"].upper()} if p.get("type") == "text" else p
+                     for p in m["content"]["parts"]]
+            return {**m, "content": {**m["content"], "parts": parts}}
+        return [upper(m) if m["role"] == "assistant" else m for m in messages]
+
+
+async def test_the_finish_tells_the_text_process_output_result_left() -> None:
+    sink = MemorySink("run-1", 0)
+    agent = Agent(id="a", output_processors=[UpperResult()])
+    await _loop(ScriptedModel([text_delta("quiet words")])).run(_run(), agent, _inputs(signals=[SIGNAL]),
+                                                                sink, MemoryStepStore())
+    finish = sink.chunks[-1]["payload"]
+    assert finish["text"] == "QUIET WORDS"  # Mastra's result.text (decision 165)
+    assert finish["output"]["text"] == "quiet words"  # the step's streamed text, as Mastra's finish
+    plain = MemorySink("run-1", 0)
+    await _loop(ScriptedModel([text_delta("quiet words")])).run(_run(), Agent(id="a"), _inputs(signals=[SIGNAL]),
+                                                                plain, MemoryStepStore())
+    assert "text" not in plain.chunks[-1]["payload"]  # unchanged: nothing added

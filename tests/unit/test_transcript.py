@@ -45,3 +45,12 @@ def test_replay_rule() -> None:
         {"id": "s2", "role": "user", "content": {"parts": [{"type": "text", "text": "again"}]}},
     ]
     assert stored_transcript(stored) == replay_transcript(chunks)
+
+
+def test_a_run_whose_result_a_processor_rejected_keeps_no_reply() -> None:
+    # an abort in process_output_result: Mastra's finish keeps the step's reason; its tripwire tells
+    chunks = [_echo("r1", 0, "s1", "hi"), _c("r1", 1, "start", messageId="a1"),
+              _c("r1", 2, "text-delta", text="answer"), _c("r1", 3, "step-finish", messageId="a1"),
+              _c("r1", 4, "tripwire", reason="no"),
+              _c("r1", 5, "finish", stepResult={"reason": "stop"}, tripwire={"reason": "no"})]
+    assert replay_transcript(chunks) == [{"id": "s1", "role": "user", "text": "hi", "toolCallIds": []}]

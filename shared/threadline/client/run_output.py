@@ -204,7 +204,8 @@ class RunOutput:
     async def text(self, *, timeout_s: float | None = None) -> str:
         """The run's text (its ``text-delta`` chunks), once it has finished — also when the run
         failed (what streamed before the error; :meth:`error` tells the error), as Mastra's stream
-        ``result.text``; ``""`` when ``process_output_result`` rejected the finished answer.
+        ``result.text``: the answer as ``process_output_result`` left it (the ``finish`` chunk's
+        ``text`` when it changed it), ``""`` when it rejected the finished answer.
 
         Raises:
             TimeoutError: as :meth:`consume_stream`.
@@ -212,6 +213,10 @@ class RunOutput:
         chunks = await self._settled(timeout_s)
         if _answer_rejected(chunks):
             return ""
+        finish = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.FINISH), None)
+        edited = (finish.get("payload") or {}).get("text") if finish is not None else None
+        if isinstance(edited, str):
+            return edited
         return "".join((k.get("payload") or {}).get("text", "") for k in map(known, chunks)
                        if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 

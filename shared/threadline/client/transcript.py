@@ -54,8 +54,10 @@ def _dead_attempts(chunks: list[ChunkBody]) -> dict[tuple[str, int], int]:
 
 
 def _endings(chunks: list[ChunkBody]) -> dict[str, str | None]:
-    """``runId -> its finish's stepResult.reason``."""
-    return {str(k.get("runId")): ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
+    """``runId -> its finish's stepResult.reason`` (``tripwire`` when the finish carries one: after
+    an abort in ``process_output_result`` the reason is the accepted step's, as Mastra's)."""
+    return {str(k.get("runId")): "tripwire" if (k.get("payload") or {}).get("tripwire")
+            else ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
             for k in map(known, chunks) if k is not None and k["type"] == ChunkKind.FINISH}
 
 

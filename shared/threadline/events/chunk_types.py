@@ -259,7 +259,11 @@ class StepFinishPayload(TypedDict):
     stepResult: StepResult
     output: StepOutput
     processorRetryCount: NotRequired[int]
-    """The processor retries of the step so far (Mastra's)."""
+    """Mastra's: on a ``retry``, the run's processor retries with this one (1 for the first);
+    0 on a step that was not rejected."""
+    processorRetryFeedback: NotRequired[str]
+    """On a ``retry`` a processor's ``abort`` asked for: the feedback the retried request carries
+    (``[Processor Feedback] Your previous response was not accepted: <reason>. …``)."""
     metadata: NotRequired[StepMetadata]
 
 
@@ -272,8 +276,12 @@ class FinishPayload(TypedDict):
     messageId: NotRequired[str]
     metadata: NotRequired[StepMetadata]
     processorRetryCount: NotRequired[int]
+    """The last step's: 0, as Mastra's (a run's last step is never a rejected one)."""
     response: NotRequired[JsonObject]
     """The last step's ``id``, ``timestamp``, ``modelId``, ``headers``, ``modelMetadata``."""
+    text: NotRequired[str]
+    """Threadline's: the run's result text when ``process_output_result`` changed the answer
+    (Mastra's stream ``result.text``; ``output.text`` stays the step's streamed text)."""
 
 
 class ErrorPayload(TypedDict):

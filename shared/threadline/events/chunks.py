@@ -180,7 +180,8 @@ def mastra_usage(usage: Usage | None, raw: JsonObject | None) -> MastraUsage | N
 def finish_chunk(reason: str, *, finish_reason: str, usage: Usage | None = None, with_output: bool = True,
                  tripwire: JsonObject | None = None, last_step: StepFinishPayload | None = None) -> FinishChunk:
     """A run's last chunk: ``stepResult {reason, isContinued: false}``, ``finishReason``,
-    ``output.usage`` (by :func:`mastra_usage`; left out when ``with_output`` is False) and the
+    ``output.usage`` (by :func:`mastra_usage`, its ``inputTokens``, ``outputTokens`` and
+    ``totalTokens`` 0 where ``usage`` has none; left out when ``with_output`` is False) and the
     ``tripwire`` that ended it, if any.
 
     With ``last_step`` (the payload of the run's last ``step-finish``), Mastra's fields too:
@@ -189,7 +190,8 @@ def finish_chunk(reason: str, *, finish_reason: str, usage: Usage | None = None,
     ``modelId``, ``headers``, ``modelMetadata``); ``usage`` is the run's, with the last step's
     ``raw`` report."""
     payload: FinishPayload = {"stepResult": {"reason": reason, "isContinued": False}, "finishReason": finish_reason}
-    if with_output:
+    if with_output:  # the run's counts, 0 where no step reported one (a cached reply), as Mastra's
+        usage = cast(Usage, {**_ZERO_COUNTS, **(usage or {})})
         payload["output"] = {"usage": mastra_usage(usage, None)}
     if last_step is not None:
         _from_last_step(payload, last_step, usage if with_output else None)
@@ -199,6 +201,7 @@ def finish_chunk(reason: str, *, finish_reason: str, usage: Usage | None = None,
 
 
 _RESPONSE_KEYS = ("id", "timestamp", "modelId", "headers", "modelMetadata")
+_ZERO_COUNTS: Final = {"inputTokens": 0, "outputTokens": 0, "totalTokens": 0}
 
 
 def _from_last_step(payload: FinishPayload, last: StepFinishPayload, usage: Usage | None) -> None:

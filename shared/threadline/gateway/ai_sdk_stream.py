@@ -117,7 +117,7 @@ def _text(kind: str, p: Mapping[str, Any], options: UiOptions) -> list[UiChunk]:
 
 
 def _finish(p: Mapping[str, Any]) -> UiChunk:
-    reason = (p.get("stepResult") or {}).get("reason")
+    reason = "tripwire" if p.get("tripwire") else (p.get("stepResult") or {}).get("reason")
     return _given(type="finish", finishReason=(reason if reason in FINISH_REASONS else "other") if reason else None)
 
 

@@ -44,6 +44,9 @@ class RunConfig:
     metadata: JSONObject
     processors: dict[str, list[ProcessorLike] | Callable[..., object]] = field(default_factory=dict)
     """``{"input" | "output" | "error": list}``: the agent's processor lists."""
+    stream_parts: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    """The parts each output processor's ``process_output_stream`` saw, by step, on this worker
+    (``threadline.runtime.step.stream_parts``): a later step's ``stream_parts`` start from them."""
 
 
 async def _value(value: object, request_context: Mapping[str, object]) -> Any:

@@ -323,6 +323,22 @@ class ProcessorRunner:
                                 model=model, step_number=step_number, steps=steps, from_cache=from_cache,
                                 **(extra or {}))
 
+    def _hooks(self) -> list[tuple[ProcessorLike, str, _Plan, bool, list[AttrDict], AttrDict]]:
+        hooks = self._stream_hooks
+        if hooks is None:  # once per step: id, plan, takes data-* parts?, parts seen, state
+            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"),
+                                           bool(getattr(p, "process_data_parts", False)),
+                                           self.stream_parts.setdefault(p.id, []), self.state_of(p))
+                                          for p in self._stream_chain]
+        return hooks
+
+    def record_part(self, part: AttrDict) -> None:
+        """Add a part the processors are not called with (``step-start``, the text and reasoning
+        boundaries) to each ``process_output_stream`` processor's ``stream_parts``, as Mastra's
+        holds every part of the run."""
+        for hook in self._hooks():
+            hook[4].append(part)
+
     async def process_output_stream(self, part: AttrDict, ml: MessageList | None = None) -> AttrDict | None:
         """``processOutputStream`` for one chunk: returns the chunk to emit, or ``None`` to drop.
 
@@ -331,15 +347,10 @@ class ProcessorRunner:
         """
         kind = part["type"]
         if kind in BOUNDARY_CHUNKS:
+            self.record_part(part)
             return part
         is_data = kind.startswith("data-")
-        hooks = self._stream_hooks
-        if hooks is None:  # once per step: id, plan, takes data-* parts?, parts seen, state
-            hooks = self._stream_hooks = [(p, p.id, self._plan(p, "process_output_stream"),
-                                           bool(getattr(p, "process_data_parts", False)),
-                                           self.stream_parts.setdefault(p.id, []), self.state_of(p))
-                                          for p in self._stream_chain]
-        for p, pid, plan, data_parts, seen, state in hooks:
+        for p, pid, plan, data_parts, seen, state in self._hooks():
             if is_data and not data_parts:
                 continue
             seen.append(part)

@@ -23,13 +23,14 @@ if TYPE_CHECKING:
         MemorySink,
         MemoryStepStore,
         ScriptedModel,
+        run_output,
         step_run,
         text_delta,
         tool_call,
         user_signal,
     )
 
-__all__ = ["MemorySink", "MemoryStepStore", "ScriptedModel", "step_run", "text_delta", "tool_call", "user_signal"]
+__all__ = ["MemorySink", "MemoryStepStore", "ScriptedModel", "run_output", "step_run", "text_delta", "tool_call", "user_signal"]
 
 
 def __getattr__(name: str) -> object:

@@ -230,3 +230,32 @@ def step_run(*, run_id: str = "run-1", step: int = 0, state: RunState | None = N
     """A claimed run at ``step`` (epoch 1), as the worker would hand it to the step loop."""
     return StepRun(run_id=run_id, resource_id=resource_id, thread_id=thread_id, agent_id=agent_id, epoch=1,
                    step=step, next_seq=0, options=options or {}, state=state or RunState())
+
+
+class _ChunkList:
+    """A :class:`~threadline.client.run_output.ChunkSource` over a list of chunks."""
+
+    def __init__(self, chunks: Sequence[Mapping[str, Any]]) -> None:
+        self._chunks = chunks
+
+    @property
+    def stream(self) -> AsyncIterator[Any]:
+        async def gen() -> AsyncIterator[Any]:
+            for chunk in self._chunks:
+                yield chunk
+        return gen()
+
+    async def unsubscribe(self) -> None:
+        return None
+
+
+def run_output(chunks: Sequence[Mapping[str, Any]], run_id: str = "r") -> Any:
+    """A :class:`~threadline.client.run_output.RunOutput` of ``run_id`` reading ``chunks`` (the
+    list, read when the output is; a test may change it between reads): a stream's result
+    without a cluster."""
+    from threadline.client.run_output import RunOutput
+
+    async def open_sub(from_ms: int, after: dict[str, int]) -> _ChunkList:
+        return _ChunkList(chunks)
+
+    return RunOutput(run_id, open_sub, 0)

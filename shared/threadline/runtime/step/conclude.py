@@ -60,7 +60,7 @@ async def conclude(step: StepState, request: ModelRequest, response: ModelRespon
     chunk = chunks.step_finish_chunk(step.response_id, reason=response.finish_reason, is_continued=continued,
                                      text=response.text, usage=response.usage, model=caller.choices[caller.index].model,
                                      raw_reason=response.raw_finish_reason, tool_calls=response.calls,
-                                     response=response.provider, retry_count=step.runner.retry_count)
+                                     response=response.provider)  # Mastra: 0 once a step is accepted
     step.last_step_finish = chunk["payload"]
     step_usage = chunk["payload"]["output"].get("usage")
     if step_usage is not None:  # Mastra's step usage: the counts and the provider's report `raw`
@@ -77,10 +77,18 @@ async def finish_seen(step: StepState, reason: str, *, finish_reason: str | None
     ``process_output_stream``: processors see it, and what they write then is emitted now, but
     they cannot drop or block it (an abort on it is logged and ignored). Emitted by the caller.
     ``finish_reason``: when not ``reason``. ``after_step``: the run ended with its step's
-    ``step-finish`` (whose fields the finish repeats, as Mastra's does), not a tripwire or an error."""
+    ``step-finish`` (whose fields the finish repeats, as Mastra's does), not a tripwire or an error.
+    After an abort in ``process_output_result`` (a ``tripwire`` once the last step was accepted)
+    the finish is Mastra's: the step's ``stepResult.reason`` and no ``response``."""
     last = step.last_step_finish if after_step else None
-    chunk: AttrDict = wrap(chunks.finish_chunk(reason, finish_reason=finish_reason or reason, usage=step.usage_total,
-                                               tripwire=tripwire, last_step=last))
+    step_reason = last["stepResult"]["reason"] if last is not None else None
+    result_rejected = tripwire is not None and step_reason not in (None, "tripwire")
+    built = chunks.finish_chunk(step_reason if result_rejected and step_reason else reason,
+                                finish_reason=finish_reason or reason, usage=step.usage_total, tripwire=tripwire,
+                                last_step=last)
+    if result_rejected:
+        built["payload"].pop("response", None)
+    chunk: AttrDict = wrap(built)
     try:  # the finish cannot be dropped: the processors' verdict is not used
         await step.runner.process_output_stream(chunk, step.ml)
     except TripWire as tw:

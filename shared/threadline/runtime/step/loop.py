@@ -63,6 +63,7 @@ from threadline.runtime.step.prepare import ModelSetup, prepare
 from threadline.runtime.step.respond import respond
 from threadline.runtime.step.retry import add_feedback, retry_step_finish, tripwire_step_finish
 from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
+from threadline.runtime.step.stream_parts import keep_step, parts_before
 from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
 from threadline.transient import is_transient
@@ -146,6 +147,7 @@ class StepLoop:
             consumed.append(sig.id)
         step.echoes = [chunks.echo_chunk(sig.payload) for sig in inputs.signals]
         outcome = await self._outcome(step, options, consumed, store)
+        keep_step(step.kept_parts, run.step, step.runner.stream_parts, step.parts_base)
         await sink.flush()
         await self._save(step, outcome, memory, consumed, store)
         return outcome
@@ -182,6 +184,9 @@ class StepLoop:
                          models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
                          agent_metadata=cfg.metadata)
         runner.writer = StepWriter(step, through_processors=False)
+        # streamParts across steps: the parts this worker's earlier steps of the run saw (decision 167)
+        runner.stream_parts = parts_before(cfg.stream_parts, run.step)
+        step.kept_parts, step.parts_base = cfg.stream_parts, {k: len(v) for k, v in runner.stream_parts.items()}
         return step, options, memory
 
     async def _outcome(self, step: StepState, options: dict[str, Any], consumed: list[str],
@@ -292,8 +297,12 @@ class StepLoop:
                 retry = asked
             await self._retried(step, store, retry, feedback, cap)
         if not done.continued:
+            answered = final_text(step)
             await self._output_result(step, done.finish_reason)
-            await step.writer.emit(step.finish or await finish_seen(step, done.finish_reason))
+            finish = step.finish or await finish_seen(step, done.finish_reason)
+            if (edited := final_text(step)) != answered:  # Mastra's result.text is the edited answer (decision 165)
+                finish["payload"]["text"] = edited
+            await step.writer.emit(finish)
         return done
 
     @staticmethod
@@ -325,7 +334,7 @@ class StepLoop:
         runner = step.runner
         runner.retry_count += 1
         await step.writer.emit(retry_step_finish(step.response_id, retry if feedback else None,
-                                                 step.attempt_output))
+                                                 step.attempt_output, retry_count=runner.retry_count))
         await self._discard(step, store, feedback.reason if feedback else "api-error", retry)
         if feedback is not None:
             add_feedback(step.ml, feedback.reason)

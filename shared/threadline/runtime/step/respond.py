@@ -70,6 +70,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     start = chunks.step_start_chunk(  # no startedAt on a cached replay
         step.response_id, started_at_ms=None if request.cached else int(time.time() * 1000))
     await step.writer.emit(start)
+    runner.record_part(wrap(start))  # Mastra's stream_parts hold the step's start too
     step.response_message()
     outcome = ModelOutcome()
     recorded, step.recorded = step.recorded, None

@@ -33,18 +33,26 @@ def add_feedback(ml: MessageList, reason: str) -> None:
         ml.add_system(text, FEEDBACK_TAG)
 
 
-def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: Mapping[str, Any] | None) -> StepFinishChunk:
-    """The ``step-finish`` that ends a rejected attempt: ``stepResult {reason: "retry",
-    isContinued: true, retryProcessorId, retryReason, retryMetadata}`` (the three only for an
-    ``abort(..., retry=True)``, not for ``process_api_error``'s ``{retry: True}``) and ``output
-    {text, usage}`` of the attempt as far as it got (``text`` ``""`` and ``usage`` ``None`` before
-    the model answered), with the answering model's ``metadata`` and usage ``raw`` once it answered."""
+def retry_step_finish(message_id: str, retry: Mapping[str, Any] | None, output: Mapping[str, Any] | None,
+                      *, retry_count: int) -> StepFinishChunk:
+    """The ``step-finish`` that ends a rejected attempt, as Mastra's: ``stepResult {reason:
+    "retry", isContinued: true}``, ``output {text, usage}`` of the attempt as far as it got
+    (``text`` ``""`` and ``usage`` ``None`` before the model answered), with the answering
+    model's ``metadata`` and usage ``raw`` once it answered, and ``processorRetryCount``
+    (``retry_count``: the run's retries with this one).
+
+    ``retry`` (an ``abort(..., retry=True)``, not ``process_api_error``'s ``{retry: True}``) adds
+    ``stepResult {rawReason?, retryProcessorId, retryReason, retryMetadata}`` and
+    ``processorRetryFeedback`` (:func:`feedback_text` of the reason)."""
     output = output or {}
     chunk = chunks.step_finish_chunk(message_id, reason="retry", is_continued=True,
                                      text=output.get("text", ""), usage=output.get("usage"),
-                                     model=output.get("model"), response=output.get("response"))
+                                     model=output.get("model"), response=output.get("response"),
+                                     raw_reason=output.get("raw_reason") if retry else None,
+                                     retry_count=retry_count)
     if retry:
         chunk["payload"]["stepResult"].update(cast(StepResult, dict(retry)))
+        chunk["payload"]["processorRetryFeedback"] = feedback_text(str(retry.get("retryReason")))
     return chunk
 
 

@@ -85,6 +85,10 @@ class StepState:
     finish: AttrDict | None = None
     """The run's ``finish``, seen by the processors before the last ``step-finish`` (emitted after
     ``process_output_result``); ``None`` while the run continues."""
+    kept_parts: dict[int, dict[str, list[Any]]] = field(default_factory=dict)
+    """The run's ``stream_parts`` of its steps on this worker (``RunConfig.stream_parts``)."""
+    parts_base: dict[str, int] = field(default_factory=dict)
+    """How many of each processor's ``stream_parts`` came from earlier steps."""
     _transforms: bool | None = None
 
     def next_model(self) -> bool:
