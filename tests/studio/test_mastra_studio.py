@@ -53,10 +53,13 @@ async def test_mastra_studio_chats_with_a_threadline_agent(studio_url: str, mode
     model.queue([tool_calls(tool_call("lookup_customer", {"customer_id": "C-1001"})), text(ANSWER, chunk_delay=0.15),
                  text(SLOW, chunk_delay=0.15), text("Second answer: noted.")])
     sent: list[dict[str, Any]] = []
+    live_memory: list[dict[str, Any]] = []  # the thread's messages as Studio fetched them during the live chat
 
     async def on_response(response: Any) -> None:
         if response.request.method == "POST" and response.url.endswith("/send-message"):
             sent.append(orjson.loads(await response.body()))
+        elif response.request.method == "GET" and "/messages?" in response.url and not sent[1:]:
+            live_memory.append(orjson.loads(await response.body()))
 
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=executable, headless=True,
@@ -75,11 +78,12 @@ async def test_mastra_studio_chats_with_a_threadline_agent(studio_url: str, mode
             await box.fill("Is C-1001 on a paid plan?")
             await box.press("Enter")
             await page.get_by_text("Ada Lovelace").first.wait_for(timeout=60_000)
-            partial = await page.get_by_text("right now.").count()  # the answer's end, not yet there
-            # the end of the answer; live, Studio may show its first words in a message of their own
-            # (it merges the memory it refetches with the message it is streaming)
-            await page.get_by_text("right now.").first.wait_for(timeout=60_000)
+            partial = await page.get_by_text(ANSWER).count()  # the words so far, not yet the whole answer
+            await page.get_by_text(ANSWER).wait_for(timeout=60_000)  # the whole answer in one element
             assert partial == 0  # the text arrived in pieces
+            # the thread as Studio refetched it while the answer streamed: no half-made answer, which
+            # Studio would merge by id into the message it streams (decision 150)
+            assert live_memory and all(m["role"] != "assistant" for r in live_memory for m in r["messages"]), live_memory
             thread_url = page.url
             assert "/agents/support-agent/" in thread_url and not thread_url.endswith("/new")
             await page.get_by_text("Lookup customer").first.click()
@@ -87,8 +91,10 @@ async def test_mastra_studio_chats_with_a_threadline_agent(studio_url: str, mode
             shot = await _shot(page, tmp_path, "tool-call")
             assert "C-1001" in await page.content()  # the call's arguments
             asked = await page.get_by_text("Is C-1001 on a paid plan?").first.bounding_box()
-            answered = await page.get_by_text("right now.").first.bounding_box()
-            assert asked and answered and asked["y"] < answered["y"]  # the question above its answer
+            called = await page.get_by_text("Lookup customer").first.bounding_box()
+            answered = await page.get_by_text(ANSWER).bounding_box()
+            assert asked and called and answered
+            assert asked["y"] < called["y"] < answered["y"]  # the question, then the tool call, then the answer
             # the thread again, from memory, in a fresh page
             again = await context.new_page()
             await again.goto(thread_url)
