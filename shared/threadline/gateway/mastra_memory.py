@@ -147,16 +147,23 @@ async def delete_thread(request: Request) -> Response:
 @mastra_errors
 async def list_messages(request: Request) -> Response:
     """A page of the thread's stored messages (Mastra's stored form) and the same messages as
-    the AI SDK's UI messages (``uiMessages``, :mod:`threadline.gateway.mastra_ui`)."""
+    the AI SDK's UI messages (``uiMessages``, :mod:`threadline.gateway.mastra_ui`). A running run's
+    answer is left out until the run ends, as Mastra stores it
+    (:func:`~threadline.gateway.mastra_shapes.settled_messages`); ``total`` counts what is served."""
     q = request.query_params
     resource_id, thread_id = await _visible_thread(request, q.get("resourceId"))
     if q.get("include") or q.get("filter"):
         raise shapes.ShapeError("include and filter are not supported: page through the thread's messages")
     page = shapes.page_of(q, per_page=shapes.MESSAGES_PER_PAGE, descending=False, fields=("createdAt",))
-    rows, total = await queries.page_messages(gw(request).db, resource_id=resource_id, thread_id=thread_id,
+    db = gw(request).db
+    running = await queries.active_run(db, resource_id=resource_id, thread_id=thread_id)
+    rows, total = await queries.page_messages(db, resource_id=resource_id, thread_id=thread_id,
                                               offset=page.offset, limit=page.limit, descending=page.descending)
-    messages = [shapes.message_shape(r, thread_id=thread_id, resource_id=resource_id) for r in rows]
-    return _json({**page.answer(total, rows), "messages": messages, "uiMessages": ui.ui_messages(messages)})
+    settled = shapes.settled_messages(rows, running)
+    answer = page.answer(total, rows)  # paged by the stored rows, so the next page starts where this one ends
+    answer["total"] -= len(rows) - len(settled)
+    messages = [shapes.message_shape(r, thread_id=thread_id, resource_id=resource_id) for r in settled]
+    return _json({**answer, "messages": messages, "uiMessages": ui.ui_messages(messages)})
 
 
 ROUTES = [

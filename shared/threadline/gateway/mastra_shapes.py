@@ -8,7 +8,7 @@ ISO-8601 text, as Mastra's JSON has them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -226,6 +226,24 @@ def message_shape(row: Mapping[str, Any], *, thread_id: str, resource_id: str) -
     return {"id": row["id"], "role": row["role"], "createdAt": sent if isinstance(sent, str) and sent
             else _iso(row["created_at"]), "threadId": thread_id, "resourceId": resource_id,
             "type": row.get("type") or "v2", "content": content}
+
+
+ANSWER_ROLES = frozenset({"assistant", "tool"})
+"""The roles of a run's answer (what :func:`settled_messages` holds back while the run runs)."""
+
+
+def settled_messages(rows: Sequence[Mapping[str, Any]], running_run_id: str | None) -> list[Mapping[str, Any]]:
+    """The message ``rows`` (``{id, run_id, role, …}``) as Mastra's memory holds them while the
+    thread's run ``running_run_id`` (``None``: the thread is idle) still runs: that run's answer —
+    its ``assistant`` and ``tool`` rows, which Threadline stores step by step — is left out until the
+    run ends, as Mastra saves a run's answer when it ends (decision 150). Its user message stays.
+
+    The stored answer carries the ``messageId`` the run streams under; Mastra Studio merges a
+    refetched message into the conversation it streams by that id, so a half-made answer served
+    mid-run is put where the stored one sits and the rest of the stream goes to another message."""
+    if running_run_id is None:
+        return list(rows)
+    return [r for r in rows if r.get("run_id") != running_run_id or r.get("role") not in ANSWER_ROLES]
 
 
 @dataclass(frozen=True)
