@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.unit.test_client_transports import _take
 from threadline.client import MemoryTransport, ThreadlineClient
 from threadline.client.active import hidden_echo
 from threadline.events import Stream
@@ -41,14 +42,6 @@ async def test_the_calls_own_stream_hides_the_echo_and_the_option_is_not_sent(hi
     assert ("data-signal" in own) is (hide is not True) and "data-signal" in seen
     request = memory.requests[0]
     assert isinstance(request, Stream) and request.options == {"maxSteps": 2}
-
-
-async def _take(stream, n: int):
-    async for chunk in stream:
-        yield chunk
-        n -= 1
-        if n == 0:
-            return
 
 
 def test_split_takes_either_spelling_and_refuses_a_bad_value():
