@@ -34,6 +34,11 @@ async def collect_run(sub: ThreadSubscription, *, timeout_s: float = 30.0, runs:
     return out
 
 
+USER_AUTHORED = "(role = 'user' OR (role = 'signal' AND content->'metadata'->'signal'->>'type' = 'user'))"
+"""SQL: a stored message the user wrote: the call's own message (role ``user``) or a message sent
+with ``sendMessage`` / ``queueMessage`` (role ``signal`` of type ``user``, as Mastra stores it)."""
+
+
 async def rows(dsn: str, query: str, *args: Any) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(dsn)
     try:

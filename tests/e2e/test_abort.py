@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 
-from tests.e2e.helpers import rows, run_row, wait_idle
+from tests.e2e.helpers import USER_AUTHORED, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 
 
@@ -98,6 +98,6 @@ async def test_c18_follow_ups_survive_the_abort_of_the_active_run_in_order(servi
     by_text = {s["c"]: s for s in sigs}
     assert by_text["A"]["consumed_by_run"] == finishes[1][0] and by_text["B"]["consumed_by_run"] == finishes[2][0]
     assert all(s["status"] == "consumed" for s in sigs)
-    users = await rows(cluster.dsn, "SELECT count(*) AS n FROM messages WHERE thread_id = $1 AND role = 'user'", thread)
+    users = await rows(cluster.dsn, f"SELECT count(*) AS n FROM messages WHERE thread_id = $1 AND {USER_AUTHORED}", thread)
     assert users[0]["n"] == 3
     assert (await rows(cluster.dsn, "SELECT status FROM runs WHERE run_id = $1", r.run_id))[0]["status"] == "aborted"

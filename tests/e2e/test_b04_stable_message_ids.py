@@ -42,7 +42,7 @@ def _check(chunks: list[dict[str, Any]], stored: list[Any], signal_id: str) -> N
     assert len(ids) == 1, ids
     a = ids.pop()
     assert any(c["type"] == "attempt-discarded" for c in chunks)
-    assert [(r["role"], r["id"]) for r in stored] == [("user", signal_id), ("assistant", a)]
+    assert [(r["role"], r["id"]) for r in stored] == [("signal", signal_id), ("assistant", a)]  # sendMessage: role signal
     echoes = [c for c in chunks if c["type"] == "data-user-message"]
     assert [e["data"]["id"] for e in echoes] == [signal_id] == [stored[0]["id"]]  # decision 24: one id everywhere
     assert stored[0]["content"]["metadata"]["signal"]["id"] == signal_id

@@ -112,7 +112,7 @@ async def test_b07_a_stalled_stream_fails_with_timeout_and_frees_the_thread(idle
     await _closed_by_client(model, name)
     assert (await run_row(cluster.dsn, run_id))["status"] == "failed"
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
-    assert [r["role"] for r in stored] == ["user"]  # no assistant row ("abc" is not stored)
+    assert [r["role"] for r in stored] == ["signal"]  # its sendMessage input; no assistant row ("abc" is not stored)
     assert "run_failed" in await _lifecycle(cluster, thread)
     assert await wait_idle(cluster.dsn, thread)
     model.queue([{"text": "again"}], model=name)

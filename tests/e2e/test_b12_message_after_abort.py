@@ -9,7 +9,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.helpers import kept_chunks, rows, wait_idle
+from tests.e2e.helpers import USER_AUTHORED, kept_chunks, rows, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.events.ingress import AbortRequest
 from threadline.testing import model_script as ms
@@ -128,7 +128,7 @@ async def _check(cluster, model, thread: str, out: dict[str, Any], *, r_may_fini
     assert (m_sig["status"], m_sig["consumed_by_run"]) == ("consumed", r2), dict(m_sig)
     assert (q_sig["status"], q_sig["consumed_by_run"]) == ("consumed", r3), dict(q_sig)
     assert not [s for s in signals if s["status"] == "pending"], [dict(s) for s in signals]  # none left to R
-    users = await rows(cluster.dsn, "SELECT id, content FROM messages WHERE thread_id = $1 AND role = 'user'", thread)
+    users = await rows(cluster.dsn, f"SELECT id, content FROM messages WHERE thread_id = $1 AND {USER_AUTHORED}", thread)
     assert len({u["id"] for u in users}) == len(users) == 3  # start, m, q: none duplicated
     result = await rows(cluster.dsn, "SELECT text FROM runs WHERE run_id = $1", r)
     assert "answer m" not in (result[0]["text"] or "")

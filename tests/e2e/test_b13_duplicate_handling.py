@@ -20,7 +20,7 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from tests.e2e.helpers import collect_run, own_instances, rows, wait_idle
+from tests.e2e.helpers import USER_AUTHORED, collect_run, own_instances, rows, wait_idle
 from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.events import SendMessage, SendStateSignal
@@ -60,7 +60,7 @@ async def _assert_handled_once(cluster: Any, model: Any, thread: str, event_id: 
     assert await wait_idle(cluster.dsn, thread, 30)
     runs = await rows(cluster.dsn, "SELECT run_id FROM runs WHERE thread_id = $1", thread)
     assert len(runs) == 1, runs
-    users = await rows(cluster.dsn, "SELECT 1 FROM messages WHERE thread_id = $1 AND role = 'user'", thread)
+    users = await rows(cluster.dsn, f"SELECT 1 FROM messages WHERE thread_id = $1 AND {USER_AUTHORED}", thread)
     assert len(users) == 1
     requests = [q for q in model.requests(model="threadline-b13")
                 if any(m.get("content") == f"hi {thread}" for m in q["body"]["messages"])]

@@ -10,7 +10,7 @@ import uuid
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 
-from tests.e2e.helpers import collect_run, rows
+from tests.e2e.helpers import USER_AUTHORED, collect_run, rows
 from threadline.client import ThreadlineClient
 from threadline.topics import Topics
 
@@ -123,5 +123,5 @@ async def test_a_resent_request_is_answered_again_and_has_no_second_effect(servi
         await sub.unsubscribe()
     assert repeated.action == accepted.action == "wake" and repeated.run_id == accepted.run_id
     assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread))[0]["n"] == 1
-    assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM messages WHERE thread_id = $1 AND role = 'user'",
+    assert (await rows(cluster.dsn, f"SELECT count(*) AS n FROM messages WHERE thread_id = $1 AND {USER_AUTHORED}",
                        thread))[0]["n"] == 1

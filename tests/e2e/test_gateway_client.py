@@ -16,6 +16,7 @@ import pytest
 import threadline.config
 from tests.e2e.gateway_http import TENANT_A, TENANT_B
 from threadline.client import GatewayError, ThreadlineClient
+from threadline.events.messages import is_user_authored
 
 
 class OpenedConnectionError(AssertionError):
@@ -112,8 +113,10 @@ async def test_a_turn_with_a_tool_call_a_mid_run_message_and_the_inbox_over_http
         # the reads
         runs = await tl.runs(resource_id=TENANT_A, thread_id=thread)
         assert [r["status"] for r in runs] == ["finished", "finished"]
-        roles = [m["role"] for m in await tl.messages(resource_id=TENANT_A, thread_id=thread)]
-        assert [r for r in roles if r != "signal"] == ["user", "assistant"] * 3  # a notification may add one
+        stored = await tl.messages(resource_id=TENANT_A, thread_id=thread)
+        # a sendMessage is a signal of type user (Mastra's role signal); a notification may add another signal
+        roles = ["user" if is_user_authored(m) else m["role"] for m in stored]
+        assert [r for r in roles if r != "signal"] == ["user", "assistant"] * 3
         assert thread in [t["id"] for t in await tl.list_threads(resource_id=TENANT_A)]
         assert (await tl.get_thread(resource_id=TENANT_A, thread_id=thread))["resource_id"] == TENANT_A
         await sub.unsubscribe()
@@ -162,7 +165,8 @@ async def test_a_kafka_client_reading_through_the_gateway_opens_no_postgres(gate
             await asyncio.sleep(0.1)
         assert await sub.active_run_id() is None
         assert (await tl.get_thread(resource_id=TENANT_A, thread_id=thread))["id"] == thread
-        assert [m["role"] for m in await tl.messages(resource_id=TENANT_A, thread_id=thread)][:1] == ["user"]
+        first = (await tl.messages(resource_id=TENANT_A, thread_id=thread))[0]
+        assert first["role"] == "signal" and is_user_authored(first)  # a sendMessage, as Mastra stores it
         assert [r["run_id"] for r in await tl.runs(resource_id=TENANT_A, thread_id=thread)] == [accepted.run_id]
         assert thread in [t["id"] for t in await tl.list_threads(resource_id=TENANT_A)]
         await sub.unsubscribe()

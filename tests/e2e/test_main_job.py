@@ -48,7 +48,7 @@ async def test_send_message_wakes_a_run_that_streams_and_stores_the_thread(servi
 
     await run_row(cluster.dsn, accepted.run_id)  # stored with the last step, just after the finish chunk
     stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE thread_id = $1 ORDER BY position", thread)
-    assert [r["role"] for r in stored] == ["user", "assistant"]
+    assert [r["role"] for r in stored] == ["signal", "assistant"]  # a sendMessage: Mastra's role signal
     parts = stored[1]["content"]["parts"]
     kinds = [p["type"] for p in parts]
     # as Mastra stores it: only the second step starts with a step-start

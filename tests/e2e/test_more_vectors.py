@@ -109,7 +109,7 @@ async def test_m3_a_message_delivered_mid_run_is_stored_between_two_assistant_me
     assert echoes and echoes[0]["data"]["contents"] == "also this"
     await run_row(cluster.dsn, first.run_id)
     stored = await rows(cluster.dsn, "SELECT id, role FROM messages WHERE thread_id = $1 ORDER BY position", thread)
-    assert [r["role"] for r in stored] == ["user", "assistant", "user", "assistant"]
+    assert [r["role"] for r in stored] == ["signal", "assistant", "signal", "assistant"]  # sendMessage: Mastra's role
     assert stored[1]["id"] != stored[3]["id"]
     last_prompt = model.requests(model="threadline-stateful")[-1]["body"]["messages"]
     assert last_prompt[-1] == {"role": "user", "content": "also this"}

@@ -47,7 +47,7 @@ async def test_idle_persist_stores_without_a_model_call_and_shows_a_synthetic_ru
                                                         "cachedInputTokens": 0, "reasoningTokens": 0}
     assert model.requests(model="threadline-signals") == []
     stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1", thread)
-    assert [r["role"] for r in stored] == ["user"]
+    assert [r["role"] for r in stored] == ["signal"]  # a sendMessage is stored as Mastra's role signal
     assert (await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread))[0]["n"] == 0
 
 

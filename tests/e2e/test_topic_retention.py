@@ -82,7 +82,7 @@ async def test_idle_topic_removed_history_kept_and_a_later_subscriber_gets_the_n
         assert await rows(cluster.dsn, "SELECT 1 FROM chunk_topics WHERE topic = $1", topic)
         await _until_gone(cluster, topic)
         history = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1 ORDER BY position", thread)
-        assert [r["role"] for r in history] == ["user", "assistant"]
+        assert [r["role"] for r in history] == ["signal", "assistant"]  # sendMessage: Mastra's role signal
         # the same client subscribes again (its earlier subscription must not make it trust the topic)
         again = await tl.subscribe_to_thread(RES, thread)
         assert await _exists(cluster.bootstrap, topic)
@@ -90,7 +90,7 @@ async def test_idle_topic_removed_history_kept_and_a_later_subscriber_gets_the_n
         _whole_run(await _one_run(again))
         await again.unsubscribe()
     history = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1 ORDER BY position", thread)
-    assert [r["role"] for r in history] == ["user", "assistant", "user", "assistant"]
+    assert [r["role"] for r in history] == ["signal", "assistant", "signal", "assistant"]
 
 
 async def test_a_run_starting_during_the_deletion_streams_all_its_chunks(services, settings, cluster) -> None:

@@ -56,7 +56,8 @@ async def test_a_one_step_run_streams_answers_and_saves_once() -> None:
     [saved] = store.saved
     assert saved.outcome == outcome and saved.consumed == ["sig-1"] and saved.text == "hi there"
     assert saved.next_seq == sink.seq and saved.usage == {"inputTokens": 3, "outputTokens": 2, "totalTokens": 5}
-    assert [m["role"] for m, source in saved.entries if source in ("input", "response")] == ["user", "assistant"]
+    # a signal of type user that is not the call's own message is stored as Mastra's role "signal"
+    assert [m["role"] for m, source in saved.entries if source in ("input", "response")] == ["signal", "assistant"]
     assert saved.state["steps"][0]["text"] == "hi there" and saved.state["message_list"] is not None
 
 

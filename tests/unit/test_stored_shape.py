@@ -19,11 +19,9 @@ def test_the_message_of_stream_is_a_plain_user_message_with_its_text_in_content(
     assert msg["content"] == {"format": 2, "parts": [{"type": "text", "text": "hi"}], "content": "hi"}
 
 
-def test_send_message_is_stored_with_its_signal_and_rendered_as_plain_text():
-    msg = _message("hi")
-    assert msg["role"] == "user" and is_user_authored(msg)
-    signal = {**msg, "role": "signal", "type": "user"}  # as Mastra stores it: still the user's
-    assert is_user_authored(signal) and to_core([signal]) == [{"role": "user", "content": "hi"}]
+def test_send_message_is_stored_as_a_user_signal_and_rendered_as_plain_text():
+    msg = _message("hi")  # sendMessage/queueMessage: Mastra's signalToDBMessage stores role signal
+    assert msg["role"] == "signal" and msg["type"] == "user" and is_user_authored(msg)
     assert msg["content"]["metadata"]["signal"]["type"] == "user" and "content" not in msg["content"]
     assert to_core([msg]) == [{"role": "user", "content": "hi"}]
 

@@ -190,3 +190,33 @@ async def test_a_tool_skipped_by_before_tool_call_gets_no_after_tool_call() -> N
     out = await run_tool_call(call={"toolName": "add", "toolCallId": "c1", "args": {}}, tools={"add": tool},
                               hooks=hooks, context=ctx, agent_meta={})
     assert out == ({"sum": 42}, None) and seen == []
+
+
+async def test_a_skipped_sub_agent_call_reads_as_mastra_s_model_output() -> None:
+    # Mastra's sub-agent tool maps its output with toModelOutput: the model reads the text alone
+    # (the plain string "skipped", not {"text": "skipped"} as JSON), and the tool-result chunk and
+    # the stored part carry providerMetadata.mastra.modelOutput
+    from threadline.runtime.messages import to_core
+
+    lead = Agent(id="lead", agents={"helper": helper},
+                 hooks={"before_tool_call": lambda ctx: {"proceed": False, "output": {"text": "skipped"}}})
+    skip = {"type": "tool-call", "payload": {"toolCallId": "k1", "toolName": "agent-helper", "args": {"prompt": "x"}}}
+    store, sink = MemoryStepStore(), MemorySink("run-1", 0)
+    await _loop(ScriptedModel([skip])).run(
+        _run(), lead, StepInputs(attempt=1, seq_base=0, restarted=False, signals=[SIGNAL]), sink, store)
+    meta = {"mastra": {"modelOutput": {"type": "text", "value": "skipped"}}}
+    result = next(c for c in sink.chunks if c["type"] == "tool-result")["payload"]
+    assert result["result"] == {"text": "skipped"} and result["providerMetadata"] == meta
+    [answer] = [m for m, _ in store.saved[0].entries if m["role"] == "assistant"]
+    [part] = [p for p in answer["content"]["parts"] if p["type"] == "tool-invocation"]
+    assert part["providerMetadata"] == meta
+    assert [m["content"] for m in to_core([answer]) if m["role"] == "tool"] == ["skipped"]
+
+
+def test_a_plain_tool_result_reads_as_json_and_carries_no_model_output() -> None:
+    from threadline.runtime.sub_agent_names import model_output, sub_agent_model_output
+
+    assert model_output("add", {"text": "x"}) == {"text": "x"}
+    assert sub_agent_model_output("plain") == {"type": "text", "value": "plain"}
+    assert sub_agent_model_output({"other": 1}) == {"type": "text", "value": ""}
+    assert sub_agent_model_output(None) is None

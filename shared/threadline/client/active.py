@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 
 from threadline.events.chunk_types import ChunkBody, ChunkKind, known
+from threadline.events.signals import LEGACY_TYPES
 
 
 class Delivered:
@@ -48,9 +49,14 @@ class Delivered:
 
 
 def hidden_echo(chunk: ChunkBody, hide: bool | Collection[str]) -> bool:
-    """``hide_signals`` of a subscription: ``True`` hides every signal echo (``data-user-message``,
-    ``data-signal``), a collection of signal types hides the echoes of those types only."""
+    """``hide_signals`` of a subscription or of a call's own stream: ``True`` hides every signal
+    echo (``data-user-message``, ``data-signal``), a collection of signal types hides the echoes
+    of those types only (Mastra's legacy names too: ``user-message`` is ``user``,
+    ``system-reminder`` ``reactive``)."""
     k = known(chunk) if hide else None
     if k is None or (k["type"] != ChunkKind.DATA_USER_MESSAGE and k["type"] != ChunkKind.DATA_SIGNAL):
         return False
-    return hide is True or (not isinstance(hide, bool) and k["data"].get("type") in hide)
+    if hide is True:
+        return True
+    kind = str(k["data"].get("type"))
+    return not isinstance(hide, bool) and any(LEGACY_TYPES.get(t, t) == LEGACY_TYPES.get(kind, kind) for t in hide)

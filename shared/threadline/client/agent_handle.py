@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol, TypedDict
 from threadline.client.run_output import RunOutput
 from threadline.events import Notified, RunResult
 from threadline.events.json_types import JSONObject
+from threadline.events.options import split_caller_options
 from threadline.events.rows import AgentDetails
 
 if TYPE_CHECKING:
@@ -223,8 +224,9 @@ class AgentHandle:
             return output
         # the thread was busy: the request waits its turn as a run of its own (``deliver``)
         assert accepted.run_id is not None
+        _, hide = split_caller_options(opts)
         return self.client.run_output(accepted.run_id, resource_id=target["resource_id"],
-                                      thread_id=target["thread_id"], sent_at_ms=sent.sent_at_ms)
+                                      thread_id=target["thread_id"], sent_at_ms=sent.sent_at_ms, hide_signals=hide)
 
     @property
     def voice(self) -> AgentVoice:

@@ -44,6 +44,7 @@ from threadline.events import (
     Stream,
 )
 from threadline.events.base import Event
+from threadline.events.options import HideSignals, split_caller_options
 from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
 
 if TYPE_CHECKING:
@@ -140,8 +141,10 @@ class ThreadlineClient:
             raise ValueError("agent_id is required (or set default_agent)")
         return agent
 
-    async def _send(self, request: SignalRequest, kinds: tuple[str, ...] = ("accepted",)) -> SendResult:
-        """Send a request that creates a signal; the :class:`SendResult` once the transport took it."""
+    async def _send(self, request: SignalRequest, kinds: tuple[str, ...] = ("accepted",), *,
+                    hide_signals: HideSignals = False) -> SendResult:
+        """Send a request that creates a signal; the :class:`SendResult` once the transport took it
+        (a woken run's ``output`` hides the signal echoes ``hide_signals`` names)."""
         request, signal = with_signal(request)
         sent_at_ms = int(time.time() * 1000)
         sent = await self.transport.request(request, slots(request, kinds))
@@ -154,7 +157,8 @@ class ThreadlineClient:
                     signal.id = reply.signal_id
                 if reply.action == "wake" and reply.run_id:
                     reply._output = self.run_output(reply.run_id, resource_id=request.resource_id,
-                                                    thread_id=request.thread_id, sent_at_ms=sent_at_ms)
+                                                    thread_id=request.thread_id, sent_at_ms=sent_at_ms,
+                                                    hide_signals=hide_signals)
             return reply
 
         timeout_s = self.transport.reply_timeout_s
@@ -194,11 +198,13 @@ class ThreadlineClient:
         options = if_idle.get(key)
         return {**if_idle, key: self._objects(options)} if isinstance(options, Mapping) and options else if_idle
 
-    def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int) -> RunOutput:
+    def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int,
+                   hide_signals: HideSignals = False) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
-        ``sent_at_ms`` (its chunks are read from the thread's stream written since)."""
+        ``sent_at_ms`` (its chunks are read from the thread's stream written since, without the
+        signal echoes ``hide_signals`` names: ``True`` all, or a list of signal types)."""
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
-            resource_id, thread_id, from_time_ms=from_ms, after=after), sent_at_ms)
+            resource_id, thread_id, from_time_ms=from_ms, after=after, hide_signals=hide_signals), sent_at_ms)
 
     async def send_message(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: Mapping[str, object] | None = None,
@@ -276,22 +282,34 @@ class ThreadlineClient:
 
     async def stream(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                      options: Mapping[str, object] | None = None, thread: Mapping[str, object] | None = None) -> SendResult:
-        """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's stream."""
+        """``agent.stream(message, {memory: {resource, thread}})``; chunks go to the thread's stream.
+
+        ``options`` may hold ``hideSignals`` / ``hide_signals`` (``True``, or a list of signal
+        types): the woken run's ``accepted.output`` then leaves out those signal echo chunks
+        (``data-user-message``, ``data-signal``), as Mastra's ``hideSignals`` filters the call's own
+        stream; the option is not sent, and a thread subscription still sees every chunk.
+
+        Raises:
+            ValueError: ``hide_signals`` neither a bool nor a list of strings.
+        """
+        run_options, hide = split_caller_options(options)
         req = Stream(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                     message=message, options=self._objects(options), thread=thread)
-        return await self._send(req)
+                     message=message, options=self._objects(run_options), thread=thread)
+        return await self._send(req, hide_signals=hide)
 
     async def generate(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                        options: Mapping[str, object] | None = None, thread: Mapping[str, object] | None = None,
                        timeout_s: float = 300.0) -> RunResult:
         """``agent.generate(...)``: waits for the run's result (text, usage, finish reason, steps).
+        ``hideSignals`` in ``options`` is accepted and not sent (the result holds no signal echo).
 
         Raises:
             RequestFailed: an error reply. TimeoutError: no ``accepted`` within ``reply_timeout_s``,
                 or no result within ``timeout_s``.
         """
+        run_options, _ = split_caller_options(options)
         req, _ = with_signal(Generate(agent_id=self._agent(agent_id), resource_id=resource_id, thread_id=thread_id,
-                                      message=message, options=self._objects(options), thread=thread))
+                                      message=message, options=self._objects(run_options), thread=thread))
         sent = await self.transport.request(req, {"accepted": ("accepted",), "result": ("result",)}, wait_s=timeout_s)
         if "accepted" in sent.replies:  # over HTTP, the result is the answer
             answer(await asyncio.wait_for(sent.replies["accepted"], self.transport.reply_timeout_s))

@@ -140,6 +140,8 @@ class ToolResultPayload(TypedDict):
     toolName: str
     args: JsonValue
     result: JsonValue
+    providerMetadata: NotRequired[JsonObject]
+    """A sub-agent call's ``{mastra: {modelOutput: {type: "text", value}}}`` (what the model reads)."""
 
 
 class ToolError(TypedDict):

@@ -39,6 +39,7 @@ from threadline.events.chunk_types import (
     ToolCallPayload,
     ToolErrorChunk,
     ToolResultChunk,
+    ToolResultPayload,
     TripwireChunk,
     Usage,
 )
@@ -259,10 +260,14 @@ def attempt_discarded_chunk(step: int, attempt: int, reason: str,
     return {"type": ChunkKind.ATTEMPT_DISCARDED, "from": FROM_AGENT, "payload": payload}
 
 
-def tool_result_chunk(call_id: str, tool_name: str, args: JsonValue, result: JsonValue) -> ToolResultChunk:
-    """A tool's (final) result."""
-    return {"type": ChunkKind.TOOL_RESULT, "from": FROM_AGENT,
-            "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args, "result": result}}
+def tool_result_chunk(call_id: str, tool_name: str, args: JsonValue, result: JsonValue, *,
+                      provider_metadata: JsonObject | None = None) -> ToolResultChunk:
+    """A tool's (final) result; ``providerMetadata`` when given (a sub-agent call's
+    ``{mastra: {modelOutput}}``, as Mastra's)."""
+    payload: ToolResultPayload = {"toolCallId": call_id, "toolName": tool_name, "args": args, "result": result}
+    if provider_metadata is not None:
+        payload["providerMetadata"] = provider_metadata
+    return {"type": ChunkKind.TOOL_RESULT, "from": FROM_AGENT, "payload": payload}
 
 
 def tool_error_chunk(call_id: str, tool_name: str, args: JsonValue, error: str, *,

@@ -17,11 +17,16 @@ OPTION_ALIASES: dict[str, str] = {
     "requestContext": "request_context", "maxRetries": "max_retries", "structuredOutput": "structured_output",
     "memoryOptions": "memory_options", "prepareStep": "prepare_step", "inputProcessors": "input_processors",
     "outputProcessors": "output_processors", "errorProcessors": "error_processors",
+    "hideSignals": "hide_signals",
 }
 """Mastra's camelCase option name → the Python name."""
 
+CALLER_OPTIONS: frozenset[str] = frozenset({"hide_signals"})
+"""Options that shape only the caller's own stream, never the run (Mastra's caller-local
+``hideSignals``): the client takes them out of the request (:func:`split_caller_options`)."""
+
 EXECUTION_OPTIONS: frozenset[str] = frozenset({*OPTION_ALIASES.values(), "instructions", "hooks"})
-"""Every option a run takes, by its Python name."""
+"""Every option a ``stream``/``generate`` call takes, by its Python name (:data:`CALLER_OPTIONS` too)."""
 
 
 def unknown_options(options: Mapping[str, object] | None) -> list[str]:
@@ -41,3 +46,23 @@ def check_options(options: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"unknown execution option(s) {', '.join(map(repr, unknown))}; known: {known} "
                          "(or their snake_case names)")
     return options
+
+
+HideSignals = bool | list[str]
+"""``hide_signals``: ``True`` hides every signal echo chunk, a list the echoes of those signal types."""
+
+
+def split_caller_options(options: Mapping[str, object] | None) -> tuple[dict[str, object], HideSignals]:
+    """``(the run's options, hide_signals)``: ``hideSignals`` / ``hide_signals`` taken out of
+    ``options`` (``False`` when not given), as Mastra applies it only to the call's own stream.
+
+    Raises:
+        ValueError: ``hide_signals`` neither a bool nor a list of signal type names.
+    """
+    run = {k: v for k, v in (options or {}).items() if OPTION_ALIASES.get(k, k) not in CALLER_OPTIONS}
+    hide = next((v for k, v in (options or {}).items() if OPTION_ALIASES.get(k, k) == "hide_signals"), False)
+    if hide is None:
+        hide = False
+    if not isinstance(hide, bool) and not (isinstance(hide, list) and all(isinstance(t, str) for t in hide)):
+        raise ValueError(f"hideSignals must be a boolean or a list of signal types, not {hide!r}")
+    return run, hide

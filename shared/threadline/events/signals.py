@@ -136,9 +136,8 @@ def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: st
 
     The message of ``stream``/``generate`` (``userInput`` set by ingress) is a user message: role
     ``user``, its text also in ``content.content``, no signal metadata (kept only when it has
-    attributes, which the model's rendering needs). Any other signal is role ``user`` for user
-    signals (``sendMessage``, ``queueMessage``; Mastra's role ``signal``, parity rule
-    signal-role), else ``signal`` (``type`` = the tag), with the signal in
+    attributes, which the model's rendering needs). Any other signal (``sendMessage`` and
+    ``queueMessage`` ones too) is role ``signal``, ``type`` its tag, with the signal in
     ``content.metadata.signal`` (its fields that are set: empty ``attributes`` / ``metadata`` are
     left out, as Mastra's ``signalToDBMessage`` does); ``providerOptions`` go to
     ``content.providerMetadata``, as there."""
@@ -146,7 +145,7 @@ def signal_to_message(signal: dict[str, Any], *, thread_id: str, resource_id: st
     recorded = {k: signal[k] for k in _RECORDED if signal.get(k) not in (None, {})}
     user_input = bool(signal.get("userInput")) and signal["type"] == "user"
     plain = user_input and not recorded.get("attributes")
-    role = "user" if signal["type"] == "user" else "signal"
+    role = "user" if user_input else "signal"
     msg = make_message(role, parts, id=signal["id"], thread_id=thread_id, resource_id=resource_id,
                        metadata=None if plain else {"signal": recorded},
                        type=None if role == "user" else signal["tagName"])

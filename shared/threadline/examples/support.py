@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from threadline.events.chunk_types import ChunkKind
+from threadline.events.messages import is_user_authored
 from threadline.runtime import Agent, Processor, create_tool
 
 CUSTOMERS = {
@@ -46,7 +47,7 @@ class BlockedWords(Processor):
 
     async def process_input(self, *, messages, abort, **_):
         for msg in messages:
-            if msg.role != "user":
+            if not is_user_authored(msg):  # role user, or a sendMessage's role signal of type user
                 continue
             text = " ".join(p.text for p in msg.content.parts or [] if p.type == "text").lower()
             hit = next((w for w in self.words if w in text), None)

@@ -23,6 +23,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from threadline.events.options import split_caller_options
 from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
@@ -145,14 +146,15 @@ async def stream(request: Request) -> Response:
     target = shapes.memory_target(body)
     await writable(request, target.resource_id, target.thread_id)
     client = gw(request).client
+    options = shapes.run_options(body)
     sent = await client.stream(shapes.message_input(body.get("messages")), resource_id=target.resource_id,
-                               thread_id=target.thread_id, agent_id=agent_id, options=shapes.run_options(body),
-                               thread=target.thread)
+                               thread_id=target.thread_id, agent_id=agent_id, options=options, thread=target.thread)
     reply = await sent.accepted
     if not reply.run_id:
         raise ApiError(422, reply.action, f"the message was not run ({reply.action})")
     output = reply.output or client.run_output(reply.run_id, resource_id=target.resource_id,
-                                               thread_id=target.thread_id, sent_at_ms=sent.sent_at_ms)
+                                               thread_id=target.thread_id, sent_at_ms=sent.sent_at_ms,
+                                               hide_signals=split_caller_options(options)[1])
     log.info("mastra stream opened", thread_id=target.thread_id, run_id=reply.run_id)
     return _sse(_chunks(output, done=True))
 

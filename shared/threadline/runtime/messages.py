@@ -332,7 +332,8 @@ def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
                 continue  # incomplete calls are never sent back
             calls.append({"id": inv["toolCallId"], "type": "function",
                           "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
-            result = (model_output(inv["toolName"], inv.get("result")) if inv.get("state") == "result"
+            result = (model_output(inv["toolName"], inv.get("result"), p.get("providerMetadata"))
+                      if inv.get("state") == "result"
                       else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
             results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
     if not parts and isinstance(msg["content"].get("content"), str):

@@ -70,6 +70,7 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
         await conn.execute("UPDATE runs SET parent_run_id = $2, parent_tool_call_id = $3 WHERE run_id = $1",
                            row["child_run_id"], parent["run_id"], row["tool_call_id"])
         signal = signal_from_message(row["prompt"])
+        signal["userInput"] = True  # the child's own call input: a user message, as Mastra's sub-agent gets
         await insert_signal(conn, signal, thread_id=thread, resource_id=resource, agent_id=row["agent_id"],
                             request_id=f"sub:{row['child_run_id']}", mode="wake", status="pending",
                             run_id=row["child_run_id"], options={"kind": "stream"})

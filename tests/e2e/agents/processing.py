@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from threadline.events.messages import is_user_authored
 from threadline.runtime import Agent, Processor, create_tool
 
 
@@ -42,7 +43,7 @@ class BlockEmailAddresses(Processor):
 
     def process_input(self, *, messages, message_list, abort, **_):
         for m in message_list.get.input.db():  # the new input (``messages`` also holds the history)
-            if m.role == "user" and any("@" in (p.text or "") for p in m.content.parts if p.type == "text"):
+            if is_user_authored(m) and any("@" in (p.text or "") for p in m.content.parts if p.type == "text"):
                 abort("PII in input", metadata={"category": "pii"})
         return messages
 

@@ -30,6 +30,6 @@ async def resume_children(step: StepState, store: StepStore, hooks: ToolHooks) -
                                                   args=call.get("args"), result=result)
             found, replaced = read_result(step.ml, call["toolCallId"])
             result = replaced if found else result
-        results.append(await tool_outcome(step, call, result, error))
+        results.append(await tool_outcome(step, call, result, error, sub_agent=True))
     if step.steps:
         step.steps[-1]["toolResults"] = [*(step.steps[-1].get("toolResults") or []), *results]

@@ -15,13 +15,14 @@ from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
-from threadline.events.json_types import JSONValue
+from threadline.events.json_types import JSONObject, JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
 from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.state import StepState, StepWriter
+from threadline.runtime.sub_agent_names import sub_agent_model_output
 from threadline.runtime.sub_agents import SubAgentTool, request_for
 from threadline.runtime.tools import Tool, ToolContext, ToolHooks
 from threadline.runtime.workflows import journal_factory
@@ -89,7 +90,7 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
                 raise StaleWriterError(run.run_id, run.epoch)
             result, error = await _execute(step, call, tools, hooks, store)
         owned = False  # a tool ran (or was reused) since: the next one asks again
-        results.append(await tool_outcome(step, call, result, error))
+        results.append(await tool_outcome(step, call, result, error, sub_agent=isinstance(sub, SubAgentTool)))
     return results
 
 
@@ -123,9 +124,12 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool
     return final, error
 
 
-async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue, error: str | None) -> ToolOutcome:
+async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue, error: str | None, *,
+                       sub_agent: bool = False) -> ToolOutcome:
     """Put a tool's (final) result or error into the list and onto the stream; returns the
-    step summary's entry ``{toolCallId, toolName, result | error}``."""
+    step summary's entry ``{toolCallId, toolName, result | error}``. A ``sub_agent`` call's result
+    gets Mastra's ``providerMetadata.mastra.modelOutput`` (what the model reads of it) on its
+    stored part and its ``tool-result`` chunk."""
     base: ToolOutcome = {"toolCallId": call["toolCallId"], "toolName": call["toolName"]}
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
@@ -135,7 +139,12 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue
                                                 name=name))
         return {**base, "error": error}
     set_invocation(step.ml, step.response_id, call["toolCallId"], state="result", result=result)
-    await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result))
+    output = sub_agent_model_output(result) if sub_agent else None
+    metadata: JSONObject | None = {"mastra": {"modelOutput": output}} if output is not None else None
+    if metadata is not None:
+        _set_part_metadata(step.ml, step.response_id, call["toolCallId"], metadata)
+    await step.emit(chunks.tool_result_chunk(call["toolCallId"], call["toolName"], call.get("args"), result,
+                                             provider_metadata=metadata))
     return {**base, "result": result}
 
 
@@ -245,6 +254,14 @@ def set_invocation(ml: MessageList, message_id: str, call_id: str, **fields: obj
             invocation.update(fields)
             return invocation
     return None
+
+
+def _set_part_metadata(ml: MessageList, message_id: str, call_id: str, metadata: JSONObject) -> None:
+    """Set ``providerMetadata`` of the ``tool-invocation`` part of ``call_id`` (as Mastra stores it)."""
+    msg = ml.get_by_id(message_id)
+    for part in msg["content"]["parts"] if msg is not None else ():
+        if part.get("type") == "tool-invocation" and part["toolInvocation"]["toolCallId"] == call_id:
+            part["providerMetadata"] = metadata
 
 
 def read_result(ml: MessageList, call_id: str) -> tuple[bool, JSONValue]:
