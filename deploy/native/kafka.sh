@@ -171,13 +171,14 @@ make_tls() {
   ) || die "could not make the TLS files (openssl)"
 }
 
-# add_scram_users: SCRAM credentials of the SASL user, once per data dir (kept in the metadata log).
+# add_scram_users: SCRAM credentials of the SASL user, once per data dir (kept in the metadata log;
+# the marker lives in the data dir, so a wiped data dir gets its users again).
 add_scram_users() {
-  [[ -f "$KAFKA_DIR/scram-users.done" ]] && return 0
+  [[ -f "$DATA_DIR/scram-users.done" ]] && return 0
   java -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" "$(dirname "$POM")/AddScramUsers.java" \
     "$HOST:$PORT" "$SASL_USER" "$SASL_PASSWORD" >>"$LOGFILE" 2>&1 \
     || { tail -n 20 "$LOGFILE" >&2; die "could not add the SCRAM users"; }
-  touch "$KAFKA_DIR/scram-users.done"
+  touch "$DATA_DIR/scram-users.done"
 }
 
 format_storage() {
