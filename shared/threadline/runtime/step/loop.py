@@ -60,7 +60,7 @@ from threadline.runtime.step.ports import (
     Trip,
 )
 from threadline.runtime.step.prepare import ModelSetup, prepare
-from threadline.runtime.step.respond import respond
+from threadline.runtime.step.respond import add_error_parts, respond
 from threadline.runtime.step.retry import add_feedback, retry_step_finish, tripwire_step_finish
 from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
 from threadline.runtime.step.tools import run_tools, step_hooks
@@ -193,10 +193,12 @@ class StepLoop:
         except TripWire as tw:
             trip = Trip(tw.payload())
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
-            # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
-            # tripped input reaches the model on the thread's next turn); stored steps are deleted
-            step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
-            if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123),
+            if not step.judging:
+                # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
+                # tripped input reaches the model on the thread's next turn); stored steps are deleted
+                step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
+            else:  # process_output_step rejected the model's finished step: Mastra keeps the run's
+                # messages, the rejected answer too (decision 170), and its step-finish says how (123),
                 finished = tripwire_step_finish(step.response_id, step.attempt_output)
                 await step.writer.emit(finished)
                 step.last_step_finish = finished["payload"]  # and the finish repeats its fields
@@ -206,6 +208,7 @@ class StepLoop:
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             failed = Fail(model_error(exc))
+            add_error_parts(step, failed.error)  # stored with the run's input, as Mastra's (decision 171)
         except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
                 raise

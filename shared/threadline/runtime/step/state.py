@@ -78,6 +78,15 @@ class StepState:
     judging: bool = False
     """``process_output_step`` is judging the current attempt's answer (an abort then ends a step
     the model finished)."""
+    streamed: str = ""
+    """The text the current attempt's model call streamed so far (as the processors let it
+    through): a failed call's stored message keeps it."""
+    streamed_model: str | None = None
+    """The model the current attempt asked (``None`` before it did)."""
+    parts_at: int | None = None
+    """Where the current step's own parts (reasoning, text, tool invocations) begin among the
+    response message's parts; ``None`` before the model answered. A ``data-*`` part written as
+    the processors see the run's ``finish`` goes there, as Mastra adds a step's text after them."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     last_step_finish: StepFinishPayload | None = None
