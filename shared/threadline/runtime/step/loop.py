@@ -62,7 +62,7 @@ from threadline.runtime.step.ports import (
 from threadline.runtime.step.prepare import ModelSetup, prepare
 from threadline.runtime.step.respond import add_error_parts, respond
 from threadline.runtime.step.retry import add_feedback, retry_step_finish, tripwire_step_finish
-from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
+from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text, mark_boundary
 from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
 from threadline.transient import is_transient
@@ -138,6 +138,7 @@ class StepLoop:
         elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
             await resume_children(step, store, step_hooks(step, options, self._catalogue.hooks))
         if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
+            mark_boundary(step)
             step.response_id = new_id("msg")
         consumed = []
         for sig in inputs.signals:
@@ -208,7 +209,7 @@ class StepLoop:
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             failed = Fail(model_error(exc))
-            add_error_parts(step, failed.error)  # stored with the run's input, as Mastra's (decision 171)
+            add_error_parts(step, failed.error)  # stored with the run's input, as Mastra's (decision 170)
         except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
                 raise

@@ -95,6 +95,9 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
                                           extra=call_details(outcome))
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
+        if response.object is not None:  # stored with the answer, as Mastra's
+            content = step.response_message()["content"]
+            content["metadata"] = wrap({**(content.get("metadata") or {}), "structuredOutput": response.object})
         await step.writer.emit(chunks.object_chunk(response.object))
         await step.writer.emit(chunks.object_chunk(response.object, final=True))
     if armed("after_tool_call_chunk_published"):

@@ -155,6 +155,17 @@ class StepState:
         return msg
 
 
+def mark_boundary(step: StepState) -> None:
+    """The step's response message ends here, a drained signal coming after it: its
+    ``metadata.mastra.responseBoundary`` is ``true``, as Mastra marks the message it seals when a
+    signal rotates the response message id. Nothing when the run has no such message yet."""
+    msg = step.ml.get_by_id(step.response_id)
+    if msg is None or msg["role"] != "assistant":
+        return
+    meta = msg["content"].get("metadata") or {}
+    msg["content"]["metadata"] = wrap({**meta, "mastra": {**(meta.get("mastra") or {}), "responseBoundary": True}})
+
+
 def final_text(step: StepState) -> str:
     for msg in reversed(step.ml.get.response.db()):
         if msg["role"] == "assistant":
