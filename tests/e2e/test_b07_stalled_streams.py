@@ -9,6 +9,7 @@ import time
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 
 from tests.e2e.helpers import rows, run_row, wait_idle
@@ -111,8 +112,11 @@ async def test_b07_a_stalled_stream_fails_with_timeout_and_frees_the_thread(idle
     assert seen[-1][0] - last_byte <= IDLE_S + 3 + SLACK_S
     await _closed_by_client(model, name)
     assert (await run_row(cluster.dsn, run_id))["status"] == "failed"
-    stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
-    assert [r["role"] for r in stored] == ["signal"]  # its sendMessage input; no assistant row ("abc" is not stored)
+    stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
+    # Mastra's stored shape (decision 170): the input, then what streamed ("abc") and the error part
+    assert [r["role"] for r in stored] == ["signal", "assistant"]  # its sendMessage input (role signal, as Mastra's)
+    answer = stored[1]["content"] if isinstance(stored[1]["content"], dict) else orjson.loads(stored[1]["content"])
+    assert [p["type"] for p in answer["parts"]] == (["text", "error"] if variant == "c" else ["error"])
     assert "run_failed" in await _lifecycle(cluster, thread)
     assert await wait_idle(cluster.dsn, thread)
     model.queue([{"text": "again"}], model=name)

@@ -40,7 +40,7 @@ async def _resolved(dsn: str, bootstrap: str, topics: list[str], partitions: int
         await store.close()
 
 
-async def test_b10_step_chunks_stay_small_and_a_failed_run_is_no_message_on_replay(services, settings, model, cluster):
+async def test_b10_step_chunks_stay_small_and_a_failed_run_replays_as_stored(services, settings, model, cluster):
     thread = f"th-b10-{uuid.uuid4().hex[:6]}"
     noop = [ms.tool_calls(ms.tool_call("noop", {})) for _ in range(4)]
     model.queue([*noop, ms.text("Read it."), ms.text("Partial sum", fail="disconnect", fail_after=2)], model=FM)
@@ -77,13 +77,18 @@ async def test_b10_step_chunks_stay_small_and_a_failed_run_is_no_message_on_repl
                                [topics.step_tasks, topics.step_results, topics.lifecycle, topics.replies], 4)
     assert not [r.topic for r in internal if MARKER in r.value]
 
-    # turn 2 stored no assistant message; the replayed transcript equals the stored thread
+    # turn 2 stored its assistant message as Mastra does: what streamed before the failure, then an
+    # error part; the replayed transcript equals the stored thread
     stored = await rows(cluster.dsn, "SELECT id, run_id, role, content FROM messages WHERE thread_id = $1 "
                                      "ORDER BY position", thread)
-    assert not [m for m in stored if m["run_id"] == second.run_id and m["role"] == "assistant"]
+    failed = [m for m in stored if m["run_id"] == second.run_id and m["role"] == "assistant"]
+    assert len(failed) == 1
+    parts = failed[0]["content"]["parts"] if isinstance(failed[0]["content"], dict) else \
+        orjson.loads(failed[0]["content"])["parts"]
+    assert parts[-1]["type"] == "error" and parts[-1]["error"]["message"]
     expected = stored_transcript([dict(m) for m in stored])
     assert replay_transcript(replayed) == expected
-    assert [m["role"] for m in expected] == ["user", "assistant", "user"]
+    assert [m["role"] for m in expected] == ["user", "assistant", "user", "assistant"]
     assert expected[1]["text"] == "Read it." and len(expected[1]["toolCallIds"]) == 4
     assert "Partial sum" not in orjson.dumps(replay_transcript(replayed)).decode()
     assert "Partial" in "".join(c["payload"]["text"] for c in replayed if c["type"] == "text-delta")  # it was streamed

@@ -3,11 +3,20 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
+
+import orjson
 
 from tests.e2e.helpers import content, rows, run_row, run_stream
 from threadline.client import ThreadlineClient
 from threadline.events import Chunk
 from threadline.testing import model_script as ms
+
+
+def _parts(row: Any) -> list[Any]:
+    """The parts of a stored message row (its ``content`` decoded when the driver gave text)."""
+    content = row["content"]
+    return list((orjson.loads(content) if isinstance(content, str | bytes) else content)["parts"])
 
 
 async def test_c01_abort_inside_a_broad_except_still_ends_the_run(services, settings, model, cluster):
@@ -148,8 +157,10 @@ async def test_c14b_rate_limit_every_time_fails_the_run_once(services, settings,
     assert not any(c == ("finish", "stop") for c in seq)
     run = await run_row(cluster.dsn, run_id)
     assert run["status"] == "failed" and run["state"]["processor_state"]["obs"]["results"] == ["error"]
-    stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE run_id = $1", run_id)
-    assert [r["role"] for r in stored] == ["user"]
+    # Mastra's stored shape (decision 170): the input, then what streamed and the error part
+    stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE run_id = $1 ORDER BY position", run_id)
+    assert [r["role"] for r in stored] == ["user", "assistant"]
+    assert [p["type"] for p in _parts(stored[1])] == ["text", "error"]
 
 
 async def test_c14c_503_without_error_processors_fails_and_the_thread_goes_idle(services, settings, model, cluster):
@@ -162,8 +173,10 @@ async def test_c14c_503_without_error_processors_fails_and_the_thread_goes_idle(
     assert seq[-1] == ("finish", "error")
     run = await run_row(cluster.dsn, run_id)
     assert run["state"]["processor_state"]["obs"]["results"] == ["error"]
-    stored = await rows(cluster.dsn, "SELECT role FROM messages WHERE thread_id = $1", thread)
-    assert [r["role"] for r in stored] == ["user"]
+    stored = await rows(cluster.dsn, "SELECT role, content FROM messages WHERE thread_id = $1 ORDER BY position",
+                        thread)
+    assert [r["role"] for r in stored] == ["user", "assistant"]  # Mastra's stored shape (decision 170)
+    assert [p["type"] for p in _parts(stored[1])] == ["error"]
     async with ThreadlineClient(settings) as tl:
         again = await tl.send_message("again", agent_id="stream-errors-unhandled", resource_id="res-1", thread_id=thread)
         assert (await again.accepted).action == "wake"

@@ -135,6 +135,23 @@ async function quiet(chunks, lastAt, ms) {
   }
 }
 
+// The whole stored thread, as Threadline's side reads its `messages` rows: recall with
+// `perPage: false` (the agent's `lastMessages` would otherwise cut the thread to its tail) and
+// `hideSignals: false` (recall leaves out system reminders by default). A signal persisted on an
+// idle thread (`ifIdle: persist`, a low-priority notification) is saved before any run created
+// the thread, where recall answers "No thread found": then the memory store's rows are read.
+async function storedThread(ag, storage, thread) {
+  const mem = await ag.getMemory();
+  let messages;
+  try {
+    ({ messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE, perPage: false, hideSignals: false }));
+  } catch (e) {
+    const store = await storage.getStore('memory');
+    ({ messages } = await store.listMessages({ threadId: thread, resourceId: RESOURCE, perPage: false }));
+  }
+  return messages.map((m) => ({ role: m.role, content: m.content }));
+}
+
 async function runScenario(s) {
   const model = `threadline-parity-${s.id}`;
   await fake('/_fake/script', { scripts: s.script ?? [], model });
@@ -172,14 +189,7 @@ async function runScenario(s) {
   const journal = await fake(`/_fake/requests`, undefined, 'GET');
   const models = new Set([model, ...(s.agent.agents ?? []).map((a) => `${model}-${a.key}`), ...Object.keys(s.extra_scripts ?? {}).map((k) => `${model}-${k}`)]);
   rec.requests = journal.requests.filter((r) => models.has(r.model)).map((r) => ({ model: r.model, body: r.body }));
-  const mem = await ag.getMemory();
-  try {
-    // hideSignals: false: every stored message (recall leaves out system reminders by default)
-    const { messages } = await mem.recall({ threadId: thread, resourceId: RESOURCE, hideSignals: false });
-    rec.thread = messages.map((m) => ({ role: m.role, content: m.content }));
-  } catch (e) {
-    rec.thread = []; // Mastra: "No thread found" when nothing was stored
-  }
+  rec.thread = await storedThread(ag, storage, thread);
   return rec;
 }
 

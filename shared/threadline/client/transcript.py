@@ -7,9 +7,12 @@ documented replay rule (docs/decisions.md, "The replay rule"), so that it equals
   ``start`` / ``step-start``): the ``text-delta`` texts and the ``tool-call`` ids; chunks of an
   attempt declared dead by ``attempt-discarded {step, attempt}`` (whenever the marker arrives) are
   left out, duplicates ``(runId, seq)`` too;
-* a run whose ``finish`` says ``stepResult.reason`` ``error`` or ``tripwire`` keeps no assistant
-  message (its partial reply was never stored); a run with no ``finish`` yet is still streaming and
-  keeps what it has streamed so far.
+* a run whose ``finish`` says ``stepResult.reason`` ``tripwire`` keeps no assistant message (its
+  partial reply was never stored), unless ``process_output_step`` rejected its answer (a
+  ``step-finish`` with reason ``tripwire``: the rejected answer is stored, as Mastra's); a run whose
+  ``finish`` says ``error`` keeps its message, what it streamed before the failure, even when that
+  is nothing (the stored message holds the ``error`` part); a run with no ``finish`` yet is still
+  streaming and keeps what it has streamed so far.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ from typing import Any, Literal, TypedDict
 from threadline.events.chunk_types import ChunkBody, ChunkKind, JsonValue, known
 from threadline.events.messages import is_user_authored
 
-UNSTORED_ENDINGS = frozenset({"error", "tripwire"})
-"""``finish`` reasons whose run stores no assistant message."""
+UNSTORED_ENDINGS = frozenset({"tripwire"})
+"""``finish`` reasons whose run stores no assistant message (but a rejected step's, see above)."""
 
 
 class TranscriptEntry(TypedDict):
@@ -55,10 +58,21 @@ def _dead_attempts(chunks: list[ChunkBody]) -> dict[tuple[str, int], int]:
 
 def _endings(chunks: list[ChunkBody]) -> dict[str, str | None]:
     """``runId -> its finish's stepResult.reason`` (``tripwire`` when the finish carries one: after
-    an abort in ``process_output_result`` the reason is the accepted step's, as Mastra's)."""
-    return {str(k.get("runId")): "tripwire" if (k.get("payload") or {}).get("tripwire")
-            else ((k.get("payload") or {}).get("stepResult") or {}).get("reason")
-            for k in map(known, chunks) if k is not None and k["type"] == ChunkKind.FINISH}
+    an abort in ``process_output_result`` the reason is the accepted step's, as Mastra's);
+    ``stored-tripwire`` for a run a tripwire ended after ``process_output_step`` rejected its step
+    (a ``step-finish`` with reason ``tripwire``)."""
+    ends: dict[str, str | None] = {}
+    rejected: set[str] = set()
+    for k in map(known, chunks):
+        if k is None or k["type"] not in (ChunkKind.FINISH, ChunkKind.STEP_FINISH):
+            continue
+        payload = k.get("payload") or {}
+        reason = (payload.get("stepResult") or {}).get("reason")
+        if k["type"] == ChunkKind.FINISH:
+            ends[str(k.get("runId"))] = "tripwire" if payload.get("tripwire") else reason
+        elif reason == "tripwire":
+            rejected.add(str(k.get("runId")))
+    return {run: "stored-tripwire" if run in rejected and end == "tripwire" else end for run, end in ends.items()}
 
 
 def replay_transcript(chunks: Iterable[ChunkBody]) -> list[TranscriptEntry]:
@@ -93,13 +107,13 @@ def replay_transcript(chunks: Iterable[ChunkBody]) -> list[TranscriptEntry]:
             message_id = (k.get("payload") or {}).get("messageId")
             if message_id:
                 current[run_id] = str(message_id)
-        if (k["type"] != ChunkKind.TEXT_DELTA and k["type"] != ChunkKind.TOOL_CALL) or run_id not in current:
+        if k["type"] not in (ChunkKind.TEXT_DELTA, ChunkKind.TOOL_CALL, ChunkKind.ERROR) or run_id not in current:
             continue
         msg = out.setdefault(current[run_id], {"id": current[run_id], "role": "assistant", "text": "",
                                                "toolCallIds": []})
         if k["type"] == ChunkKind.TEXT_DELTA:
             msg["text"] += (k.get("payload") or {}).get("text", "")
-        else:
+        elif k["type"] == ChunkKind.TOOL_CALL:
             msg["toolCallIds"].append((k.get("payload") or {}).get("toolCallId"))
     return list(out.values())
 

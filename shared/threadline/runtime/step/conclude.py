@@ -89,8 +89,27 @@ async def finish_seen(step: StepState, reason: str, *, finish_reason: str | None
     if result_rejected:
         built["payload"].pop("response", None)
     chunk: AttrDict = wrap(built)
+    written = len(_parts(step))
     try:  # the finish cannot be dropped: the processors' verdict is not used
         await step.runner.process_output_stream(chunk, step.ml)
     except TripWire as tw:
         log.warning("abort on the finish chunk ignored", processor_id=tw.processor_id)
+    if after_step and step.parts_at is not None:
+        before_step_parts(_parts(step), written, step.parts_at)
     return chunk
+
+
+def _parts(step: StepState) -> list[Any]:
+    """The parts of the step's response message (``[]`` when it has none yet)."""
+    msg = step.ml.get_by_id(step.response_id)
+    return msg["content"]["parts"] if msg is not None else []
+
+
+def before_step_parts(parts: list[Any], written: int, at: int) -> None:
+    """Move the parts from index ``written`` on (those the processors wrote as they saw the run's
+    ``finish``) to index ``at``, before the step's own parts: Mastra adds a step's text to the
+    message when the step ends, after what its stream's processors wrote (``[step-start, text,
+    data]`` becomes ``[step-start, data, text]``). In place."""
+    if written <= at or written >= len(parts):
+        return
+    parts[at:] = parts[written:] + parts[at:written]

@@ -60,9 +60,9 @@ from threadline.runtime.step.ports import (
     Trip,
 )
 from threadline.runtime.step.prepare import ModelSetup, prepare
-from threadline.runtime.step.respond import respond
+from threadline.runtime.step.respond import add_error_parts, respond
 from threadline.runtime.step.retry import add_feedback, retry_step_finish, tripwire_step_finish
-from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text
+from threadline.runtime.step.state import StepState, StepWriter, error_view, final_text, mark_boundary
 from threadline.runtime.step.stream_parts import keep_step, parts_before
 from threadline.runtime.step.tools import run_tools, step_hooks
 from threadline.runtime.transform import transcript_entries
@@ -139,6 +139,7 @@ class StepLoop:
         elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
             await resume_children(step, store, step_hooks(step, options, self._catalogue.hooks))
         if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
+            mark_boundary(step)
             step.response_id = new_id("msg")
         consumed = []
         for sig in inputs.signals:
@@ -198,10 +199,12 @@ class StepLoop:
         except TripWire as tw:
             trip = Trip(tw.payload())
             log.info("tripwire", run_id=step.run.run_id, processor_id=tw.processor_id, reason=tw.reason)
-            # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
-            # tripped input reaches the model on the thread's next turn); stored steps are deleted
-            step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
-            if step.judging:  # the model's step ended: Mastra's step-finish says how (decision 123),
+            if not step.judging:
+                # a blocked run stores nothing, as Mastra's: neither its reply nor its input (else the
+                # tripped input reaches the model on the thread's next turn); stored steps are deleted
+                step.ml.remove_by_ids([m["id"] for m, source in step.ml.entries() if source != "memory"])
+            else:  # process_output_step rejected the model's finished step: Mastra keeps the run's
+                # messages, the rejected answer too (decision 170), and its step-finish says how (123),
                 finished = tripwire_step_finish(step.response_id, step.attempt_output)
                 await step.writer.emit(finished)
                 step.last_step_finish = finished["payload"]  # and the finish repeats its fields
@@ -211,6 +214,7 @@ class StepLoop:
         except ModelCallError as exc:
             log.warning("model call failed; the run fails", kind=exc.kind, error=str(exc)[:300])
             failed = Fail(model_error(exc))
+            add_error_parts(step, failed.error)  # stored with the run's input, as Mastra's (decision 170)
         except Exception as exc:
             if is_transient(exc):  # not the run's fault: re-executed, not failed
                 raise

@@ -16,8 +16,8 @@ from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
 from threadline.errors import ModelCallError
 from threadline.events import chunks
-from threadline.events.chunk_types import ProviderResponse, ToolCallPayload
-from threadline.events.json_types import JSONValue
+from threadline.events.chunk_types import ModelMetadata, ProviderResponse, ToolCallPayload
+from threadline.events.json_types import JSONObject, JSONValue
 from threadline.events.messages import now_ms
 from threadline.logging import get_logger
 from threadline.runtime.message_types import RecordedOutput
@@ -72,6 +72,7 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
     await step.writer.emit(start)
     runner.record_part(wrap(start))  # Mastra's stream_parts hold the step's start too
     step.response_message()
+    step.streamed, step.streamed_model = "", request.model
     outcome = ModelOutcome()
     recorded, step.recorded = step.recorded, None
     raw, processed = await _stream(step, _source(request, recorded, outcome, setup), request)
@@ -87,13 +88,17 @@ async def respond(step: StepState, request: ModelRequest, setup: ModelSetup) -> 
                            "raw_reason": response.raw_finish_reason,
                            "model": request.caller.choices[request.caller.index].model}
     steps = [*step.steps, _this_step(step_no, response)]  # "all completed steps so far, including this step"
+    # the step's parts first: a part process_llm_response writes follows them, as Mastra stores it
+    _add_parts(step, response, _calls_first(processed), request.model)
     if not request.cached:  # as in Mastra: a reply from process_llm_request's cache is not a model response
         await runner.process_llm_response(step_chunks(start, raw, response), model=request.model,
                                           step_number=step_no, steps=steps, from_cache=False,
                                           extra=call_details(outcome))
-    _add_parts(step, response, _calls_first(processed), request.model)
     if request.spec is not None and response.finish_reason != "tool-calls":  # the final answer is the object
         response.object = request.spec.parse(response.text)
+        if response.object is not None:  # stored with the answer, as Mastra's
+            content = step.response_message()["content"]
+            content["metadata"] = wrap({**(content.get("metadata") or {}), "structuredOutput": response.object})
         await step.writer.emit(chunks.object_chunk(response.object))
         await step.writer.emit(chunks.object_chunk(response.object, final=True))
     if armed("after_tool_call_chunk_published"):
@@ -140,6 +145,8 @@ async def _stream(step: StepState, source: Any,
             part = await step.emit(chunk)
             if part is not None:
                 processed.append(part)
+                if part["type"] == "text-delta":
+                    step.streamed += part["payload"].get("text", "")
     finally:
         await source.aclose()  # a tripwire mid-stream closes the model's HTTP stream now
         if request.caller.choices is step.models:  # a fallback model stays in use for the step's retries
@@ -220,15 +227,15 @@ def _add_parts(step: StepState, response: ModelResponse, calls_first: bool, mode
     """The step's parts on the response message, as Mastra stores them: ``step-start`` (``createdAt``
     and ``model`` ``<provider>/<modelId>``) unless this is the message's first step, the reasoning,
     then the text and the tool invocations in the order streamed (calls whose input began before
-    the text first); the message's ``metadata`` gets the ``modelId`` and ``provider``."""
+    the text first); the message's ``metadata`` gets the ``modelId`` and ``provider``. ``step.parts_at``:
+    where the step's own parts begin (after its marker)."""
     content = step.response_message()["content"]
     parts = content["parts"]
-    about = chunks.step_metadata(model, None)["modelMetadata"]
-    content["metadata"] = wrap({**(content.get("metadata") or {}), "modelId": about["modelId"],
-                                "provider": about["modelProvider"]})
+    about = _stamp_model(content, model)
     if any(p.get("type") in _STEP_PARTS for p in parts):  # the message's first step has no marker
         parts.append(wrap({"type": "step-start", "createdAt": now_ms(),
                            "model": f"{about['modelProvider']}/{about['modelId']}"}))
+    step.parts_at = len(parts)
     if response.reasoning:
         meta = response.reasoning_metadata
         signature = ((meta or {}).get("anthropic") or {}).get("signature")
@@ -241,6 +248,28 @@ def _add_parts(step: StepState, response: ModelResponse, calls_first: bool, mode
         "args": call.get("args") or {}}}) for call in response.calls]
     texts = [wrap({"type": "text", "text": response.text})] if response.text else []
     parts.extend(invocations + texts if calls_first else texts + invocations)
+
+
+def add_error_parts(step: StepState, error: JSONObject) -> None:
+    """A failed model call's end on the response message, as Mastra records a terminal error: the
+    text the attempt streamed before it failed (with the model's ``metadata``, as a step's), then
+    an ``error`` part ``{type: "error", error: {name, message}}`` (the provider error's name,
+    ``Error`` when it has none). ``error``: the run's error (``model_error``)."""
+    content = step.response_message()["content"]
+    if step.streamed and step.streamed_model is not None:
+        _stamp_model(content, step.streamed_model)
+        content["parts"].append(wrap({"type": "text", "text": step.streamed}))
+    content["parts"].append(wrap({"type": "error", "error": {"name": error.get("name") or "Error",
+                                                  "message": error.get("message") or ""}}))
+
+
+def _stamp_model(content: AttrDict, model: str) -> ModelMetadata:
+    """The message's ``metadata`` gets the ``modelId`` and ``provider`` of ``model``; returns
+    Mastra's ``modelMetadata`` of it."""
+    about = chunks.step_metadata(model, None)["modelMetadata"]
+    content["metadata"] = wrap({**(content.get("metadata") or {}), "modelId": about["modelId"],
+                                "provider": about["modelProvider"]})
+    return about
 
 
 def _calls_first(processed: list[AttrDict]) -> bool:

@@ -78,6 +78,15 @@ class StepState:
     judging: bool = False
     """``process_output_step`` is judging the current attempt's answer (an abort then ends a step
     the model finished)."""
+    streamed: str = ""
+    """The text the current attempt's model call streamed so far (as the processors let it
+    through): a failed call's stored message keeps it."""
+    streamed_model: str | None = None
+    """The model the current attempt asked (``None`` before it did)."""
+    parts_at: int | None = None
+    """Where the current step's own parts (reasoning, text, tool invocations) begin among the
+    response message's parts; ``None`` before the model answered. A ``data-*`` part written as
+    the processors see the run's ``finish`` goes there, as Mastra adds a step's text after them."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     last_step_finish: StepFinishPayload | None = None
@@ -148,6 +157,17 @@ class StepState:
             msg = self.ml.get_by_id(self.response_id)
         assert msg is not None
         return msg
+
+
+def mark_boundary(step: StepState) -> None:
+    """The step's response message ends here, a drained signal coming after it: its
+    ``metadata.mastra.responseBoundary`` is ``true``, as Mastra marks the message it seals when a
+    signal rotates the response message id. Nothing when the run has no such message yet."""
+    msg = step.ml.get_by_id(step.response_id)
+    if msg is None or msg["role"] != "assistant":
+        return
+    meta = msg["content"].get("metadata") or {}
+    msg["content"]["metadata"] = wrap({**meta, "mastra": {**(meta.get("mastra") or {}), "responseBoundary": True}})
 
 
 def final_text(step: StepState) -> str:
