@@ -229,8 +229,12 @@ class _Member:
             log.info("chunk topic read again from its start", topic=tp.topic, offset=first, was=part.next)
             for stream in part.streams:
                 stream.next_offset = min(stream.next_offset, first)
+            part.next = first
+        position = first if part.next is None else part.next
         part.next = records[-1].offset + 1
         for stream in list(part.streams):
+            if stream.next_offset < position:
+                continue  # it needs records before this batch (it came or was attached since): sought next
             for record in records:
                 stream.offer(record)
 
