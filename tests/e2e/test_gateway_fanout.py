@@ -6,38 +6,17 @@ gateway at its ``THREADLINE_GATEWAY_MAX_STREAMS`` answers 503 with ``Retry-After
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
 import uuid
 from collections.abc import AsyncIterator
 
 import httpx
 
+from bench.fanout_streams import broker_connections
 from tests.e2e.gateway_http import TENANT_A, Event, GatewayInfo, sse, thread_path
 from threadline.testing.containers import free_port
 
 STREAMS = 50
 WAIT_S = 120  # liveness bound only: 50 runs on a loaded 2-core machine
-
-
-def broker_connections(pid: int, bootstrap: str) -> int:
-    """Established TCP connections of process ``pid`` to the broker ports of ``bootstrap``."""
-    ports = {int(addr.rsplit(":", 1)[1]) for addr in bootstrap.split(",")}
-    inodes = set()
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        with contextlib.suppress(OSError):
-            link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            if link.startswith("socket:["):
-                inodes.add(link[len("socket:["):-1])
-    count = 0
-    for table in ("tcp", "tcp6"):
-        with open(f"/proc/{pid}/net/{table}") as f:
-            for line in f.read().splitlines()[1:]:
-                cols = line.split()
-                remote_port, state, inode = int(cols[2].rsplit(":", 1)[1], 16), cols[3], cols[9]
-                if inode in inodes and state == "01" and remote_port in ports:  # 01: ESTABLISHED
-                    count += 1
-    return count
 
 
 async def _subscribed(events: AsyncIterator[Event]) -> None:
