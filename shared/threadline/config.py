@@ -208,6 +208,18 @@ class Settings(BaseSettings):
     gateway_jwt_audience: str | None = None
     """``aud`` a token must carry (not checked when unset)."""
     gateway_jwt_resources_claim: str = "resources"
+    gateway_max_streams: int = Field(default=10_000, ge=1)
+    """Streams one gateway serves at once (SSE streams, streaming and waiting ``generate``
+    answers, Mastra's ``/api`` streams); one more is refused with 503 and ``Retry-After``."""
+    fanout_consumers: int = Field(default=2, ge=1)
+    """Kafka consumers of a process's fan-out reader (the gateway's; the client's with
+    ``client_shared_reader``): its streams are spread over them, however many there are."""
+    fanout_queue_records: int = Field(default=1000, ge=2)
+    """Records a stream of the fan-out reader holds unread before it is detached (read again
+    from its own position once its reader drained half of them; docs/capacity.md)."""
+    client_shared_reader: bool = False
+    """The Python client reads all its subscriptions through one fan-out reader (a constant
+    number of Kafka consumers) instead of a consumer per subscription."""
     gateway_open: bool = False
     """Local development only: no credentials asked, every resource allowed (``make up`` sets it
     when no API key is configured); ignored when API keys or a JWT secret are set. Never in a

@@ -8,6 +8,12 @@ Which reader (an explicit choice, ``reader=``):
 - :meth:`GatewayReader.connect(url, api_key=…) <threadline.client.gateway_http.GatewayReader.connect>`:
   the gateway's reads over HTTP, so the client needs no PostgreSQL for reads.
 
+Chunks (``subscribe``): by default each subscription is a Kafka consumer of its own; with
+``fanout`` (the gateway's choice; ``THREADLINE_CLIENT_SHARED_READER`` for the client) every
+subscription of the transport is read through one
+:class:`~threadline.kafka.fanout.FanoutReader`, ``THREADLINE_FANOUT_CONSUMERS`` consumers
+whatever the number of subscriptions.
+
 PostgreSQL is still reached for one thing besides reads: a request or reply body over
 ``max_record_bytes`` travels by reference (docs/decisions.md#payloads-by-reference), and the
 connection is opened only when one is met.
@@ -29,11 +35,21 @@ from threadline.client.transport import Follow, Reader, ReadName, Sent
 from threadline.config import Settings, get_settings
 from threadline.events.base import Event
 from threadline.kafka.admin import TopicAdmin
+from threadline.kafka.fanout import RETRY_AFTER_S, FanoutReader, ReaderFullError
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.ops import tracing
 from threadline.store.payloads import PayloadStore
 from threadline.topics import Topics, thread_key
+
+
+class StreamsFullError(BrokerUnavailableError):
+    """The transport's fan-out reader serves its maximum of streams; ``retry_after_s``: when to
+    ask again (a gateway answers 503 with ``Retry-After``)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
 
 
 class KafkaTransport:
@@ -42,12 +58,16 @@ class KafkaTransport:
     Args:
         settings: bootstrap, topic prefix, security, timeouts (default: ``THREADLINE_*``).
         reader: where reads go (default: PostgreSQL on ``settings.pg_dsn``; see the module).
+        fanout: read every subscription through one fan-out reader (default:
+            ``settings.client_shared_reader``); ``max_streams``: its bound (``None``: none).
 
     Attributes:
-        settings, topics: the cluster's; ``replies``: the reply listener; ``admin``: the topic admin.
+        settings, topics: the cluster's; ``replies``: the reply listener; ``admin``: the topic
+        admin; ``fanout``: the fan-out reader, or ``None`` (a consumer per subscription).
     """
 
-    def __init__(self, settings: Settings | None = None, *, reader: Reader | None = None) -> None:
+    def __init__(self, settings: Settings | None = None, *, reader: Reader | None = None,
+                 fanout: bool | None = None, max_streams: int | None = None) -> None:
         self.settings = settings or get_settings()
         self.topics = Topics(self.settings.topic_prefix)
         self.reply_timeout_s = self.settings.reply_timeout_s
@@ -68,6 +88,10 @@ class KafkaTransport:
                                 replication_factor=self.settings.replication_factor, recheck=True)  # (decision 41)
         self.replies = ReplyListener(self.settings.kafka_bootstrap, self.topics.replies, payloads=self._payloads,
                                      security=self._security)
+        shared = self.settings.client_shared_reader if fanout is None else fanout
+        self.fanout = FanoutReader(self.settings.kafka_bootstrap, consumers=self.settings.fanout_consumers,
+                                   queue_records=self.settings.fanout_queue_records, max_streams=max_streams,
+                                   security=self._security) if shared else None
 
     def __repr__(self) -> str:
         return f"KafkaTransport({self.settings.kafka_bootstrap!r})"
@@ -90,13 +114,16 @@ class KafkaTransport:
         await self.admin.start()
         await self.admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
         await self.replies.start()
+        if self.fanout is not None:
+            await self.fanout.start()
 
     async def stop(self) -> None:
         """Disconnect; with the broker away, every part gets a few seconds, then is left behind."""
         await self._close(3.0)
 
     async def _close(self, each_s: float) -> None:
-        for close in (self.replies.stop, self.admin.stop, self._producer.stop, self._payloads.close, self.reader.close):
+        closes = [self.fanout.stop] if self.fanout is not None else []
+        for close in (*closes, self.replies.stop, self.admin.stop, self._producer.stop, self._payloads.close, self.reader.close):
             with contextlib.suppress(Exception):  # TimeoutError included: the broker is away
                 await asyncio.wait_for(close(), each_s)
 
@@ -132,13 +159,21 @@ class KafkaTransport:
         return Sent(request.event_id, replies)
 
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> ThreadSubscription:
-        """Follow the thread's chunk topic (created now if it does not exist yet)."""
+        """Follow the thread's chunk topic (created now if it does not exist yet).
+
+        Raises:
+            StreamsFullError: the fan-out reader serves its ``max_streams`` already.
+        """
         topic = self.topics.chunks(resource_id, thread_id)
+        if self.fanout is not None and self.fanout.max_streams is not None and \
+                self.fanout.open_streams >= self.fanout.max_streams:  # refused before a topic is made
+            raise StreamsFullError(f"this process serves its maximum of {self.fanout.max_streams} streams", RETRY_AFTER_S)
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=follow.from_beginning,
                                  from_offset=follow.from_offset, from_time_ms=follow.from_time_ms,
                                  on_abort=follow.on_abort, on_active=follow.on_active,
                                  after=dict(follow.after) if follow.after is not None else None,
-                                 hide_signals=follow.hide_signals, payloads=self._payloads, security=self._security)
+                                 hide_signals=follow.hide_signals, payloads=self._payloads, security=self._security,
+                                 reader=self.fanout)
         # the consumer connects while the topic is made (decision 101)
         made, connected = await asyncio.gather(
             self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms), sub.connect(),
@@ -148,6 +183,9 @@ class KafkaTransport:
                 if isinstance(outcome, BaseException):
                     raise outcome
             await sub.start(new_topic=made is True)
+        except ReaderFullError as exc:
+            await sub.unsubscribe()
+            raise StreamsFullError(str(exc), exc.retry_after_s) from exc
         except BaseException:
             await sub.unsubscribe()
             raise

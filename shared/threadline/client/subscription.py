@@ -11,6 +11,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from threadline.client.active import Delivered, hidden_echo
 from threadline.errors import InvalidEventError
 from threadline.events.chunk_types import ChunkBody, ChunkKind, ChunkParseError, known, parse_chunk
+from threadline.kafka.fanout import FanoutReader, FanoutStream, StartAt
 from threadline.kafka.payloads import PayloadRefs, resolve
 from threadline.logging import get_logger
 
@@ -21,7 +22,8 @@ IDLE_FETCH_WAIT_MS = 500
 new (aiokafka ``fetch_max_wait_ms``; Kafka's own default): a record that arrives ends the wait at
 once, so it bounds no delivery; it bounds how often an idle subscription asks. Each subscription
 and each client's reply listener is a consumer of its own, so a gateway with many open streams
-holds many: at 10 ms each asked 100 times a second (``python -m bench.idle_subscriptions``)."""
+holds many: at 10 ms each asked 100 times a second (``python -m bench.idle_subscriptions``).
+A subscription given a :class:`~threadline.kafka.fanout.FanoutReader` has no consumer of its own."""
 
 
 class ThreadSubscription:
@@ -32,6 +34,9 @@ class ThreadSubscription:
             ``seq``, ``payload``…), in topic order, without duplicates or dead attempts (an
             ``attempt-discarded {step, attempt}`` declares that attempt and every earlier
             attempt of the step dead: a later attempt exists only because they died).
+
+    With ``reader`` (a started or unstarted :class:`~threadline.kafka.fanout.FanoutReader`) the
+    chunks come from that process-wide reader's consumers instead of a consumer of its own.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
@@ -39,7 +44,10 @@ class ThreadSubscription:
                  on_abort: Callable[[], Awaitable[bool]] | None = None,
                  on_active: Callable[[], Awaitable[str | None]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
-                 payloads: PayloadRefs | None = None, security: Mapping[str, object] | None = None) -> None:
+                 payloads: PayloadRefs | None = None, security: Mapping[str, object] | None = None,
+                 reader: FanoutReader | None = None) -> None:
+        self._reader = reader
+        self._shared: FanoutStream | None = None
         self._on_abort = on_abort
         self._on_active = on_active
         self._from_time_ms = from_time_ms
@@ -60,7 +68,11 @@ class ThreadSubscription:
 
     async def connect(self) -> None:
         """Start the subscription's consumer (its connection to the cluster) without reading yet:
-        :meth:`start` does it when not done; the client does it while the topic is being made."""
+        :meth:`start` does it when not done; the client does it while the topic is being made.
+        With a fan-out reader: starts the reader (once per process)."""
+        if self._reader is not None:
+            await self._reader.start()
+            return
         if self._consumer is not None:
             return
         # "earliest": when the idle-topic sweep deleted the topic and a new run created it again,
@@ -79,6 +91,12 @@ class ThreadSubscription:
         everything in it came later): without ``from_offset`` or ``from_time_ms`` it reads from
         offset 0, without asking the broker for the end (decision 101).
         """
+        if self._reader is not None:
+            self._shared = await self._reader.open(self.topic, StartAt(
+                offset=self._from_offset, time_ms=self._from_time_ms, new_topic=new_topic,
+                beginning=self._from_beginning))
+            self.start_offset = self._shared.start_offset  # fixed by open (B16)
+            return
         await self.connect()
         consumer = self._consumer
         assert consumer is not None
@@ -133,6 +151,8 @@ class ThreadSubscription:
 
     async def unsubscribe(self) -> None:
         """Stop reading (the runs go on)."""
+        if self._shared is not None:
+            await self._shared.close()
         if self._consumer is not None:
             await self._consumer.stop()
             self._consumer = None
@@ -157,8 +177,9 @@ class ThreadSubscription:
         return self._delivered.take(chunk)
 
     async def _iterate(self) -> AsyncIterator[ChunkBody]:
-        assert self._consumer is not None, "call start() first"
-        async for record in self._consumer:
+        source = self._shared if self._shared is not None else self._consumer
+        assert source is not None, "call start() first"
+        async for record in source:
             self.last_offset = record.offset
             try:  # a chunk too big for a record (a big tool result) was stored by reference
                 record = await resolve(record, self._payloads)

@@ -26,6 +26,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
+from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
@@ -54,8 +55,9 @@ class ApiError(Exception):
         self.body = body or {"error": {"code": code, "message": message}}
 
 
-def _json(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
+def _json(data: object, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
 class Gateway:
@@ -139,6 +141,9 @@ def _errors(handler: Handler) -> Handler:
             if exc.code in HIDDEN_CODES:
                 return _json(NOT_FOUND, 404)
             return _json({"error": {"code": exc.code, "message": exc.reply.message}}, 422)
+        except StreamsFullError as exc:  # at capacity: another gateway, or this one later
+            return _json({"error": {"code": "at_capacity", "message": str(exc)}}, 503,
+                         {"Retry-After": str(exc.retry_after_s)})
         except BrokerUnavailableError:
             return _json({"error": {"code": "broker_unavailable", "message": "Kafka cannot be reached"}}, 503)
         except TimeoutError:

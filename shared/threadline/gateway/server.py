@@ -13,6 +13,7 @@ import uvicorn
 
 from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
+from threadline.client.kafka_transport import KafkaTransport
 from threadline.config import Settings, get_settings
 from threadline.gateway import ai_sdk, mastra_api
 from threadline.gateway.app import Gateway, make_app
@@ -36,7 +37,9 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
                   transaction_pooling=settings.pg_transaction_pooling, max_size=settings.pg_pool_max,
                   acquire_timeout_s=settings.pg_pool_timeout_s)
-    gateway = Gateway(ThreadlineClient(settings), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
+    # one fan-out reader for every stream the gateway serves: a constant number of Kafka consumers
+    transport = KafkaTransport(settings, fanout=True, max_streams=settings.gateway_max_streams)
+    gateway = Gateway(ThreadlineClient(transport=transport), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
 
     async def start() -> None:
         await db.start()
