@@ -123,6 +123,9 @@ SCRIPTS: dict[str, ms.Script | list[ms.Script]] = {
     "no-finish-tools": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}))),
     "no-finish-usage": _raw(_sse(_choice({"content": "a"}), {"choices": [], "usage": USAGE})),
+    "no-finish-tools-no-done": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        done=False)),
     "same-index-new-ids": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function",
                                  "function": {"name": "f", "arguments": "{\"a\""}}]}),
@@ -258,10 +261,14 @@ async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pyte
     async def run(name: str):
         return await _run(server, name, path, monkeypatch)
 
-    for name in ("no-finish-tools", "no-finish-no-done", "truncate"):
+    for name in ("no-finish-tools", "no-finish-reason", "no-finish-usage"):  # [DONE] says it ended
         _, (_, calls, finish, _, _), error = await run(name)
         assert error is None, (name, error)
         assert finish == ("tool-calls" if calls else "stop"), name
+    for name in ("no-finish-no-done", "truncate", "no-finish-tools-no-done"):  # it never said so
+        chunks, (_, calls, _, _, _), error = await run(name)
+        assert error == ("stream_interrupted", None, True, None), (name, error)
+        assert calls == [] and not [c for c in chunks if c["type"] == "tool-call"], name
     _, (_, calls, finish, _, _), _ = await run("same-index-new-ids")
     assert [(c["toolCallId"], c["toolName"], c["args"]) for c in calls] == [("g1", "f", {"a": 1}), ("g2", "g", {"b": 2})]
     _, (_, calls, _, _, _), _ = await run("same-index-one-chunk")

@@ -17,8 +17,10 @@ litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload
   signature (litellm's ``thinking_blocks``) rides on ``reasoning-end`` as
   ``providerMetadata.anthropic.signature``, so the block can go back to the provider.
 * **Finish reason**: the provider's, mapped to Mastra's (``tool-calls`` whenever calls were
-  streamed, unless the answer was cut by ``length``). A stream that ended cleanly without one is
-  accepted, the reason inferred: ``tool-calls`` when calls were streamed, else ``stop``.
+  streamed, unless the answer was cut by ``length``). A stream is complete only when it says so:
+  a finish reason, or ``[DONE]`` (then the reason is inferred: ``tool-calls`` when calls were
+  streamed, else ``stop``). A body that stops after data with neither is unfinished
+  (:func:`unfinished`): its calls are never emitted.
 * **Usage** is read from any chunk that carries it (a ``choices: []`` chunk, a chunk with an
   empty delta, the finish chunk); the last report wins. ``prompt_tokens_details.cached_tokens``
   (or Anthropic's ``cache_read_input_tokens``) is ``cachedInputTokens``,
@@ -55,6 +57,13 @@ def bad_response(detail: str = "the response has no stream events") -> ModelCall
     ``bad_response``, retryable)."""
     return ModelCallError(f"the model returned a 200 response that is not a stream: {detail}",
                           kind="bad_response", status_code=200, retryable=True)
+
+
+def unfinished() -> ModelCallError:
+    """The error of a body that ended after data without a finish reason or ``[DONE]``: an
+    interrupted stream (kind ``stream_interrupted``, retryable), in Mastra's words."""
+    return ModelCallError("Response stream ended without a finish reason.", kind="stream_interrupted",
+                          retryable=True)
 
 
 def interrupted(cause: BaseException) -> ModelCallError:
