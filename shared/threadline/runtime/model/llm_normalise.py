@@ -39,7 +39,7 @@ from threadline.errors import ModelCallError
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONValue
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
-from threadline.text import clean_json, clean_text, loads_clean
+from threadline.text import PieceJoiner, clean_json, clean_text, loads_clean
 
 FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
           "length": "length", "content_filter": "content-filter"}
@@ -156,6 +156,8 @@ class _Call(TypedDict):
     """The stream named the call's id (else one was made up)."""
     started: bool
     """Its ``tool-call-input-streaming-start`` was emitted."""
+    joiner: PieceJoiner
+    """Joins its argument fragments before they are cleaned (§181)."""
 
 
 class StreamNormaliser:
@@ -173,6 +175,7 @@ class StreamNormaliser:
         self.events = 0
         self._text_open = self._reasoning_open = False
         self._signature: str | None = None
+        self._text, self._reasoning = PieceJoiner(), PieceJoiner()  # text is joined before it is cleaned (§181)
         self._calls: list[_Call] = []
         self._at_index: dict[int, _Call] = {}
         self._by_id: dict[str, _Call] = {}
@@ -211,26 +214,18 @@ class StreamNormaliser:
         if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
             reasoning = delta.get("reasoning")
         if reasoning and isinstance(reasoning, str):
-            reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
-            if not self._reasoning_open:
-                self._reasoning_open = True
-                out.append({"type": "reasoning-start", "payload": {"id": REASONING_ID}})
-            self.outcome.add_reasoning(reasoning)
-            out.append({"type": "reasoning-delta", "payload": {"id": REASONING_ID, "text": reasoning}})
+            self._reasoning_delta(self._reasoning.push(reasoning), out)  # U+0000 / lone halves: decisions 18, 181
         for block in delta.get("thinking_blocks") or ():  # Anthropic's thinking block, its signature last
             if isinstance(block, dict) and isinstance(block.get("signature"), str) and block["signature"]:
                 self._signature = block["signature"]
         content = delta.get("content")
         if (content or delta.get("tool_calls")) and self._reasoning_open:  # reasoning comes first
+            if held := self._reasoning.flush():  # a half never completed (§181)
+                self._reasoning_delta(held, out)
             self._reasoning_open = False
             out.append(self._reasoning_end())
         if content and isinstance(content, str):
-            content = clean_text(content)
-            if not self._text_open:
-                self._text_open = True
-                out.append({"type": "text-start", "payload": {"id": TEXT_ID}})
-            self.outcome.add_text(content)
-            out.append({"type": "text-delta", "payload": {"id": TEXT_ID, "text": content}})
+            self._text_delta(self._text.push(content), out)
         unindexed = 0
         for fragment in delta.get("tool_calls") or ():
             if not isinstance(fragment, dict):
@@ -239,6 +234,22 @@ class StreamNormaliser:
             if not isinstance(index, int):  # numbered by position, as litellm numbers them
                 index, unindexed = unindexed, unindexed + 1
             self._fragment(index, fragment, out)
+
+    def _reasoning_delta(self, reasoning: str, out: list[dict[str, Any]]) -> None:
+        if not self._reasoning_open:
+            self._reasoning_open = True
+            out.append({"type": "reasoning-start", "payload": {"id": REASONING_ID}})
+        if reasoning:  # empty: the piece was held back to be joined with the next
+            self.outcome.add_reasoning(reasoning)
+            out.append({"type": "reasoning-delta", "payload": {"id": REASONING_ID, "text": reasoning}})
+
+    def _text_delta(self, content: str, out: list[dict[str, Any]]) -> None:
+        if not self._text_open:
+            self._text_open = True
+            out.append({"type": "text-start", "payload": {"id": TEXT_ID}})
+        if content:  # empty: the piece was held back to be joined with the next
+            self.outcome.add_text(content)
+            out.append({"type": "text-delta", "payload": {"id": TEXT_ID, "text": content}})
 
     def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
         name, args, call_id = _fragment_fields(fragment)
@@ -251,7 +262,7 @@ class StreamNormaliser:
                         "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
         if isinstance(args, dict):
             entry["argsObject"] = args
-        elif args and isinstance(args, str):
+        elif args and isinstance(args, str) and (args := entry["joiner"].push(args)):
             entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
             out.append({"type": "tool-call-delta",
                         "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
@@ -270,7 +281,8 @@ class StreamNormaliser:
                     self._by_id[call_id] = entry
         if entry is None:
             entry = {"toolCallId": call_id or f"call_{len(self._calls)}", "toolName": "", "argsText": [],
-                     "argsObject": None, "provided": call_id is not None, "started": False}
+                     "argsObject": None, "provided": call_id is not None, "started": False,
+                     "joiner": PieceJoiner()}
             self._calls.append(entry)
             if call_id is not None:
                 self._by_id[call_id] = entry
@@ -290,11 +302,20 @@ class StreamNormaliser:
         ``tool-call-input-streaming-end`` and ``tool-call``); sets the outcome's tool calls and
         finish reason."""
         out: list[dict[str, Any]] = []
+        if held := self._reasoning.flush():  # a half never completed (§181)
+            self._reasoning_delta(held, out)
         if self._reasoning_open:
+            self._reasoning_open = False
             out.append(self._reasoning_end())
+        if held := self._text.flush():
+            self._text_delta(held, out)
         if self._text_open:
             out.append({"type": "text-end", "payload": {"type": "text-end", "id": TEXT_ID}})
         for entry in self._calls:
+            if held := entry["joiner"].flush():  # a half never completed (§181)
+                entry["argsText"].append(held)
+                out.append({"type": "tool-call-delta", "payload": {"toolCallId": entry["toolCallId"],
+                            "argsTextDelta": held, "toolName": entry["toolName"]}})
             call: ToolCallPayload = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
                     "args": parse_args("".join(entry["argsText"]), entry["argsObject"])}
             self.outcome.tool_calls.append(call)
@@ -314,12 +335,12 @@ def finish_reason(raw: str | None, had_calls: bool) -> str:
 
 
 def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, JSONValue, str | None]:
-    """A tool-call fragment's ``(name, arguments, id)``, text cleaned (decision 18)."""
+    """A tool-call fragment's ``(name, arguments, id)``, name and id cleaned (decision 18)."""
     fn = fragment.get("function") or {}
     name = fn.get("name") if isinstance(fn, dict) else None
     name = clean_text(name) if isinstance(name, str) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
-    args = clean_text(args) if isinstance(args, str) else args
+    # argument text is cleaned once joined (the call's joiner, §181)
     call_id = fragment.get("id") or None
     call_id = clean_text(call_id) if isinstance(call_id, str) else None
     return name, args, call_id
