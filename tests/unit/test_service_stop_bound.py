@@ -75,4 +75,5 @@ async def test_a_stop_with_every_handler_and_part_blocked_on_a_lock_returns_with
     took = loop.time() - t0
     assert took <= service.SHUTDOWN_GRACE_S + service.SHUTDOWN_SLACK_S + 0.5 + 0.3, took
     assert after == ["closed"]  # a part that hangs does not keep the next from stopping
-    assert "consumer" in service._left_behind and "test_a_stop_with_every_handler_and_part_blocked_on_a_lock_returns_within_its_bound.<locals>.blocked" in service._left_behind
+    assert "consumer" in service._left_behind
+    assert sum(step.endswith("<locals>.blocked") for step in service._left_behind) == 2  # both parts left behind
