@@ -236,20 +236,14 @@ class StreamNormaliser:
             self._fragment(index, fragment, out)
 
     def _reasoning_delta(self, reasoning: str, out: list[dict[str, Any]]) -> None:
-        if not self._reasoning_open:
-            self._reasoning_open = True
-            out.append({"type": "reasoning-start", "payload": {"id": REASONING_ID}})
-        if reasoning:  # empty: the piece was held back to be joined with the next
-            self.outcome.add_reasoning(reasoning)
-            out.append({"type": "reasoning-delta", "payload": {"id": REASONING_ID, "text": reasoning}})
+        _part_chunks("reasoning", REASONING_ID, not self._reasoning_open, reasoning, out)
+        self._reasoning_open = True
+        self.outcome.add_reasoning(reasoning)
 
     def _text_delta(self, content: str, out: list[dict[str, Any]]) -> None:
-        if not self._text_open:
-            self._text_open = True
-            out.append({"type": "text-start", "payload": {"id": TEXT_ID}})
-        if content:  # empty: the piece was held back to be joined with the next
-            self.outcome.add_text(content)
-            out.append({"type": "text-delta", "payload": {"id": TEXT_ID, "text": content}})
+        _part_chunks("text", TEXT_ID, not self._text_open, content, out)
+        self._text_open = True
+        self.outcome.add_text(content)
 
     def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
         name, args, call_id = _fragment_fields(fragment)
@@ -323,6 +317,15 @@ class StreamNormaliser:
             out.append({"type": "tool-call", "payload": dict(call)})
         self.outcome.finish_reason = finish_reason(self.outcome.raw_finish_reason, bool(self._calls))
         return out
+
+
+def _part_chunks(kind: str, part_id: str, starts: bool, piece: str, out: list[dict[str, Any]]) -> None:
+    """A text or reasoning part's ``<kind>-start`` (when it ``starts``) and ``<kind>-delta`` (none
+    for an empty ``piece``: it was held back to be joined with the next, §181)."""
+    if starts:
+        out.append({"type": f"{kind}-start", "payload": {"id": part_id}})
+    if piece:
+        out.append({"type": f"{kind}-delta", "payload": {"id": part_id, "text": piece}})
 
 
 def finish_reason(raw: str | None, had_calls: bool) -> str:
