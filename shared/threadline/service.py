@@ -46,6 +46,9 @@ SHUTDOWN_GRACE_S = 10.0
 SHUTDOWN_SLACK_S = 3.0
 """What the rest of a stop (commit, leave the group, flush, close) may take after the grace: a
 broker that is away cannot make a stop hang (B15; docs/decisions.md, decision 29)."""
+BEFORE_DRAIN_S = 1.0
+"""What the parts stopped before the drain (sweepers, listeners, the worker's continuation) may
+take, out of the grace."""
 EXIT_MARGIN_S = 2.0
 """After grace and slack, the process exits within this margin whatever still runs: a handler
 that blocks the event loop, a user-code thread that never returns (the stop watchdog)."""
@@ -75,17 +78,19 @@ async def _bounded(what: str, aw: Any, deadline: float) -> None:
         log.warning("shutdown step failed", step=what, error=repr(task.exception()))
 
 
-async def _undo(stops: list[Callable[[], object]]) -> None:
+async def _undo(stops: list[Callable[[], object]], deadline: float) -> None:
     """Call the registered ``stops`` (plain or coroutine functions), last registered first, and
-    empty the list; one that raises is logged and the rest still run."""
+    empty the list; each is bounded by the loop time ``deadline`` (:func:`_bounded`: one that
+    hangs is left behind, one that raises is logged, and the rest still run)."""
     while stops:
         stop = stops.pop()
-        try:
-            result = stop()
-            if inspect.isawaitable(result):
-                await result
-        except Exception as exc:  # noqa: BLE001 - one part that cannot stop must not keep the others running
-            log.warning("shutdown step failed", step=getattr(stop, "__qualname__", repr(stop)), error=repr(exc))
+        await _bounded(getattr(stop, "__qualname__", repr(stop)), _call(stop), deadline)
+
+
+async def _call(stop: Callable[[], object]) -> None:
+    result = stop()
+    if inspect.isawaitable(result):
+        await result
 
 
 async def _until_connected(what: str, connect: Any) -> None:
@@ -212,15 +217,20 @@ class Service:
                  pg_mode="transaction-pooling" if self.settings.pg_transaction_pooling else "session")
 
     async def stop(self) -> None:
-        """Drain in-flight records (up to :data:`SHUTDOWN_GRACE_S`), then close everything within
-        :data:`SHUTDOWN_SLACK_S` more, even when the broker is away (what cannot be flushed or
-        committed then is redelivered / re-published from the outbox later). The parts registered
-        with :meth:`on_stop` are stopped before the drain or after the close, as registered."""
-        await _undo(self._stops_before_drain)
+        """Drain in-flight records (up to :data:`SHUTDOWN_GRACE_S` from the call), then close
+        everything within :data:`SHUTDOWN_SLACK_S` more, even when the broker is away (what cannot
+        be flushed or committed then is redelivered / re-published from the outbox later). The
+        parts registered with :meth:`on_stop` are stopped before the drain (within
+        :data:`BEFORE_DRAIN_S`) or after the close, as registered. Every step has its deadline, so
+        the whole returns within grace + slack + 0.5 s even when every handler and part waits on
+        a lock that is never released (a step that hangs is left behind; decision 182)."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S
-        if self.consumer is not None:
-            await _bounded("consumer", self.consumer.stop(grace_s=SHUTDOWN_GRACE_S), deadline - 2.0)
+        started = loop.time()
+        deadline = started + SHUTDOWN_GRACE_S + SHUTDOWN_SLACK_S  # every step below is bounded by it
+        await _undo(self._stops_before_drain, started + BEFORE_DRAIN_S)
+        if self.consumer is not None:  # the grace counts from the stop's start, not from the drain's
+            grace_s = max(0.0, started + SHUTDOWN_GRACE_S - loop.time())
+            await _bounded("consumer", self.consumer.stop(grace_s=grace_s), deadline - 2.0)
         await _bounded("outbox relay", self.relay.stop(), deadline - 1.5)
         await _bounded("topic admin", self.admin.stop(), deadline - 1.2)
         await _bounded("producer", self.producer.stop(), deadline - 0.5)
@@ -228,8 +238,8 @@ class Service:
         await _bounded("traces", asyncio.to_thread(tracing.shutdown), deadline + 0.5)
         if self.ops is not None:
             await _bounded("metrics endpoint", self.ops.stop(), deadline + 0.5)
-        await _undo(self._stops_after_close)
-        log.info("service stopped", service=self.name)
+        await _undo(self._stops_after_close, deadline + 0.5)
+        log.info("service stopped", service=self.name, took_s=round(loop.time() - started, 2))
 
     async def _serve_ops(self) -> None:
         """``/metrics``, ``/healthz`` and ``/readyz`` on ``metrics_port`` (when set), from the

@@ -89,3 +89,34 @@ def loads_clean(data: str | bytes) -> Any:
     except orjson.JSONDecodeError:
         text = data.decode("utf-8") if isinstance(data, bytes | bytearray) else data
         return clean_json(json.loads(text))
+
+
+class PieceJoiner:
+    """Cleans text that arrives in pieces (a model stream's deltas) only once it is joined:
+    a piece ending in the high half of a UTF-16 surrogate pair holds that half back until the next
+    piece, so an emoji whose two halves came in two events (``"\\ud83d"``, then ``"\\ude00"``) is
+    one character, not two U+FFFD (docs/decisions.md §181). What a half left alone, U+0000 and a
+    lone low half become is :func:`clean_text`'s.
+    """
+
+    __slots__ = ("_held",)
+
+    def __init__(self) -> None:
+        self._held = ""
+
+    def push(self, piece: str) -> str:
+        """The clean text ``piece`` completes (possibly ``""``: all of it is held back)."""
+        if self._held:
+            piece, self._held = self._held + piece, ""
+        if piece and "\ud800" <= piece[-1] <= "\udbff":
+            piece, self._held = piece[:-1], piece[-1]
+        if piece.isascii():
+            return clean_text(piece)
+        if _BAD.search(piece):  # halves of a pair, side by side, become its one character
+            piece = piece.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+        return clean_text(piece)
+
+    def flush(self) -> str:
+        """The half still held at the end of the text, as U+FFFD (``""``: none)."""
+        held, self._held = self._held, ""
+        return clean_text(held)

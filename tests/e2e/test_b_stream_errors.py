@@ -1,7 +1,7 @@
 """Stream errors end to end (docs/decisions.md §20), on both stream paths: a stream cut
 off is ``stream_interrupted``, an empty or non-SSE ``200`` body is ``bad_response``, both
-retryable, and error processors see those kinds; a stream that ends without a finish reason is
-an answer."""
+retryable, and error processors see those kinds; a stream that ends with ``[DONE]`` but no
+finish reason is an answer, one whose body stops with neither is ``stream_interrupted`` (§180)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,10 @@ from threadline.testing import model_script as ms
 MODEL = "threadline-b07-rt"  # agent B07-rt: no model-level retries; its processor "rt" records the kinds
 CASES = {
     "cut-off": (ms.mid_stream("disconnect", 2, chunks=["a", "b", "c"]), "stream_interrupted"),
+    "ended-unsaid": (ms.mid_stream("truncate", 2, chunks=["a", "b", "c"]), "stream_interrupted"),
+    "half-a-call": (raw(delta({"role": "assistant", "tool_calls": [{"index": 0, "id": "c1", "type": "function",
+                                                                     "function": {"name": "lookup", "arguments": "{\"id"}}]}),
+                        done=False), "stream_interrupted"),
     "empty-body": ({"raw": "", "content_type": "text/event-stream"}, "bad_response"),
     "non-sse-body": ({"raw": '{"id": "x", "object": "chat.completion", "choices": []}',
                       "content_type": "application/json"}, "bad_response"),
@@ -38,9 +42,10 @@ async def test_stream_failures_have_their_kind_on_every_path(path, services, set
     row = await run_row(cluster.dsn, run_id)
     assert row["status"] == "failed"
     assert row["state"]["processor_state"]["rt"]["kinds"] == [kind]  # the error processor saw the kind
+    assert not any(c["type"] == "tool-call" for c in chunks)  # a half-received call is never a call
 
 
-async def test_a_stream_without_finish_reason_is_an_answer(path, services, settings, model, cluster):
+async def test_a_stream_with_done_but_no_finish_reason_is_an_answer(path, services, settings, model, cluster):
     model.clear(model=MODEL)
     model.queue([raw(delta({"role": "assistant", "content": "All "}), delta({"content": "done."}))], model=MODEL)
     run_id, chunks = await run_stream(settings, "B07-rt", "go")

@@ -123,6 +123,15 @@ SCRIPTS: dict[str, ms.Script | list[ms.Script]] = {
     "no-finish-tools": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}))),
     "no-finish-usage": _raw(_sse(_choice({"content": "a"}), {"choices": [], "usage": USAGE})),
+    # Text that arrives in pieces (docs/decisions.md §181): joined before it is cleaned.
+    "split-surrogates": ms.tool_calls(ms.tool_call("find", '{"q": "\U0001F600 x"}', id="c1", pieces=1),
+                                      chunks=["a \U0001F600", "\U0001F601 b"], reasoning="think \U0001F914 done",
+                                      split="surrogates"),
+    "split-bytes": ms.text("h\u00e9llo \U0001F600 w\u00f6rld \u4e2d", split="bytes"),
+    "half-at-the-end": _raw(_sse(_choice({"content": "a\ud83d"}), _choice({}, "stop"))),
+    "no-finish-tools-no-done": _raw(_sse(
+        _choice({"tool_calls": [{"index": 0, "id": "c1", "type": "function", "function": {"name": "f", "arguments": "{\"a\""}}]}),
+        done=False)),
     "same-index-new-ids": _raw(_sse(
         _choice({"tool_calls": [{"index": 0, "id": "g1", "type": "function",
                                  "function": {"name": "f", "arguments": "{\"a\""}}]}),
@@ -258,10 +267,14 @@ async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pyte
     async def run(name: str):
         return await _run(server, name, path, monkeypatch)
 
-    for name in ("no-finish-tools", "no-finish-no-done", "truncate"):
+    for name in ("no-finish-tools", "no-finish-reason", "no-finish-usage"):  # [DONE] says it ended
         _, (_, calls, finish, _, _), error = await run(name)
         assert error is None, (name, error)
         assert finish == ("tool-calls" if calls else "stop"), name
+    for name in ("no-finish-no-done", "truncate", "no-finish-tools-no-done"):  # it never said so
+        chunks, (_, calls, _, _, _), error = await run(name)
+        assert error == ("stream_interrupted", None, True, None), (name, error)
+        assert calls == [] and not [c for c in chunks if c["type"] == "tool-call"], name
     _, (_, calls, finish, _, _), _ = await run("same-index-new-ids")
     assert [(c["toolCallId"], c["toolName"], c["args"]) for c in calls] == [("g1", "f", {"a": 1}), ("g2", "g", {"b": 2})]
     _, (_, calls, _, _, _), _ = await run("same-index-one-chunk")
@@ -282,6 +295,25 @@ async def test_issue_15_rules_on_every_path(server, path: str, monkeypatch: pyte
     chunks, _, error = await run("disconnect")
     assert error == ("stream_interrupted", None, True, None)
     assert [c["payload"]["text"] for c in chunks if c["type"] == "text-delta"] == ["a", "b", "c"]
+
+
+@pytest.mark.parametrize("path", PATHS)
+async def test_text_in_pieces_is_joined_before_it_is_cleaned(server, path: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A character cut between two events (UTF-16 halves, escaped) or two network reads (UTF-8
+    bytes) is one character on every path, in text, reasoning and tool-call arguments (§181)."""
+    chunks, (text, calls, finish, _, _), error = await _run(server, "split-surrogates", path, monkeypatch)
+    assert error is None and text == "a \U0001F600\U0001F601 b" and finish == "tool-calls"
+    deltas = [c["payload"]["text"] for c in chunks if c["type"] == "text-delta"]
+    assert "".join(deltas) == text and "\ufffd" not in text
+    assert "".join(c["payload"]["text"] for c in chunks if c["type"] == "reasoning-delta") == "think \U0001F914 done"
+    assert calls[0]["args"] == {"q": "\U0001F600 x"}
+    assert "".join(c["payload"]["argsTextDelta"] for c in chunks if c["type"] == "tool-call-delta") == \
+        '{"q": "\U0001F600 x"}'
+    _, (text, _, _, _, _), error = await _run(server, "split-bytes", path, monkeypatch)
+    assert (text, error) == ("h\u00e9llo \U0001F600 w\u00f6rld \u4e2d", None)
+    chunks, (text, _, _, _, _), error = await _run(server, "half-at-the-end", path, monkeypatch)
+    assert (text, error) == ("a\ufffd", None)  # a half never completed is still replaced
 
 
 def test_a_litellm_callback_turns_the_wrapper_on(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -121,5 +121,5 @@ def test_a_stream_watch_without_a_raw_stream_trusts_the_wrapper() -> None:
         completion_stream = None
 
     seen = watch_raw(Response())
-    assert seen == {"usage": True, "events": 1, "clean_end": True, "last_usage": None}
+    assert seen == {"usage": True, "events": 1, "clean_end": True, "last_usage": None, "done": True}  # [DONE] trusted too (§180)
     _has_keys(seen, StreamWatch)

@@ -33,8 +33,9 @@ _FIELDS: dict[str, tuple[type, ...]] = {
     "delay": _NUM, "ttft": _NUM, "chunk_delay": _NUM, "text": (str,), "chunks": (list,),
     "tool_calls": (list,), "finish_reason": (str,), "usage": (dict, type(None)),
     "usage_on_finish": (bool,), "fail": (str,), "fail_after": (int,), "error_event": (dict,),
-    "stall_seconds": _NUM, "times": (int,), "model": (str,), "reasoning": (str,),
+    "stall_seconds": _NUM, "times": (int,), "model": (str,), "reasoning": (str,), "split": (str,),
 }
+SPLITS = frozenset({"surrogates", "bytes"})
 _TOOL_FIELDS = {"id", "name", "arguments", "pieces"}
 _REDACTED = {"authorization", "api-key", "x-api-key", "cookie"}
 _DEFAULT_ERRORS = {
@@ -50,8 +51,40 @@ _WORDS = re.compile(r"\s*\S+")
 _DONE = "data: [DONE]\n\n"
 
 
-def _dumps(obj: object) -> str:
-    return json.dumps(obj, separators=(",", ":"))
+def _dumps(obj: object, ascii_only: bool = True) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=ascii_only)
+
+
+def split_pairs(pieces: list[str]) -> list[str]:
+    """``pieces`` cut so that every character above U+FFFF is split between its two UTF-16
+    halves: the high half ends a piece, the low half starts the next (script ``split:
+    "surrogates"``; each half is then sent escaped, ``"\\ud83d"`` and ``"\\ude00"``)."""
+    out: list[str] = []
+    for piece in pieces:
+        current = ""
+        for char in piece:
+            code = ord(char)
+            if code > 0xFFFF:
+                code -= 0x10000
+                out.append(current + chr(0xD800 + (code >> 10)))
+                current = chr(0xDC00 + (code & 0x3FF))
+            else:
+                current += char
+        if current or not piece:
+            out.append(current)
+    return out
+
+
+def cut_utf8(data: bytes) -> list[bytes]:
+    """``data`` cut after the first byte of every multi-byte UTF-8 sequence (script ``split:
+    "bytes"``: each cut is its own network write)."""
+    cuts, start = [], 0
+    for i, byte in enumerate(data):
+        if byte >= 0xC0:  # the lead byte of a multi-byte sequence
+            cuts.append(data[start:i + 1])
+            start = i + 1
+    cuts.append(data[start:])
+    return [c for c in cuts if c]
 
 
 class InjectedDisconnect(Exception):  # noqa: N818 - a control signal for uvicorn, not an error
@@ -76,6 +109,8 @@ def validate_script(script: object) -> dict[str, Any]:
         raise ValueError(f"script field {wrong!r} has the wrong type")
     if "fail" in script and script["fail"] not in FAILS:
         raise ValueError(f"fail must be one of {sorted(FAILS)}")
+    if "split" in script and script["split"] not in SPLITS:
+        raise ValueError(f"split must be one of {sorted(SPLITS)}")
     if "text" in script and "chunks" in script:
         raise ValueError("give text or chunks, not both")
     if not all(isinstance(c, str) for c in script.get("chunks", [])):
@@ -192,7 +227,12 @@ def _plan(script: dict[str, Any], body: dict[str, Any]) -> _Reply:
     pieces = _pieces(script, calls, messages)
     usage = _usage(script, messages, pieces, calls)
     finish = script.get("finish_reason", "tool_calls" if calls else "stop")
-    return _Reply(pieces, calls, finish, usage, _WORDS.findall(script.get("reasoning", "")))
+    reasoning = _WORDS.findall(script.get("reasoning", ""))
+    if script.get("split") == "surrogates":
+        pieces, reasoning = split_pairs(pieces), split_pairs(reasoning)
+        for call in calls:
+            call["fragments"] = split_pairs(call["fragments"])
+    return _Reply(pieces, calls, finish, usage, reasoning)
 
 
 def _planned_call(call: dict[str, Any]) -> _Call:
@@ -233,8 +273,10 @@ def _usage(script: dict[str, Any], messages: list[dict[str, Any]], pieces: list[
     return usage
 
 
-def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish: bool) -> list[str]:
-    """Render a reply as SSE `data:` lines (without [DONE]); one json.dumps per chunk."""
+def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish: bool,
+                ascii_only: bool = True) -> list[str]:
+    """Render a reply as SSE `data:` lines (without [DONE]); one json.dumps per chunk
+    (``ascii_only=False``: text other than ASCII sent as UTF-8, not escaped)."""
     cid, created = "chatcmpl-" + secrets.token_hex(12), int(time.time())
     null_usage = include_usage and reply.usage is not None
     head = f'data: {{"id":"{cid}","object":"chat.completion.chunk","created":{created},"model":{json.dumps(model)},'
@@ -252,7 +294,7 @@ def _sse_events(reply: _Reply, model: str, include_usage: bool, usage_on_finish:
         deltas[0] = {"role": "assistant", **deltas[0]}
     else:
         finish_delta = {"role": "assistant"}
-    events = [head + '"choices":[{"index":0,"delta":' + _dumps(d) + tail for d in deltas]
+    events = [head + '"choices":[{"index":0,"delta":' + _dumps(d, ascii_only) + tail for d in deltas]
     finish: JSONObject = {"choices": [{"index": 0, "delta": finish_delta, "finish_reason": reply.finish_reason}]}
     if reply.usage is not None and usage_on_finish:
         finish["usage"] = reply.usage

@@ -55,6 +55,7 @@ class Script(TypedDict, total=False):
     fail_after: int
     error_event: JSONObject
     stall_seconds: float
+    split: Literal["surrogates", "bytes"]
     times: int
     model: str
 

@@ -44,6 +44,10 @@ Script fields (all optional; times in seconds):
   fail + fail_after (n events, default 0): error_event | disconnect | truncate | malformed | stall
   error_event                in-band body, default {"error": <error or a server_error>}
   stall_seconds              length of a `stall` (default 3600); the stream resumes after it
+  split                      "surrogates": every character above U+FFFF of the text, reasoning
+                             and argument pieces is cut between its UTF-16 halves, each half
+                             escaped in its own event; "bytes": the body is sent as UTF-8 (not
+                             escaped), every write cut inside each multi-byte character
   times (default 1), model   repeat the script; match only requests for this model
 """
 
@@ -81,6 +85,7 @@ from threadline.testing.fake_replies import (
     _plan,
     _QuietInjected,
     _sse_events,
+    cut_utf8,
     json_object,
     rate_limited,
 )
@@ -125,6 +130,16 @@ async def _stream(events: list[str], script: dict[str, Any], app: Starlette) -> 
             yield _flush(buf)
     if buf:
         yield _flush(buf)
+
+
+async def _cut_writes(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """``body`` with every write cut inside each multi-byte UTF-8 sequence (``split: "bytes"``),
+    the cuts 5 ms apart so that each arrives in its own network read."""
+    async for data in body:
+        for i, cut in enumerate(cut_utf8(data)):
+            if i:
+                await asyncio.sleep(0.005)
+            yield cut
 
 
 def _closed(entry: JournalEntry, by: str) -> None:
@@ -214,8 +229,11 @@ async def _reply(request: Request, body: dict[str, Any], model: str | None, scri
     reply = _plan(script, body)
     if body.get("stream"):
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-        events = _sse_events(reply, model or "fake-model", include_usage, script.get("usage_on_finish", False))
-        return StreamingResponse(_journaled(_stream(events, script, app), entry), status,
+        split = script.get("split")
+        events = _sse_events(reply, model or "fake-model", include_usage, script.get("usage_on_finish", False),
+                             ascii_only=split != "bytes")
+        sse = _stream(events, script, app)
+        return StreamingResponse(_journaled(_cut_writes(sse) if split == "bytes" else sse, entry), status,
                                  {"cache-control": "no-cache", **out_headers}, media_type="text/event-stream")
     data = json.dumps(_completion(reply, model or "fake-model")).encode()
     if "fail" in script:

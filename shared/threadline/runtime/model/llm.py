@@ -206,7 +206,8 @@ async def stream_model(*, model: str, messages: list[CoreMessage], tools: list[T
 
     Raises:
         ModelCallError: any failure, before or during the stream (in-band errors included); kind
-            ``stream_interrupted`` for a stream cut off, ``bad_response`` for an empty or non-SSE
+            ``stream_interrupted`` for a stream cut off or ended without a finish reason or
+            ``[DONE]``, ``bad_response`` for an empty or non-SSE
             ``200`` body (both retryable).
     """
     kwargs = request_kwargs(model, messages=messages, tools=tools, tool_choice=tool_choice,
@@ -306,8 +307,10 @@ async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: 
 
     Raises:
         ModelCallError: ``bad_response`` for an empty or non-SSE ``200`` body.
+        ModelCallError: ``stream_interrupted`` for a body that ended after data without a finish
+            reason or ``[DONE]`` (§20).
         Exception: what reading the stream raised (litellm's wrapper's refusal of a stream that
-            ended cleanly without a finish reason excepted, §20).
+            ended with ``[DONE]`` but no finish reason excepted, §20).
     """
     try:
         async for chunk in chunks:
@@ -319,13 +322,17 @@ async def _normalised(chunks: Any, norm: llm_normalise.StreamNormaliser, watch: 
             raise llm_normalise.bad_response() from exc  # whatever the wrapper made of an empty body
         if not (wrapper and llm_stream.clean_eof_refused(exc, watch)):
             raise
-        # litellm's wrapper refuses a stream that ended cleanly without a finish reason (§20),
+        if not watch.get("done"):
+            raise llm_normalise.unfinished() from exc
+        # litellm's wrapper refuses a stream that ended with [DONE] but no finish reason (§20),
         # before handing over the usage it held back
         if watch.get("last_usage"):
             norm.outcome.usage = llm_normalise.usage(watch["last_usage"])
             norm.outcome.raw_usage = llm_normalise.as_json(watch["last_usage"])
     if not watch["events"]:  # an empty or non-SSE 200 body, on every path alike
         raise llm_normalise.bad_response()
+    if norm.outcome.raw_finish_reason is None and not watch.get("done"):  # it never said it ended
+        raise llm_normalise.unfinished()
 
 
 def _classify_stream(exc: BaseException, *, opened: bool) -> ModelCallError:

@@ -17,8 +17,10 @@ litellm's ``CustomStreamWrapper`` — and yields Mastra chunks (``{type, payload
   signature (litellm's ``thinking_blocks``) rides on ``reasoning-end`` as
   ``providerMetadata.anthropic.signature``, so the block can go back to the provider.
 * **Finish reason**: the provider's, mapped to Mastra's (``tool-calls`` whenever calls were
-  streamed, unless the answer was cut by ``length``). A stream that ended cleanly without one is
-  accepted, the reason inferred: ``tool-calls`` when calls were streamed, else ``stop``.
+  streamed, unless the answer was cut by ``length``). A stream is complete only when it says so:
+  a finish reason, or ``[DONE]`` (then the reason is inferred: ``tool-calls`` when calls were
+  streamed, else ``stop``). A body that stops after data with neither is unfinished
+  (:func:`unfinished`): its calls are never emitted.
 * **Usage** is read from any chunk that carries it (a ``choices: []`` chunk, a chunk with an
   empty delta, the finish chunk); the last report wins. ``prompt_tokens_details.cached_tokens``
   (or Anthropic's ``cache_read_input_tokens``) is ``cachedInputTokens``,
@@ -37,7 +39,7 @@ from threadline.errors import ModelCallError
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONValue
 from threadline.runtime.model.model_outcome import ModelOutcome, Usage
-from threadline.text import clean_json, clean_text, loads_clean
+from threadline.text import PieceJoiner, clean_json, clean_text, loads_clean
 
 FINISH = {"stop": "stop", "tool_calls": "tool-calls", "function_call": "tool-calls",
           "length": "length", "content_filter": "content-filter"}
@@ -55,6 +57,13 @@ def bad_response(detail: str = "the response has no stream events") -> ModelCall
     ``bad_response``, retryable)."""
     return ModelCallError(f"the model returned a 200 response that is not a stream: {detail}",
                           kind="bad_response", status_code=200, retryable=True)
+
+
+def unfinished() -> ModelCallError:
+    """The error of a body that ended after data without a finish reason or ``[DONE]``: an
+    interrupted stream (kind ``stream_interrupted``, retryable), in Mastra's words."""
+    return ModelCallError("Response stream ended without a finish reason.", kind="stream_interrupted",
+                          retryable=True)
 
 
 def interrupted(cause: BaseException) -> ModelCallError:
@@ -147,6 +156,8 @@ class _Call(TypedDict):
     """The stream named the call's id (else one was made up)."""
     started: bool
     """Its ``tool-call-input-streaming-start`` was emitted."""
+    joiner: PieceJoiner
+    """Joins its argument fragments before they are cleaned (§181)."""
 
 
 class StreamNormaliser:
@@ -164,6 +175,7 @@ class StreamNormaliser:
         self.events = 0
         self._text_open = self._reasoning_open = False
         self._signature: str | None = None
+        self._text, self._reasoning = PieceJoiner(), PieceJoiner()  # text is joined before it is cleaned (§181)
         self._calls: list[_Call] = []
         self._at_index: dict[int, _Call] = {}
         self._by_id: dict[str, _Call] = {}
@@ -202,26 +214,18 @@ class StreamNormaliser:
         if reasoning is None:  # some OpenAI-compatible servers call it "reasoning" (as litellm maps it)
             reasoning = delta.get("reasoning")
         if reasoning and isinstance(reasoning, str):
-            reasoning = clean_text(reasoning)  # U+0000 / lone surrogates: decision 18
-            if not self._reasoning_open:
-                self._reasoning_open = True
-                out.append({"type": "reasoning-start", "payload": {"id": REASONING_ID}})
-            self.outcome.add_reasoning(reasoning)
-            out.append({"type": "reasoning-delta", "payload": {"id": REASONING_ID, "text": reasoning}})
+            self._reasoning_delta(self._reasoning.push(reasoning), out)  # U+0000 / lone halves: decisions 18, 181
         for block in delta.get("thinking_blocks") or ():  # Anthropic's thinking block, its signature last
             if isinstance(block, dict) and isinstance(block.get("signature"), str) and block["signature"]:
                 self._signature = block["signature"]
         content = delta.get("content")
         if (content or delta.get("tool_calls")) and self._reasoning_open:  # reasoning comes first
+            if held := self._reasoning.flush():  # a half never completed (§181)
+                self._reasoning_delta(held, out)
             self._reasoning_open = False
             out.append(self._reasoning_end())
         if content and isinstance(content, str):
-            content = clean_text(content)
-            if not self._text_open:
-                self._text_open = True
-                out.append({"type": "text-start", "payload": {"id": TEXT_ID}})
-            self.outcome.add_text(content)
-            out.append({"type": "text-delta", "payload": {"id": TEXT_ID, "text": content}})
+            self._text_delta(self._text.push(content), out)
         unindexed = 0
         for fragment in delta.get("tool_calls") or ():
             if not isinstance(fragment, dict):
@@ -230,6 +234,16 @@ class StreamNormaliser:
             if not isinstance(index, int):  # numbered by position, as litellm numbers them
                 index, unindexed = unindexed, unindexed + 1
             self._fragment(index, fragment, out)
+
+    def _reasoning_delta(self, reasoning: str, out: list[dict[str, Any]]) -> None:
+        _part_chunks("reasoning", REASONING_ID, not self._reasoning_open, reasoning, out)
+        self._reasoning_open = True
+        self.outcome.add_reasoning(reasoning)
+
+    def _text_delta(self, content: str, out: list[dict[str, Any]]) -> None:
+        _part_chunks("text", TEXT_ID, not self._text_open, content, out)
+        self._text_open = True
+        self.outcome.add_text(content)
 
     def _fragment(self, index: int, fragment: dict[str, Any], out: list[dict[str, Any]]) -> None:
         name, args, call_id = _fragment_fields(fragment)
@@ -242,7 +256,7 @@ class StreamNormaliser:
                         "payload": {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"]}})
         if isinstance(args, dict):
             entry["argsObject"] = args
-        elif args and isinstance(args, str):
+        elif args and isinstance(args, str) and (args := entry["joiner"].push(args)):
             entry["argsText"].append(args)  # joined at the end: += on a dict's str copies it all each time
             out.append({"type": "tool-call-delta",
                         "payload": {"toolCallId": entry["toolCallId"], "argsTextDelta": args,
@@ -261,7 +275,8 @@ class StreamNormaliser:
                     self._by_id[call_id] = entry
         if entry is None:
             entry = {"toolCallId": call_id or f"call_{len(self._calls)}", "toolName": "", "argsText": [],
-                     "argsObject": None, "provided": call_id is not None, "started": False}
+                     "argsObject": None, "provided": call_id is not None, "started": False,
+                     "joiner": PieceJoiner()}
             self._calls.append(entry)
             if call_id is not None:
                 self._by_id[call_id] = entry
@@ -281,11 +296,20 @@ class StreamNormaliser:
         ``tool-call-input-streaming-end`` and ``tool-call``); sets the outcome's tool calls and
         finish reason."""
         out: list[dict[str, Any]] = []
+        if held := self._reasoning.flush():  # a half never completed (§181)
+            self._reasoning_delta(held, out)
         if self._reasoning_open:
+            self._reasoning_open = False
             out.append(self._reasoning_end())
+        if held := self._text.flush():
+            self._text_delta(held, out)
         if self._text_open:
             out.append({"type": "text-end", "payload": {"type": "text-end", "id": TEXT_ID}})
         for entry in self._calls:
+            if held := entry["joiner"].flush():  # a half never completed (§181)
+                entry["argsText"].append(held)
+                out.append({"type": "tool-call-delta", "payload": {"toolCallId": entry["toolCallId"],
+                            "argsTextDelta": held, "toolName": entry["toolName"]}})
             call: ToolCallPayload = {"toolCallId": entry["toolCallId"], "toolName": entry["toolName"],
                     "args": parse_args("".join(entry["argsText"]), entry["argsObject"])}
             self.outcome.tool_calls.append(call)
@@ -293,6 +317,15 @@ class StreamNormaliser:
             out.append({"type": "tool-call", "payload": dict(call)})
         self.outcome.finish_reason = finish_reason(self.outcome.raw_finish_reason, bool(self._calls))
         return out
+
+
+def _part_chunks(kind: str, part_id: str, starts: bool, piece: str, out: list[dict[str, Any]]) -> None:
+    """A text or reasoning part's ``<kind>-start`` (when it ``starts``) and ``<kind>-delta`` (none
+    for an empty ``piece``: it was held back to be joined with the next, §181)."""
+    if starts:
+        out.append({"type": f"{kind}-start", "payload": {"id": part_id}})
+    if piece:
+        out.append({"type": f"{kind}-delta", "payload": {"id": part_id, "text": piece}})
 
 
 def finish_reason(raw: str | None, had_calls: bool) -> str:
@@ -305,12 +338,12 @@ def finish_reason(raw: str | None, had_calls: bool) -> str:
 
 
 def _fragment_fields(fragment: dict[str, Any]) -> tuple[str | None, JSONValue, str | None]:
-    """A tool-call fragment's ``(name, arguments, id)``, text cleaned (decision 18)."""
+    """A tool-call fragment's ``(name, arguments, id)``, name and id cleaned (decision 18)."""
     fn = fragment.get("function") or {}
     name = fn.get("name") if isinstance(fn, dict) else None
     name = clean_text(name) if isinstance(name, str) else None
     args = fn.get("arguments") if isinstance(fn, dict) else None
-    args = clean_text(args) if isinstance(args, str) else args
+    # argument text is cleaned once joined (the call's joiner, §181)
     call_id = fragment.get("id") or None
     call_id = clean_text(call_id) if isinstance(call_id, str) else None
     return name, args, call_id

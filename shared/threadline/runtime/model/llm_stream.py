@@ -14,8 +14,8 @@ returned: as plain chunk dicts (the provider's JSON: ``{"choices": [{"delta": �
 
 On paths 1 and 2 a failure is raised as litellm's wrapper raises it (mapped by
 ``exception_type``; a client error as is, anything else as ``MidStreamFallbackError``) so that
-``llm.classify`` sees the same exceptions on every path. What a stream's end means (a clean end
-without a finish reason, no event at all, a cut-off) is decided the same way on every path
+``llm.classify`` sees the same exceptions on every path. What a stream's end means (an end
+without a finish reason, with or without ``[DONE]``; no event at all; a cut-off) is decided the same way on every path
 (:mod:`threadline.runtime.model.llm_normalise`); under the wrapper :func:`watch_raw` sees the raw
 stream for it. ``tests/unit/test_llm_direct_stream.py`` holds the parity test.
 Lost on paths 1 and 2: litellm's "100 identical chunks" repetition guard.
@@ -75,6 +75,8 @@ class StreamWatch(TypedDict):
     """Raw chunks read."""
     clean_end: bool
     """The raw stream ended without an error."""
+    done: NotRequired[bool]
+    """The ``data: [DONE]`` sentinel was read (the stream said it ended; §20)."""
     usage: NotRequired[bool]
     """The provider reported usage (else a usage litellm computed is not taken)."""
     last_usage: NotRequired[object]
@@ -104,9 +106,9 @@ def reader(response: object) -> str:
     return "sdk"
 
 
-async def sse_json(response: Any) -> AsyncIterator[object]:
+async def sse_json(response: Any, watch: StreamWatch | None = None) -> AsyncIterator[object]:
     """The JSON of every server-sent event of ``response`` (an httpx-style response whose
-    ``aiter_bytes()`` yields the body) up to ``data: [DONE]``.
+    ``aiter_bytes()`` yields the body) up to ``data: [DONE]`` (``watch["done"]`` set when read).
 
     Decodes as the openai SDK does: CR, LF or CRLF line ends; ``data:`` lines of one event joined
     with ``\\n``; comments and unknown fields ignored; an event is dispatched at a blank line when
@@ -131,6 +133,8 @@ async def sse_json(response: Any) -> AsyncIterator[object]:
                     continue
                 if taken[0].startswith(b"[DONE]"):
                     done = True
+                    if watch is not None:
+                        watch["done"] = True
                     break
                 yield _event_json(*taken, response)
             if done:
@@ -245,14 +249,16 @@ async def provider_chunks(stream: Any, model: str, *, raw: bool,
                           watch: StreamWatch | None = None) -> AsyncIterator[dict[str, Any]]:
     """The chunk dicts of the provider stream ``stream`` (an ``openai.AsyncStream``): decoded
     here when ``raw``, else built by the SDK and converted. A failure is raised as litellm's
-    wrapper raises it; ``finish_reason: abort`` fails as in the wrapper. A stream that ends
-    cleanly without a finish reason is not an error here (docs/decisions.md §20). ``watch``
-    (as :func:`watch_raw` fills it) gets ``events`` (chunks read) and ``clean_end``. The stream
-    is closed when this generator ends."""
+    wrapper raises it; ``finish_reason: abort`` fails as in the wrapper. Whether a stream that
+    ended without a finish reason is complete is decided by the caller (docs/decisions.md §20)
+    from ``watch`` (as :func:`watch_raw` fills it): ``events`` (chunks read), ``clean_end`` and
+    ``done`` (``[DONE]`` was read). The stream is closed when this generator ends."""
     provider, _, name = model.partition("/") if "/" in model else ("openai", "", model)
     sent = False
     seen: StreamWatch = watch if watch is not None else {"events": 0, "clean_end": False}
-    source: AsyncIterator[Any] = sse_json(stream.response) if raw else _sdk_dicts(stream)
+    if not raw:
+        see_done(stream, seen)
+    source: AsyncIterator[Any] = sse_json(stream.response, seen) if raw else _sdk_dicts(stream)
     try:
         async for chunk in source:
             if not isinstance(chunk, dict):  # JSON that is not an object: fails as in litellm's wrapper
@@ -272,6 +278,24 @@ async def provider_chunks(stream: Any, model: str, *, raw: bool,
     finally:
         await source.aclose()  # type: ignore[attr-defined]  # both sources are async generators
         await stream.close()
+
+
+def see_done(stream: object, watch: StreamWatch) -> None:
+    """Set ``watch["done"]`` when the openai SDK stream ``stream`` reads ``data: [DONE]`` (the SDK
+    swallows the sentinel; its event iterator, read once the stream is first iterated, is
+    watched). A stream without that iterator never reports ``done``: only a finish reason then
+    says that it ended."""
+    events = getattr(stream, "_iter_events", None)
+    if not callable(events):
+        return
+
+    async def spy() -> AsyncIterator[Any]:
+        async for sse in events():
+            if getattr(sse, "data", "").startswith("[DONE]"):
+                watch["done"] = True
+            yield sse
+
+    stream._iter_events = spy  # type: ignore[attr-defined]  # an instance attribute shadows the SDK's method
 
 
 async def _sdk_dicts(stream: Any) -> AsyncIterator[dict[str, Any]]:
@@ -312,13 +336,15 @@ def watch_raw(response: Any) -> StreamWatch:
     """Watch the provider's raw stream under litellm's wrapper: ``usage`` (did the provider
     report usage, so a usage litellm computed itself is not mistaken for one), ``events`` (raw
     chunks read), ``clean_end`` (the raw stream ended without an error) and ``last_usage`` (the
-    provider's last usage report, as it came). A wrapper whose raw
-    stream cannot be watched is trusted: usage taken, one event assumed, a clean end."""
-    seen: StreamWatch = {"usage": False, "events": 0, "clean_end": False, "last_usage": None}
+    provider's last usage report, as it came) and ``done`` (``[DONE]`` was read: :func:`see_done`).
+    A wrapper whose raw stream cannot be watched is trusted: usage taken, one event assumed, a
+    clean end with ``[DONE]``."""
+    seen: StreamWatch = {"usage": False, "events": 0, "clean_end": False, "last_usage": None, "done": False}
     raw = getattr(response, "completion_stream", None)
     if raw is None:
-        seen.update({"usage": True, "events": 1, "clean_end": True})
+        seen.update({"usage": True, "events": 1, "clean_end": True, "done": True})
         return seen
+    see_done(raw, seen)
 
     async def spy() -> AsyncIterator[object]:
         async for chunk in raw:
@@ -335,7 +361,8 @@ def watch_raw(response: Any) -> StreamWatch:
 
 def clean_eof_refused(exc: BaseException, watch: Mapping[str, object]) -> bool:
     """Is ``exc`` litellm's wrapper refusing a raw stream that ended cleanly, after events,
-    without a finish reason ("Stream ended before a finish_reason was received")?"""
+    without a finish reason ("Stream ended before a finish_reason was received")? (Whether that
+    stream is complete is the caller's call: it is when ``[DONE]`` was read, §20.)"""
     if not watch.get("clean_end") or not watch.get("events"):
         return False
     return any(_EOF_REFUSAL in str(x) for x in exception_chain(exc))  # litellm keeps the wording when it maps
