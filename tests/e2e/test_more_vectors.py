@@ -72,7 +72,8 @@ async def test_p38_m6_output_result_abort_keeps_earlier_turns_not_its_own(servic
     run_id, chunks = await run_stream(settings, "result-agent", "second", thread=thread)
     assert content(chunks)[-2:] == [("tripwire", {"reason": "final answer rejected", "retry": False,
                                                   "metadata": None, "processorId": "block-result"}),
-                                    ("finish", "tripwire")]
+                                    ("finish", "stop")]  # the accepted step's reason, as Mastra's (decision 146)
+    assert chunks[-1]["payload"]["tripwire"]["processorId"] == "block-result" and "response" not in chunks[-1]["payload"]
     run = await run_row(cluster.dsn, run_id)
     assert run["status"] == "tripwire"
     stored = await rows(cluster.dsn, "SELECT role, content::text AS c FROM messages WHERE thread_id = $1 "
