@@ -85,8 +85,11 @@ async def test_active_thread_deliver_persist_discard_and_attributes(services, se
     assert "for the record" not in str(second["body"]) and "drop me" not in str(second["body"])  # S3, S4
     assert {c["runId"] for c in chunks} == {run.run_id}
     await run_row(cluster.dsn, run.run_id)
-    texts = [r["c"] for r in await rows(cluster.dsn, "SELECT content::text AS c FROM messages WHERE thread_id = $1", thread)]
+    texts = [r["c"] for r in await rows(
+        cluster.dsn, "SELECT content::text AS c FROM messages WHERE thread_id = $1 ORDER BY position", thread)]
     assert any("for the record" in t for t in texts) and not any("drop me" in t for t in texts)
+    # the run's input was created first, so it is stored first (Mastra orders by creation, decision 185)
+    assert '"start"' in texts[0] and "for the record" in texts[1]
 
 
 async def test_signal_types_tags_and_rejection(services, settings, model, cluster):

@@ -65,13 +65,15 @@ def test_a_delivery_to_a_run_that_ended_before_its_lease_was_released_is_the_nex
     assert decide_route(_send(kind), ended) == Queue({})
     assert decide_route(_send(kind, if_active={"behavior": "deliver", "attributes": {"a": 1}}), ended) == \
         Queue({"a": 1})
-    assert decide_route(_send(kind, if_active={"behavior": "persist"}), ended) == Persist(idle=False, attributes={})
+    assert decide_route(_send(kind, if_active={"behavior": "persist"}), ended) == \
+        Persist(idle=False, attributes={}, run_id="run-1")
 
 
 @pytest.mark.parametrize("kind", SIGNALLING)
 def test_active_persist_stores_without_a_run(kind: str) -> None:
+    """It names the active run, whose input is stored first (the thread is ordered by creation)."""
     route = decide_route(_send(kind, if_active={"behavior": "persist"}), ACTIVE)
-    assert route == Persist(idle=False, attributes={})
+    assert route == Persist(idle=False, attributes={}, run_id="run-1")
 
 
 @pytest.mark.parametrize("kind", SIGNALLING)

@@ -44,7 +44,7 @@ from threadline.store.arrival import Arrival, arrive
 from threadline.store.leases import Lease
 from threadline.store.processed import claim_event, remember, remembered
 from threadline.store.queries import thread_owner
-from threadline.store.runs import insert_signal, insert_signal_message, run_holder, signal_exists
+from threadline.store.runs import insert_signal, insert_signal_message, run_holder, signal_exists, store_run_input
 from threadline.store.state_lanes import lock_lane, save_lane
 from threadline.store.wake import NewRun, store_wake
 from threadline.topics import Topics, thread_key
@@ -218,6 +218,8 @@ async def _store_signal(conn: asyncpg.Connection, req: Inbound, route_: Discard 
         return [Accepted(request_id=req.event_id, action="discard", signal_id=signal["id"], signal=_created(signal))]
     if isinstance(route_, Persist):
         await store("persist", "persisted", None)
+        if route_.run_id is not None:  # the active run's input first: the thread is ordered by creation
+            await store_run_input(conn, route_.run_id, thread_id=req.thread_id, resource_id=req.resource_id)
         await insert_signal_message(conn, signal, thread_id=req.thread_id, resource_id=req.resource_id)
         if route_.idle:  # subscribers see it as a run with no model call
             routed.chunk_topic = topics.chunks(req.resource_id, req.thread_id)

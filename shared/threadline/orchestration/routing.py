@@ -198,6 +198,9 @@ class Persist:
     """The thread is idle: subscribers see a run with no model call (``start``, echo, ``finish``)."""
     attributes: Mapping[str, object] = field(default_factory=dict)
     """Merged over the signal's attributes."""
+    run_id: str | None = None
+    """The thread's active run (``idle`` false): its own input is stored before the signal, so the
+    thread keeps Mastra's order by creation time (decision 185)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +234,8 @@ def decide_route(req: Inbound, thread: ThreadState) -> Route:
     if behavior == "discard":
         return Discard(attributes)
     if behavior == "persist":
-        return Persist(idle=not thread.active, attributes=attributes)
+        return Persist(idle=not thread.active, attributes=attributes,
+                       run_id=thread.run_id if thread.active else None)
     if behavior == "deliver" and thread.run_id is not None:
         if thread.run_ended:  # nothing would read a delivery: the message is the next run's turn
             return Queue(attributes)

@@ -76,6 +76,18 @@ async def insert_signal_message(conn: asyncpg.Connection, signal: dict[str, Any]
         msg["id"], thread_id, resource_id, run_id, msg["role"], msg.get("type"), msg["content"])
 
 
+async def store_run_input(conn: asyncpg.Connection, run_id: str, *, thread_id: str, resource_id: str) -> None:
+    """Store now the transcript messages of the run's own input not stored yet (its pending
+    ``wake``/``queue`` signals, in arrival order), as the run's messages: a message persisted
+    while the run streams then follows the input it came after (decision 185). The run's step
+    save keeps these rows' positions (it updates their content, or deletes what it does not keep)."""
+    for row in await conn.fetch(
+            "SELECT payload FROM signals WHERE run_id = $1 AND status = 'pending' AND mode IN ('wake', 'queue') "
+            "ORDER BY seq", run_id):
+        await insert_signal_message(conn, row["payload"], thread_id=thread_id, resource_id=resource_id,
+                                    run_id=run_id)
+
+
 async def run_status(conn: Database | asyncpg.Connection, run_id: str) -> str | None:
     """The run's ``status`` (``running``, ``finished``, ``failed``, ``aborted`` or ``tripwire``), or
     ``None`` when there is no such run."""
