@@ -90,5 +90,5 @@ async def test_b10_step_chunks_stay_small_and_a_failed_run_replays_as_stored(ser
     assert replay_transcript(replayed) == expected
     assert [m["role"] for m in expected] == ["user", "assistant", "user", "assistant"]
     assert expected[1]["text"] == "Read it." and len(expected[1]["toolCallIds"]) == 4
-    assert "Partial sum" not in orjson.dumps(replay_transcript(replayed)).decode()
+    assert expected[3]["text"] == "Partial sum"  # what streamed before the disconnect, kept as Mastra keeps it
     assert "Partial" in "".join(c["payload"]["text"] for c in replayed if c["type"] == "text-delta")  # it was streamed

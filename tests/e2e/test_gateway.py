@@ -39,7 +39,7 @@ async def test_a_full_turn_over_http_and_sse(gateway, model):
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
         assert all(e.id and e.id.endswith(f":{e.data['seq']}:{accepted['run_id']}") for e in events)
         messages = (await http.get(f"{path}/messages")).json()["messages"]
-        assert [m["role"] for m in messages] == ["user", "assistant"]
+        assert [m["role"] for m in messages] == ["signal", "assistant"]  # a sent message: role signal, as Mastra's
         runs = (await http.get(f"{path}/runs")).json()["runs"]
         assert [(x["run_id"], x["status"]) for x in runs] == [(accepted["run_id"], "finished")]
         threads = (await http.get(f"/v1/resources/{TENANT_A}/threads")).json()["threads"]
@@ -176,4 +176,4 @@ async def test_a_message_too_big_for_a_record_goes_through_without_a_database_at
         messages = (await http.get(f"{path}/messages")).json()["messages"]
     echo = [e.data for e in events if e.data["type"] == "data-user-message"]
     assert [c["data"]["contents"] for c in echo] == [big]
-    assert messages[0]["role"] == "user" and messages[0]["content"]["parts"][0]["text"] == big
+    assert messages[0]["role"] == "signal" and messages[0]["content"]["parts"][0]["text"] == big

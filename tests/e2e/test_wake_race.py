@@ -9,7 +9,7 @@ import uuid
 import orjson
 from aiokafka import AIOKafkaProducer
 
-from tests.e2e.helpers import collect_run, rows, run_row, wait_idle
+from tests.e2e.helpers import USER_AUTHORED, collect_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.events import SendMessage
 from threadline.topics import Topics, thread_key
@@ -54,6 +54,6 @@ async def test_c16_double_texting_starts_one_run(services, settings, model, clus
     first, second = ("Book a flight to NYC", "Actually, Boston") if a1.action == "wake" else \
         ("Actually, Boston", "Book a flight to NYC")
     assert convo[0] == ("user", first) and convo[1][0] == "assistant" and convo[-1] == ("user", second)
-    users = await rows(cluster.dsn, "SELECT content FROM messages WHERE thread_id = $1 AND role = 'user' "
-                       "ORDER BY position", thread)
+    users = await rows(cluster.dsn, f"SELECT content FROM messages WHERE thread_id = $1 AND {USER_AUTHORED} "
+                       "ORDER BY position", thread)  # sent messages: role signal, as Mastra's
     assert [u["content"]["parts"][0]["text"] for u in users] == [first, second]
