@@ -41,12 +41,13 @@ async def test_overrides_reach_the_next_run_and_a_running_run_keeps_its_own(gate
         assert shown["code"] == {"instructions": "You are the code's prompt.", "tools": {"add": "add two numbers"}}
         assert shown["editor"] == {"instructions": True, "tools": {"description": True}}
         r = await editor.put(EDITOR.format("editor-open"), json={
-            "instructions": "You are EDITED.", "model": "openai/elsewhere", "name": "renamed",
+            "version": shown["version"], "instructions": "You are EDITED.", "model": "openai/elsewhere", "name": "renamed",
             "tools": {"add": {"description": "sum two integers"}, "ghost": {"description": "no such tool"}}})
         assert r.status_code == 200, r.text
         saved = r.json()
         assert saved["overrides"] == {"instructions": "You are EDITED.", "tools": {"add": {"description": "sum two integers"}}}
         assert sorted(saved["stripped"]) == ["model", "name", "tools.ghost.description"]
+        saved_tag = r.headers["ETag"]
         assert saved["name"] == "editor-open" and (await editor.get("/v1/agents/editor-open")).json()["name"] == "editor-open"
 
         # the next run: its model request carries the new system prompt and tool description
@@ -65,7 +66,8 @@ async def test_overrides_reach_the_next_run_and_a_running_run_keeps_its_own(gate
 
         async def act(_ev) -> None:
             if "put" not in changed and sum(e.data["type"] == "text-delta" for e in seen) >= 2:
-                changed["put"] = await editor.put(EDITOR.format("editor-open"), json={"instructions": "SECOND"})
+                changed["put"] = await editor.put(EDITOR.format("editor-open"), json={"instructions": "SECOND"},
+                                                  headers={"If-Match": saved_tag})
                 changed["mid"] = (await plain.post(f"{path}/messages", json={
                     "message": "more", "agent_id": "editor-open", "if_active": {"behavior": "deliver"}})).json()
 
@@ -93,7 +95,7 @@ async def test_locked_fields_are_refused_or_stripped(gateway, model, cluster):
         assert r.status_code == 403 and r.json()["error"]["code"] == "editor_locked"
         assert (await editor.get(EDITOR.format("editor-locked"))).json()["editor"] == \
             {"instructions": False, "tools": {"description": False}}
-        r = await editor.put(EDITOR.format("editor-partial"), json={
+        r = await editor.put(EDITOR.format("editor-partial"), headers={"If-Match": "*"}, json={
             "instructions": "hijacked", "tools": {"add": {"description": "partial sum"}}})
         assert r.status_code == 200 and r.json()["stripped"] == ["instructions"]
         assert r.json()["overrides"] == {"tools": {"add": {"description": "partial sum"}}}

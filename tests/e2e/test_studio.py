@@ -37,7 +37,7 @@ async def test_studio_streams_tokens_and_delivers_a_message_mid_run(gateway, mod
                  {"chunks": [f"more{i} " for i in range(6)], "chunk_delay": 0.05}], model="threadline-studio")
     thread = f"studio-{uuid.uuid4().hex[:8]}"
     async with gateway.client(gateway.key_editor) as http:  # the code's instructions, whatever an earlier run saved
-        assert (await http.put("/v1/agents/studio/editor", json={})).status_code == 200
+        assert (await http.put("/v1/agents/studio/editor", json={}, headers={"If-Match": "*"})).status_code == 200
     async with playwright_api.async_playwright() as pw:
         browser = await pw.chromium.launch(executable_path=executable, headless=True,
                                            args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])

@@ -3,6 +3,7 @@ agent's code lets the editor change, and strips from stored overrides what the c
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -11,7 +12,7 @@ import orjson
 
 from threadline.flows.agents import publish_agents, read_editable
 from threadline.runtime import Agent, create_tool
-from threadline.store.agents import write_overrides
+from threadline.store.agents import overrides_version, write_overrides
 
 ADD = create_tool(id="add", description="add two numbers", execute=lambda i: i)
 EDITS = {"instructions": "edited", "tools": {"add": {"description": "sum"}}}
@@ -45,3 +46,22 @@ async def test_publishing_a_locked_agent_strips_its_stored_overrides(cluster) ->
         assert await read_editable(conn, f"{agent_id}-missing") is None
     finally:
         await conn.close()
+
+
+async def test_d15_first_saves_race_and_exactly_one_writes(cluster) -> None:
+    """D15 at the store: 20 concurrent first saves (version 0, no row yet) and then 20 on version
+    1 — in each round one writes and the others see another version (nothing written)."""
+    agent_id = f"ed-{uuid.uuid4().hex[:8]}"
+    conns = [await asyncpg.connect(cluster.dsn) for _ in range(20)]
+    try:
+        for expected in (0, 1):
+            results = await asyncio.gather(*(
+                write_overrides(c, agent_id, {"instructions": f"save {i}"}, by="api_key", expected=expected)
+                for i, c in enumerate(conns)))
+            assert sorted(results, key=lambda v: v or 0) == [None] * 19 + [expected + 1]
+        assert await overrides_version(conns[0], agent_id) == 2
+        assert await write_overrides(conns[0], agent_id, {}, by="api_key", expected=5) is None
+        assert await write_overrides(conns[0], agent_id, {}, by="api_key") == 3  # unconditional
+        assert await overrides_version(conns[0], f"ed-{uuid.uuid4().hex[:8]}") == 0
+    finally:
+        await asyncio.gather(*(c.close() for c in conns))

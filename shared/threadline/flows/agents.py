@@ -54,7 +54,8 @@ async def publish_agents(conn: asyncpg.Connection, agents: Iterable[Agent]) -> N
 
 async def read_editable(conn: asyncpg.Connection, agent_id: str) -> dict[str, Any] | None:
     """What the editor shows of an agent: ``{id, name, editor: {instructions, tools: {description}},
-    code: {instructions, tools}, overrides, updated_at}`` (``code`` fields ``None`` where the code
+    code: {instructions, tools}, overrides, updated_at, version}`` (``version``: of the stored
+    overrides, 0 when none; ``code`` fields ``None`` where the code
     gives a function), or ``None`` for an agent the cluster does not serve."""
     row = await rows.editable_row(conn, agent_id)
     if row is None:
@@ -63,4 +64,5 @@ async def read_editable(conn: asyncpg.Connection, agent_id: str) -> dict[str, An
     return {"id": row["agent_id"], "name": row["name"], "editor": policy.to_json(),
             "code": {"instructions": row["instructions"], "tools": row["tools"]},
             "overrides": row["overrides"] or {},
-            "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None}
+            "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
+            "version": row["version"]}

@@ -104,6 +104,9 @@ class EditorBody(BaseModel):
     model_config = ConfigDict(extra="allow")
     instructions: str | None = Field(default=None, description="the agent's instructions (null: the code's)")
     tools: dict[str, dict[str, Any]] | None = Field(default=None, description="{tool_id: {description}}")
+    version: int | None = Field(default=None, description=(
+        "the version the save was built on (GET's version; 0: none stored), or send If-Match: GET's ETag; "
+        "a save naming neither answers 428, one naming an older version 412 (decision 200)"))
 
 
 class MarkBody(_Body):
@@ -164,9 +167,11 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "One agent as the cluster serves it: {id, name, description, metadata, dynamic_metadata, memory}"),
     Endpoint("GET", "/v1/agents", "list_agents", "The agents the cluster serves: {agents: [{id, name, description}]}"),
     Endpoint("GET", "/v1/agents/{agent_id}/editor", "get_editor",
-             "An agent's editable fields: {editor, code: {instructions, tools}, overrides} (the editor scope)"),
+             "An agent's editable fields: {editor, code: {instructions, tools}, overrides, version} and their ETag "
+             "(the editor scope)"),
     Endpoint("PUT", "/v1/agents/{agent_id}/editor", "save_editor",
-             "Save an agent's editor overrides, locked fields stripped; applied at its next run (the editor scope)",
+             "Save an agent's editor overrides built on a version (If-Match or version: 428 without, 412 when "
+             "stale), locked fields stripped; applied at its next run (the editor scope)",
              EditorBody),
     Endpoint("GET", f"{THREAD}/inbox", "list_inbox", "The thread's notification records (no payloads)",
              query={"status": "only records of this status (e.g. pending)"}),

@@ -319,21 +319,29 @@ async def get_editor(request: Request) -> Response:
     found = await editing.view(_gw(request).db, request.path_params["agent_id"])
     if found is None:
         raise ApiError(404, "not_found", "no such agent")
-    return _json(found)
+    return _json(found, headers={"ETag": editing.etag(found["version"])})
 
 
 @_errors
 async def save_editor(request: Request) -> Response:
     caller = _editor_caller(request)
     body = (await _body(request, api.EditorBody)).model_dump(exclude_unset=True)
-    try:
-        saved = await editing.save(_gw(request).db, request.path_params["agent_id"], body, by=caller.via)
+    try:  # the version it was built on (decision 200): 428 without one, 412 when another save came first
+        expected = editing.precondition(request.headers.get("if-match"), body.pop("version", None))
+        saved = await editing.save(_gw(request).db, request.path_params["agent_id"], body, by=caller.via,
+                                   expected=expected)
+    except editing.PreconditionRequired as exc:
+        raise ApiError(428, "precondition_required", str(exc)) from None
+    except editing.VersionConflict as exc:
+        raise ApiError(412, "version_conflict", str(exc), {"error": {
+            "code": "version_conflict", "message": str(exc), "current_version": exc.current}}) from None
     except editing.EditorLocked as exc:
         raise ApiError(403, "editor_locked", str(exc)) from None
     if saved is None:
         raise ApiError(404, "not_found", "no such agent")
-    log.info("editor overrides saved", agent_id=request.path_params["agent_id"], stripped=saved["stripped"][:10])
-    return _json(saved)
+    log.info("editor overrides saved", agent_id=request.path_params["agent_id"], version=saved["version"],
+             stripped=saved["stripped"][:10])
+    return _json(saved, headers={"ETag": editing.etag(saved["version"])})
 
 
 @_errors

@@ -31,4 +31,18 @@ editor_locked = Agent(id="editor-locked", model="openai/threadline-editor-locked
 editor_partial = Agent(id="editor-partial", model="openai/threadline-editor-partial", instructions="Partial prompt.",
                        tools=[_add()], editor={"instructions": False})
 
-agents = [gateway, studio, gateway_tools, editor_open, editor_locked, editor_partial]
+
+
+class LookupInput(BaseModel):
+    order: str
+
+
+def _support_tool(tool_id: str, description: str) -> object:
+    return create_tool(id=tool_id, description=description, input_schema=LookupInput, execute=lambda i: i.order)
+
+
+# D15 (tests/e2e/test_d15_editor_versions.py): two editors saving over each other's changes
+d15_support = Agent(id="d15-support", model="openai/threadline-d15-support", instructions="You are support.",
+                    tools=[_support_tool("lookup", "look an order up"), _support_tool("refund", "refund an order")])
+
+agents = [gateway, studio, gateway_tools, editor_open, editor_locked, editor_partial, d15_support]
