@@ -1,13 +1,19 @@
 """D15 — editor overrides: two saves, one silently lost (decision 200). The editor's answers
 carry the overrides' version (``version`` and ``ETag``); a save names the version it was built
 on (``If-Match`` or ``version``): one built on an older version answers 412 ``version_conflict``
-naming the current one, of concurrent saves on the same version exactly one writes, and a save
-naming none answers 428 ``precondition_required`` (``If-Match: *`` saves over any, explicitly)."""
+naming the current one, of concurrent saves on the same version exactly one writes, a save
+naming none answers 428 ``precondition_required`` (``If-Match: *`` saves over any, explicitly),
+and Studio's Agents panel shows a conflict and offers to reload (headless Chromium, skipped
+without it as in test_studio)."""
 
 from __future__ import annotations
 
 import asyncio
 
+import pytest
+
+from tests.e2e.gateway_http import TENANT_A
+from tests.e2e.test_studio import _browser
 from threadline.gateway.editing import etag
 
 EDITOR = "/v1/agents/d15-support/editor"
@@ -84,3 +90,49 @@ async def test_d15_a_save_naming_no_version_is_refused(gateway):
         # If-Match: * is the explicit "save over whatever is stored"
         r = await editor.put(EDITOR, json={"instructions": "forced"}, headers={"If-Match": "*"})
         assert r.status_code == 200 and r.json()["version"] == before["version"] + 1
+
+
+async def test_d15_studio_shows_the_conflict_and_reloads(gateway):
+    """(e) Two Studio tabs edit the agent; the second tab's save is refused, says so, and its
+    Reload shows the first tab's save, over which it then saves."""
+    executable = _browser()
+    playwright_api = pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
+    async with gateway.client(gateway.key_editor) as http:
+        assert (await http.put(EDITOR, json={}, headers={"If-Match": "*"})).status_code == 200
+    async with playwright_api.async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                           args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+        try:
+            tabs = []
+            for _ in range(2):  # the page's CSP forbids eval (wait_for_function): bypassed by the test only
+                tab = await browser.new_page(bypass_csp=True)
+                await tab.goto(f"{gateway.url}/studio?resource={TENANT_A}&agent=d15-support")
+                await tab.fill("#key", gateway.key_editor)
+                await tab.click("#editagent")
+                await tab.locator("#agentpanel:not([hidden])").wait_for(timeout=10_000)
+                tabs.append(tab)
+            first, second = tabs
+            await first.fill("#instructions", "from tab 1")
+            await first.click("#saveagent")
+            await first.wait_for_function("document.getElementById('editorstatus').textContent.startsWith('saved')",
+                                          timeout=10_000)
+            await second.fill("#instructions", "from tab 2")
+            await second.click("#saveagent")
+            await second.wait_for_function(
+                "document.getElementById('editorstatus').textContent.startsWith('save: version_conflict')",
+                timeout=10_000)
+            assert await second.is_visible("#reloadagent")
+            async with gateway.client(gateway.key_editor) as http:
+                assert (await _shown(http))["overrides"]["instructions"] == "from tab 1"  # nothing lost
+            await second.click("#reloadagent")
+            await second.wait_for_function("document.getElementById('instructions').value === 'from tab 1'",
+                                           timeout=10_000)
+            assert not await second.is_visible("#reloadagent")
+            await second.fill("#instructions", "from tab 2")
+            await second.click("#saveagent")
+            await second.wait_for_function("document.getElementById('editorstatus').textContent.startsWith('saved')",
+                                           timeout=10_000)
+        finally:
+            await browser.close()
+    async with gateway.client(gateway.key_editor) as http:
+        assert (await _shown(http))["overrides"]["instructions"] == "from tab 2"
