@@ -65,3 +65,23 @@ async def test_d15_first_saves_race_and_exactly_one_writes(cluster) -> None:
         assert await overrides_version(conns[0], f"ed-{uuid.uuid4().hex[:8]}") == 0
     finally:
         await asyncio.gather(*(c.close() for c in conns))
+
+
+async def test_d15_a_start_up_that_strips_overrides_moves_their_version(cluster) -> None:
+    """An editor holding the version from before a deploy locked a field must reload: the strip
+    at start-up is a new version; a start-up that strips nothing keeps it."""
+    agent_id = f"ed-{uuid.uuid4().hex[:8]}"
+    conn = await asyncpg.connect(cluster.dsn)
+    try:
+        await publish_agents(conn, [Agent(id=agent_id, instructions="code prompt", tools=[ADD])])
+        assert await write_overrides(conn, agent_id, EDITS, by="api_key", expected=0) == 1
+        await publish_agents(conn, [Agent(id=agent_id, instructions="code prompt", tools=[ADD])])
+        assert await overrides_version(conn, agent_id) == 1
+        await publish_agents(conn, [Agent(id=agent_id, instructions="code prompt", tools=[ADD],
+                                          editor={"instructions": False})])
+        shown = await read_editable(conn, agent_id)
+        assert shown is not None and shown["version"] == 2
+        assert shown["overrides"] == {"tools": {"add": {"description": "sum"}}}
+        assert await write_overrides(conn, agent_id, EDITS, by="api_key", expected=1) is None
+    finally:
+        await conn.close()
