@@ -16,7 +16,6 @@ from typing import TypeVar
 
 import orjson
 from pydantic import BaseModel, ValidationError
-from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.datastructures import Headers, QueryParams
 from starlette.middleware import Middleware
@@ -30,7 +29,7 @@ from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import api, editing
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
-from threadline.gateway.streaming import events, parse_event_id
+from threadline.gateway.streaming import EventStream, events, parse_event_id
 from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
@@ -397,8 +396,8 @@ async def events_(request: Request) -> Response:
                                               from_beginning=resume is not None or start == "beginning",
                                               from_time_ms=int(from_time_ms) if from_time_ms else None)
     log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
-    return EventSourceResponse(events(sub, resume=resume), ping=15, send_timeout=30,
-                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    return EventStream(events(sub, resume=resume), on_close=sub.unsubscribe, ping=15, send_timeout=30,
+                       headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 events_.__name__ = "events"

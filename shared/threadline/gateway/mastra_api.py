@@ -31,6 +31,7 @@ from threadline.gateway import mastra_tools as tools
 from threadline.gateway.app import ApiError, Gateway
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
+from threadline.gateway.streaming import ClosingStreamingResponse
 from threadline.logging import get_logger
 from threadline.store import queries
 
@@ -117,14 +118,21 @@ async def _chunks(output: Any, *, done: bool) -> AsyncIterator[bytes]:
         if done:
             yield shapes.DONE
     finally:
-        close = getattr(output, "unsubscribe", None)
-        if close is not None:
-            await close()
+        await _close(output)
 
 
-def _sse(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"})
+async def _close(output: Any) -> None:
+    close = getattr(output, "unsubscribe", None)
+    if close is not None:
+        await close()
+
+
+def _sse(output: Any, *, done: bool) -> StreamingResponse:
+    """``output``'s chunks as SSE; its subscription is closed when the response is over, also
+    when the caller left before the body started (decision 190)."""
+    return ClosingStreamingResponse(_chunks(output, done=done), on_close=lambda: _close(output),
+                                    media_type="text/event-stream",
+                                    headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"})
 
 
 @mastra_errors
@@ -156,7 +164,7 @@ async def stream(request: Request) -> Response:
                                                thread_id=target.thread_id, sent_at_ms=sent.sent_at_ms,
                                                hide_signals=split_caller_options(options)[1])
     log.info("mastra stream opened", thread_id=target.thread_id, run_id=reply.run_id)
-    return _sse(_chunks(output, done=True))
+    return _sse(output, done=True)
 
 
 async def _signal_target(request: Request, body: dict[str, Any]) -> tuple[str, str]:
@@ -247,7 +255,7 @@ async def subscribe(request: Request) -> Response:
     resource, thread = await _named_thread(request, body)
     sub = await gw(request).client.subscribe_to_thread(resource, thread)
     log.info("mastra subscription opened", thread_id=thread)
-    return _sse(_chunks(sub, done=False))
+    return _sse(sub, done=False)
 
 
 @mastra_errors

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed
+from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.app import HIDDEN_CODES, ApiError, Gateway
 from threadline.store import queries
@@ -22,14 +23,16 @@ from threadline.store import queries
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def json_response(data: object, status: int = 200) -> Response:
-    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json")
+def json_response(data: object, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps(data, default=str), status_code=status, media_type="application/json",
+                    headers=headers)
 
 
 def mastra_errors(handler: Handler) -> Handler:
     """Answer errors as Mastra's server does (``{error}``, and ``code``): 400 for a request
     Threadline cannot serve as asked, the ``/v1`` API's statuses otherwise (401, 403, 404, 422,
-    503 when Kafka cannot be reached, 504)."""
+    503 when Kafka cannot be reached, 504). At capacity (too many open streams) the answer is the
+    ``/v1`` API's: 503 ``at_capacity`` with ``Retry-After`` (decision 191)."""
 
     async def wrapped(request: Request) -> Response:
         try:
@@ -44,6 +47,9 @@ def mastra_errors(handler: Handler) -> Handler:
             if exc.code in HIDDEN_CODES:
                 return json_response(shapes.error_body("Thread not found", "not_found"), 404)
             return json_response(shapes.error_body(exc.reply.message, exc.code), 422)
+        except StreamsFullError as exc:  # before BrokerUnavailableError, which it is
+            return json_response(shapes.error_body(str(exc), "at_capacity"), 503,
+                                 {"Retry-After": str(exc.retry_after_s)})
         except BrokerUnavailableError:
             return json_response(shapes.error_body("Kafka cannot be reached", "broker_unavailable"), 503)
         except TimeoutError:

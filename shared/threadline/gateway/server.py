@@ -2,7 +2,11 @@
 ``THREADLINE_GATEWAY_PORT`` (and ``/metrics``, ``/healthz``, ``/readyz`` on
 ``THREADLINE_METRICS_PORT`` when set, like every service). It logs ``service started`` once it
 listens, connected to Kafka and PostgreSQL, and stops on SIGTERM within the bound of decision 44
-(open streams are closed after a 5 s grace)."""
+(open streams are closed after a 5 s grace).
+
+``/metrics`` adds ``threadline_gateway_open_streams`` (streams the fan-out reader serves now: each
+counts against the limit until its response is over, decision 190) and
+``threadline_gateway_max_streams`` (``THREADLINE_GATEWAY_MAX_STREAMS``)."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import asyncio
 from typing import Any
 
 import uvicorn
+from prometheus_client import Gauge
 
 from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
@@ -20,6 +25,7 @@ from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
 from threadline.ops import tracing
+from threadline.ops.metrics import REGISTRY
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -40,6 +46,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     # one fan-out reader for every stream the gateway serves: a constant number of Kafka consumers
     transport = KafkaTransport(settings, fanout=True, max_streams=settings.gateway_max_streams)
     gateway = Gateway(ThreadlineClient(transport=transport), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
+    _stream_gauges(transport, settings.gateway_max_streams)
 
     async def start() -> None:
         await db.start()
@@ -82,6 +89,21 @@ async def serve(settings: Settings) -> None:
     if ops is not None:
         await ops.stop()
     log.info("service stopped", service=NAME)
+
+
+def _stream_gauges(transport: KafkaTransport, max_streams: int) -> None:
+    """Register the open-streams and stream-limit gauges (the first gateway built in a process)."""
+    fanout = transport.fanout
+    if fanout is None:
+        return
+    try:
+        open_ = Gauge("threadline_gateway_open_streams", "SSE streams this gateway serves now (each holds a "
+                      "fan-out stream until its response is over).", registry=REGISTRY)
+    except ValueError:  # registered already: a second gateway built in one process (tests)
+        return
+    open_.set_function(lambda: fanout.open_streams)
+    Gauge("threadline_gateway_max_streams", "THREADLINE_GATEWAY_MAX_STREAMS: streams at most; beyond, 503 at_capacity.",
+          registry=REGISTRY).set(max_streams)
 
 
 def _auth_mode(gateway: Gateway) -> str:

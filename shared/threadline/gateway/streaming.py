@@ -10,20 +10,33 @@ A resumed stream reads the topic again from its start and sends only what lies a
 offset: the filter then knows every run's last ``seq`` and every dead attempt, exactly as the
 connection that dropped knew them, so the resumed stream continues it without a duplicate, a
 gap, or a zombie chunk of a dead attempt (decision 52).
+
+A stream's subscription is closed when its response is over, however it ended
+(:class:`EventStream`, :class:`ClosingStreamingResponse`): not only by the body generator's
+``finally``, which never runs when the browser left before the body started (decision 190).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
+import anyio
 import orjson
+from sse_starlette import EventSourceResponse
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
 
 from threadline.client.transport import Subscription
 from threadline.events.chunk_types import ChunkBody
 
 RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
+CLOSE_BOUND_S = 5.0
+"""How long (s) closing a served stream's subscription may take, shielded from cancellation."""
+
+Close = Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True)
@@ -67,3 +80,41 @@ async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator
             yield {"id": event_id(offset, chunk), "data": orjson.dumps(chunk).decode()}
     finally:
         await sub.unsubscribe()
+
+
+async def served(response: Awaitable[None], close: Close) -> None:
+    """Await ``response`` (an ASGI response being served), then ``close`` however it ended
+    (normally, an error, a cancellation), shielded and bounded by :data:`CLOSE_BOUND_S`."""
+    try:
+        await response
+    finally:
+        with anyio.move_on_after(CLOSE_BOUND_S, shield=True):
+            await close()
+
+
+class EventStream(EventSourceResponse):
+    """An ``EventSourceResponse`` that awaits ``on_close`` once it is over, however it ended.
+
+    A body generator's own ``finally`` is not enough: when the browser leaves before
+    sse-starlette starts the body, or for a ``HEAD`` request (headers only), the generator never
+    runs, so what the handler opened for it (a subscription, a fan-out stream counted against
+    ``THREADLINE_GATEWAY_MAX_STREAMS``) would stay open for good (decision 190). ``on_close``
+    must be idempotent (the generator may have closed it already)."""
+
+    def __init__(self, content: AsyncIterator[Any], *, on_close: Close, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await served(super().__call__(scope, receive, send), self._on_close)
+
+
+class ClosingStreamingResponse(StreamingResponse):
+    """A ``StreamingResponse`` that awaits ``on_close`` once it is over, as :class:`EventStream`."""
+
+    def __init__(self, content: AsyncIterator[Any], *, on_close: Close, **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self._on_close = on_close
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await served(super().__call__(scope, receive, send), self._on_close)
