@@ -53,3 +53,28 @@ async def test_d07_a_aborted_waits_give_their_places_back(services, settings, mo
     assert sum(f"go {tag} {threads.index(t)}." in seen for t in aborted) <= 3
     # the late run did not wait for the aborted runs' places
     assert took <= 3.0, f"the late run took {took:.2f} s (its place counted the aborted runs' places)"
+
+
+async def test_d07_c_an_abort_ends_a_retry_after_sleep(services, settings, model):
+    """(c), scaled to the e2e cluster's 5 s longest wait: a run sleeping in the model layer's
+    ``Retry-After`` backoff ends ``finish {abort}`` at once, and its retry never goes out."""
+    abortable = "threadline-abortable"
+    model.queue([ms.rate_limit(retry_after=4), ms.text("never")], model=abortable)
+    thread = f"th-d07c-{uuid.uuid4().hex[:6]}"
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread("res-1", thread)
+        collected = asyncio.create_task(collect_run(sub, timeout_s=30))
+        await tl.stream("go", agent_id="abortable", resource_id="res-1", thread_id=thread)
+        deadline = time.monotonic() + 30
+        while not model.requests(model=abortable) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the 429 is answered; the run sleeps before its retry
+        aborted_at = time.monotonic()
+        assert await tl.abort(resource_id="res-1", thread_id=thread) is True
+        chunks = await collected
+        ended = time.monotonic() - aborted_at
+        await sub.unsubscribe()
+    assert content(chunks)[-1] == ("finish", "abort")
+    assert ended <= 2.0, ended
+    await asyncio.sleep(max(0.0, 4.6 - (time.monotonic() - aborted_at)))  # past the retry's due time
+    assert len(model.requests(model=abortable)) == 1  # FM never saw the retry
