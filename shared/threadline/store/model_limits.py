@@ -5,7 +5,9 @@ buckets in PostgreSQL (table ``model_rate_buckets``), shared by every processor-
 One statement per take: the bucket is refilled for the time since it was last touched (up to
 its capacity), the cost is taken — the level may go below zero, which reserves the caller's
 place — and the caller waits ``-level / rate`` seconds, outside any connection, before it calls
-the provider. Callers are served in the order they took, at the configured rate.
+the provider. Callers are served in the order they took, at the configured rate. A caller whose
+wait ends without a call (its step cancelled: an abort, a hand-back, a failed take) gives its
+place back, so later callers do not wait for requests that never happen (decision 197).
 """
 
 from __future__ import annotations
@@ -26,6 +28,13 @@ ON CONFLICT (key) DO UPDATE SET
             - $4::float8,
     at = clock_timestamp()
 RETURNING level
+"""
+
+_GIVE_BACK = """
+UPDATE model_rate_buckets AS b SET
+    level = least($2::float8, b.level + extract(epoch FROM clock_timestamp() - b.at)::float8 * $3::float8 + $4::float8),
+    at = clock_timestamp()
+WHERE key = $1::text
 """
 
 
@@ -81,27 +90,53 @@ class PgModelLimiter:
         """``model`` has a limit."""
         return model in self._limits
 
+    def _capacity(self, rate: float, cost: float) -> float:
+        return max(cost, 1.0, rate * self._burst_s)
+
     async def _take(self, key: str, per_minute: float, cost: float) -> float:
         rate = per_minute / 60.0
-        capacity = max(cost, 1.0, rate * self._burst_s)
         async with self._db.connection() as conn:
-            level = await conn.fetchval(_TAKE, key, capacity, rate, cost)
+            level = await conn.fetchval(_TAKE, key, self._capacity(rate, cost), rate, cost)
         return max(0.0, -float(level) / rate)
+
+    async def _give_back(self, taken: list[tuple[str, float, float]]) -> None:
+        """Return places taken by a call that will not happen: ``(key, per_minute, cost)`` each."""
+        async with self._db.connection() as conn:
+            for key, per_minute, cost in taken:
+                rate = per_minute / 60.0
+                await conn.execute(_GIVE_BACK, key, self._capacity(rate, cost), rate, cost)
 
     async def acquire(self, model: str, tokens: int) -> float:
         """Take one request and ``tokens`` (the prompt's estimate) of ``model``'s buckets and wait
-        until they are due; returns the seconds waited (0 for a model without limits)."""
+        until they are due; returns the seconds waited (0 for a model without limits).
+
+        Raises:
+            asyncio.CancelledError: the caller was cancelled while it waited; its places are
+                given back first (so is any error of a take, after the places already taken).
+        """
         limit = self._limits.get(model)
         if limit is None:
             return 0.0
         wait = 0.0
-        if limit.rpm:
-            wait = await self._take(f"{model}|rpm", limit.rpm, 1.0)
-        if limit.tpm and tokens > 0:
-            wait = max(wait, await self._take(f"{model}|tpm", limit.tpm, float(tokens)))
-        if wait > 0:
-            log.info("model rate limit: waiting", model=model, wait_s=round(wait, 3))
-            await self._sleep(wait)
+        taken: list[tuple[str, float, float]] = []
+        try:
+            if limit.rpm:
+                wait = await self._take(f"{model}|rpm", limit.rpm, 1.0)
+                taken.append((f"{model}|rpm", limit.rpm, 1.0))
+            if limit.tpm and tokens > 0:
+                wait = max(wait, await self._take(f"{model}|tpm", limit.tpm, float(tokens)))
+                taken.append((f"{model}|tpm", limit.tpm, float(tokens)))
+            if wait > 0:
+                log.info("model rate limit: waiting", model=model, wait_s=round(wait, 3))
+                await self._sleep(wait)
+        except BaseException:
+            if taken:
+                try:  # shielded: a second cancellation does not keep the places
+                    await asyncio.shield(self._give_back(taken))
+                    log.info("model rate limit: places given back", model=model, places=len(taken))
+                except Exception as exc:  # noqa: BLE001 - the places stay taken; the caller's own end is what it raises
+                    log.warning("model rate limit: places not given back", model=model, error=str(exc))
+            raise
         return wait
 
     async def settle(self, model: str, output_tokens: int | None) -> None:

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from starlette.applications import Starlette
@@ -361,3 +362,43 @@ def rate_limited(store: ScriptStore, model: str | None, request: Request, body: 
     store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
                           "scripted": False, "limited": True, "headers": {}, "body": {}, "time": time.time()})
     return JSONResponse(_error_body(429, None), 429, {"retry-after": "1"})
+
+
+_AT_DATE = re.compile(r"@date([+-]\d+(?:\.\d+)?)?")
+
+
+def answer_headers(script_headers: Mapping[str, object], now: float) -> dict[str, str]:
+    """A script's ``headers`` as sent: a value ``@date`` / ``@date+4`` / ``@date-30`` becomes the
+    HTTP-date of the FM's clock ``now`` (Unix seconds) plus that many seconds (a ``Retry-After``
+    date relative to the answer); any other value is sent as it is. A script's ``date`` replaces
+    the FM's own ``Date`` header (:class:`DateHeader`)."""
+    out: dict[str, str] = {}
+    for name, value in script_headers.items():
+        text = str(value)
+        if (m := _AT_DATE.fullmatch(text)) is not None:
+            text = formatdate(now + float(m.group(1) or 0), usegmt=True)
+        out[str(name)] = text
+    return out
+
+
+class DateHeader:
+    """ASGI middleware: every answer carries one ``Date`` (the FM's clock), unless the route set
+    its own (uvicorn's default ``Date`` is turned off, so a scripted ``Date`` is not doubled)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def with_date(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"date" for k, _ in headers):
+                    headers.append((b"date", formatdate(time.time(), usegmt=True).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, with_date)

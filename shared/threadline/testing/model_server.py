@@ -67,6 +67,7 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -76,6 +77,7 @@ from threadline.testing.fake_replies import (
     _BATCH,
     _DONE,
     _REDACTED,
+    DateHeader,
     InjectedDisconnect,
     ScriptStore,
     _completion,
@@ -85,6 +87,7 @@ from threadline.testing.fake_replies import (
     _plan,
     _QuietInjected,
     _sse_events,
+    answer_headers,
     cut_utf8,
     json_object,
     rate_limited,
@@ -191,7 +194,7 @@ async def chat_completions(request: Request) -> Response:
     store.journal.append(entry)
     log.debug("chat completion model=%s stream=%s scripted=%s", model, bool(body.get("stream")), script is not None)
     script = script or {}
-    out_headers = {str(k): str(v) for k, v in script.get("headers", {}).items()}
+    out_headers = answer_headers(script.get("headers", {}), time.time())
     if script.get("delay") and not await _pause(app, script["delay"], request):
         _closed(entry, "client")
         return Response(status_code=499)
@@ -321,7 +324,7 @@ def create_app() -> Starlette:
         Route("/_fake/reset", reset, methods=["POST"]),
         Route("/_fake/health", health, methods=["GET"]),
         Route("/_fake/pairing", pairing.pairing_endpoint, methods=["GET", "POST"]),
-    ])
+    ], middleware=[Middleware(DateHeader)])
     app.state.store = ScriptStore()
     app.state.pairing = pairing.PairingLog()
     app.state.stopping = lambda: False
@@ -334,7 +337,7 @@ def create_app() -> Starlette:
 def _make_server(host: str, port: int, log_level: str = "warning") -> uvicorn.Server:
     app = create_app()
     config = uvicorn.Config(app, host=host, port=port, log_level=log_level, access_log=False,
-                            lifespan="off", ws="none", timeout_graceful_shutdown=1,
+                            lifespan="off", ws="none", timeout_graceful_shutdown=1, date_header=False,
                             # longer than clients keep idle connections: a reused connection that
                             # the server closes at the same moment fails as "Connection error"
                             timeout_keep_alive=120)

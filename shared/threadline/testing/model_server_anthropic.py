@@ -146,7 +146,7 @@ async def messages(request: Request) -> Response:
     store.journal.append({"model": model, "path": request.url.path, "stream": bool(body.get("stream")),
                           "scripted": script is not None, "headers": headers, "body": body, "time": time.time()})
     script = script or {}
-    out_headers = {str(k): str(v) for k, v in script.get("headers", {}).items()}
+    out_headers = base.answer_headers(script.get("headers", {}), time.time())
     if script.get("delay") and not await base._pause(app, script["delay"], request):
         return Response(status_code=499)
     status = script.get("status", 500 if "error" in script and "fail" not in script else 200)

@@ -37,6 +37,7 @@ from threadline.runtime.model import provider_options as provider_opts  # noqa: 
 from threadline.runtime.model._litellm_private import no_open_cost_estimate  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model.model_outcome import ModelOutcome  # noqa: E402 - after litellm is configured above
 from threadline.runtime.model.provider_error import bare_message, provider_error  # noqa: E402 - after litellm is configured above
+from threadline.runtime.model.retry_after import retry_after_s  # noqa: E402 - after litellm is configured above
 
 ERROR_KINDS = ("context_length_exceeded", "rate_limit", "bad_request", "service_unavailable",
                "timeout", "authentication", "not_found", "server_error", "connection", "structured_output",
@@ -145,19 +146,9 @@ def _by_status(status: int, message: str, retry_after: float | None) -> ModelCal
 
 
 def _retry_after(exc: BaseException) -> float | None:
-    response = getattr(exc, "response", None)
-    headers = getattr(response, "headers", None)
-    if not headers:
-        return None
-    for name in ("retry-after", "Retry-After"):
-        value = headers.get(name)
-        if value:
-            try:
-                return float(value)
-            except ValueError:
-                return None
-    ms = headers.get("retry-after-ms")
-    return float(ms) / 1000 if ms else None
+    """The wait the error answer's headers ask for (:func:`retry_after_s`); ``None``: none."""
+    headers = getattr(getattr(exc, "response", None), "headers", None)
+    return retry_after_s(headers) if isinstance(headers, Mapping) else None
 
 
 def call_kwargs(model: str, *, api_base: str | None, timeout_s: float, api_key: str | None = None,

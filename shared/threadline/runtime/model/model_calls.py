@@ -58,7 +58,8 @@ class RetryPolicy:
 
     The n-th retry (0-based) waits ``initial_s * factor**n`` scaled by a random factor in
     ``[0.5, 1.0]`` (jitter), capped at ``max_wait_s``; a provider's ``Retry-After`` replaces the
-    backoff (plus up to 10 % jitter), also capped at ``max_wait_s``.
+    backoff (plus up to 10 % jitter), also capped at ``max_wait_s``. A ``Retry-After`` beyond
+    ``max_wait_s`` is not waited for at all (:meth:`refuses`, decision 196).
     """
 
     initial_s: float = 2.0
@@ -72,6 +73,11 @@ class RetryPolicy:
             return min(retry_after_s * (1 + 0.1 * r.random()), self.max_wait_s)
         base = self.initial_s * self.factor ** retry
         return min(base * (0.5 + 0.5 * r.random()), self.max_wait_s)
+
+    def refuses(self, retry_after_s: float | None) -> bool:
+        """The provider asked for a wait longer than ``max_wait_s`` (seconds): a retry after the
+        capped wait would only be refused again, so the model is exhausted at once."""
+        return retry_after_s is not None and retry_after_s > self.max_wait_s
 
 
 def fallback_list(model: object, default: str, request_context: Mapping[str, object] | None = None) -> list[ModelChoice]:
@@ -273,7 +279,7 @@ class ModelCaller:
                     if yielded:
                         exc.streamed = True
                         raise
-                    if not exc.retryable or retry >= retries:
+                    if not exc.retryable or retry >= retries or self._policy.refuses(exc.retry_after_s):
                         if not self.has_next():
                             raise
                         log.warning("model exhausted; next fallback model", model=choice.model,
