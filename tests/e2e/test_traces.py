@@ -11,28 +11,20 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.e2e.helpers import SERVICE_NAMES, collect_run, own_services
 from tests.e2e.records import read_records
 from threadline.client import ThreadlineClient
-from threadline.ops import tracing
 from threadline.testing import model_script as ms
+from threadline.testing.spans import captured_spans
 from threadline.topics import Topics
 
 
 @pytest.fixture
 def client_spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
     """Tracing on in this process (the client) with an in-memory exporter, for this test only."""
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("threadline"))
-    monkeypatch.setattr(tracing, "_enabled", True)
-    yield exporter
-    provider.shutdown()
+    yield from captured_spans(monkeypatch)
 
 
 def _file_spans(paths: list[Path]) -> list[dict]:

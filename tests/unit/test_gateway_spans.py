@@ -7,8 +7,6 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 from starlette.testclient import TestClient
@@ -16,21 +14,15 @@ from starlette.testclient import TestClient
 from threadline.client.client import BrokerUnavailableError
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import AuthConfig
-from threadline.ops import tracing
 from threadline.store import queries
+from threadline.testing.spans import captured_spans
 
 TRACE, PARENT = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
 
 
 @pytest.fixture
 def spans(monkeypatch: pytest.MonkeyPatch) -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    monkeypatch.setattr(tracing, "_tracer", provider.get_tracer("threadline"))
-    monkeypatch.setattr(tracing, "_enabled", True)
-    yield exporter
-    provider.shutdown()
+    yield from captured_spans(monkeypatch)
 
 
 class _Unreachable:
