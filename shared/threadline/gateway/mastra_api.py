@@ -13,7 +13,6 @@ until the caller leaves). Errors are Mastra's ``{error: <message>}`` with Thread
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -50,29 +49,15 @@ async def _agent_known(request: Request) -> str:
 
 
 # --- agents: details ----------------------------------------------------------------------------
-_facts: dict[str, shapes.CodeFacts | None] = {}
-
-
 async def code_facts(gateway: Gateway) -> dict[str, shapes.CodeFacts]:
     """Each agent's :class:`CodeFacts` from the agents module the gateway is configured with
-    (``THREADLINE_AGENTS_MODULE``), imported once per process; ``{}`` when it cannot be imported
-    (then tool schemas and the model are left out of the details)."""
-    name = getattr(gateway.client.transport, "agents_module", None)
-    if not name:
-        return {}
-    if name not in _facts:
-        from threadline.runtime.registry import load_agents
-
-        try:
-            agents = await asyncio.to_thread(load_agents, name)
-        except Exception as exc:  # noqa: BLE001 - any import failure only hides the code's facts
-            log.warning("agents module not importable: tool schemas and models left out", error=str(exc)[:200])
-            agents = {}
-        for agent_id, agent in agents.items():
-            _facts[f"{name}:{agent_id}"] = shapes.CodeFacts(
-                {t.id: t.parameters() for t in agent.tools.values()}, agent.model if isinstance(agent.model, str) else None)
-        _facts[name] = None
-    return {k.partition(":")[2]: v for k, v in _facts.items() if v is not None and k.startswith(f"{name}:")}
+    (``THREADLINE_AGENTS_MODULE``, imported once per process by :func:`mastra_tools.code_agents`);
+    ``{}`` when none is configured or it cannot be imported (then tool schemas and the model are
+    left out of the details)."""
+    agents = await tools.code_agents(gateway) or {}
+    return {agent_id: shapes.CodeFacts({t.id: t.parameters() for t in agent.tools.values()},
+                                       agent.model if isinstance(agent.model, str) else None)
+            for agent_id, agent in agents.items()}
 
 
 async def _details(gateway: Gateway, agent_id: str, facts: dict[str, shapes.CodeFacts]) -> dict[str, Any] | None:
