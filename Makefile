@@ -213,5 +213,6 @@ ifeq ($(THREADLINE_DOCKER),1)
 else
 	@$(MAKE) down
 	@bash $(NATIVE)/postgres.sh destroy
+	@bash $(ROOT)/tests/run-suite.sh --destroy-serial-cluster
 endif
 	rm -rf $(ROOT)/.run

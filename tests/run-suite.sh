@@ -11,6 +11,7 @@
 #
 # Usage: tests/run-suite.sh PYTHON WORKERS [pytest args...]
 #        tests/run-suite.sh --stop-serial-cluster      (make infra-down)
+#        tests/run-suite.sh --destroy-serial-cluster   (make clean: stop it and delete its data)
 # Exit: 0 when both parts pass (a part that collected nothing counts as passed when the other
 # passed); else the first failing part's pytest exit code.
 set -uo pipefail
@@ -35,6 +36,11 @@ stop_serial_cluster() {
 
 if [[ "${1:-}" == "--stop-serial-cluster" ]]; then
   stop_serial_cluster
+  exit 0
+fi
+if [[ "${1:-}" == "--destroy-serial-cluster" ]]; then  # make clean: its PostgreSQL data under /var/tmp too
+  stop_serial_cluster
+  env "${serial_env[@]}" bash deploy/native/postgres.sh destroy >/dev/null 2>&1 || true
   exit 0
 fi
 PY="$1"; WORKERS="$2"; shift 2
