@@ -195,7 +195,8 @@ async def messages_while_running(tl: ThreadlineClient, sub: Subscription, model:
     out(f"> queue_message: {queued!r}")
     queued_ok = await (await tl.queue_message(queued, agent_id=AGENT, resource_id=resource,
                                                thread_id=thread)).accepted
-    out(f"  accepted: action={queued_ok.action} run_id={queued_ok.run_id} (the next turn)\n")
+    # Mastra's queueMessage answers ``deliver`` too: delivered to the run that will start next
+    out(f"  accepted: action={queued_ok.action} run_id={queued_ok.run_id} (a run of its own, the next turn)\n")
     await live
     if delivered.run_id != accepted.run_id or queued_ok.run_id == accepted.run_id:
         out("unexpected routing of the live messages")
