@@ -12,10 +12,11 @@ opt-in: ``THREADLINE_TEST_BROKERS=1`` (else skipped; ``make test`` does not pay 
 
 It is marked ``serial``: it kills brokers and loads the machine, so it runs alone.
 
-Each wave of runs meets one fault, 1.5 s after its runs were sent: ``kill -9`` of the leader of a
-thread's chunk topic, of the leader of the step-task partition a thread's steps go to, of the
-active controller, then a rolling restart (SIGTERM and start, node by node). A killed node is
-started again before the next wave, so two of three replicas are always in sync.
+Each wave of runs meets one fault, 1.5 s after its runs were sent (the first wave none: the
+baseline): ``kill -9`` of the leader of a thread's chunk topic, of the leader of the step-task
+partition a thread's steps go to, of the active controller, then a rolling restart (SIGTERM and
+start, node by node, one per wave). A killed node is started again before the next wave, so two
+of three replicas are always in sync.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import logging
 import os
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +125,7 @@ def replicated(brokers: KafkaCluster, cluster: Any, model_server: RunningServer,
         asyncio.run(drop_database(cluster.admin_dsn, dbname))
 
 
-async def _describe(bootstrap: str, prefix: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str]]:
+async def _describe(bootstrap: str, prefix: str) -> tuple[dict[str, list[dict[str, Any]]], dict[str, str | None]]:
     """Every topic of ``prefix`` and the consumer-offsets topic: their partitions (described), and
     the ``min.insync.replicas`` of each topic of ``prefix``."""
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -172,6 +174,9 @@ async def _fault(r: Replicated, wave: Wave, topics: Topics) -> None:
         node = await partition_leader(kafka.bootstrap, topics.step_tasks, part)
     elif wave.fault == "controller":
         node = kafka.active_controller() or 1
+    elif wave.fault == "none":  # the baseline: what a wave's runs take with no fault
+        await asyncio.sleep(3.0)
+        return
     else:  # "restart-N": one step of a rolling restart, a controlled shutdown
         node = int(wave.fault.split("-")[1])
         t0 = time.monotonic()
@@ -207,12 +212,19 @@ async def _send_wave(r: Replicated, model: ModelScript, wave: Wave, topics: Topi
     async with ThreadlineClient(r.settings) as tl:
         sent = await asyncio.gather(*(tl.stream(f"do effect {i}", agent_id="chaos", resource_id=RESOURCE,
                                                 thread_id=th) for i, th in enumerate(wave.threads)))
-        wave.run_ids = [(await s.accepted).run_id for s in sent]
+        accepted = [await s.accepted for s in sent]
+    wave.run_ids = [str(a.run_id) for a in accepted if a.run_id]
+    assert len(wave.run_ids) == len(wave.threads), accepted
 
 
 _NOT_DONE = """
 SELECT r.run_id, r.status, r.step, r.attempt FROM runs r LEFT JOIN thread_leases l ON l.thread_id = r.thread_id
 WHERE r.run_id = ANY($1::text[]) AND (r.status = 'running' OR l.run_id = r.run_id) ORDER BY r.run_id
+"""
+
+
+_TOOK = """
+SELECT extract(epoch FROM finished_at - created_at)::float8 AS s FROM runs WHERE run_id = ANY($1::text[])
 """
 
 
@@ -234,7 +246,7 @@ async def test_runs_survive_leader_controller_kills_and_a_rolling_restart(replic
                          "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
     topics = Topics(r.settings.topic_prefix)
     tag = uuid.uuid4().hex[:6]
-    faults = ["chunk-leader", "work-leader", "controller", *(f"restart-{n}" for n in r.brokers.nodes)]
+    faults = ["none", "chunk-leader", "work-leader", "controller", *(f"restart-{n}" for n in r.brokers.nodes)]
     waves = [Wave(f, [f"th-brk-{tag}-{w}-{i}" for i in range(RUNS_PER_WAVE)]) for w, f in enumerate(faults)]
     t0 = time.monotonic()
     try:
@@ -266,7 +278,13 @@ async def test_runs_survive_leader_controller_kills_and_a_rolling_restart(replic
                      effects=effects, killed_pids=set())
     recoveries = await rows(r.dsn, "SELECT run_id, step, reason FROM run_recoveries WHERE run_id = ANY($1::text[])",
                             run_ids)
-    print(f"  figures: {fig.as_dict()}; sweeper recoveries: {len(recoveries)}")
+    twice = Counter((c.get("runId"), c.get("seq")) for c in replay)
+    repeated = sorted({(c.get("type"), c.get("runId"), c.get("seq")) for c in replay
+                       if twice[(c.get("runId"), c.get("seq"))] > 1}, key=str)
+    print(f"  figures: {fig.as_dict()}; sweeper recoveries: {len(recoveries)}; on a topic twice: {repeated}")
+    for wave in waves:  # what each fault cost the runs it struck
+        took = [row["s"] for row in await rows(r.dsn, _TOOK, wave.run_ids)]
+        print(f"  {wave.fault:13s} runs took {min(took):5.1f}-{max(took):5.1f} s (median {sorted(took)[len(took) // 2]:.1f})")
     assert fig.ok, fig.problems[:20]
     assert all(wave.in_flight for wave in waves), [(w.fault, w.in_flight) for w in waves]  # every fault struck mid-run
     assert fig.chunks_checked > len(run_ids) * 10
