@@ -2,7 +2,7 @@
 # Apache Kafka in KRaft mode, run natively with `java`: one node (broker + controller), or with
 # KAFKA_BROKERS=N a cluster of N such combined nodes (a controller quorum of N).
 #
-#   deploy/native/kafka.sh install|start|stop|status|restart [NODE]
+#   deploy/native/kafka.sh install|start|stop|status|restart|config [NODE] | bootstrap
 #
 # install  resolves the broker jars and their runtime dependencies from Maven
 #          Central (deploy/native/kafka/pom.xml) into a cache shared by every
@@ -10,6 +10,8 @@
 # start    install, format the KRaft storage once, start the broker in the
 #          background and wait until it answers a metadata request
 # stop     SIGTERM, then SIGKILL after $KAFKA_STOP_TIMEOUT seconds (every node that runs)
+# config   write the nodes' server.properties (as start does) and print their paths
+# bootstrap  print every node's host:port, comma-separated
 # Every command is idempotent. NODE (1..N) limits start, stop and restart to one node of a cluster
 # (a rolling restart is `restart 1`, `restart 2`, ...); `start` alone starts every node not running.
 #
@@ -401,5 +403,6 @@ case "${1:-}" in
   restart) if [[ -n "${2:-}" ]]; then stop "${nodes[@]}"; else stop; fi; start "${nodes[@]}" ;;
   status) status ;;
   bootstrap) bootstrap; echo ;;
-  *) echo "usage: $0 install|start|stop|restart|status [NODE] | bootstrap" >&2; exit 2 ;;
+  config) for n in "${nodes[@]}"; do use_node "$n"; write_config; echo "$CONFIG"; done ;;
+  *) echo "usage: $0 install|start|stop|restart|status|config [NODE] | bootstrap" >&2; exit 2 ;;
 esac
