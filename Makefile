@@ -29,6 +29,15 @@ export N_INGRESS N_ORCHESTRATORS N_WORKERS N_SCHEDULERS N_GATEWAYS
 export THREADLINE_KAFKA_PORT      ?= 19092
 export THREADLINE_PG_PORT         ?= 15432
 export THREADLINE_MODEL_PORT      ?= 18080
+# KAFKA_BROKERS=3: three Kafka nodes (natively; deploy/native/kafka.sh), each its own ports (+10 per
+# node); the services get all of them as bootstrap and create every topic with 3 replicas
+# (min.insync.replicas 2). Unset or 1: the single node.
+KAFKA_BROKERS ?= 1
+export KAFKA_BROKERS
+ifneq ($(KAFKA_BROKERS),1)
+export THREADLINE_KAFKA_BOOTSTRAP ?= $(shell KAFKA_BROKERS=$(KAFKA_BROKERS) THREADLINE_KAFKA_PORT=$(THREADLINE_KAFKA_PORT) bash $(NATIVE)/kafka.sh bootstrap)
+export THREADLINE_REPLICATION_FACTOR ?= $(shell echo $$(( $(KAFKA_BROKERS) < 3 ? $(KAFKA_BROKERS) : 3 )))
+endif
 export THREADLINE_KAFKA_BOOTSTRAP ?= 127.0.0.1:$(THREADLINE_KAFKA_PORT)
 export THREADLINE_PG_DSN          ?= postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT)/threadline
 export THREADLINE_MODEL_API_BASE  ?= http://127.0.0.1:$(THREADLINE_MODEL_PORT)/v1
@@ -41,6 +50,8 @@ endif
 COMPOSE := docker compose -f $(ROOT)/compose.yaml
 # seconds `make up` (Docker) waits for every container to be healthy (compose healthchecks)
 WAIT_TIMEOUT ?= 300
+# compose.yaml has one broker: several are the native cluster's
+ONE_BROKER := [[ "$(KAFKA_BROKERS)" == 1 ]] || { echo "KAFKA_BROKERS=$(KAFKA_BROKERS): several brokers run natively only (THREADLINE_DOCKER=0)" >&2; exit 2; }
 SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATORS) \
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
            --scale gateway=$(N_GATEWAYS)
@@ -63,8 +74,9 @@ install: ## Python deps into .venv, byte-compiled (uv sync --frozen --compile-by
 	cd $(ROOT) && $$uv sync --frozen --quiet --compile-bytecode
 	@bash $(NATIVE)/chromium.sh install
 
-infra-up: ## start Kafka and PostgreSQL (no-op when running)
+infra-up: ## start Kafka and PostgreSQL (no-op when running); KAFKA_BROKERS=3: a three-node Kafka cluster
 ifeq ($(THREADLINE_DOCKER),1)
+	@$(ONE_BROKER)
 	$(COMPOSE) up -d --wait kafka postgres
 else
 	@bash $(NATIVE)/kafka.sh start
@@ -87,8 +99,9 @@ migrate: ## apply the database migrations (the expand ones, as every service sta
 migrate-contract: ## also apply the contract migrations: once no process of the previous release runs (decision 113)
 	cd $(ROOT) && $(PY) -m threadline.cli migrate --contract
 
-up: ## install + infra-up + migrate + start the services (N_WORKERS=3 ...); Docker: waits until all are healthy
+up: ## install + infra-up + migrate + start the services (N_WORKERS=3, KAFKA_BROKERS=3 ...); Docker: waits until all are healthy
 ifeq ($(THREADLINE_DOCKER),1)
+	@$(ONE_BROKER)
 	$(COMPOSE) up -d --build --wait --wait-timeout $(WAIT_TIMEOUT) $(SCALE)
 else
 	@$(MAKE) install

@@ -1,25 +1,37 @@
 #!/usr/bin/env bash
-# Apache Kafka, single node KRaft (broker + controller), run natively with `java`.
+# Apache Kafka in KRaft mode, run natively with `java`: one node (broker + controller), or with
+# KAFKA_BROKERS=N a cluster of N such combined nodes (a controller quorum of N).
 #
-#   deploy/native/kafka.sh install|start|stop|status|restart
+#   deploy/native/kafka.sh install|start|stop|status|restart|config [NODE] | bootstrap
 #
 # install  resolves the broker jars and their runtime dependencies from Maven
 #          Central (deploy/native/kafka/pom.xml) into a cache shared by every
 #          clone: ${XDG_CACHE_HOME:-~/.cache}/threadline/kafka-<version>/libs
 # start    install, format the KRaft storage once, start the broker in the
 #          background and wait until it answers a metadata request
-# stop     SIGTERM, then SIGKILL after $KAFKA_STOP_TIMEOUT seconds
-# Every command is idempotent.
+# stop     SIGTERM, then SIGKILL after $KAFKA_STOP_TIMEOUT seconds (every node that runs)
+# config   write the nodes' server.properties (as start does) and print their paths
+# bootstrap  print every node's host:port, comma-separated
+# Every command is idempotent. NODE (1..N) limits start, stop and restart to one node of a cluster
+# (a rolling restart is `restart 1`, `restart 2`, ...); `start` alone starts every node not running.
+#
+# KAFKA_BROKERS=N (N > 1): node i is node.id i and listens on THREADLINE_KAFKA_PORT + 10 (i - 1)
+# (its controller and SASL ports likewise), with its own config and data in .run/kafka/node-i/,
+# pid file .run/kafka-i.pid and log .run/logs/kafka-i.log; the voters are all N nodes. Topics get
+# replication factor min(N, 3) by default, min.insync.replicas 2 from 3 replicas (else 1), and
+# unclean leader election stays off; the internal topics (consumer offsets, transactions, share
+# state) likewise. Heap per node: -Xmx512m unless KAFKA_HEAP_OPTS says otherwise.
+# KAFKA_BROKERS unset or 1: the single node of .run/kafka/ (the paths without the node number).
 #
 # A second listener, SASL_SSL on THREADLINE_KAFKA_SASL_PORT (the plaintext port + 2), takes
 # SASL PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512 as user `threadline` / password `threadline-secret`
 # over TLS, with a certificate authority and a broker certificate for 127.0.0.1 made with
 # openssl at the first start (.run/kafka/tls/ca.pem is the CA a client trusts).
 #
-# Env: THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
+# Env: KAFKA_BROKERS (1), THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
 #      THREADLINE_KAFKA_CONTROLLER_PORT (port + 1), THREADLINE_KAFKA_SASL_PORT (port + 2),
 #      THREADLINE_KAFKA_QUORUM_LINGER_MS (1: controller.quorum.append.linger.ms),
-#      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m),
+#      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m; a cluster's nodes: -Xmx512m -Xms128m),
 #      KAFKA_START_TIMEOUT (90), KAFKA_STOP_TIMEOUT (30)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -28,12 +40,18 @@ KAFKA_VERSION="${THREADLINE_KAFKA_VERSION:-4.4.0}"
 KAFKA_MAIN=kafka.Kafka                 # the KRaft server (core module, Scala)
 KAFKA_STORAGE_TOOL=kafka.tools.StorageTool
 HOST=127.0.0.1
-PORT="${THREADLINE_KAFKA_PORT:-19092}"
-CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-$((PORT + 1))}"  # one variable moves all three
-SASL_PORT="${THREADLINE_KAFKA_SASL_PORT:-$((PORT + 2))}"
+BROKERS="${KAFKA_BROKERS:-1}"
+[[ "$BROKERS" =~ ^[1-9][0-9]?$ ]] || { echo "[kafka] ERROR: KAFKA_BROKERS must be 1..99, got '$BROKERS'" >&2; exit 2; }
+BASE_PORT="${THREADLINE_KAFKA_PORT:-19092}"
+BASE_CONTROLLER_PORT="${THREADLINE_KAFKA_CONTROLLER_PORT:-$((BASE_PORT + 1))}"  # one variable moves all three
+BASE_SASL_PORT="${THREADLINE_KAFKA_SASL_PORT:-$((BASE_PORT + 2))}"
+NODE_PORT_STEP=10                       # node i's ports: the base ports + 10 (i - 1)
+REPLICAS=$((BROKERS < 3 ? BROKERS : 3)) # default and internal topics' replication factor
+MIN_ISR=$((REPLICAS >= 3 ? 2 : 1))      # an acknowledged write is on 2 replicas at least
 SASL_USER=threadline
 SASL_PASSWORD=threadline-secret
-read -ra HEAP <<<"${KAFKA_HEAP_OPTS:--Xmx768m -Xms256m}"   # JVM heap flags (array)
+if ((BROKERS == 1)); then DEFAULT_HEAP="-Xmx768m -Xms256m"; else DEFAULT_HEAP="-Xmx512m -Xms128m"; fi
+read -ra HEAP <<<"${KAFKA_HEAP_OPTS:-$DEFAULT_HEAP}"   # JVM heap flags (array)
 START_TIMEOUT="${KAFKA_START_TIMEOUT:-90}"
 STOP_TIMEOUT="${KAFKA_STOP_TIMEOUT:-30}"
 
@@ -41,12 +59,45 @@ CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/threadline/kafka-$KAFKA_VERSION"
 LIBS="$CACHE_DIR/libs"
 POM="$REPO_ROOT/deploy/native/kafka/pom.xml"
 KAFKA_DIR="$RUN_DIR/kafka"
-DATA_DIR="$KAFKA_DIR/data"
-CONFIG="$KAFKA_DIR/server.properties"
 LOG4J="$KAFKA_DIR/log4j2.xml"
 TLS_DIR="$KAFKA_DIR/tls"
-PIDFILE="$RUN_DIR/kafka.pid"
-LOGFILE="$LOG_DIR/kafka.log"
+CLUSTER_ID_FILE="$KAFKA_DIR/cluster.id"   # a cluster's nodes are formatted with one id
+
+# use_node I: the node the functions below act on (its ports, paths and name). One node keeps the
+# paths without a number (.run/kafka/data, .run/kafka.pid, .run/logs/kafka.log).
+use_node() {
+  NODE="$1"
+  local shift_by=$((NODE_PORT_STEP * (NODE - 1)))
+  PORT=$((BASE_PORT + shift_by))
+  CONTROLLER_PORT=$((BASE_CONTROLLER_PORT + shift_by))
+  SASL_PORT=$((BASE_SASL_PORT + shift_by))
+  if ((BROKERS == 1)); then
+    NAME=kafka NODE_DIR="$KAFKA_DIR"
+  else
+    NAME="kafka-$NODE" NODE_DIR="$KAFKA_DIR/node-$NODE"
+  fi
+  DATA_DIR="$NODE_DIR/data"
+  CONFIG="$NODE_DIR/server.properties"
+  PIDFILE="$RUN_DIR/$NAME.pid"
+  LOGFILE="$LOG_DIR/$NAME.log"
+}
+
+# voters: node.id@host:controller-port of every node (the static controller quorum)
+voters() {
+  local i out=""
+  for ((i = 1; i <= BROKERS; i++)); do
+    out+="${out:+,}$i@$HOST:$((BASE_CONTROLLER_PORT + NODE_PORT_STEP * (i - 1)))"
+  done
+  printf '%s' "$out"
+}
+
+# bootstrap: host:port of every node, comma-separated (what the services are given)
+bootstrap() {
+  local i out=""
+  for ((i = 1; i <= BROKERS; i++)); do out+="${out:+,}$HOST:$((BASE_PORT + NODE_PORT_STEP * (i - 1)))"; done
+  printf '%s' "$out"
+}
+use_node 1
 
 # --- install ---------------------------------------------------------------
 
@@ -87,12 +138,12 @@ install() {
 # --- config ----------------------------------------------------------------
 
 write_config() {
-  mkdir -p "$KAFKA_DIR" "$LOG_DIR"
+  mkdir -p "$NODE_DIR" "$LOG_DIR"
   cat >"$CONFIG" <<EOF
 # Generated by deploy/native/kafka.sh; edits are overwritten on start.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$CONTROLLER_PORT
+node.id=$NODE
+controller.quorum.voters=$(voters)
 listeners=PLAINTEXT://$HOST:$PORT,CONTROLLER://$HOST:$CONTROLLER_PORT,SASL_SSL://$HOST:$SASL_PORT
 advertised.listeners=PLAINTEXT://$HOST:$PORT,SASL_SSL://$HOST:$SASL_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SASL_SSL:SASL_SSL
@@ -108,14 +159,14 @@ inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 log.dirs=$DATA_DIR
 num.partitions=1
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
+default.replication.factor=$REPLICAS
+min.insync.replicas=$MIN_ISR
+offsets.topic.replication.factor=$REPLICAS
 offsets.topic.num.partitions=10
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=$REPLICAS
+transaction.state.log.min.isr=$MIN_ISR
+share.coordinator.state.topic.replication.factor=$REPLICAS
+share.coordinator.state.topic.min.isr=$MIN_ISR
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=false
 delete.topic.enable=true
@@ -128,6 +179,13 @@ log.index.interval.bytes=1048576
 # topic's creation ~10 ms instead of ~35 (docs/decisions.md, decision 100)
 controller.quorum.append.linger.ms=${THREADLINE_KAFKA_QUORUM_LINGER_MS:-1}
 EOF
+  if ((BROKERS > 1)); then cat >>"$CONFIG" <<EOF
+# a cluster of $BROKERS nodes: a replica that fell out of the in-sync set never becomes leader (an
+# acknowledged write, on min.insync.replicas replicas, is never lost to a leader change); Kafka's
+# default, stated
+unclean.leader.election.enable=false
+EOF
+  fi
   cat >"$LOG4J" <<'EOF'
 <?xml version="1.0" encoding="UTF-8"?>
 <!-- Generated by deploy/native/kafka.sh: everything to stdout (.run/logs/kafka.log). -->
@@ -176,7 +234,7 @@ make_tls() {
 add_scram_users() {
   [[ -f "$DATA_DIR/scram-users.done" ]] && return 0
   java -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" "$(dirname "$POM")/AddScramUsers.java" \
-    "$HOST:$PORT" "$SASL_USER" "$SASL_PASSWORD" >>"$LOGFILE" 2>&1 \
+    "$(bootstrap)" "$SASL_USER" "$SASL_PASSWORD" >>"$LOGFILE" 2>&1 \
     || { tail -n 20 "$LOGFILE" >&2; die "could not add the SCRAM users"; }
   touch "$DATA_DIR/scram-users.done"
 }
@@ -184,9 +242,14 @@ add_scram_users() {
 format_storage() {
   [[ -f "$DATA_DIR/meta.properties" ]] && return 0
   local cluster_id
-  cluster_id="$(java -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
-                "$KAFKA_STORAGE_TOOL" random-uuid 2>/dev/null | tail -n1)"
-  [[ -n "$cluster_id" ]] || die "could not generate a cluster id"
+  if ((BROKERS > 1)) && [[ -s "$CLUSTER_ID_FILE" ]]; then
+    cluster_id="$(<"$CLUSTER_ID_FILE")"   # the id the other nodes were formatted with
+  else
+    cluster_id="$(java -Xmx128m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
+                  "$KAFKA_STORAGE_TOOL" random-uuid 2>/dev/null | tail -n1)"
+    [[ -n "$cluster_id" ]] || die "could not generate a cluster id"
+    ((BROKERS == 1)) || printf '%s\n' "$cluster_id" >"$CLUSTER_ID_FILE"
+  fi
   log "formatting KRaft storage in $DATA_DIR (cluster id $cluster_id)"
   mkdir -p "$DATA_DIR"
   java -Xmx256m -cp "$LIBS/*" -Dlog4j2.configurationFile="$LOG4J" \
@@ -224,70 +287,122 @@ EOF
 
 # --- commands ----------------------------------------------------------------
 
-running_pid() {  # prints our broker's pid when it is alive
+running_pid() {  # prints the current node's pid when it is alive
   local pid; pid="$(read_pid "$PIDFILE")"
   pid_alive "$pid" && echo "$pid"
 }
 
-start() {
-  if [[ -n "$(running_pid)" ]]; then
-    log "already running (pid $(running_pid)) on $HOST:$PORT"
-    return 0
-  fi
-  install
+declare -A MARK=()   # node -> lines its log had before this start (started_since)
+
+spawn_node() {  # start the current node in the background (install and TLS done)
   if port_open "$HOST" "$PORT" || port_open "$HOST" "$CONTROLLER_PORT" || port_open "$HOST" "$SASL_PORT"; then
     die "port $PORT, $CONTROLLER_PORT or $SASL_PORT is already taken by another process (another clone's Kafka? stop it first, or move this clone's cluster: README, \"A second clone\")"
   fi
-  make_tls
   write_config
   format_storage
-  local mark; mark=$(wc -l 2>/dev/null <"$LOGFILE" || echo 0)
-  log "starting Kafka $KAFKA_VERSION on $HOST:$PORT (log: ${LOGFILE#"$REPO_ROOT"/})"
+  MARK[$NODE]=$(wc -l 2>/dev/null <"$LOGFILE" || echo 0)
+  if ((BROKERS == 1)); then
+    log "starting Kafka $KAFKA_VERSION on $HOST:$PORT (log: ${LOGFILE#"$REPO_ROOT"/})"
+  else
+    log "starting Kafka $KAFKA_VERSION node $NODE of $BROKERS on $HOST:$PORT (log: ${LOGFILE#"$REPO_ROOT"/})"
+  fi
   spawn "$PIDFILE" "$LOGFILE" java "${HEAP[@]}" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
     -Djava.awt.headless=true -Dlog4j2.configurationFile="$LOG4J" \
     -cp "$LIBS/*" "$KAFKA_MAIN" "$CONFIG"
-  local pid; pid="$(read_pid "$PIDFILE")"
-  local deadline=$((SECONDS + START_TIMEOUT))
+}
+
+wait_node() {  # DEADLINE: 0 once the current node answers; else its log's tail and exit 1
+  local pid mark="${MARK[$NODE]}"; pid="$(read_pid "$PIDFILE")"
   until pid_alive "$pid" && started_since "$mark" && port_open "$HOST" "$PORT" && broker_answers; do
     if ! pid_alive "$pid"; then
       tail -n +"$((mark + 1))" "$LOGFILE" | tail -n 30 >&2
       rm -f "$PIDFILE"
-      die "Kafka exited during start-up (see above)"
+      die "Kafka${NODE_LABEL:-} exited during start-up (see above)"
     fi
-    if ((SECONDS >= deadline)); then
+    if ((SECONDS >= DEADLINE)); then
       tail -n 30 "$LOGFILE" >&2
-      stop
-      die "Kafka did not answer on $HOST:$PORT within ${START_TIMEOUT}s"
+      stop "${STARTING[@]}"
+      die "Kafka${NODE_LABEL:-} did not answer on $HOST:$PORT within ${START_TIMEOUT}s"
     fi
     sleep 0.5
   done
+}
+
+start() {  # NODES...: start those not running, all at once (a quorum needs a majority up), then wait
+  local i
+  STARTING=()
+  for i in "$@"; do
+    use_node "$i"
+    if [[ -n "$(running_pid)" ]]; then
+      log "already running (pid $(running_pid)) on $HOST:$PORT"
+    else
+      STARTING+=("$i")
+    fi
+  done
+  ((${#STARTING[@]})) || return 0
+  install
+  make_tls
+  for i in "${STARTING[@]}"; do use_node "$i"; spawn_node; done
+  DEADLINE=$((SECONDS + START_TIMEOUT))
+  for i in "${STARTING[@]}"; do
+    use_node "$i"
+    ((BROKERS == 1)) || NODE_LABEL=" node $NODE"
+    wait_node
+  done
+  use_node 1
   add_scram_users
-  log "ready (pid $pid)"
+  for i in "${STARTING[@]}"; do use_node "$i"; log "ready (pid $(read_pid "$PIDFILE"))${NODE_LABEL:+ on $HOST:$PORT}"; done
 }
 
-stop() {
-  local pid; pid="$(read_pid "$PIDFILE")"
-  if pid_alive "$pid"; then stop_pid "$pid" kafka "$STOP_TIMEOUT"; fi
-  rm -f "$PIDFILE"
-}
-
-status() {  # one line: name pid state; exit 0 only when running
-  local pid; pid="$(read_pid "$PIDFILE")"
-  if pid_alive "$pid"; then
-    printf '%-28s %-8s %s\n' kafka "$pid" "alive  $HOST:$PORT"
-  elif [[ -n "$pid" ]]; then
-    printf '%-28s %-8s %s\n' kafka "$pid" dead; return 1
+stop() {  # NODES...: SIGTERM to each at once, SIGKILL after $STOP_TIMEOUT; none given: every node that runs
+  local i pid files=()
+  if (($#)); then
+    for i in "$@"; do use_node "$i"; files+=("$PIDFILE"); done
   else
-    printf '%-28s %-8s %s\n' kafka - stopped; return 1
+    files=("$RUN_DIR"/kafka.pid "$RUN_DIR"/kafka-[0-9]*.pid)   # either shape, whatever KAFKA_BROKERS says
   fi
+  for i in "${files[@]}"; do
+    [[ -e "$i" ]] || continue
+    pid="$(read_pid "$i")"
+    if pid_alive "$pid"; then stop_pid "$pid" "$(basename "$i" .pid)" "$STOP_TIMEOUT" & fi
+  done
+  wait
+  rm -f "${files[@]}"
 }
 
-[[ "${1:-}" == status ]] || with_lock kafka
+status() {  # one line per node: name pid state; exit 0 only when every node runs
+  local i pid rc=0
+  for ((i = 1; i <= BROKERS; i++)); do
+    use_node "$i"
+    pid="$(read_pid "$PIDFILE")"
+    if pid_alive "$pid"; then
+      printf '%-28s %-8s %s\n' "$NAME" "$pid" "alive  $HOST:$PORT"
+    elif [[ -n "$pid" ]]; then
+      printf '%-28s %-8s %s\n' "$NAME" "$pid" dead; rc=1
+    else
+      printf '%-28s %-8s %s\n' "$NAME" - stopped; rc=1
+    fi
+  done
+  return "$rc"
+}
+
+# the nodes a command acts on: NODE given, else all
+nodes=()
+if [[ -n "${2:-}" ]]; then
+  [[ "$2" =~ ^[0-9]+$ ]] && (($2 >= 1 && $2 <= BROKERS)) || die "no node $2 (KAFKA_BROKERS=$BROKERS)"
+  nodes=("$2")
+else
+  for ((n = 1; n <= BROKERS; n++)); do nodes+=("$n"); done
+fi
+
+[[ "${1:-}" == status || "${1:-}" == bootstrap ]] || with_lock kafka
 case "${1:-}" in
   install) install ;;
-  start) start ;;
-  stop) stop ;;
-  restart) stop; start ;;
+  start) start "${nodes[@]}" ;;
+  stop) if [[ -n "${2:-}" ]]; then stop "${nodes[@]}"; else stop; fi ;;
+  restart) if [[ -n "${2:-}" ]]; then stop "${nodes[@]}"; else stop; fi; start "${nodes[@]}" ;;
   status) status ;;
-  *) echo "usage: $0 install|start|stop|restart|status" >&2; exit 2 ;;
+  bootstrap) bootstrap; echo ;;
+  config) for n in "${nodes[@]}"; do use_node "$n"; write_config; echo "$CONFIG"; done ;;
+  *) echo "usage: $0 install|start|stop|restart|status|config [NODE] | bootstrap" >&2; exit 2 ;;
 esac

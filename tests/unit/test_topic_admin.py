@@ -58,6 +58,22 @@ async def test_every_created_topic_gets_the_replication_factor(fake_client: type
     assert got == {"p.ingress": (12, 3), "p.step-tasks": (12, 3), "p.chunks.r.t.abc": (1, 3)}
 
 
+async def test_three_replicas_or_more_need_a_majority_in_sync(fake_client: type[_FakeAdminClient]) -> None:
+    # decision 205: an acks=all record is on a majority of replicas, whatever the broker's default
+    admin = TopicAdmin("broker:9092", replication_factor=3)
+    await admin.start()
+    await admin.ensure(["p.ingress"], partitions=12)
+    await admin.ensure_chunk_topic("p.chunks.r.t.abc", retention_ms=1000)
+    await admin.ensure(["p.own"], config={"min.insync.replicas": "3"})  # a caller's own setting wins
+    got = {t.name: t.topic_configs.get("min.insync.replicas") for t in fake_client.created}
+    assert got == {"p.ingress": "2", "p.chunks.r.t.abc": "2", "p.own": "3"}
+
+
+@pytest.mark.parametrize(("replicas", "min_isr"), [(1, None), (2, None), (3, "2"), (4, "3"), (5, "3")])
+def test_min_insync_replicas_is_a_majority_from_three(replicas: int, min_isr: str | None) -> None:
+    assert admin_mod.replication_config(replicas).get("min.insync.replicas") == min_isr
+
+
 async def test_a_chunk_topic_is_indexed_every_mebibyte_not_every_4_kib(fake_client: type[_FakeAdminClient]) -> None:
     # decision 89: the first index entry of a fresh segment held a thread's produce for up to 170 ms
     admin = TopicAdmin("broker:9092")

@@ -53,6 +53,18 @@ decision 90): a single broker has the leader a few milliseconds after ``CreateTo
 and a fixed 50 ms made every brand-new thread's topic take 50 ms or more."""
 
 
+def replication_config(replication_factor: int) -> dict[str, str]:
+    """The replication settings every topic gets besides its replication factor (decision 205):
+    from 3 replicas on, ``min.insync.replicas`` is a majority of them (2 of 3, 3 of 5), so an
+    acknowledged (``acks=all``) record is on a majority and survives any minority of brokers
+    lost, whatever the cluster's own default (often 1 on a managed Kafka). Below 3 replicas:
+    nothing, the broker's default (a single broker; with 2, a majority of 2 would stop every
+    write while one broker is away)."""
+    if replication_factor < 3:
+        return {}
+    return {"min.insync.replicas": str(replication_factor // 2 + 1)}
+
+
 def chunk_topic_config(retention_ms: int) -> dict[str, str]:
     """The topic configuration of a per-thread chunk topic: ``retention.ms`` = ``retention_ms``
     (``Settings.chunk_retention_ms``) and ``index.interval.bytes`` =
@@ -76,7 +88,8 @@ class TopicAdmin:
     Args:
         bootstrap: Kafka bootstrap servers.
         replication_factor: given to every topic it creates (``THREADLINE_REPLICATION_FACTOR``);
-            it must not exceed the number of brokers.
+            it must not exceed the number of brokers. From 3 on, each topic also gets
+            ``min.insync.replicas`` = a majority (:func:`replication_config`).
         security: the TLS / SASL arguments of :func:`threadline.kafka.security.client_kwargs`.
         registry: the chunk-topic registry (services): :meth:`ensure_chunk_topic` with a
             ``thread`` takes the topic's row before it trusts or creates the topic.
@@ -126,7 +139,8 @@ class TopicAdmin:
     async def ensure(self, topics: list[str], *, partitions: int = 1,
                      config: dict[str, str] | None = None) -> set[str]:
         """Create the topics that do not exist yet (idempotent, safe under races), each with
-        ``partitions`` partitions and the admin's replication factor.
+        ``partitions`` partitions, the admin's replication factor and :func:`replication_config`
+        (``config`` wins where both name a setting).
 
         Returns:
             The names this request created (the broker answered "created", not "exists"):
@@ -138,8 +152,9 @@ class TopicAdmin:
         if not missing:
             return set()
         assert self._client is not None, "TopicAdmin not started"
+        topic_configs = {**replication_config(self.replication_factor), **(config or {})}
         new = [NewTopic(name=t, num_partitions=partitions, replication_factor=self.replication_factor,
-                        topic_configs=config or {}) for t in missing]
+                        topic_configs=topic_configs) for t in missing]
         created: set[str] = set()
         try:
             result = await self._client.create_topics(new)
