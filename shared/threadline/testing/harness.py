@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from threadline.services import NAMES as SERVICES
+from threadline.store.dsn import with_database
 from threadline.testing import forkserver
 from threadline.testing.forkserver import ProcessLike
 
@@ -103,7 +104,7 @@ async def create_database(admin_dsn: str, name: str) -> str:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    return admin_dsn.rsplit("/", 1)[0] + "/" + name
+    return with_database(admin_dsn, name)
 
 
 async def drop_database(admin_dsn: str, name: str, *, attempts: int = 20, pause_s: float = 0.25) -> bool:
