@@ -34,6 +34,9 @@ RECOVER_S = 15.0
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandbyPair]:
     pg = StandbyPair(root=ROOT, run_dir=tmp_path_factory.mktemp("pg-pair"), port=free_port_pair())
+    why = pg.unavailable()
+    if why:
+        pytest.skip(f"no PostgreSQL pair here: {why}")
     try:
         pg.start()
         migrate(pg.dsn())  # yoyo on the multi-host URI: the migrations go to the primary

@@ -79,6 +79,15 @@ class StandbyPair:
             raise RuntimeError(f"postgres.sh {command} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
         return done.stdout + done.stderr
 
+    def unavailable(self) -> str | None:
+        """Why no pair can run here (PostgreSQL's server binaries missing and not installable:
+        ``postgres.sh install`` needs root and apt-get), or ``None`` when one can."""
+        try:
+            self._run("install", timeout_s=600)
+        except RuntimeError as exc:
+            return str(exc).splitlines()[-1]
+        return None
+
     def start(self) -> None:
         """Make (first time) and start both servers; return once the standby streams synchronously.
         Raises ``RuntimeError`` with the script's output when it fails."""
