@@ -230,6 +230,9 @@ promote() {
   ms=$(( ($(date +%s%N) - t0) / 1000000 ))
   log "promoted $new on $HOST:$(node_port "$new") in $((ms / 1000)).$(printf '%03d' $((ms % 1000))) s;" \
       "$old is stopped (deploy/native/postgres.sh rejoin makes it the standby)"
+  if bash "$(dirname "${BASH_SOURCE[0]}")/pgbouncer.sh" status >/dev/null 2>&1; then
+    bash "$(dirname "${BASH_SOURCE[0]}")/pgbouncer.sh" restart   # it forwards to the new primary
+  fi
 }
 
 rejoin() {

@@ -7,7 +7,8 @@ its own data), never the shared cluster's PostgreSQL, so the test need not run a
 primary is stopped and the standby promoted, twice (the second time after the former primary
 rejoined as the standby): every write the pool acknowledged is on the promoted server, none is
 there twice, the same pool writes to the new primary without being restarted, and a LISTEN
-connection (:class:`threadline.store.listen.Listener`) finds the new primary too.
+connection (:class:`threadline.store.listen.Listener`) finds the new primary too; a PgBouncer
+of ``deploy/native/pgbouncer.sh`` in front of the pair follows the promotion.
 """
 
 from __future__ import annotations
@@ -144,3 +145,30 @@ async def test_a_pool_carries_on_across_two_failovers(pair: StandbyPair) -> None
     finally:
         await listener.stop()
         await db.stop()
+
+
+async def _server_of(dsn: str) -> tuple[int, bool]:
+    """``(port, in recovery)`` of the server a new connection to ``dsn`` reaches."""
+    conn = await asyncpg.connect(dsn, statement_cache_size=0)
+    try:
+        return await conn.fetchval("SELECT inet_server_port()"), await conn.fetchval("SELECT pg_is_in_recovery()")
+    finally:
+        await conn.close()
+
+
+async def test_a_pgbouncer_follows_the_promotion(pair: StandbyPair) -> None:
+    """``deploy/native/pgbouncer.sh`` forwards to the pair's primary, and ``promote`` restarts it
+    onto the new one (before, it kept forwarding to the first server's port: the stopped one)."""
+    if "stopped" in pair.roles().values():  # (after a failover of the test before)
+        await asyncio.to_thread(pair.rejoin)
+    try:
+        port = await asyncio.to_thread(pair.pgbouncer, "start")
+    except RuntimeError as exc:
+        pytest.skip(f"no PgBouncer here: {exc}")
+    try:
+        via = f"postgresql://threadline:threadline@127.0.0.1:{port}/threadline"
+        assert await _server_of(via) == (pair.primary_port(), False)
+        await asyncio.to_thread(pair.promote)
+        assert await _server_of(via) == (pair.primary_port(), False)
+    finally:
+        await asyncio.to_thread(pair.pgbouncer, "stop")

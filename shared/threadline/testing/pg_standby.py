@@ -70,14 +70,22 @@ class StandbyPair:
         digest = hashlib.sha1(str(self.run_dir).encode()).hexdigest()[:8]
         return {"host": f"/var/tmp/threadline-{digest}", "port": port, "user": "postgres", "database": "postgres"}
 
-    def _run(self, command: str, timeout_s: float = 180) -> str:
+    def _run(self, command: str, timeout_s: float = 180, script: str = "postgres.sh") -> str:
         env = {**os.environ, "THREADLINE_RUN_DIR": str(self.run_dir), "THREADLINE_PG_PORT": str(self.port),
                "THREADLINE_PG_STANDBY": "1", "THREADLINE_PG_STANDBY_PORT": str(self.port + 1)}
-        done = subprocess.run(["bash", str(self.root / "deploy" / "native" / "postgres.sh"), command], cwd=self.root,
+        env.pop("THREADLINE_PGBOUNCER_PORT", None)
+        done = subprocess.run(["bash", str(self.root / "deploy" / "native" / script), command], cwd=self.root,
                               env=env, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0 and command != "status":
-            raise RuntimeError(f"postgres.sh {command} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
+            raise RuntimeError(f"{script} {command} failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
         return done.stdout + done.stderr
+
+    def pgbouncer(self, command: str) -> int:
+        """Run ``deploy/native/pgbouncer.sh command`` (``install``, ``start``, ``stop``) for this
+        pair; return its port (``port + 1000``). It forwards to the primary, and ``promote``
+        restarts it onto the new one. Raises ``RuntimeError`` when the script fails."""
+        self._run(command, timeout_s=600, script="pgbouncer.sh")
+        return self.port + 1000
 
     def unavailable(self) -> str | None:
         """Why no pair can run here (PostgreSQL's server binaries missing and not installable:
