@@ -50,9 +50,9 @@ SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATO
 PG_STANDBY ?= 0
 export THREADLINE_PG_STANDBY ?= $(PG_STANDBY)
 ifeq ($(THREADLINE_PG_STANDBY),1)
-export THREADLINE_PG_STANDBY_PORT ?= $(shell echo $$(( $(THREADLINE_PG_PORT) + 1 )))
 ifeq ($(origin THREADLINE_PG_DSN),file)
-THREADLINE_PG_DSN := postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT),127.0.0.1:$(THREADLINE_PG_STANDBY_PORT)/threadline?target_session_attrs=read-write
+PG_STANDBY_PORT := $(or $(THREADLINE_PG_STANDBY_PORT),$(shell echo $$(( $(THREADLINE_PG_PORT) + 1 ))))
+THREADLINE_PG_DSN := postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT),127.0.0.1:$(PG_STANDBY_PORT)/threadline?target_session_attrs=read-write
 endif
 endif
 

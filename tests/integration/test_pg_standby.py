@@ -22,8 +22,10 @@ import asyncpg
 import pytest
 
 from threadline.store.db import Database
+from threadline.store.dsn import with_database
 from threadline.store.listen import Listener
 from threadline.store.migrate import migrate
+from threadline.testing.harness import ensure_native_cluster
 from threadline.testing.pg_standby import StandbyPair, free_port_pair
 from threadline.transient import is_transient
 
@@ -46,7 +48,17 @@ def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandbyPair]:
         pg.destroy()
 
 
-async def test_the_standby_is_synchronous_and_refuses_writes(pair: StandbyPair) -> None:
+@pytest.fixture
+def whole(pair: StandbyPair) -> StandbyPair:
+    """The pair with both servers running: after a test's failover the former primary is
+    stopped, and the tests may run in any order."""
+    if "stopped" in pair.roles().values():
+        pair.rejoin()
+    return pair
+
+
+async def test_the_standby_is_synchronous_and_refuses_writes(whole: StandbyPair) -> None:
+    pair = whole
     primary = pair.primary_port()
     standby = next(p for p in pair.ports if p != primary)
     conn = await asyncpg.connect(**pair.superuser(primary))
@@ -70,6 +82,17 @@ async def test_the_standby_is_synchronous_and_refuses_writes(pair: StandbyPair) 
             assert c.get_server_pid() != before  # the refused connection was terminated, not reused
     finally:
         await db.stop()
+
+
+def test_the_harness_names_both_servers(pair: StandbyPair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ensure_native_cluster`` of a cluster started with ``PG_STANDBY=1``: its ``admin_dsn`` (and so
+    every session database's DSN) reaches whichever server is the primary."""
+    monkeypatch.setenv("THREADLINE_PG_STANDBY", "1")
+    monkeypatch.delenv("THREADLINE_PG_STANDBY_PORT", raising=False)
+    # (an open port as "Kafka": the harness only checks that its ports answer, so nothing is started)
+    native = ensure_native_cluster(ROOT, kafka_port=pair.primary_port(), pg_port=pair.port)
+    assert (native.admin_dsn, native.started_here) == (pair.dsn(), False)
+    assert with_database(native.admin_dsn, "x") == pair.dsn("x")
 
 
 async def _write_through(db: Database, stop: asyncio.Event, acked: list[int], failures: list[float]) -> None:
@@ -123,7 +146,8 @@ async def _fail_over_under_writes(pair: StandbyPair, db: Database, listener: Lis
     return {"promote_s": promote_s, "write_gap_s": write_gap_s}
 
 
-async def test_a_pool_carries_on_across_two_failovers(pair: StandbyPair) -> None:
+async def test_a_pool_carries_on_across_two_failovers(whole: StandbyPair) -> None:
+    pair = whole
     db = Database(pair.dsn(), max_size=4, acquire_timeout_s=5)
     await db.start()
     await db.execute("CREATE TABLE failover_writes (id int PRIMARY KEY, port int NOT NULL)")
@@ -131,11 +155,12 @@ async def test_a_pool_carries_on_across_two_failovers(pair: StandbyPair) -> None
     listener = Listener(pair.dsn(), "failover_test", heard.append, health_s=0.5)
     await listener.start()
     try:
+        first = pair.primary_port()
         await _fail_over_under_writes(pair, db, listener)
         await asyncio.to_thread(pair.rejoin)
         assert sorted(pair.roles().values()) == ["primary", "standby"]
         await _fail_over_under_writes(pair, db, listener)
-        assert pair.primary_port() == pair.port  # back where it started, through the rejoined server
+        assert pair.primary_port() == first  # back where it started, through the rejoined server
         await db.execute("SELECT pg_notify('failover_test', 'after')")
         for _ in range(50):
             if heard:
@@ -156,11 +181,10 @@ async def _server_of(dsn: str) -> tuple[int, bool]:
         await conn.close()
 
 
-async def test_a_pgbouncer_follows_the_promotion(pair: StandbyPair) -> None:
+async def test_a_pgbouncer_follows_the_promotion(whole: StandbyPair) -> None:
     """``deploy/native/pgbouncer.sh`` forwards to the pair's primary, and ``promote`` restarts it
     onto the new one (before, it kept forwarding to the first server's port: the stopped one)."""
-    if "stopped" in pair.roles().values():  # (after a failover of the test before)
-        await asyncio.to_thread(pair.rejoin)
+    pair = whole
     try:
         port = await asyncio.to_thread(pair.pgbouncer, "start")
     except RuntimeError as exc:
