@@ -5,8 +5,8 @@
 #   deploy/native/pgbouncer.sh install|start|stop|status|restart
 #
 # Listens on 127.0.0.1:$THREADLINE_PGBOUNCER_PORT and forwards every database name (`* =`) to
-# 127.0.0.1:$THREADLINE_PG_PORT (with a standby: the primary's port), `pool_mode=transaction`, `default_pool_size` server connections
-# per database/user pair. Users: `threadline` (password `threadline`, as postgres.sh creates it).
+# 127.0.0.1:$THREADLINE_PG_PORT (with a standby: the primary's port), `pool_mode=transaction`,
+# `default_pool_size` server connections per database/user pair. Users: `threadline` (password `threadline`, as postgres.sh creates it).
 # PgBouncer refuses to run as root, so as root it runs as the `postgres` OS user; its config,
 # pid file and log live in /var/tmp/threadline-<hash of repo path>/pgbouncer (beside the
 # PostgreSQL data of postgres.sh); .run/logs/pgbouncer.log links to the log.
