@@ -56,6 +56,17 @@ SCALE   := --scale ingress=$(N_INGRESS) --scale run-orchestrator=$(N_ORCHESTRATO
            --scale processor-worker=$(N_WORKERS) --scale notification-scheduler=$(N_SCHEDULERS) \
            --scale gateway=$(N_GATEWAYS)
 
+# PG_STANDBY=1 (native): PostgreSQL with a synchronous streaming standby on THREADLINE_PG_PORT + 1
+# (deploy/native/postgres.sh); the services name both servers and write to the one that accepts writes.
+PG_STANDBY ?= 0
+export THREADLINE_PG_STANDBY ?= $(PG_STANDBY)
+ifeq ($(THREADLINE_PG_STANDBY),1)
+ifeq ($(origin THREADLINE_PG_DSN),file)
+PG_STANDBY_PORT := $(or $(THREADLINE_PG_STANDBY_PORT),$(shell echo $$(( $(THREADLINE_PG_PORT) + 1 ))))
+THREADLINE_PG_DSN := postgresql://threadline:threadline@127.0.0.1:$(THREADLINE_PG_PORT),127.0.0.1:$(PG_STANDBY_PORT)/threadline?target_session_attrs=read-write
+endif
+endif
+
 .PHONY: help install infra-up infra-down migrate migrate-contract up down ps logs demo studio test test-fast parity lint asyncapi validate-deploy chaos chaos-sweep bench clean
 
 help: ## list the targets
@@ -92,6 +103,13 @@ else
 	@bash $(NATIVE)/postgres.sh stop
 	@bash $(ROOT)/tests/run-suite.sh --stop-serial-cluster   # the second cluster of `make test`, if any
 endif
+
+.PHONY: pg-failover pg-rejoin
+pg-failover: ## PostgreSQL failover (PG_STANDBY=1, native): stop the primary, promote the standby; the services carry on
+	@bash $(NATIVE)/postgres.sh promote
+
+pg-rejoin: ## make the stopped former primary the synchronous standby of the new one (a fresh pg_basebackup)
+	@bash $(NATIVE)/postgres.sh rejoin
 
 migrate: ## apply the database migrations (the expand ones, as every service start does)
 	cd $(ROOT) && $(PY) -m threadline.cli migrate

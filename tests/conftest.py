@@ -87,8 +87,7 @@ def cluster() -> Iterator[Cluster]:
         bootstrap, admin_dsn = native.bootstrap, native.admin_dsn
     tag = uuid.uuid4().hex[:10]
     dbname = f"tl_test_{tag}"
-    asyncio.run(create_database(admin_dsn, dbname))
-    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + dbname
+    dsn = asyncio.run(create_database(admin_dsn, dbname))  # (hosts and parameters kept: a standby's too)
     from threadline.store.migrate import migrate
 
     migrate(dsn, contract=True)

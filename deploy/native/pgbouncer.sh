@@ -5,8 +5,8 @@
 #   deploy/native/pgbouncer.sh install|start|stop|status|restart
 #
 # Listens on 127.0.0.1:$THREADLINE_PGBOUNCER_PORT and forwards every database name (`* =`) to
-# 127.0.0.1:$THREADLINE_PG_PORT, `pool_mode=transaction`, `default_pool_size` server connections
-# per database/user pair. Users: `threadline` (password `threadline`, as postgres.sh creates it).
+# 127.0.0.1:$THREADLINE_PG_PORT (with a standby: the primary's port), `pool_mode=transaction`,
+# `default_pool_size` server connections per database/user pair. Users: `threadline` (password `threadline`, as postgres.sh creates it).
 # PgBouncer refuses to run as root, so as root it runs as the `postgres` OS user; its config,
 # pid file and log live in /var/tmp/threadline-<hash of repo path>/pgbouncer (beside the
 # PostgreSQL data of postgres.sh); .run/logs/pgbouncer.log links to the log.
@@ -20,6 +20,12 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 PG_PORT="${THREADLINE_PG_PORT:-15432}"
 PORT="${THREADLINE_PGBOUNCER_PORT:-$((PG_PORT + 1000))}"
+# With a standby (postgres.sh, THREADLINE_PG_STANDBY=1) it forwards to whichever server is the
+# primary now; `postgres.sh promote` restarts a running PgBouncer so that it follows the promotion.
+TARGET_PORT="$PG_PORT"
+if [[ -f "$DATA_BASE/primary" && "$(cat "$DATA_BASE/primary")" == pg2 ]]; then
+  TARGET_PORT="${THREADLINE_PG_STANDBY_PORT:-$((PG_PORT + 1))}"
+fi
 POOL_SIZE="${THREADLINE_PGBOUNCER_POOL_SIZE:-2}"
 HOST=127.0.0.1
 BASE="$DATA_BASE/pgbouncer-$PORT"
@@ -69,7 +75,7 @@ write_config() {
 EOF
   cat >"$CONFIG" <<EOF
 [databases]
-* = host=$HOST port=$PG_PORT
+* = host=$HOST port=$TARGET_PORT
 
 [pgbouncer]
 listen_addr = $HOST
@@ -108,7 +114,7 @@ start() {
     die "port $PORT is already taken by another process (set THREADLINE_PGBOUNCER_PORT)"
   fi
   write_config
-  log "starting PgBouncer on $HOST:$PORT -> $HOST:$PG_PORT (pool_mode=transaction, default_pool_size=$POOL_SIZE)"
+  log "starting PgBouncer on $HOST:$PORT -> $HOST:$TARGET_PORT (pool_mode=transaction, default_pool_size=$POOL_SIZE)"
   as_user "$bin" -d "$CONFIG" >/dev/null 2>&1 || { tail -n 20 "$LOGFILE" >&2 || true; die "PgBouncer did not start"; }
   for ((i = 0; i < 100; i++)); do
     port_open "$HOST" "$PORT" && { log "ready (pid $(running_pid || echo ?))"; return 0; }

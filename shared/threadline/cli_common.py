@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import sys
 from collections.abc import Coroutine, Iterator
-from urllib.parse import urlsplit
 
 import orjson
 import typer
@@ -39,9 +38,14 @@ class Unreachable(Exception):  # noqa: N818 - reads as the condition it reports
 
 
 def _pg_address() -> str:
-    """host:port of the configured PostgreSQL (never the user or password of the DSN)."""
-    parts = urlsplit(get_settings().pg_dsn)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    """host:port of the configured PostgreSQL, of each server with a standby (never the user or
+    password of the DSN)."""
+    from threadline.store.dsn import describe
+
+    try:
+        return describe(get_settings().pg_dsn)
+    except ValueError:
+        return "(unparsable THREADLINE_PG_DSN)"
 
 
 @contextlib.contextmanager

@@ -29,14 +29,18 @@ TRANSIENT_PG: tuple[type[BaseException], ...] = (
     asyncpg.exceptions.AdminShutdownError, asyncpg.exceptions.CrashShutdownError,
     asyncpg.exceptions.CannotConnectNowError, asyncpg.exceptions.IdleSessionTimeoutError,
     asyncpg.exceptions.IdleInTransactionSessionTimeoutError, asyncpg.exceptions.InternalClientError,
-    asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError)
+    asyncpg.exceptions.SerializationError, asyncpg.exceptions.DeadlockDetectedError,
+    asyncpg.exceptions.ReadOnlySQLTransactionError)
 """Postgres faults a retry can cure: a lost or refused connection (class 08, a terminated
 backend 57P01, a server starting or stopping 57P03, a session the server closed for idling
 57P05 / 25P03), a connection whose protocol state was left mid-operation (asyncpg's
 ``InternalClientError``, e.g. "cannot switch to state 12; another operation is in progress"
-after a server restart; :meth:`threadline.store.db.Database.connection` terminates such a
-connection instead of pooling it again), too many connections, serialisation conflicts and
-deadlocks."""
+after a server restart, or ``TargetServerAttributeNotMatched``: no host of a multi-host DSN
+accepts writes yet, a failover in progress; :meth:`threadline.store.db.Database.connection`
+terminates such a connection instead of pooling it again), a write refused because the server
+is read-only (25006: a connection left on a standby or a demoted primary during a failover,
+terminated too, so the retry's new connection finds the read-write host; decision 209), too
+many connections, serialisation conflicts and deadlocks."""
 
 TRANSIENT: tuple[type[BaseException], ...] = (OSError, asyncio.TimeoutError, KafkaError, *TRANSIENT_PG)
 """Faults worth retrying anywhere: :data:`TRANSIENT_PG`, Kafka errors, OS-level connection

@@ -17,8 +17,7 @@ from threadline.testing.harness import create_database, drop_database
 def fresh_db(cluster) -> Iterator[str]:
     """The DSN of an empty database of the test's own (not migrated), dropped after it."""
     name = f"tl_mig_{uuid.uuid4().hex[:8]}"
-    asyncio.run(create_database(cluster.admin_dsn, name))
-    yield cluster.admin_dsn.rsplit("/", 1)[0] + "/" + name
+    yield asyncio.run(create_database(cluster.admin_dsn, name))
     asyncio.run(drop_database(cluster.admin_dsn, name))
 
 

@@ -13,7 +13,8 @@ import pytest
 from yoyo import get_backend, read_migrations
 from yoyo.migrations import MigrationList
 
-from threadline.store.migrate import CONTRACT, MIGRATIONS, _yoyo_uri, migrate
+from threadline.store.dsn import yoyo_uri
+from threadline.store.migrate import CONTRACT, MIGRATIONS, migrate
 
 PREVIOUS_RELEASE_SAVES = {
     # what the release before 0027 calls (its store.steps), by the signatures 0011, 0013, 0017 and
@@ -46,7 +47,7 @@ def _ids(folder) -> list[str]:
 
 def _migrate_before(dsn: str, first_not: str) -> None:
     """Apply the expand migrations whose id sorts before ``first_not``: a database of that release."""
-    backend = get_backend(_yoyo_uri(dsn))
+    backend = get_backend(yoyo_uri(dsn))
     try:
         with backend.lock():
             backend.apply_migrations(backend.to_apply(

@@ -9,7 +9,8 @@ import time
 import asyncpg
 from yoyo import get_backend
 
-from threadline.store.migrate import LOCK_KEY, MIGRATIONS, _yoyo_uri, migrate
+from threadline.store.dsn import yoyo_uri
+from threadline.store.migrate import LOCK_KEY, MIGRATIONS, migrate
 
 
 async def _fetch(dsn: str, sql: str) -> list[asyncpg.Record]:
@@ -22,7 +23,7 @@ async def _fetch(dsn: str, sql: str) -> list[asyncpg.Record]:
 
 def test_a_lock_row_left_by_a_killed_migrator_does_not_block_the_next_start(fresh_db: str) -> None:
     # what a migrator killed while holding yoyo's lock leaves behind: its row, with a dead pid
-    get_backend(_yoyo_uri(fresh_db)).connection.close()  # creates yoyo_lock
+    get_backend(yoyo_uri(fresh_db)).connection.close()  # creates yoyo_lock
     asyncio.run(_fetch(fresh_db, "INSERT INTO yoyo_lock (locked, ctime, pid) VALUES (1, now(), 999999) RETURNING pid"))
     assert len(asyncio.run(_fetch(fresh_db, "SELECT * FROM yoyo_lock"))) == 1
     t0 = time.monotonic()

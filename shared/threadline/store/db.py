@@ -43,11 +43,12 @@ async def _keep_session(conn: asyncpg.Connection) -> None:
 
 
 def _broken(exc: BaseException) -> bool:
-    """True when ``exc`` leaves its connection unusable (asyncpg's own state, not the server's
-    answer): ``InternalClientError`` (the protocol left mid-operation) or ``InterfaceError``
-    (closed, or another operation in progress), not a query argument it could not encode
-    (asyncpg's ``DataError``, a ``ValueError``)."""
-    if isinstance(exc, asyncpg.exceptions.InternalClientError):
+    """True when ``exc`` leaves its connection unusable: asyncpg's own state (``InternalClientError``:
+    the protocol left mid-operation; ``InterfaceError``: closed, or another operation in
+    progress; not a query argument it could not encode, asyncpg's ``DataError``, a
+    ``ValueError``), or a server that refuses writes (``ReadOnlySQLTransactionError``: a standby or
+    a demoted primary, which this connection will never leave; decision 209)."""
+    if isinstance(exc, asyncpg.exceptions.InternalClientError | asyncpg.exceptions.ReadOnlySQLTransactionError):
         return True
     return isinstance(exc, asyncpg.InterfaceError) and not isinstance(exc, ValueError)
 
@@ -55,8 +56,14 @@ def _broken(exc: BaseException) -> bool:
 class Database:
     """Owns the connection pool of one process.
 
+    After a failover (decision 209) the pool needs nothing done: the old primary's connections
+    are closed by its shutdown, and asyncpg opens a closed one again on its next acquire, trying
+    the hosts of a multi-host ``dsn`` in order and keeping the one its ``target_session_attrs``
+    accepts (``read-write``: the new primary; :mod:`threadline.store.dsn`). A connection that
+    finds its server read-only is terminated, never pooled again.
+
     Args:
-        dsn: libpq URI.
+        dsn: libpq URI, with one host or several (``h1:p1,h2:p2``, ``target_session_attrs=read-write``).
         statement_cache: asyncpg's prepared statement cache; ``False`` for transaction pooling.
         transaction_pooling: ``dsn`` is a transaction-pooling PgBouncer (forces the cache off).
         max_size: pool size.

@@ -10,6 +10,7 @@ from pathlib import Path
 from yoyo import get_backend, read_migrations
 
 from threadline.logging import get_logger
+from threadline.store.dsn import yoyo_uri
 
 log = get_logger(__name__)
 
@@ -21,14 +22,6 @@ runs (each depends on the expand migration that replaced what it removes, never 
 
 LOCK_KEY = 0x7468726C6D6967  # "thrlmig": the advisory lock of Threadline's migrators
 """Key of the session-level advisory lock one migrator holds at a time (a bigint)."""
-
-
-def _yoyo_uri(dsn: str) -> str:
-    # yoyo selects its driver from the scheme; psycopg 3 is "postgresql+psycopg"
-    for scheme in ("postgresql://", "postgres://"):
-        if dsn.startswith(scheme):
-            return "postgresql+psycopg://" + dsn[len(scheme):]
-    return dsn
 
 
 def migrate(dsn: str, *, contract: bool = False) -> list[str]:
@@ -45,14 +38,16 @@ def migrate(dsn: str, *, contract: bool = False) -> list[str]:
     advisory lock no other migrator of ours is alive, so such a row is stale and is removed.
 
     Args:
-        dsn: a direct (session) PostgreSQL DSN, not a transaction-pooling PgBouncer.
+        dsn: a direct (session) PostgreSQL DSN, not a transaction-pooling PgBouncer; with a
+            standby, the multi-host URI of :mod:`threadline.store.dsn` (the migrations run on
+            the host that accepts writes).
         contract: also apply :data:`CONTRACT`'s migrations: only once no process of the previous
             release runs (they may remove what it calls).
 
     Raises:
         psycopg.OperationalError: PostgreSQL cannot be reached.
     """
-    backend = get_backend(_yoyo_uri(dsn))
+    backend = get_backend(yoyo_uri(dsn))
     migrations = read_migrations(*(str(d) for d in ([MIGRATIONS, CONTRACT] if contract else [MIGRATIONS])))
     conn = backend.connection
     with conn.cursor() as cur:  # waits while another migrator runs

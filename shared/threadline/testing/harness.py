@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from threadline.services import NAMES as SERVICES
+from threadline.store.dsn import PgAddress, multi_host, with_database
 from threadline.testing import forkserver
 from threadline.testing.forkserver import ProcessLike
 
@@ -72,26 +73,36 @@ def ensure_native_cluster(root: Path, *, kafka_port: int | None = None, pg_port:
                           timeout_s: float = 900) -> NativeCluster:
     """Return the local cluster's addresses; run ``make infra-up`` in ``root`` if a port is closed.
 
-    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (15432). Safe to
+    Ports default to ``THREADLINE_KAFKA_PORT`` (19092) and ``THREADLINE_PG_PORT`` (15432); with
+    ``THREADLINE_PG_STANDBY=1`` (``make infra-up PG_STANDBY=1``) the standby's port too
+    (``THREADLINE_PG_STANDBY_PORT``, 15433), and ``admin_dsn`` names both servers with
+    ``target_session_attrs=read-write``, so it reaches whichever is the primary. Safe to
     call from several processes at once (a file lock in ``root/.run`` lets one of them start it).
     Raises ``subprocess.CalledProcessError`` if ``make infra-up`` fails.
     """
     kport = kafka_port or int(os.environ.get("THREADLINE_KAFKA_PORT", "19092"))
     pport = pg_port or int(os.environ.get("THREADLINE_PG_PORT", "15432"))
+    servers = [PgAddress("127.0.0.1", pport)]
+    if os.environ.get("THREADLINE_PG_STANDBY") == "1":  # a primary and its standby, either may lead
+        servers.append(PgAddress("127.0.0.1", int(os.environ.get("THREADLINE_PG_STANDBY_PORT") or pport + 1)))
+
+    def up() -> bool:
+        return port_open("127.0.0.1", kport) and any(port_open(a.host, a.port) for a in servers)
+
     started = False
-    if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
+    if not up():
         # several test processes (pytest-xdist) may find the cluster down at once: one starts it,
         # the others wait on the lock and then find it up
         lock_path = Path(os.environ.get("THREADLINE_RUN_DIR") or root / ".run") / "infra-up.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with lock_path.open("w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not (port_open("127.0.0.1", kport) and port_open("127.0.0.1", pport)):
+            if not up():
                 subprocess.run(["make", "infra-up"], cwd=root, check=True, timeout=timeout_s)
                 started = True
-    return NativeCluster(bootstrap=f"127.0.0.1:{kport}",
-                         admin_dsn=f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline",
-                         started_here=started)
+    admin_dsn = (multi_host(servers, user="threadline", password="threadline", database="threadline")
+                 if len(servers) > 1 else f"postgresql://threadline:threadline@127.0.0.1:{pport}/threadline")
+    return NativeCluster(bootstrap=f"127.0.0.1:{kport}", admin_dsn=admin_dsn, started_here=started)
 
 
 async def create_database(admin_dsn: str, name: str) -> str:
@@ -103,7 +114,7 @@ async def create_database(admin_dsn: str, name: str) -> str:
         await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
-    return admin_dsn.rsplit("/", 1)[0] + "/" + name
+    return with_database(admin_dsn, name)
 
 
 async def drop_database(admin_dsn: str, name: str, *, attempts: int = 20, pause_s: float = 0.25) -> bool:
