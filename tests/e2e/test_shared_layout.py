@@ -7,7 +7,8 @@ the key stream, resume and replay tests of other modules run again here, in the 
 (their modules run them in the per-thread layout): B16's new-thread subscriber, C20's late join,
 reconnect from an offset with a cursor, and replay (the fan-out reader), abort and
 ``active_run_id``, the re-executed step whose dead attempt is filtered, ``hide_signals`` and the
-synthetic runs of signals, and the gateway's SSE resume by ``Last-Event-ID``.
+synthetic runs of signals, notifications the scheduler delivers (a wake, a digest), a sub-agent's
+chunks mirrored to its parent's thread, and the gateway's SSE resume by ``Last-Event-ID``.
 """
 
 from __future__ import annotations
@@ -35,12 +36,17 @@ from tests.e2e.test_gateway import (
     test_a_dropped_stream_resumes_after_its_last_event_id,
     test_the_stream_says_when_it_is_subscribed,
 )
+from tests.e2e.test_notifications import (
+    test_n6_low_on_idle_thread_is_a_digest_for_subscribers_only,
+    test_urgent_on_idle_thread_wakes_a_run,
+)
 from tests.e2e.test_replay import test_a_re_executed_step_replays_the_model_output_and_the_tool_runs_once
 from tests.e2e.test_signals import (
     test_idle_persist_stores_without_a_model_call_and_shows_a_synthetic_run,
     test_queued_messages_run_in_order_one_run_each,
     test_s35_hide_signals_per_subscriber,
 )
+from tests.e2e.test_sub_agents import test_a_sub_agent_call_is_a_child_run_and_resumes_its_parent
 from threadline.client import ThreadlineClient
 from threadline.kafka.layout import chunk_place
 from threadline.topics import Topics
@@ -55,7 +61,9 @@ REUSED = (test_abort_on_an_idle_thread_aborts_nothing, test_c04_abort_ends_the_r
           test_the_stream_says_when_it_is_subscribed,
           test_a_re_executed_step_replays_the_model_output_and_the_tool_runs_once,
           test_idle_persist_stores_without_a_model_call_and_shows_a_synthetic_run,
-          test_queued_messages_run_in_order_one_run_each, test_s35_hide_signals_per_subscriber)
+          test_queued_messages_run_in_order_one_run_each, test_s35_hide_signals_per_subscriber,
+          test_urgent_on_idle_thread_wakes_a_run, test_n6_low_on_idle_thread_is_a_digest_for_subscribers_only,
+          test_a_sub_agent_call_is_a_child_run_and_resumes_its_parent)
 """Collected again in this module (so in the shared layout); named so no linter takes the imports for unused."""
 
 ROOT = Path(__file__).resolve().parents[2]

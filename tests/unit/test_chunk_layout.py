@@ -17,10 +17,11 @@ from pydantic import ValidationError
 
 from threadline.client.subscription import ThreadSubscription
 from threadline.config import Settings
+from threadline.errors import ConfigurationError
 from threadline.gateway.streaming import Position, event_id, parse_event_id, resumed_in
 from threadline.kafka.chunk_writer import ChunkWriter
 from threadline.kafka.fanout import FanoutStream, _Member
-from threadline.kafka.layout import chunk_partition, chunk_place
+from threadline.kafka.layout import chunk_partition, chunk_place, ensure_shared_chunks
 from threadline.topics import Topics, thread_key
 
 pytestmark = pytest.mark.unit
@@ -176,3 +177,33 @@ def test_a_position_of_the_other_layout_or_partition_starts_the_stream_over() ->
     assert resumed_in(on_3, 5) is None  # another partition's offset names nothing here
     assert resumed_in(on_3, None) is None  # a shared-layout id at a per-thread gateway
     assert resumed_in(None, 3) is None
+
+
+class _Admin:
+    """Records what ``ensure_shared_chunks`` asks; the broker holds ``held`` partitions of the topic."""
+
+    def __init__(self, held: int) -> None:
+        self.held = held
+        self.asked: list[tuple[str, list[str], int | None]] = []
+
+    async def ensure(self, topics: list[str], *, partitions: int = 1, config: dict[str, str] | None = None) -> set[str]:
+        self.asked.append(("ensure", topics, partitions))
+        return set()
+
+    async def wait_leaders(self, topics: list[str]) -> list[str]:
+        return []
+
+    async def partition_count(self, topic: str) -> int:
+        self.asked.append(("count", [topic], None))
+        return self.held
+
+
+async def test_the_shared_topic_is_made_at_start_and_another_partition_count_refused() -> None:
+    admin = _Admin(held=16)
+    await ensure_shared_chunks(admin, SHARED, partitions=16, retention_ms=1000)  # type: ignore[arg-type]  # a fake admin
+    assert admin.asked == [("ensure", ["tl.chunks-shared"], 16), ("count", ["tl.chunks-shared"], None)]
+    with pytest.raises(ConfigurationError, match="has 16 partitions, THREADLINE_CHUNK_PARTITIONS says 8"):
+        await ensure_shared_chunks(admin, SHARED, partitions=8, retention_ms=1000)  # type: ignore[arg-type]  # a fake admin
+    nothing = _Admin(held=0)
+    await ensure_shared_chunks(nothing, PER_THREAD, partitions=16, retention_ms=1000)  # type: ignore[arg-type]  # a fake admin
+    assert nothing.asked == []  # the per-thread layout makes its topics on first use, as before
