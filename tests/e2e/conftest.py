@@ -104,27 +104,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def chunk_layout(request: pytest.FixtureRequest, services: ServiceSet, settings: Settings) -> Iterator[str]:
     """The module's tests run in the chunk layout of the parameter (``CHUNK_LAYOUTS``; default
     the session's: ``THREADLINE_CHUNK_LAYOUT``, so ``THREADLINE_CHUNK_LAYOUT=shared`` runs a whole
-    session in the shared layout). Another layout than the session's stops every running service
-    (and the gateway), then starts each again in that layout, and the session's ``settings`` and
-    environment (the CLI's subprocesses) name it; afterwards the session's layout comes back the
-    same way. No two layouts run at once."""
+    session in the shared layout). Another layout than the session's restarts every running
+    service and the gateway in it (:func:`tests.e2e.helpers.switch_chunk_layout`), and the
+    session's layout comes back the same way afterwards."""
+    from tests.e2e.helpers import switch_chunk_layout
+
     session = settings.chunk_layout
     layout = getattr(request, "param", session)
-    if layout == session:
-        yield layout
-        return
-    _switch_layout(services, settings, layout)
+    switch_chunk_layout(services, settings, layout)
     try:
         yield layout
     finally:
-        _switch_layout(services, settings, session)
-
-
-def _switch_layout(services: ServiceSet, settings: Settings, layout: str) -> None:
-    running = list(services.procs)
-    for instance in running:
-        services.stop(instance)
-    services.env["THREADLINE_CHUNK_LAYOUT"] = os.environ["THREADLINE_CHUNK_LAYOUT"] = layout
-    settings.chunk_layout = layout  # type: ignore[assignment]  # one of the two layouts, from CHUNK_LAYOUTS
-    for instance in running:
-        services.start_again(instance)
+        switch_chunk_layout(services, settings, session)

@@ -31,7 +31,7 @@ import pytest
 
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all, restart_broker, restart_postgres, restart_unavailable
-from tests.e2e.helpers import execute, rows
+from tests.e2e.helpers import execute, rows, switch_chunk_layout
 from threadline.client import ThreadlineClient
 from threadline.kafka.admin import TopicAdmin
 from threadline.testing import model_script as ms
@@ -264,3 +264,20 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     assert fig.ok, (f"chaos seed {seed} (replay: THREADLINE_CHAOS_SEED={seed} make chaos)", fig.problems[:20])
     assert figures["kills"] == 2 * ROUNDS and figures["broker_restarts"] == 1
     assert fig.chunks_checked > RUNS * 20
+
+
+@pytest.mark.timeout(TIMEOUT_S + 120)
+async def test_chaos_in_the_shared_chunk_layout(services, settings, model, cluster):
+    """The regression seed (or ``THREADLINE_CHAOS_SEED``) in the shared chunk layout (decisions
+    201-204): every service restarted in it, the same kills, restarts and checks. In ``make
+    test`` only: ``make chaos`` and ``make chaos-sweep`` (their reports) leave it out, and
+    ``THREADLINE_CHUNK_LAYOUT=shared make chaos`` runs their seeds in that layout."""
+    if REPORT or REPORT_DIR:
+        pytest.skip("make chaos / chaos-sweep: THREADLINE_CHUNK_LAYOUT=shared runs their seeds in the shared layout")
+    seed = int(os.environ.get("THREADLINE_CHAOS_SEED") or REGRESSION_SEEDS[0])
+    before = settings.chunk_layout
+    await asyncio.to_thread(switch_chunk_layout, services, settings, "shared")
+    try:
+        await test_chaos_runs_survive_kills_and_restarts(services, settings, model, cluster, seed)
+    finally:
+        await asyncio.to_thread(switch_chunk_layout, services, settings, before)
