@@ -91,6 +91,10 @@ class BenchEnv:
         """Seconds the start waited for the broker to remove an earlier bench's deleted topics."""
 
     async def start(self) -> None:
+        if {**os.environ, **self.extra_env}.get("THREADLINE_CHUNK_LAYOUT", "per-thread") != "per-thread":
+            # its raw subscribers read per-thread chunk topics: in the shared layout they would read nothing
+            raise SystemExit("the benchmark reads per-thread chunk topics; THREADLINE_CHUNK_LAYOUT=shared is not "
+                             "measured yet (docs/decisions.md#shared-chunk-layout)")
         cluster = await asyncio.to_thread(ensure_native_cluster, ROOT)
         self.bootstrap, self._admin_dsn = cluster.bootstrap, cluster.admin_dsn
         self.settle_s = round(await broker_settled(), 1)

@@ -119,7 +119,7 @@ class Ingress(Service):
                                      agent_known=req.agent_id in self.agents, starts=self.settings.ingress_starts,
                                      check=self._check_run)
         await pause_point("ingress_after_commit")  # fault injection: committed, nothing published yet
-        if routed.chunk_topic is not None:
+        if routed.chunk_topic is not None and not self.topics.shared_layout:  # the shared one was made at start
             await self.admin.ensure_chunk_topic(routed.chunk_topic, retention_ms=self.settings.chunk_retention_ms,
                                                 thread=(req.resource_id, req.thread_id))
         await self.outbox.flush(routed.outbox_ids)
@@ -141,7 +141,7 @@ class Ingress(Service):
     async def _notify(self, req: SendNotificationSignal) -> None:
         agent = self.agents.get(req.agent_id)
         reply_to = req.reply_to or self.topics.replies
-        if agent is not None:  # no topic for a request that is rejected (unknown agent) anyway
+        if agent is not None and not self.topics.shared_layout:  # no topic for a request rejected (unknown agent) anyway
             await self.admin.ensure_chunk_topic(self.topics.chunks(req.resource_id, req.thread_id),
                                                 retention_ms=self.settings.chunk_retention_ms,
                                                 thread=(req.resource_id, req.thread_id))

@@ -109,7 +109,7 @@ class NotificationScheduler(Service):
             return
         if thread_id is not None and resource_id is not None:
             threads.add((resource_id, thread_id))
-        for res, tid in threads:
+        for res, tid in threads if not self.topics.shared_layout else ():  # the shared topic was made at start
             await self.admin.ensure_chunk_topic(self.topics.chunks(res, tid),
                                                 retention_ms=self.settings.chunk_retention_ms, thread=(res, tid))
         await self.outbox.flush(ids)

@@ -305,7 +305,7 @@ def scores(run_id: Annotated[str, typer.Argument(help="the run whose scores to p
 
 
 @app.command()
-def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-thread chunk topics")] = False) -> None:
+def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only chunk topics (per-thread, shared)")] = False) -> None:
     """List this cluster's topics (Kafka admin API), one JSON line each."""
 
     async def main() -> None:
@@ -320,8 +320,8 @@ def topics(chunks_only: Annotated[bool, typer.Option("--chunks", help="only per-
             names = sorted(await admin.list_topics())
         finally:
             await admin.close()
-        prefix = f"{settings.topic_prefix}.chunks." if chunks_only else f"{settings.topic_prefix}."
-        for name in names:
+        prefix = f"{settings.topic_prefix}.chunks" if chunks_only else f"{settings.topic_prefix}."
+        for name in names:  # "<prefix>.chunks": the per-thread "<prefix>.chunks.…" and "<prefix>.chunks-shared"
             if name.startswith(prefix):
                 _print({"topic": name})
 

@@ -7,6 +7,7 @@ overrides them with environment variables, e.g. ``THREADLINE_KAFKA_BOOTSTRAP=bro
 from __future__ import annotations
 
 import functools
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -81,7 +82,18 @@ class Settings(BaseSettings):
     local broker; a production cluster wants 3 (deploy/k8s/configmap.yaml). Topics that exist
     already keep theirs."""
     chunk_retention_ms: int = 7 * 24 * 3600 * 1000
-    """Retention of the per-thread chunk topics."""
+    """Retention of the chunk topics (per-thread, or the shared one)."""
+    chunk_layout: Literal["per-thread", "shared"] = "per-thread"
+    """``THREADLINE_CHUNK_LAYOUT``: where a thread's chunks go. ``per-thread`` (the default): a
+    topic of one partition per thread (``Topics.chunks``), made on first use. ``shared``: the
+    partition of one shared topic (``<prefix>.chunks-shared``, made at start with
+    ``chunk_partitions`` partitions) that Kafka's default partitioner picks for the thread key;
+    readers keep only the thread's records (docs/decisions.md#shared-chunk-layout). Set it alike
+    in every service, gateway and client of a cluster."""
+    chunk_partitions: int = Field(default=16, ge=1)
+    """``THREADLINE_CHUNK_PARTITIONS``: partitions of the shared chunk topic (``chunk_layout``
+    ``shared``). A process refuses to start when the topic exists with another count: a thread's
+    partition is a hash of its key modulo the count, so every writer and reader must agree."""
     chunk_topic_idle_s: float = 7 * 24 * 3600.0
     """``THREADLINE_CHUNK_TOPIC_IDLE_S``: the notification-scheduler deletes the chunk topic of a
     thread with no run and no producer for this long (default 7 days = the default chunk

@@ -67,9 +67,14 @@ def contract_broker(prefix: str = "threadline") -> KafkaBroker:
     broker.publisher(f"{prefix}.chunks.{{resource}}.{{thread}}.{{hash}}", title="chunks", schema=Chunk,
                      description=(
         "One topic per thread: the stream of its runs (Mastra chunks stamped with runId, step, "
-        "attempt and seq), one partition. The name is `Topics.chunks(resource_id, thread_id)`: "
+        "attempt and seq), one partition (the per-thread chunk layout, the default). The name is "
+        "`Topics.thread_chunks(resource_id, thread_id)`: "
         "the ids with characters outside [a-zA-Z0-9_-] replaced by `_`, then the first 12 hex "
         "digits of the SHA-256 of `resource:thread`."))
+    broker.publisher(topics.shared_chunks, title="chunks-shared", schema=Chunk, description=(
+        "The shared chunk layout (`THREADLINE_CHUNK_LAYOUT=shared`): every thread's chunks on one topic of "
+        "`THREADLINE_CHUNK_PARTITIONS` partitions, keyed `resource:thread`; a thread's chunks are on the "
+        "partition Kafka's default partitioner gives its key, in order. A reader keeps the records of its key."))
     broker.publisher(topics.dead_letters, title="dead-letters", schema=DeadLetter, description=(
         "Records a service could not handle, whole, with the reason."))
     return broker

@@ -25,6 +25,7 @@ from threadline.flows.publish import Outbox, OutboxRelay
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.consumer import KeyedConsumer, Record
 from threadline.kafka.handling import DeadLetters, guarded
+from threadline.kafka.layout import ensure_shared_chunks
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.logging import configure, get_logger
@@ -118,7 +119,7 @@ class Service:
 
     def __init__(self, settings: Settings | None = None) -> None:
         self.settings = settings or get_settings()
-        self.topics = Topics(self.settings.topic_prefix)
+        self.topics = Topics.of(self.settings)
         self.db = Database(self.settings.pg_dsn, statement_cache=self.settings.pg_statement_cache,
                            transaction_pooling=self.settings.pg_transaction_pooling, max_size=self.pool_max(),
                            acquire_timeout_s=self.settings.pg_pool_timeout_s)
@@ -194,6 +195,10 @@ class Service:
         await _until_connected("admin", self.admin.start)
         await _until_connected("topics", lambda: self.admin.ensure(sorted({*self.topics.internal(), *self.topics_in()}),
                                                                    partitions=self.settings.partitions))
+        # the shared layout's chunk topic (refused when its partition count is not chunk_partitions)
+        await _until_connected("chunk topic", lambda: ensure_shared_chunks(
+            self.admin, self.topics, partitions=self.settings.chunk_partitions,
+            retention_ms=self.settings.chunk_retention_ms))
         # the group's first assignment is made from the metadata its members see then: a topic
         # just created and not yet in it would be assigned to nobody until the next metadata
         # refresh, minutes later (an ingress that answered nothing for 70 s in `make bench`)

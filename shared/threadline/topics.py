@@ -10,7 +10,11 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 from urllib.parse import quote, unquote
+
+if TYPE_CHECKING:
+    from threadline.config import Settings
 
 _UNSAFE = re.compile(r"[^a-zA-Z0-9_-]+")
 MAX_TOPIC_LEN = 249
@@ -29,11 +33,33 @@ def split_thread_key(key: str) -> tuple[str, str]:
     return unquote(resource), unquote(thread)
 
 
+ChunkLayout = Literal["per-thread", "shared"]
+"""Where a thread's chunks go (``Settings.chunk_layout``; docs/decisions.md#shared-chunk-layout)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Topics:
-    """The topic names of one Threadline cluster (all share ``prefix``)."""
+    """The topic names of one Threadline cluster (all share ``prefix``); ``chunk_layout`` says
+    which topic holds a thread's chunks (:meth:`chunks`)."""
 
     prefix: str
+    chunk_layout: ChunkLayout = "per-thread"
+
+    @classmethod
+    def of(cls, settings: Settings) -> Topics:
+        """The topics ``settings`` name (``topic_prefix``, ``chunk_layout``)."""
+        return cls(settings.topic_prefix, settings.chunk_layout)
+
+    @property
+    def shared_layout(self) -> bool:
+        """Whether threads' chunks share :attr:`shared_chunks` (no per-thread topic is made)."""
+        return self.chunk_layout == "shared"
+
+    @property
+    def shared_chunks(self) -> str:
+        """Public, shared layout: every thread's chunks, keyed by thread, one partition per thread
+        key (Kafka's default partitioner); ``<prefix>.chunks-shared``, never a per-thread name."""
+        return f"{self.prefix}.chunks-shared"
 
     @property
     def ingress(self) -> str:
@@ -71,6 +97,11 @@ class Topics:
         return f"{self.prefix}.dead-letters"
 
     def chunks(self, resource_id: str, thread_id: str) -> str:
+        """The topic that holds the thread's chunks: :attr:`shared_chunks` in the shared layout,
+        else :meth:`thread_chunks`."""
+        return self.shared_chunks if self.chunk_layout == "shared" else self.thread_chunks(resource_id, thread_id)
+
+    def thread_chunks(self, resource_id: str, thread_id: str) -> str:
         """Public per-thread chunk topic: ``<prefix>.chunks.<readable>.<hash>``.
 
         The readable part keeps ``[a-zA-Z0-9_-]`` of both ids; the 12-hex hash of the exact thread

@@ -90,3 +90,29 @@ def gateway(services) -> GatewayInfo:
     info = GatewayInfo.make(free_port())
     services.start("gateway", "gateway-1", **info.env())
     return info
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module naming ``CHUNK_LAYOUTS`` (and using the ``chunk_layout`` fixture) runs its tests
+    in each of those chunk layouts (docs/decisions.md#shared-chunk-layout)."""
+    layouts = getattr(metafunc.module, "CHUNK_LAYOUTS", None)
+    if layouts and "chunk_layout" in metafunc.fixturenames:
+        metafunc.parametrize("chunk_layout", layouts, indirect=True, scope="module")
+
+
+@pytest.fixture(scope="module")
+def chunk_layout(request: pytest.FixtureRequest, services: ServiceSet, settings: Settings) -> Iterator[str]:
+    """The module's tests run in the chunk layout of the parameter (``CHUNK_LAYOUTS``; default
+    the session's: ``THREADLINE_CHUNK_LAYOUT``, so ``THREADLINE_CHUNK_LAYOUT=shared`` runs a whole
+    session in the shared layout). Another layout than the session's restarts every running
+    service and the gateway in it (:func:`tests.e2e.helpers.switch_chunk_layout`), and the
+    session's layout comes back the same way afterwards."""
+    from tests.e2e.helpers import switch_chunk_layout
+
+    session = settings.chunk_layout
+    layout = getattr(request, "param", session)
+    switch_chunk_layout(services, settings, layout)
+    try:
+        yield layout
+    finally:
+        switch_chunk_layout(services, settings, session)

@@ -128,11 +128,13 @@ def force_rebalance(services: Any, name: str, instance: str) -> None:
 
 
 class Observer:
-    """Reads every record of the given chunk topics from offset 0 (live, across broker restarts)."""
+    """Reads every record of the given chunk topics from offset 0 (live, across broker restarts);
+    ``partitions``: each topic's partition count (the shared chunk topic's in that layout)."""
 
-    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+    def __init__(self, bootstrap: str, topics: list[str], *, partitions: int = 1) -> None:
         self._bootstrap = bootstrap
         self._topics = topics
+        self._partitions = partitions
         self.chunks: list[dict[str, Any]] = []
         self._task: asyncio.Task[None] | None = None
         self._consumer: AIOKafkaConsumer | None = None
@@ -141,7 +143,7 @@ class Observer:
         self._consumer = AIOKafkaConsumer(bootstrap_servers=self._bootstrap, enable_auto_commit=False,
                                           group_id=None, fetch_max_wait_ms=100, auto_offset_reset="earliest")
         await self._consumer.start()
-        self._consumer.assign([TopicPartition(t, 0) for t in self._topics])
+        self._consumer.assign([TopicPartition(t, p) for t in self._topics for p in range(self._partitions)])
         await self._consumer.seek_to_beginning()
         self._task = asyncio.create_task(self._pump())
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,20 @@ def own_services(services: Any, tag: str, env_of: Any = None, **env: str) -> Ite
             services.start(name, f"{name}-{tag}", **env, **(env_of(name) if env_of else {}))
             started.append(f"{name}-{tag}")
         yield
+
+
+def switch_chunk_layout(services: Any, settings: Any, layout: str) -> None:
+    """Run the session in the chunk ``layout`` from now on (docs/decisions.md#shared-chunk-layout):
+    stop every running instance (services and gateway), then start each again with
+    ``THREADLINE_CHUNK_LAYOUT=layout``; the session's ``settings`` and this process's environment
+    (what CLI subprocesses inherit) name it too. No two layouts run at once. Nothing when the
+    session is in that layout already."""
+    if settings.chunk_layout == layout:
+        return
+    running = list(services.procs)
+    for instance in running:
+        services.stop(instance)
+    services.env["THREADLINE_CHUNK_LAYOUT"] = os.environ["THREADLINE_CHUNK_LAYOUT"] = layout
+    settings.chunk_layout = layout
+    for instance in running:
+        services.start_again(instance)

@@ -31,7 +31,7 @@ import pytest
 
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all, restart_broker, restart_postgres, restart_unavailable
-from tests.e2e.helpers import execute, rows
+from tests.e2e.helpers import execute, rows, switch_chunk_layout
 from threadline.client import ThreadlineClient
 from threadline.kafka.admin import TopicAdmin
 from threadline.testing import model_script as ms
@@ -154,14 +154,17 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
         await model.aqueue([ms.tool_calls(ms.tool_call("chaos_effect", {"n": i}), times=10)],
                            model=f"threadline-chaos-{th}-s0")
         await model.aqueue([ms.text(ANSWER, chunk_delay=0.03, times=10)], model=f"threadline-chaos-{th}-s1")
-    topics = Topics(settings.topic_prefix)
-    chunk_topics = [topics.chunks("res-chaos", th) for th in threads]
+    # THREADLINE_CHUNK_LAYOUT=shared runs it in the shared chunk layout: the threads' partitions of
+    # the shared topic (made by the services at start), read whole and kept to these runs below
+    topics = Topics.of(settings)
+    chunk_topics = list(dict.fromkeys(topics.chunks("res-chaos", th) for th in threads))
+    parts = settings.chunk_partitions if topics.shared_layout else 1
     admin = TopicAdmin(settings.kafka_bootstrap)
     await admin.start()
-    for t in chunk_topics:
+    for t in chunk_topics if not topics.shared_layout else []:
         await admin.ensure_one(t, config={"retention.ms": str(settings.chunk_retention_ms)})
     await admin.stop()
-    live = Observer(settings.kafka_bootstrap, chunk_topics)
+    live = Observer(settings.kafka_bootstrap, chunk_topics, partitions=parts)
     await live.start()
 
     workers, orchestrators = ["processor_worker-1"], ["run_orchestrator-1"]
@@ -231,7 +234,7 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
             await asyncio.sleep(0.5)
         figures["seconds_to_all_terminal"] = round(time.monotonic() - t0, 1)
         await asyncio.sleep(1.0)  # the live observer catches up with the last chunks
-        replay = await read_all(settings.kafka_bootstrap, chunk_topics)
+        replay = await read_all(settings.kafka_bootstrap, chunk_topics, partitions=parts)
         lifecycle = await read_all(settings.kafka_bootstrap, [topics.lifecycle], partitions=settings.partitions)
     finally:
         await live.stop()
@@ -248,7 +251,11 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
         stored.setdefault(m["run_id"], []).append(m)
     effects = await rows(cluster.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
                          run_ids)
-    fig = check_runs(observed=[live.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
+    observed = [live.chunks, replay]
+    if topics.shared_layout:  # the shared topic holds the session's other threads too
+        ours = set(run_ids)
+        observed = [[c for c in chunks if c.get("runId") in ours] for chunks in observed]
+    fig = check_runs(observed=observed, run_ids=run_ids, runs=runs, messages=stored,
                      lifecycle=lifecycle, effects=effects, killed_pids=killed_pids)
     report = {**figures, **fig.as_dict(), "terminal": RUNS, "stuck": 0,
               "recoveries": await _recoveries(cluster.dsn, run_ids), "ok": fig.ok,
@@ -257,3 +264,20 @@ async def test_chaos_runs_survive_kills_and_restarts(services, settings, model, 
     assert fig.ok, (f"chaos seed {seed} (replay: THREADLINE_CHAOS_SEED={seed} make chaos)", fig.problems[:20])
     assert figures["kills"] == 2 * ROUNDS and figures["broker_restarts"] == 1
     assert fig.chunks_checked > RUNS * 20
+
+
+@pytest.mark.timeout(TIMEOUT_S + 120)
+async def test_chaos_in_the_shared_chunk_layout(services, settings, model, cluster):
+    """The regression seed (or ``THREADLINE_CHAOS_SEED``) in the shared chunk layout (decisions
+    201-204): every service restarted in it, the same kills, restarts and checks. In ``make
+    test`` only: ``make chaos`` and ``make chaos-sweep`` (their reports) leave it out, and
+    ``THREADLINE_CHUNK_LAYOUT=shared make chaos`` runs their seeds in that layout."""
+    if REPORT or REPORT_DIR:
+        pytest.skip("make chaos / chaos-sweep: THREADLINE_CHUNK_LAYOUT=shared runs their seeds in the shared layout")
+    seed = int(os.environ.get("THREADLINE_CHAOS_SEED") or REGRESSION_SEEDS[0])
+    before = settings.chunk_layout
+    await asyncio.to_thread(switch_chunk_layout, services, settings, "shared")
+    try:
+        await test_chaos_runs_survive_kills_and_restarts(services, settings, model, cluster, seed)
+    finally:
+        await asyncio.to_thread(switch_chunk_layout, services, settings, before)

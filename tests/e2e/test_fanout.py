@@ -1,5 +1,6 @@
 """C20: joining, reconnecting to and replaying a live thread stream yields every chunk once, in
-order, with an injected duplicate record dropped."""
+order, with an injected duplicate record dropped. The raw reads go to the thread's partition and
+keep its records only, so the test holds in the shared chunk layout too (tests/e2e/test_shared_layout.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,25 @@ import uuid
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from threadline.client import ThreadlineClient
+from threadline.topics import thread_key
+
+
+async def _raw(bootstrap: str, tp: TopicPartition, key: bytes, *, start: int = 0) -> list:
+    """The thread's records (``key``) on ``tp`` from ``start`` to the partition's end now."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
+    await consumer.start()
+    try:
+        consumer.assign([tp])
+        end = (await consumer.end_offsets([tp]))[tp]
+        consumer.seek(tp, start)
+        out = []
+        while start < end:
+            for records in (await consumer.getmany(tp, timeout_ms=2000, max_records=10000)).values():
+                out.extend(r for r in records if r.key == key)
+                start = records[-1].offset + 1 if records else start
+        return out
+    finally:
+        await consumer.stop()
 
 
 async def _read(sub, *, until_finish: bool = True, limit: int | None = None, out: list | None = None,
@@ -48,17 +68,12 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
         cursor, offset = s4.cursor(), s4.last_offset
         await s4.unsubscribe()
         # fault: one record published twice (same runId and seq)
-        topic = s1.topic
-        consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, group_id=None)
-        await consumer.start()
-        tp = TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek(tp, 20)
-        dup = await consumer.getone()
-        await consumer.stop()
+        topic, key = s1.topic, thread_key("res-1", thread).encode()
+        tp = TopicPartition(topic, s1.partition or 0)
+        dup = (await _raw(cluster.bootstrap, tp, key, start=s1.start_offset))[20]  # the thread's 21st record
         producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
         await producer.start()
-        await producer.send_and_wait(topic, dup.value, key=dup.key, headers=list(dup.headers))
+        await producer.send_and_wait(topic, dup.value, key=dup.key, headers=list(dup.headers), partition=tp.partition)
         await producer.stop()
         s4b = await tl.subscribe_to_thread("res-1", thread, from_offset=offset + 1, after=cursor)
         second_part = await _read(s4b)
@@ -77,15 +92,7 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
     assert [c["seq"] for c in first_part] == list(range(13))
     assert [c["seq"] for c in second_part] == list(range(13, len(full)))  # resumed once each (9 < 10 < 100)
     # on the topic: strictly increasing per run, apart from the injected duplicate
-    consumer = AIOKafkaConsumer(bootstrap_servers=cluster.bootstrap, enable_auto_commit=False, group_id=None,
-                                auto_offset_reset="earliest")
-    await consumer.start()
-    consumer.assign([TopicPartition(topic, 0)])
-    raw = []
-    batch = await consumer.getmany(timeout_ms=2000, max_records=10000)
-    for records in batch.values():
-        raw.extend(records)
-    await consumer.stop()
+    raw = await _raw(cluster.bootstrap, tp, key, start=s1.start_offset)
     import orjson
 
     seqs = [orjson.loads(r.value)["seq"] for r in raw]

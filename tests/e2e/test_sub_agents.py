@@ -69,8 +69,12 @@ async def _run_lead(services: Any, settings: Any, model: Any, cluster: Any, *, t
     child_id = child_runs[0]["run_id"]
     child = await run_row(cluster.dsn, child_id)
     run_ids = [run_id, child_id]
-    topics = Topics(settings.topic_prefix)
-    replay = await read_all(settings.kafka_bootstrap, [topics.chunks(RES, thread), topics.chunks(RES, child_thread)])
+    topics = Topics.of(settings)  # in the shared chunk layout both threads' partitions of the shared topic
+    names = list(dict.fromkeys([topics.chunks(RES, thread), topics.chunks(RES, child_thread)]))
+    replay = await read_all(settings.kafka_bootstrap, names,
+                            partitions=settings.chunk_partitions if topics.shared_layout else 1)
+    if topics.shared_layout:  # the shared topic holds other threads' runs too
+        replay = [c for c in replay if c.get("runId") in run_ids]
     for _ in range(60):  # the run's finish is streamed before the orchestrator announces its end
         lifecycle = await read_all(settings.kafka_bootstrap, [topics.lifecycle], partitions=settings.partitions)
         ended = {ev.get("run_id") for ev in lifecycle if ev.get("type") in TERMINAL_LIFECYCLE}

@@ -13,6 +13,7 @@ import pytest
 from threadline.config import Settings
 from threadline.events import StepTask
 from threadline.runtime.step.ports import Skipped
+from threadline.topics import Topics
 from threadline.worker.executor import StepExecutor
 
 
@@ -40,7 +41,7 @@ class _Side:
 
 def _executor(admin: _Side, store: _Side) -> StepExecutor:
     db = SimpleNamespace(max_size=4)  # the store's pool size; nothing is asked of it here
-    ex = StepExecutor(db=db, producer=None, admin=None, outbox=None, topics=None,  # type: ignore[arg-type] # only _claim runs
+    ex = StepExecutor(db=db, producer=None, admin=None, outbox=None, topics=Topics("p"),  # type: ignore[arg-type] # only _claim runs
                       settings=Settings(), agents={})
     ex._admin, ex._store = admin, store  # type: ignore[assignment] # the two sides under test
     return ex

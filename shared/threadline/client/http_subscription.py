@@ -60,6 +60,8 @@ class HttpThreadSubscription:
             thread does not exist yet).
         start_offset: the topic offset the subscription started at (0 for a thread that did not exist).
         last_offset: the offset of the last chunk read.
+        partition: the shared chunk topic's partition those offsets are of (a gateway in the
+            shared chunk layout says it); ``None`` for a thread's own topic.
     """
 
     def __init__(self, http: httpx.AsyncClient, path: str, *, from_beginning: bool = False,
@@ -83,6 +85,7 @@ class HttpThreadSubscription:
         self.topic: str | None = None
         self.start_offset: int | None = None
         self.last_offset: int | None = None
+        self.partition: int | None = None
 
     def _params(self) -> tuple[dict[str, str], dict[str, str]]:
         """Query and headers of the first connection."""
@@ -114,6 +117,7 @@ class HttpThreadSubscription:
             if ev.event == "subscribed":
                 data = orjson.loads(ev.data)
                 self.topic = data.get("topic")
+                self.partition = data.get("partition")
                 if self.start_offset is None:
                     self.start_offset = data.get("offset")
                 break
@@ -197,8 +201,8 @@ class HttpThreadSubscription:
                         continue
                     self._last_id = ev.id or self._last_id
                     if ev.id:
-                        with contextlib.suppress(ValueError):
-                            self.last_offset = int(ev.id.partition(":")[0])
+                        with contextlib.suppress(ValueError):  # "<offset>:…", shared layout "<partition>/<offset>:…"
+                            self.last_offset = int(ev.id.partition(":")[0].rpartition("/")[2])
                     try:
                         chunk = parse_chunk(ev.data)
                     except ChunkParseError:

@@ -36,6 +36,7 @@ from threadline.config import Settings, get_settings
 from threadline.events.base import Event
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.fanout import RETRY_AFTER_S, FanoutReader, ReaderFullError
+from threadline.kafka.layout import chunk_place, ensure_shared_chunks
 from threadline.kafka.producer import Producer
 from threadline.kafka.security import client_kwargs
 from threadline.ops import tracing
@@ -69,7 +70,7 @@ class KafkaTransport:
     def __init__(self, settings: Settings | None = None, *, reader: Reader | None = None,
                  fanout: bool | None = None, max_streams: int | None = None) -> None:
         self.settings = settings or get_settings()
-        self.topics = Topics(self.settings.topic_prefix)
+        self.topics = Topics.of(self.settings)
         self.reply_timeout_s = self.settings.reply_timeout_s
         self.agents_module: str | None = self.settings.agents_module
         if reader is None:
@@ -113,6 +114,8 @@ class KafkaTransport:
         await self._producer.start()
         await self.admin.start()
         await self.admin.ensure(self.topics.internal(), partitions=self.settings.partitions)
+        await ensure_shared_chunks(self.admin, self.topics, partitions=self.settings.chunk_partitions,
+                                   retention_ms=self.settings.chunk_retention_ms)
         await self.replies.start()
         if self.fanout is not None:
             await self.fanout.start()
@@ -159,12 +162,14 @@ class KafkaTransport:
         return Sent(request.event_id, replies)
 
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> ThreadSubscription:
-        """Follow the thread's chunk topic (created now if it does not exist yet).
+        """Follow the thread's chunk topic (per-thread layout: created now if it does not exist
+        yet; shared layout: its partition of the shared topic, the thread's records only).
 
         Raises:
             StreamsFullError: the fan-out reader serves its ``max_streams`` already.
         """
-        topic = self.topics.chunks(resource_id, thread_id)
+        place = chunk_place(self.topics, self.settings.chunk_partitions, resource_id, thread_id)
+        topic = place.topic
         if self.fanout is not None and self.fanout.max_streams is not None and \
                 self.fanout.open_streams >= self.fanout.max_streams:  # refused before a topic is made
             raise StreamsFullError(f"this process serves its maximum of {self.fanout.max_streams} streams", RETRY_AFTER_S)
@@ -173,11 +178,11 @@ class KafkaTransport:
                                  on_abort=follow.on_abort, on_active=follow.on_active,
                                  after=dict(follow.after) if follow.after is not None else None,
                                  hide_signals=follow.hide_signals, payloads=self._payloads, security=self._security,
-                                 reader=self.fanout)
-        # the consumer connects while the topic is made (decision 101)
+                                 reader=self.fanout, partition=place.partition, key=place.only_key)
+        # the consumer connects while the topic is made (decision 101); the shared one was made at start
         made, connected = await asyncio.gather(
-            self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms), sub.connect(),
-            return_exceptions=True)
+            self.admin.ensure_chunk_topic(topic, retention_ms=self.settings.chunk_retention_ms) if not place.shared
+            else _nothing_made(), sub.connect(), return_exceptions=True)
         try:
             for outcome in (made, connected):
                 if isinstance(outcome, BaseException):
@@ -194,3 +199,8 @@ class KafkaTransport:
     async def read(self, name: ReadName, /, **params: object) -> Any:
         """The reader's answer (:data:`~threadline.client.transport.ReadName`)."""
         return await self.reader.read(name, **params)
+
+
+async def _nothing_made() -> bool:
+    """No topic is made for a subscription to the shared chunk topic (it exists since start)."""
+    return False

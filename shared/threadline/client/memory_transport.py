@@ -170,6 +170,7 @@ class MemorySubscription:
         self.topic: str | None = log.topic
         self.start_offset: int | None = start
         self.last_offset: int | None = None
+        self.partition: int | None = None  # a thread's own log, as a per-thread topic
 
     @property
     def stream(self) -> AsyncIterator[ChunkBody]:

@@ -1,6 +1,10 @@
 """``subscribe_to_thread``: follow a thread's chunk topic, run after run (Mastra's
 ``subscribeToThread``). Duplicates are dropped by ``(runId, seq)`` and chunks of attempts
-declared dead (``attempt-discarded``) are dropped, so the stream shows every chunk once."""
+declared dead (``attempt-discarded``) are dropped, so the stream shows every chunk once.
+
+In the shared chunk layout (:mod:`threadline.kafka.layout`) the subscription reads the thread's
+partition of the shared topic and keeps only the records keyed by the thread: a record of another
+thread is never delivered; offsets are that partition's."""
 
 from __future__ import annotations
 
@@ -37,6 +41,10 @@ class ThreadSubscription:
 
     With ``reader`` (a started or unstarted :class:`~threadline.kafka.fanout.FanoutReader`) the
     chunks come from that process-wide reader's consumers instead of a consumer of its own.
+
+    ``partition`` is the partition of ``topic`` read (0 for a per-thread topic); with ``key``
+    (the thread key, on a shared chunk topic) only the records keyed so are read, and offsets
+    (``from_offset``, ``start_offset``, ``last_offset``) are that partition's.
     """
 
     def __init__(self, bootstrap: str, topic: str, *, from_beginning: bool = False,
@@ -45,8 +53,10 @@ class ThreadSubscription:
                  on_active: Callable[[], Awaitable[str | None]] | None = None,
                  after: dict[str, int] | None = None, hide_signals: bool | list[str] = False,
                  payloads: PayloadRefs | None = None, security: Mapping[str, object] | None = None,
-                 reader: FanoutReader | None = None) -> None:
+                 reader: FanoutReader | None = None, partition: int = 0, key: bytes | None = None) -> None:
         self._reader = reader
+        self._partition = partition
+        self.key = key
         self._shared: FanoutStream | None = None
         self._on_abort = on_abort
         self._on_active = on_active
@@ -94,13 +104,13 @@ class ThreadSubscription:
         if self._reader is not None:
             self._shared = await self._reader.open(self.topic, StartAt(
                 offset=self._from_offset, time_ms=self._from_time_ms, new_topic=new_topic,
-                beginning=self._from_beginning))
+                beginning=self._from_beginning), partition=self._partition, key=self.key)
             self.start_offset = self._shared.start_offset  # fixed by open (B16)
             return
         await self.connect()
         consumer = self._consumer
         assert consumer is not None
-        tp = TopicPartition(self.topic, 0)
+        tp = TopicPartition(self.topic, self._partition)
         consumer.assign([tp])
         if self._from_offset is not None:
             consumer.seek(tp, self._from_offset)
@@ -118,6 +128,12 @@ class ThreadSubscription:
         # the position is fixed here, before "subscribed" is reported (B16): a lazy position would
         # be resolved at the first fetch, after chunks produced meanwhile
         self.start_offset = await consumer.position(tp)
+
+    @property
+    def partition(self) -> int | None:
+        """The shared chunk topic's partition read (shared layout: offsets are that partition's);
+        ``None`` for a thread's own topic."""
+        return self._partition if self.key is not None else None
 
     def cursor(self) -> dict[str, int]:
         """Highest ``seq`` delivered per run: pass it back as ``after=`` to resume without
@@ -180,6 +196,8 @@ class ThreadSubscription:
         source = self._shared if self._shared is not None else self._consumer
         assert source is not None, "call start() first"
         async for record in source:
+            if self.key is not None and record.key != self.key:
+                continue  # another thread's, on the shared chunk topic (the fan-out reader never passes one)
             self.last_offset = record.offset
             try:  # a chunk too big for a record (a big tool result) was stored by reference
                 record = await resolve(record, self._payloads)

@@ -2,7 +2,9 @@
 
 Each chunk is one event: ``data`` the chunk's JSON, ``id`` :func:`event_id` =
 ``<offset>:<seq>:<runId>`` (the chunk's position in the thread's chunk topic, then its run and
-``seq`` there). The chunks pass the Python client's filter
+``seq`` there); in the shared chunk layout ``<partition>/<offset>:<seq>:<runId>``, the offset
+being of that partition of the shared topic, so an id of one layout is never taken for a
+position of the other (docs/decisions.md#shared-chunk-layout). The chunks pass the Python client's filter
 (:meth:`threadline.client.subscription.ThreadSubscription.accept`): duplicates ``(runId, seq)``
 and the chunks of attempts declared dead are left out.
 
@@ -41,43 +43,68 @@ Close = Callable[[], Awaitable[None]]
 
 @dataclass(frozen=True)
 class Position:
-    """Where a resumed stream goes on: after topic ``offset`` (the chunk ``run_id``/``seq`` there)."""
+    """Where a resumed stream goes on: after topic ``offset`` (the chunk ``run_id``/``seq`` there);
+    ``partition``: the shared chunk topic's partition the offset is of (``None``: a thread's own
+    topic, or an offset given bare)."""
 
     offset: int
     seq: int | None = None
     run_id: str | None = None
+    partition: int | None = None
 
 
-def event_id(offset: int, chunk: ChunkBody) -> str:
-    """``<offset>:<seq>:<runId>`` of a chunk read at ``offset``."""
-    return f"{offset}:{chunk.get('seq')}:{chunk.get('runId')}"
+def event_id(offset: int, chunk: ChunkBody, partition: int | None = None) -> str:
+    """``<offset>:<seq>:<runId>`` of a chunk read at ``offset``; ``<partition>/<offset>:…`` when
+    read from a shared chunk topic's ``partition``."""
+    at = str(offset) if partition is None else f"{partition}/{offset}"
+    return f"{at}:{chunk.get('seq')}:{chunk.get('runId')}"
 
 
 def parse_event_id(value: str | None) -> Position | None:
-    """The :class:`Position` of an event id; ``None`` for none. Raises ``ValueError`` for an
-    id this gateway did not give (a negative or non-numeric offset)."""
+    """The :class:`Position` of an event id; ``None`` for none. A bare ``<offset>`` is taken as
+    an offset of the thread's stream in the gateway's layout (what a client builds from its
+    offsets). Raises ``ValueError`` for an id this gateway did not give (a negative or
+    non-numeric offset or partition)."""
     if value is None or not value.strip():
         return None
-    offset, _, rest = value.strip().partition(":")
+    at, _, rest = value.strip().partition(":")
     seq, _, run_id = rest.partition(":")
-    if not offset.isdigit():
-        raise ValueError("Last-Event-ID must be an id this stream gave (<offset>:<seq>:<runId>)")
-    return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None)
+    part, slash, offset = at.rpartition("/")
+    if not offset.isdigit() or (slash and not part.isdigit()):
+        raise ValueError("Last-Event-ID must be an id this stream gave (<offset>:<seq>:<runId>, "
+                         "or <partition>/<offset>:<seq>:<runId>)")
+    return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None,
+                    int(part) if slash else None)
+
+
+def resumed_in(resume: Position | None, partition: int | None) -> Position | None:
+    """``resume`` if it is a position of the stream read (on ``partition``: ``None`` for a
+    thread's own topic), else ``None``: an id given in the other chunk layout, or of another
+    partition, names no record of this stream, so the stream starts over from the thread's
+    retained beginning (decision 202). A bare offset is taken as this stream's."""
+    if resume is None or resume.partition is None or resume.partition == partition:
+        return resume
+    return None
 
 
 async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, str | int]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
-    first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come),
-    then one event per chunk the filter accepts and that lies after ``resume``. Unsubscribes
-    when the consumer stops iterating (the browser went away)."""
+    first ``subscribed`` (data ``{offset, topic}``, and ``partition`` in the shared chunk layout:
+    every chunk from this offset on will come), then one event per chunk the filter accepts and
+    that lies after ``resume`` (:func:`resumed_in`). Unsubscribes when the consumer stops
+    iterating (the browser went away)."""
     try:
-        yield {"event": "subscribed", "retry": RETRY_MS,
-               "data": orjson.dumps({"offset": sub.start_offset, "topic": sub.topic}).decode()}
+        partition = sub.partition
+        resume = resumed_in(resume, partition)
+        opened: dict[str, object] = {"offset": sub.start_offset, "topic": sub.topic}
+        if partition is not None:
+            opened["partition"] = partition
+        yield {"event": "subscribed", "retry": RETRY_MS, "data": orjson.dumps(opened).decode()}
         async for chunk in sub.stream:
             offset = sub.last_offset
             if offset is None or (resume is not None and offset <= resume.offset):
                 continue  # re-read to rebuild the filter's state: sent before the reconnection
-            yield {"id": event_id(offset, chunk), "data": orjson.dumps(chunk).decode()}
+            yield {"id": event_id(offset, chunk, partition), "data": orjson.dumps(chunk).decode()}
     finally:
         await sub.unsubscribe()
 

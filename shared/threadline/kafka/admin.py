@@ -311,6 +311,12 @@ class TopicAdmin:
             self._known.add(topic)
         return found
 
+    async def partition_count(self, topic: str) -> int:
+        """How many partitions the broker has for ``topic`` (0: it does not know the topic)."""
+        assert self._client is not None, "TopicAdmin not started"
+        meta = await self._client.describe_topics([topic])
+        return len(meta[0].get("partitions") or []) if meta and meta[0].get("error_code", 0) == 0 else 0
+
     async def wait_leaders(self, topics: list[str]) -> list[str]:
         """Wait (at most ~2.5 s) until every one of ``topics`` has a leader for each partition,
         one metadata request per round for those still without; the rounds are

@@ -1,7 +1,8 @@
 """Publishing a run's chunks to its thread's chunk topic with run id, step, attempt and seq.
 
-Per chunk: one dict update, one orjson encode, one non-blocking send to partition 0 (chunk
-topics have one partition; the producer batches); :meth:`ChunkWriter.flush` waits for every
+Per chunk: one dict update, one orjson encode, one non-blocking send to the thread's partition
+(0 of its own topic, or the shared topic's partition of its key: :mod:`threadline.kafka.layout`;
+named, so the producer skips its partitioner; it batches); :meth:`ChunkWriter.flush` waits for every
 acknowledgement before the step result is published, so the next step's chunks always follow
 this step's on the topic. Delivery futures already resolved are dropped as the step goes (their
 first failure kept for ``flush``), so a long stream holds only the records still in flight, and
@@ -32,12 +33,15 @@ class ChunkWriter:
 
     __slots__ = ("_failure", "_futures", "_headers", "_producer", "_prune_at", "_text_unmarked", "_topic",
                  "ack_timeout_s", "attempt", "finished", "first_sent", "flush_started", "flushed_at", "held",
-                 "hold_finish", "key", "mirror", "run_id", "seq", "step")
+                 "hold_finish", "key", "mirror", "partition", "run_id", "seq", "step")
 
     def __init__(self, producer: Producer, topic: str, *, run_id: str, step: int, attempt: int,
-                 seq: int, key: str, ack_timeout_s: float = 30.0, hold_finish: bool = False) -> None:
+                 seq: int, key: str, partition: int = 0, ack_timeout_s: float = 30.0,
+                 hold_finish: bool = False) -> None:
         self._producer = producer
         self._topic = topic
+        self.partition = partition
+        """The partition of ``topic`` the thread's chunks go to (:func:`~threadline.kafka.layout.chunk_place`)."""
         self.run_id = run_id
         self.step = step
         self.attempt = attempt
@@ -62,8 +66,8 @@ class ChunkWriter:
         """``time.perf_counter()`` when the last :meth:`flush` began."""
         self.flushed_at: float | None = None
         """``time.perf_counter()`` when the last :meth:`flush` returned."""
-        self.mirror: tuple[str, bytes, Mapping[str, Any]] | None = None
-        """A child run's parent ``(topic, key, target)``: each chunk is also published there as a
+        self.mirror: tuple[str, int, bytes, Mapping[str, Any]] | None = None
+        """A child run's parent ``(topic, partition, key, target)``: each chunk is also published there as a
         nested ``tool-output`` chunk (decision 78; a held ``finish`` by the step store)."""
         self._text_unmarked = True
         """No ``text-delta`` emitted yet: the first one marks the step clock's ``first_text`` (the
@@ -86,12 +90,12 @@ class ChunkWriter:
                 return chunk
             self.finished = True
         fut = await self._producer.send_raw(self._topic, orjson.dumps(chunk), key=self.key,
-                                            headers=self._headers, partition=0)
+                                            headers=self._headers, partition=self.partition)
         self._futures.append(fut)
         if self.mirror is not None:
-            topic, key, target = self.mirror
+            topic, partition, key, target = self.mirror
             self._futures.append(await self._producer.send_raw(topic, orjson.dumps(nested_chunk(chunk, target)),
-                                                               key=key, headers=self._headers, partition=0))
+                                                               key=key, headers=self._headers, partition=partition))
         if len(self._futures) >= self._prune_at:
             self._prune()
         return chunk

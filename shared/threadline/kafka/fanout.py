@@ -1,9 +1,11 @@
 """A fan-out reader: a fixed number of Kafka consumers serving any number of streams.
 
-A *stream* is the records of one topic-partition from a position (today a thread's chunk topic,
-partition 0; a shared chunk topic's partition would be read the same way, each stream filtering
-its thread). Each stream used to be an ``AIOKafkaConsumer`` of its own: a gateway with 10,000
-open browsers held 10,000 consumers, their connections and fetch loops. Here:
+A *stream* is the records of one topic-partition from a position: a thread's chunk topic,
+partition 0, or, in the shared layout, the shared chunk topic's partition of the thread, each
+stream keeping only the records keyed by its thread (``key``: the others advance its position
+and are never queued, so another thread's traffic never fills its queue). Each stream used to
+be an ``AIOKafkaConsumer`` of its own: a gateway with 10,000 open browsers held 10,000
+consumers, their connections and fetch loops. Here:
 
 1. :meth:`FanoutReader.open` fixes the stream's start position with a ``ListOffsets`` request
    before it returns (the end, the beginning, an offset, a time, or 0 for a topic just made), so
@@ -84,12 +86,13 @@ class FanoutStream:
             returned; ``next_offset``: the next offset it takes; ``detached``: its queue is full.
     """
 
-    __slots__ = ("_limit", "_member", "_queue", "_ready", "closed", "detached", "next_offset", "start_offset",
-                 "tp")
+    __slots__ = ("_limit", "_member", "_queue", "_ready", "closed", "detached", "key", "next_offset",
+                 "start_offset", "tp")
 
-    def __init__(self, member: _Member, tp: TopicPartition, start: int, limit: int) -> None:
+    def __init__(self, member: _Member, tp: TopicPartition, start: int, limit: int, key: bytes | None = None) -> None:
         self._member = member
         self.tp = tp
+        self.key = key
         self.start_offset = start
         self.next_offset = start
         self._limit = max(2, limit)
@@ -114,8 +117,12 @@ class FanoutStream:
         return record
 
     def offer(self, record: Record) -> None:
-        """Take ``record`` if it is the next this stream needs and it is attached."""
+        """Take ``record`` if it is the next this stream needs and it is attached; one of another
+        key than the stream's (``key`` set) only moves the position past it."""
         if self.detached or record.offset < self.next_offset:
+            return
+        if self.key is not None and record.key != self.key:
+            self.next_offset = record.offset + 1
             return
         self._queue.append(record)
         self.next_offset = record.offset + 1
@@ -332,8 +339,9 @@ class FanoutReader:
             await member.stop()
         self._open = 0
 
-    async def open(self, topic: str, start: StartAt, *, partition: int = 0) -> FanoutStream:
-        """A stream of ``topic``'s ``partition`` from ``start``, fixed before this returns.
+    async def open(self, topic: str, start: StartAt, *, partition: int = 0, key: bytes | None = None) -> FanoutStream:
+        """A stream of ``topic``'s ``partition`` from ``start``, fixed before this returns; with
+        ``key``, only the records keyed so (a thread's, on a shared chunk topic).
 
         Raises:
             ReaderFullError: ``max_streams`` streams are open.
@@ -343,14 +351,15 @@ class FanoutReader:
             raise ReaderFullError(self.max_streams)
         await self.start()
         tp = TopicPartition(topic, partition)
-        member = self._members[zlib.crc32(topic.encode()) % len(self._members)]
+        # by topic and partition: a shared chunk topic's partitions spread over the consumers
+        member = self._members[zlib.crc32(f"{topic}:{partition}".encode()) % len(self._members)]
         self._open += 1
         try:
             position = await _position(member.consumer, tp, start)
         except BaseException:
             self._open -= 1
             raise
-        stream = FanoutStream(member, tp, position, self._queue_records)
+        stream = FanoutStream(member, tp, position, self._queue_records, key)
         member.add(stream)
         return stream
 

@@ -23,6 +23,7 @@ from threadline.flows.publish import Outbox
 from threadline.ids import new_id
 from threadline.kafka.admin import TopicAdmin
 from threadline.kafka.chunk_writer import ChunkWriter
+from threadline.kafka.layout import chunk_place
 from threadline.kafka.producer import Producer
 from threadline.logging import get_logger
 from threadline.ops import tracing
@@ -50,7 +51,7 @@ from threadline.store.db import Database
 from threadline.store.model_limits import PgModelLimiter, parse_limits
 from threadline.store.runs import claim_terminal, run_status
 from threadline.store.steps import aborted_among, hand_back
-from threadline.topics import Topics, thread_key
+from threadline.topics import Topics
 from threadline.transient import is_transient
 from threadline.worker import step_gap
 from threadline.worker.keepalive import KeepAlive
@@ -199,8 +200,7 @@ class StepExecutor:
             (re-executed under a new attempt).
         """
         took, begun = await asyncio.gather(
-            self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms,
-                                           thread=(task.resource_id, task.thread_id)),
+            self._take_topic(task, topic),
             self._store.begin(task.run_id, step=task.step, epoch=task.epoch, thread_id=task.thread_id,
                               takeover_from=takeover_from),
             return_exceptions=True)
@@ -266,16 +266,23 @@ class StepExecutor:
         return nxt, {"flush_start": writer.flush_started, "flushed": writer.flushed_at, "saved": times[0],
                      "published": times[1], "save_sent": times[2], "save_returned": times[3]}
 
+    async def _take_topic(self, task: StepTask, topic: str) -> bool:
+        """Take the thread's own chunk topic (per-thread layout); the shared one was made at start."""
+        if self._topics.shared_layout:
+            return False
+        return await self._admin.ensure_chunk_topic(topic, retention_ms=self._settings.chunk_retention_ms,
+                                                    thread=(task.resource_id, task.thread_id))
+
     def _writer(self, run: StepRun, inputs: StepInputs) -> ChunkWriter:
         """The step's chunk writer on the thread's topic; a child run's also mirrors its chunks,
         nested, to its parent's thread (decision 78)."""
-        writer = ChunkWriter(self._producer, self._topics.chunks(run.resource_id, run.thread_id), run_id=run.run_id,
-                             step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
-                             key=thread_key(run.resource_id, run.thread_id),
+        own = chunk_place(self._topics, self._settings.chunk_partitions, run.resource_id, run.thread_id)
+        writer = ChunkWriter(self._producer, own.topic, run_id=run.run_id, step=run.step, attempt=inputs.attempt,
+                             seq=inputs.seq_base, key=own.key.decode(), partition=own.partition,
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
         if (parent := nested_target(run.options)) is not None:
-            writer.mirror = (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
-                             thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
+            up = chunk_place(self._topics, self._settings.chunk_partitions, parent["resource_id"], parent["thread_id"])
+            writer.mirror = (up.topic, up.partition, up.key, parent)
         return writer
 
     async def _outcome(self, run: StepRun, writer: ChunkWriter, child: asyncio.Task[str]) -> str:
@@ -341,11 +348,10 @@ class StepExecutor:
         if writer is not None:
             writer.drop_held()  # a finish held for a step that was never stored: not published
         if writer is None:
-            topic = self._topics.chunks(run.resource_id, run.thread_id)
-            writer = ChunkWriter(self._producer, topic, run_id=run.run_id, step=claimed["step"],
-                                 attempt=claimed["attempt"], seq=claimed["next_seq"],
-                                 key=thread_key(run.resource_id, run.thread_id),
-                                 ack_timeout_s=self._settings.kafka_ack_timeout_s)
+            own = chunk_place(self._topics, self._settings.chunk_partitions, run.resource_id, run.thread_id)
+            writer = ChunkWriter(self._producer, own.topic, run_id=run.run_id, step=claimed["step"],
+                                 attempt=claimed["attempt"], seq=claimed["next_seq"], key=own.key.decode(),
+                                 partition=own.partition, ack_timeout_s=self._settings.kafka_ack_timeout_s)
             if claimed["outstanding"]:
                 dead = claimed["attempt"]
         elif writer.finished:
