@@ -41,6 +41,7 @@ from threadline.runtime.step.ports import (
     Suspend,
     Trip,
 )
+from threadline.store.approvals import answers, record_approval_requests
 from threadline.store.db import Database, terminate_backend
 from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
@@ -306,6 +307,8 @@ class PgStepStore:
         run = record.run
         if record.children:
             await record_child_requests(conn, run.run_id, run.step, record.children)
+        if record.approvals:
+            await record_approval_requests(conn, run.run_id, run.step, record.approvals)
         if record.finish is None:
             return []
         key = thread_key(run.resource_id, run.thread_id)
@@ -397,6 +400,11 @@ class PgStepStore:
         """See :meth:`threadline.runtime.step.ports.StepStore.tool_results`."""
         async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
+
+    async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+        """See :meth:`threadline.runtime.step.ports.StepStore.approvals`."""
+        async with self._conn() as conn:
+            return await answers(conn, run.run_id, call_ids)
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: object,
                                error: str | None) -> None:

@@ -1,0 +1,35 @@
+import { Agent } from '@mastra/core/agent';
+import { Mastra } from '@mastra/core';
+import { InMemoryStore } from '@mastra/core/storage';
+import { Memory } from '@mastra/memory';
+import { createTool } from '@mastra/core/tools';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { z } from 'zod';
+const base = 'http://127.0.0.1:18391';
+const provider = createOpenAICompatible({ name: 'openai', baseURL: `${base}/v1`, apiKey: 'p', includeUsage: true });
+const fake = async (path, body, method='POST') => (await fetch(base+path, {method, headers:{'content-type':'application/json'}, body: body && JSON.stringify(body)})).json();
+let runs = 0;
+const add = createTool({ id: 'add', description: 'Add two numbers.', inputSchema: z.object({a: z.number(), b: z.number()}),
+  requireApproval: true, execute: async (i) => { runs++; return { sum: i.a + i.b }; } });
+const memory = new Memory({ options: { lastMessages: 20 } });
+const agent = new Agent({ id: 'parity', name: 'parity', instructions: 'x', model: provider.chatModel('threadline-appr'), tools: { add }, memory });
+const mastra = new Mastra({ agents: { parity: agent }, storage: new InMemoryStore() });
+const a = mastra.getAgent('parity');
+const mode = process.argv[2];
+await fake('/_fake/reset', {});
+await fake('/_fake/script', { model: 'threadline-appr', scripts: [{ tool_calls: [{ id: 'call_1', name: 'add', arguments: { a: 2, b: 3 } }] }, { text: 'Done.' }] });
+const s = await a.stream('add 2 and 3', { memory: { thread: 't1', resource: 'r1' } });
+const out = [];
+for await (const c of s.fullStream) out.push(c);
+console.log('FIRST', JSON.stringify(out, null, 1));
+const runId = s.runId;
+const s2 = mode === 'decline' ? await a.declineToolCall({ runId, toolCallId: 'call_1', memory: { thread: 't1', resource: 'r1' } })
+  : await a.approveToolCall({ runId, toolCallId: 'call_1', memory: { thread: 't1', resource: 'r1' } });
+const out2 = [];
+for await (const c of s2.fullStream) out2.push(c);
+console.log('SECOND', JSON.stringify(out2, null, 1));
+console.log('RUNS', runs);
+const reqs = await fake('/_fake/requests', undefined, 'GET');
+console.log('REQUESTS', JSON.stringify(reqs.map?.((r) => r.body?.messages) ?? reqs, null, 1));
+const thread = await memory.recall({ threadId: 't1', resourceId: 'r1', perPage: false });
+console.log('THREAD', JSON.stringify(thread.messages.map((m) => ({ role: m.role, content: m.content })), null, 1));
