@@ -14,8 +14,10 @@ class Answer:
     """The verdict on one answer to a held call."""
 
     record: bool
-    """Record it (the call was pending and its run waits): the call's status changes, and the
-    run resumes once no call of its step is outstanding."""
+    """Record it (the call was pending and its run is running): the call's status changes, and
+    the run resumes once its step is suspended and no call of it is outstanding (an answer may
+    come before the orchestrator applied the suspended step: the call is recorded before its
+    ``tool-call-approval`` chunk goes out)."""
     status: Literal["approved", "declined", "pending", "unknown"]
     """The call's status the reply reports: the new one when recorded; else as stored (a
     repeated answer: the first one's), ``unknown`` for a call the thread's run never held."""
@@ -34,6 +36,6 @@ def on_answer(run: Mapping[str, object] | None, call: Mapping[str, object] | Non
     stored = str(call.get("status"))
     if stored != "pending":
         return Answer(record=False, status="approved" if stored == "approved" else "declined")
-    if run.get("status") != "running" or not run.get("waiting_children"):
+    if run.get("status") != "running":
         return Answer(record=False, status="pending")
     return Answer(record=True, status="approved" if approved else "declined")

@@ -119,11 +119,14 @@ async def child_ended(conn: asyncpg.Connection, child: asyncpg.Record, status: s
 async def resume_when_answered(conn: asyncpg.Connection, parent_run_id: str, step: int, topics: Topics,
                   lease_ttl_s: float) -> list[int]:
     """Schedule step + 1 of a waiting parent whose step ``step`` has no outstanding call: no
-    child run still running, no call still held for approval (decision 226)."""
+    child run still running, no call the suspended step holds (its state's ``approval_calls``;
+    not a call an attempt discarded by a processor retry held) still pending (decision 226)."""
     outstanding = await conn.fetchval(
         "SELECT (SELECT count(*) FROM sub_agent_calls WHERE parent_run_id = $1 AND parent_step = $2 "
         "AND status <> 'done') + (SELECT count(*) FROM tool_approvals WHERE run_id = $1 AND step = $2 "
-        "AND status = 'pending')", parent_run_id, step)
+        "AND status = 'pending' AND tool_call_id IN (SELECT c->>'toolCallId' FROM runs r, "
+        "jsonb_array_elements(COALESCE(r.state->'approval_calls', '[]'::jsonb)) c WHERE r.run_id = $1))",
+        parent_run_id, step)
     if outstanding:
         return []
     where = await conn.fetchrow("SELECT resource_id, thread_id FROM runs WHERE run_id = $1", parent_run_id)

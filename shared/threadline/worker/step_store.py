@@ -18,6 +18,7 @@ import orjson
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.chunks import chunk_headers, nested_chunk
 from threadline.events.codec import encode
 from threadline.flows.orchestration import lifecycle_event
@@ -400,6 +401,11 @@ class PgStepStore:
         """See :meth:`threadline.runtime.step.ports.StepStore.tool_results`."""
         async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
+
+    async def hold_call(self, run: StepRun, call: ToolCallPayload) -> None:
+        """See :meth:`threadline.runtime.step.ports.StepStore.hold_call`."""
+        async with self._conn() as conn:
+            await record_approval_requests(conn, run.run_id, run.step, [call])
 
     async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
         """See :meth:`threadline.runtime.step.ports.StepStore.approvals`."""

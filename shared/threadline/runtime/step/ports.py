@@ -442,6 +442,12 @@ class StepStore(Protocol):
         """Record what a tool call returned (once)."""
         ...
 
+    async def hold_call(self, run: StepRun, call: ToolCallPayload) -> None:
+        """Record ``call`` as held for approval (pending), before its ``tool-call-approval`` chunk
+        goes out, so an answer sent as soon as the chunk is seen finds it (once: again changes
+        nothing)."""
+        ...
+
     async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
         """The answers to the calls held for approval: ``(status, reason)`` by call id, ``status``
         one of ``pending``, ``approved``, ``declined`` (a call never recorded is absent)."""

@@ -86,7 +86,7 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
             done[call["toolCallId"]] = (skipped[0], None)
         if call["toolCallId"] not in done and needs_approval(tools.get(call["toolName"]),
                                                              run_option=step.require_tool_approval):
-            await hold(step, call)  # the step suspends; the resumed step runs it (decision 226)
+            await hold(step, call, store)  # the step suspends; the resumed step runs it (decision 226)
             continue
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
@@ -191,8 +191,10 @@ def needs_approval(tool: object, *, run_option: bool) -> bool:
     return run_option or bool(getattr(tool, "require_approval", False))
 
 
-async def hold(step: StepState, call: ToolCallPayload) -> None:
-    """Hold ``call`` for approval: emit ``tool-call-approval`` and queue it in ``step.approvals``."""
+async def hold(step: StepState, call: ToolCallPayload, store: StepStore) -> None:
+    """Hold ``call`` for approval: record it (before anyone can see it and answer), emit
+    ``tool-call-approval`` and queue it in ``step.approvals``."""
+    await store.hold_call(step.run, call)
     await step.emit(tool_call_approval_chunk(call["toolCallId"], call["toolName"], call.get("args")))
     step.approvals.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
                                           args=call.get("args")))

@@ -1,0 +1,182 @@
+"""Tool approval (decisions 225-227): a call of a tool that needs approval stops the run before the
+tool runs, with Mastra's ``tool-call-approval`` chunk; the run's step ends ``suspended`` and the
+run waits holding no worker (its lease kept, no heartbeat, no step claimed); approve runs the tool
+once (approving twice too) and the run goes on; decline gives the model the decline's reason as
+the call's result; a ``kill -9`` of the worker and the orchestrator while the run waits changes
+none of it."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.e2e.helpers import collect_run, execute, rows, run_row, wait_idle
+from threadline.client import ThreadlineClient
+from threadline.client.results import RequestFailed
+from threadline.events.approval_chunks import APPROVAL_RESUME_SCHEMA, DEFAULT_DECLINE_REASON
+from threadline.testing import model_script as ms
+
+RES = "res-appr"
+
+
+async def _until(sub: Any, kind: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    """The thread's chunks up to the first of type ``kind`` (included)."""
+    out: list[dict[str, Any]] = []
+
+    async def pump() -> None:
+        async for chunk in sub.stream:
+            out.append(chunk)
+            if chunk["type"] == kind:
+                return
+
+    await asyncio.wait_for(pump(), timeout_s)
+    return out
+
+
+def _script(model: Any, thread: str, call: str, *, tool: str = "approved_effect") -> None:
+    model.queue([ms.tool_calls(ms.tool_call(tool, {"n": 1}, id=call), times=3)], model=f"threadline-appr-{thread}-s0")
+    model.queue([ms.text("All done.", times=3)], model=f"threadline-appr-{thread}-s1")
+
+
+async def _effects(dsn: str, run_id: str) -> int:
+    return len(await rows(dsn, "SELECT 1 FROM chaos_effects WHERE run_id = $1", run_id))
+
+
+async def _waits_on_no_worker(dsn: str, run_id: str, thread: str) -> None:
+    """The run waits: marked so, its lease kept without expiry, no step claimed, no effect."""
+    for _ in range(100):  # the orchestrator applies the suspended result just after the worker
+        run = (await rows(dsn, "SELECT * FROM runs WHERE run_id = $1", run_id))[0]
+        if run["waiting_children"]:
+            break
+        await asyncio.sleep(0.1)
+    assert run["status"] == "running" and run["waiting_children"], dict(run)
+    lease = (await rows(dsn, "SELECT run_id, expires_at::text AS exp FROM thread_leases WHERE thread_id = $1",
+                        thread))[0]
+    assert lease["run_id"] == run_id and lease["exp"] == "infinity"
+    assert await _effects(dsn, run_id) == 0  # the tool has not run
+
+
+@pytest.fixture
+async def effects_table(cluster: Any) -> None:
+    await execute(cluster.dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
+                               "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
+
+
+async def test_approve_runs_the_tool_once_and_the_run_goes_on(services, settings, model, cluster, effects_table):
+    thread, call = f"th-appr-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call)
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        before = await _until(sub, "tool-call-approval")
+        approval = before[-1]
+        assert approval["payload"] == {"toolCallId": call, "toolName": "approved_effect", "args": {"n": 1},
+                                       "resumeSchema": APPROVAL_RESUME_SCHEMA}
+        assert approval["runId"] == run_id and approval["from"] == "AGENT"
+        await _waits_on_no_worker(cluster.dsn, run_id, thread)
+        first = await tl.approve_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        second = await tl.approve_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        after = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    assert (first.resolved, first.status) == (True, "approved")
+    assert (second.resolved, second.status) == (False, "approved")  # idempotent: the first answer stands
+    kinds = [c["type"] for c in after]
+    assert kinds.index("tool-result") < kinds.index("finish") and kinds.count("finish") == 1
+    result = next(c for c in after if c["type"] == "tool-result")
+    assert result["payload"]["result"] == {"done": 1} and result["payload"]["toolCallId"] == call
+    assert await _effects(cluster.dsn, run_id) == 1
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished" and row["text"] == "All done."
+    asked = model.requests(model=f"threadline-appr-{thread}-s1")[0]["body"]["messages"]
+    assert asked[-1] == {"role": "tool", "tool_call_id": call, "content": '{"done":1}'}
+    stored = await rows(cluster.dsn, "SELECT content FROM messages WHERE thread_id = $1 AND role = 'assistant' "
+                                     "ORDER BY created_at", thread)
+    invocation = next(p["toolInvocation"] for m in stored for p in m["content"]["parts"]
+                      if p.get("type") == "tool-invocation")
+    assert invocation["state"] == "result" and invocation["approval"] == {"id": call, "approved": True}
+    assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_decline_tells_the_model_and_never_runs_the_tool(services, settings, model, cluster, effects_table):
+    thread, call = f"th-decl-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call)
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _until(sub, "tool-call-approval")
+        with pytest.raises(RequestFailed):  # tenancy: another resource's thread is refused
+            await tl.decline_tool_call(resource_id="res-other", thread_id=thread, run_id=run_id, tool_call_id=call)
+        unknown = await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id="nope")
+        declined = await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call,
+                                              reason="Not today")
+        late = await tl.approve_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        after = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    assert (unknown.resolved, unknown.status) == (False, "unknown")
+    assert (declined.resolved, declined.status) == (True, "declined")
+    assert (late.resolved, late.status) == (False, "declined")  # an approval after the decline changes nothing
+    denied = [c for c in after if c["type"] == "tool-output-denied"]
+    assert len(denied) == 1 and denied[0]["payload"] == {
+        "toolCallId": call, "toolName": "approved_effect", "args": {"n": 1},
+        "approval": {"id": call, "approved": False, "reason": "Not today"}}
+    assert not any(c["type"] in ("tool-result", "tool-error") for c in after)
+    assert await _effects(cluster.dsn, run_id) == 0
+    asked = model.requests(model=f"threadline-appr-{thread}-s1")[0]["body"]["messages"]
+    assert asked[-1] == {"role": "tool", "tool_call_id": call, "content": "Not today"}
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished"
+    assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_the_call_option_holds_any_tool_and_a_default_decline_reason(services, settings, model, cluster,
+                                                                          effects_table):
+    thread, call = f"th-opt-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call, tool="plain_effect")
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("count one", agent_id="approver-opt", resource_id=RES, thread_id=thread,
+                               options={"requireToolApproval": True})
+        run_id = (await sent.accepted).run_id
+        approval = (await _until(sub, "tool-call-approval"))[-1]
+        assert approval["payload"]["toolName"] == "plain_effect"
+        await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        after = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    denied = next(c for c in after if c["type"] == "tool-output-denied")
+    assert denied["payload"]["approval"]["reason"] == DEFAULT_DECLINE_REASON
+    asked = model.requests(model=f"threadline-appr-{thread}-s1")[0]["body"]["messages"]
+    assert asked[-1]["content"] == DEFAULT_DECLINE_REASON
+    assert await _effects(cluster.dsn, run_id) == 0
+
+
+async def test_a_waiting_run_survives_kill_9_of_worker_and_orchestrator(services, settings, model, cluster,
+                                                                        effects_table):
+    thread, call = f"th-kill-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call)
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _until(sub, "tool-call-approval")
+        await _waits_on_no_worker(cluster.dsn, run_id, thread)
+        services.kill("processor_worker-1")  # kill -9 of every service that touched the run
+        services.kill("run_orchestrator-1")
+        await asyncio.to_thread(services.start, "run_orchestrator", "run_orchestrator-1")
+        await asyncio.to_thread(services.start, "processor_worker", "processor_worker-1")
+        await _waits_on_no_worker(cluster.dsn, run_id, thread)  # the sweeper left it waiting
+        answer = await tl.approve_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        assert answer.resolved
+        after = await collect_run(sub, timeout_s=120)
+        await sub.unsubscribe()
+    assert [c["type"] for c in after].count("finish") == 1
+    assert await _effects(cluster.dsn, run_id) == 1  # the tool ran exactly once
+    row = await run_row(cluster.dsn, run_id)
+    assert row["status"] == "finished"
+    ended = await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread)
+    assert ended[0]["n"] == 1
+    assert await wait_idle(cluster.dsn, thread)
