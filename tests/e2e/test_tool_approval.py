@@ -180,3 +180,25 @@ async def test_a_waiting_run_survives_kill_9_of_worker_and_orchestrator(services
     ended = await rows(cluster.dsn, "SELECT count(*) AS n FROM runs WHERE thread_id = $1", thread)
     assert ended[0]["n"] == 1
     assert await wait_idle(cluster.dsn, thread)
+
+
+async def test_approve_and_decline_over_the_gateway_and_tenancy(gateway, settings, model, cluster, effects_table):
+    from tests.e2e.gateway_http import TENANT_A
+
+    thread, call = f"th-gw-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call)
+    async with ThreadlineClient.connect_http(gateway.url, api_key=gateway.key_a) as tl, \
+            ThreadlineClient.connect_http(gateway.url, api_key=gateway.key_b) as other:
+        sub = await tl.subscribe_to_thread(TENANT_A, thread)
+        sent = await tl.stream("count one", agent_id="approver", resource_id=TENANT_A, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _until(sub, "tool-call-approval")
+        with pytest.raises(Exception, match="403 forbidden"):  # tenant B may not act for tenant A
+            await other.approve_tool_call(resource_id=TENANT_A, thread_id=thread, run_id=run_id, tool_call_id=call)
+        first = await tl.approve_tool_call(resource_id=TENANT_A, thread_id=thread, run_id=run_id, tool_call_id=call)
+        again = await tl.decline_tool_call(resource_id=TENANT_A, thread_id=thread, run_id=run_id, tool_call_id=call)
+        after = await collect_run(sub, timeout_s=90)
+        await sub.unsubscribe()
+    assert (first.resolved, first.status, again.resolved, again.status) == (True, "approved", False, "approved")
+    assert any(c["type"] == "tool-result" for c in after)
+    assert await _effects(cluster.dsn, run_id) == 1
