@@ -140,3 +140,39 @@ async def test_a_declined_call_never_runs_and_the_model_reads_the_reason() -> No
     _, sink3, model3 = await _resumed(store.saved[0].state, "pending")
     assert sink3.chunks[0]["payload"]["approval"]["reason"] == DEFAULT_DECLINE_REASON
     assert [m for m in model3.prompts[0] if m.get("role") == "tool"][0]["content"] == DEFAULT_DECLINE_REASON
+
+
+async def test_a_run_output_ends_where_its_run_waits_for_approval_as_mastras_stream() -> None:
+    from threadline.client.run_output import RunOutput
+
+    def c(seq: int, kind: str, step: int = 0, run: str = "r") -> dict[str, Any]:
+        return {"type": kind, "runId": run, "step": step, "attempt": 1, "seq": seq, "payload": {}}
+
+    thread = [c(0, "start"), c(1, "tool-call"), c(2, "step-finish", run="other"), c(3, "tool-call-approval"),
+              c(4, "step-finish"), c(5, "tool-result", 1), c(6, "finish", 1)]
+    seen: list[dict[str, int]] = []
+
+    class Source:
+        def __init__(self, after: dict[str, int]) -> None:
+            self.after = after
+
+        @property
+        def stream(self) -> Any:
+            async def gen() -> Any:
+                for chunk in thread:
+                    if chunk["seq"] > self.after.get(chunk["runId"], -1):
+                        yield chunk
+            return gen()
+
+        async def unsubscribe(self) -> None:
+            return None
+
+    async def open_sub(from_ms: int, after: dict[str, int]) -> Source:
+        seen.append(dict(after))
+        return Source(after)
+
+    held = await RunOutput("r", open_sub, 0).consume_stream()
+    assert [x["type"] for x in held] == ["start", "tool-call", "tool-call-approval", "step-finish"]
+    # the answer's output: what the run streams after what it streamed before the answer
+    rest = await RunOutput("r", open_sub, 0, after_seq=4).consume_stream()
+    assert [x["type"] for x in rest] == ["tool-result", "finish"] and seen[-1] == {"r": 4}

@@ -201,12 +201,14 @@ class ThreadlineClient:
         return {**if_idle, key: self._objects(options)} if isinstance(options, Mapping) and options else if_idle
 
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int,
-                   hide_signals: HideSignals = False) -> RunOutput:
+                   hide_signals: HideSignals = False, after_seq: int | None = None) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
         ``sent_at_ms`` (its chunks are read from the thread's stream written since, without the
-        signal echoes ``hide_signals`` names: ``True`` all, or a list of signal types)."""
+        signal echoes ``hide_signals`` names: ``True`` all, or a list of signal types; and
+        without its chunks up to ``after_seq``)."""
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
-            resource_id, thread_id, from_time_ms=from_ms, after=after, hide_signals=hide_signals), sent_at_ms)
+            resource_id, thread_id, from_time_ms=from_ms, after=after, hide_signals=hide_signals), sent_at_ms,
+            after_seq=after_seq)
 
     async def send_message(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: Mapping[str, object] | None = None,

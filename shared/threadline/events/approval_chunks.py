@@ -1,14 +1,20 @@
 """The chunks of tool approval, as Mastra's agent loop writes them (decision 225):
 ``tool-call-approval`` (a call waits for a person's answer) and ``tool-output-denied`` (the
 person declined it). Both carry Mastra's payloads exactly; the envelope (``runId``, ``step``…)
-is stamped by the sink, as for every chunk."""
+is stamped by the sink, as for every chunk. To a subscriber they are ``OtherChunk`` bodies (a kind
+read as it is), not members of ``KnownChunk``."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from threadline.events.chunk_types import ChunkKind, JsonValue, OtherChunk
+from threadline.events.chunk_types import JsonValue, OtherChunk
 from threadline.events.chunks import FROM_AGENT
+
+TOOL_CALL_APPROVAL: Final = "tool-call-approval"
+"""The chunk type of a call held for approval."""
+TOOL_OUTPUT_DENIED: Final = "tool-output-denied"
+"""The chunk type of a declined call."""
 
 DEFAULT_DECLINE_REASON: Final = "Tool call was not approved by the user"
 """What the model reads as a declined call's result when the person gave no reason (Mastra's
@@ -32,7 +38,7 @@ def decline_reason(reason: str | None) -> str:
 def tool_call_approval_chunk(call_id: str, tool_name: str, args: JsonValue) -> OtherChunk:
     """A call of a tool that needs approval waits: ``payload {toolCallId, toolName, args,
     resumeSchema}`` (the run's step then suspends)."""
-    return {"type": ChunkKind.TOOL_CALL_APPROVAL, "from": FROM_AGENT,
+    return {"type": TOOL_CALL_APPROVAL, "from": FROM_AGENT,
             "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args,
                         "resumeSchema": APPROVAL_RESUME_SCHEMA}}
 
@@ -40,6 +46,6 @@ def tool_call_approval_chunk(call_id: str, tool_name: str, args: JsonValue) -> O
 def tool_output_denied_chunk(call_id: str, tool_name: str, args: JsonValue, reason: str) -> OtherChunk:
     """A declined call: ``payload {toolCallId, toolName, args, approval {id, approved: false,
     reason}}`` (the tool never ran; the model reads ``reason`` as its result)."""
-    return {"type": ChunkKind.TOOL_OUTPUT_DENIED, "from": FROM_AGENT,
+    return {"type": TOOL_OUTPUT_DENIED, "from": FROM_AGENT,
             "payload": {"toolCallId": call_id, "toolName": tool_name, "args": args,
                         "approval": {"id": call_id, "approved": False, "reason": reason}}}

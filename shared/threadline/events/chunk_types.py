@@ -45,8 +45,6 @@ class ChunkKind:
     TOOL_RESULT: Final = "tool-result"
     TOOL_ERROR: Final = "tool-error"
     TOOL_OUTPUT: Final = "tool-output"
-    TOOL_CALL_APPROVAL: Final = "tool-call-approval"
-    TOOL_OUTPUT_DENIED: Final = "tool-output-denied"
     STEP_FINISH: Final = "step-finish"
     FINISH: Final = "finish"
     OBJECT: Final = "object"

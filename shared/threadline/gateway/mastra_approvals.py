@@ -22,7 +22,7 @@ from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.app import ApiError
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, writable
 from threadline.gateway.mastra_http import json_response as _json
-from threadline.store import queries
+from threadline.store import approvals, queries
 
 
 async def _answered(request: Request, *, approved: bool) -> tuple[RunOutput, str, str, str]:
@@ -37,13 +37,14 @@ async def _answered(request: Request, *, approved: bool) -> tuple[RunOutput, str
     run_id, call_id = body.get("runId"), body.get("toolCallId")
     if not isinstance(run_id, str) or not run_id or not isinstance(call_id, str) or not call_id:
         raise shapes.ShapeError("runId and toolCallId are required")
-    found = await queries.run_thread(gw(request).db, run_id)
+    found = await approvals.run_position(gw(request).db, run_id)
     if found is None:
         raise ApiError(404, "not_found", "Run not found")
-    resource, thread = found
+    resource, thread, streamed = found
     await writable(request, resource, thread)
     client = gw(request).client
-    output = client.run_output(run_id, resource_id=resource, thread_id=thread, sent_at_ms=int(time.time() * 1000))
+    output = client.run_output(run_id, resource_id=resource, thread_id=thread, sent_at_ms=int(time.time() * 1000),
+                               after_seq=streamed - 1)  # what the run streams from the answer on
     reason = body.get("reason") if isinstance(body.get("reason"), str) else None
     agent_id = request.path_params["agent_id"]
     if approved:

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 import asyncpg
 
 from threadline.events.chunk_types import ToolCallPayload
+from threadline.store.db import Database
 
 
 async def record_approval_requests(conn: asyncpg.Connection, run_id: str, step: int,
@@ -51,3 +52,10 @@ async def pending_calls(conn: asyncpg.Connection, resource_id: str, thread_id: s
         "AND r.status = 'running' AND a.status = 'pending' ORDER BY a.created_at, a.tool_call_id",
         resource_id, thread_id)
     return rows
+
+
+async def run_position(conn: Database | asyncpg.Connection, run_id: str) -> tuple[str, str, int] | None:
+    """``(resource_id, thread_id, next_seq)`` of run ``run_id`` (``next_seq``: the ``seq`` of the
+    next chunk it writes), or ``None`` for no such run."""
+    row = await conn.fetchrow("SELECT resource_id, thread_id, next_seq FROM runs WHERE run_id = $1", run_id)
+    return None if row is None else (str(row["resource_id"]), str(row["thread_id"]), int(row["next_seq"]))
