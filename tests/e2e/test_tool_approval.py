@@ -3,7 +3,7 @@ tool runs, with Mastra's ``tool-call-approval`` chunk; the run's step ends ``sus
 run waits holding no worker (its lease kept, no heartbeat, no step claimed); approve runs the tool
 once (approving twice too) and the run goes on; decline gives the model the decline's reason as
 the call's result; a ``kill -9`` of the worker and the orchestrator while the run waits changes
-none of it."""
+none of it; an abort ends a waiting run."""
 
 from __future__ import annotations
 
@@ -56,6 +56,10 @@ async def _waits_on_no_worker(dsn: str, run_id: str, thread: str) -> None:
     lease = (await rows(dsn, "SELECT run_id, expires_at::text AS exp FROM thread_leases WHERE thread_id = $1",
                         thread))[0]
     assert lease["run_id"] == run_id and lease["exp"] == "infinity"
+    beat = run["step_heartbeat"]
+    await asyncio.sleep(2)  # no worker executes a step of it: its heartbeat stands still
+    again = (await rows(dsn, "SELECT step, step_heartbeat, waiting_children FROM runs WHERE run_id = $1", run_id))[0]
+    assert (again["step"], again["step_heartbeat"], again["waiting_children"]) == (run["step"], beat, True)
     assert await _effects(dsn, run_id) == 0  # the tool has not run
 
 
@@ -202,3 +206,25 @@ async def test_approve_and_decline_over_the_gateway_and_tenancy(gateway, setting
     assert (first.resolved, first.status, again.resolved, again.status) == (True, "approved", False, "approved")
     assert any(c["type"] == "tool-result" for c in after)
     assert await _effects(cluster.dsn, run_id) == 1
+
+
+async def test_an_abort_ends_a_waiting_run_and_a_late_answer_runs_nothing(services, settings, model, cluster,
+                                                                          effects_table):
+    thread, call = f"th-abrt-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call)
+    async with ThreadlineClient(settings) as tl:
+        sub = await tl.subscribe_to_thread(RES, thread)
+        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
+        run_id = (await sent.accepted).run_id
+        await _until(sub, "tool-call-approval")
+        await _waits_on_no_worker(cluster.dsn, run_id, thread)
+        assert await tl.abort(resource_id=RES, thread_id=thread, agent_id="approver")
+        after = await collect_run(sub, timeout_s=60)
+        late = await tl.approve_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        await sub.unsubscribe()
+    assert after[-1]["type"] == "finish" and after[-1]["payload"]["stepResult"]["reason"] == "abort"
+    assert (late.resolved, late.status) == (False, "pending")
+    assert (await run_row(cluster.dsn, run_id))["status"] == "aborted"
+    assert await wait_idle(cluster.dsn, thread)
+    await asyncio.sleep(1)
+    assert await _effects(cluster.dsn, run_id) == 0

@@ -171,8 +171,10 @@ async def test_a_run_output_ends_where_its_run_waits_for_approval_as_mastras_str
         seen.append(dict(after))
         return Source(after)
 
-    held = await RunOutput("r", open_sub, 0).consume_stream()
+    out = RunOutput("r", open_sub, 0)
+    held = await out.consume_stream()
     assert [x["type"] for x in held] == ["start", "tool-call", "tool-call-approval", "step-finish"]
+    assert await out.finish_reason() == "suspended"
     # the answer's output: what the run streams after what it streamed before the answer
     rest = await RunOutput("r", open_sub, 0, after_seq=4).consume_stream()
     assert [x["type"] for x in rest] == ["tool-result", "finish"] and seen[-1] == {"r": 4}

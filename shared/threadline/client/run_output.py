@@ -234,8 +234,9 @@ class RunOutput:
                        if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
     async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
-        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished. A run
-        a processor ended reports it as Mastra's stream result does: ``tripwire`` when its last
+        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished;
+        ``suspended`` when the output ended where the run waits for approval. A run a processor
+        ended reports it as Mastra's stream result does: ``tripwire`` when its last
         ``step-finish`` says ``tripwire`` (``process_output_step`` rejected the answer), else
         ``other`` (decision 123).
 
@@ -244,8 +245,8 @@ class RunOutput:
         """
         chunks = await self._settled(timeout_s)
         finish = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.FINISH), None)
-        if finish is None:
-            return None
+        if finish is None:  # the output ended where the run waits for approval: Mastra's "suspended"
+            return "suspended" if self._held_step is not None else None
         payload = finish.get("payload") or {}
         if not payload.get("tripwire"):
             return (payload.get("stepResult") or {}).get("reason")

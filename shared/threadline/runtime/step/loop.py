@@ -135,15 +135,18 @@ class StepLoop:
     async def _run(self, step: StepState, options: dict[str, Any], memory: Memory, inputs: StepInputs,
                    store: StepStore) -> StepOutcome:
         run, sink = step.run, step.writer
+        answered = bool(run.state.approval_calls)
         if run.step == 0:
             await sink.emit(chunks.start_chunk(step.agent.id, step.response_id))
-        elif run.state.sub_agent_calls or run.state.approval_calls:  # the suspended step's calls first
+        elif run.state.sub_agent_calls or answered:  # the suspended step's calls first
             hooks = step_hooks(step, options, self._catalogue.hooks)
             if run.state.sub_agent_calls:  # the children ended: their results
                 await resume_children(step, store, hooks)
-            if run.state.approval_calls:  # every held call answered: approved ones run now (decision 226)
+            if answered:  # every held call answered: approved ones run now (decision 226)
                 await resume_approvals(step, store, hooks)
-        if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
+        # a drained signal starts a new assistant message after it; so does a run resumed after an
+        # approval, as Mastra's resumed run answers in a new message (decision 226)
+        if run.step > 0 and (inputs.signals or answered):
             mark_boundary(step)
             step.response_id = new_id("msg")
         consumed = []
