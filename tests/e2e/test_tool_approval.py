@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -41,6 +42,30 @@ def _script(model: Any, thread: str, call: str, *, tool: str = "approved_effect"
     model.queue([ms.text("All done.", times=3)], model=f"threadline-appr-{thread}-s1")
 
 
+@dataclass
+class Held:
+    """A run of the thread waiting for approval: its subscription (read up to the approval
+    chunk, ``before``), its run id and the held call's id."""
+
+    sub: Any
+    thread: str
+    run_id: str
+    call: str
+    before: list[dict[str, Any]]
+
+
+async def _held(tl: ThreadlineClient, model: Any, tag: str, *, agent: str = "approver", tool: str = "approved_effect",
+                resource: str = RES, options: dict[str, Any] | None = None) -> Held:
+    """Script a run that calls ``tool`` once, start it on a new thread and read its stream up to
+    its ``tool-call-approval``."""
+    thread, call = f"th-{tag}-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
+    _script(model, thread, call, tool=tool)
+    sub = await tl.subscribe_to_thread(resource, thread)
+    sent = await tl.stream("count one", agent_id=agent, resource_id=resource, thread_id=thread, options=options)
+    run_id = (await sent.accepted).run_id
+    return Held(sub, thread, run_id, call, await _until(sub, "tool-call-approval"))
+
+
 async def _effects(dsn: str, run_id: str) -> int:
     return len(await rows(dsn, "SELECT 1 FROM chaos_effects WHERE run_id = $1", run_id))
 
@@ -70,13 +95,10 @@ async def effects_table(cluster: Any) -> None:
 
 
 async def test_approve_runs_the_tool_once_and_the_run_goes_on(services, settings, model, cluster, effects_table):
-    thread, call = f"th-appr-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call)
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread(RES, thread)
-        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
-        run_id = (await sent.accepted).run_id
-        before = await _until(sub, "tool-call-approval")
+        h = await _held(tl, model, "appr")
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
+        before = h.before
         approval = before[-1]
         assert approval["payload"] == {"toolCallId": call, "toolName": "approved_effect", "args": {"n": 1},
                                        "resumeSchema": APPROVAL_RESUME_SCHEMA}
@@ -106,13 +128,9 @@ async def test_approve_runs_the_tool_once_and_the_run_goes_on(services, settings
 
 
 async def test_decline_tells_the_model_and_never_runs_the_tool(services, settings, model, cluster, effects_table):
-    thread, call = f"th-decl-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call)
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread(RES, thread)
-        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
-        run_id = (await sent.accepted).run_id
-        await _until(sub, "tool-call-approval")
+        h = await _held(tl, model, "decl")
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
         with pytest.raises(RequestFailed):  # tenancy: another resource's thread is refused
             await tl.decline_tool_call(resource_id="res-other", thread_id=thread, run_id=run_id, tool_call_id=call)
         unknown = await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id="nope")
@@ -139,14 +157,10 @@ async def test_decline_tells_the_model_and_never_runs_the_tool(services, setting
 
 async def test_the_call_option_holds_any_tool_and_a_default_decline_reason(services, settings, model, cluster,
                                                                           effects_table):
-    thread, call = f"th-opt-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call, tool="plain_effect")
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread(RES, thread)
-        sent = await tl.stream("count one", agent_id="approver-opt", resource_id=RES, thread_id=thread,
-                               options={"requireToolApproval": True})
-        run_id = (await sent.accepted).run_id
-        approval = (await _until(sub, "tool-call-approval"))[-1]
+        h = await _held(tl, model, "opt", agent="approver-opt", tool="plain_effect", options={"requireToolApproval": True})
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
+        approval = h.before[-1]
         assert approval["payload"]["toolName"] == "plain_effect"
         await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
         after = await collect_run(sub, timeout_s=90)
@@ -160,13 +174,9 @@ async def test_the_call_option_holds_any_tool_and_a_default_decline_reason(servi
 
 async def test_a_waiting_run_survives_kill_9_of_worker_and_orchestrator(services, settings, model, cluster,
                                                                         effects_table):
-    thread, call = f"th-kill-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call)
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread(RES, thread)
-        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
-        run_id = (await sent.accepted).run_id
-        await _until(sub, "tool-call-approval")
+        h = await _held(tl, model, "kill")
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
         await _waits_on_no_worker(cluster.dsn, run_id, thread)
         services.kill("processor_worker-1")  # kill -9 of every service that touched the run
         services.kill("run_orchestrator-1")
@@ -189,14 +199,10 @@ async def test_a_waiting_run_survives_kill_9_of_worker_and_orchestrator(services
 async def test_approve_and_decline_over_the_gateway_and_tenancy(gateway, settings, model, cluster, effects_table):
     from tests.e2e.gateway_http import TENANT_A
 
-    thread, call = f"th-gw-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call)
     async with ThreadlineClient.connect_http(gateway.url, api_key=gateway.key_a) as tl, \
             ThreadlineClient.connect_http(gateway.url, api_key=gateway.key_b) as other:
-        sub = await tl.subscribe_to_thread(TENANT_A, thread)
-        sent = await tl.stream("count one", agent_id="approver", resource_id=TENANT_A, thread_id=thread)
-        run_id = (await sent.accepted).run_id
-        await _until(sub, "tool-call-approval")
+        h = await _held(tl, model, "gw", resource=TENANT_A)
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
         with pytest.raises(Exception, match="403 forbidden"):  # tenant B may not act for tenant A
             await other.approve_tool_call(resource_id=TENANT_A, thread_id=thread, run_id=run_id, tool_call_id=call)
         first = await tl.approve_tool_call(resource_id=TENANT_A, thread_id=thread, run_id=run_id, tool_call_id=call)
@@ -210,13 +216,9 @@ async def test_approve_and_decline_over_the_gateway_and_tenancy(gateway, setting
 
 async def test_an_abort_ends_a_waiting_run_and_a_late_answer_runs_nothing(services, settings, model, cluster,
                                                                           effects_table):
-    thread, call = f"th-abrt-{uuid.uuid4().hex[:6]}", f"call{uuid.uuid4().hex[:6]}"
-    _script(model, thread, call)
     async with ThreadlineClient(settings) as tl:
-        sub = await tl.subscribe_to_thread(RES, thread)
-        sent = await tl.stream("count one", agent_id="approver", resource_id=RES, thread_id=thread)
-        run_id = (await sent.accepted).run_id
-        await _until(sub, "tool-call-approval")
+        h = await _held(tl, model, "abrt")
+        sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
         await _waits_on_no_worker(cluster.dsn, run_id, thread)
         assert await tl.abort(resource_id=RES, thread_id=thread, agent_id="approver")
         after = await collect_run(sub, timeout_s=60)
