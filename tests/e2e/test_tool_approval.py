@@ -8,8 +8,13 @@ none of it; an abort ends a waiting run."""
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,6 +26,7 @@ from threadline.events.approval_chunks import APPROVAL_RESUME_SCHEMA, DEFAULT_DE
 from threadline.testing import model_script as ms
 
 RES = "res-appr"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 async def _until(sub: Any, kind: str, timeout_s: float = 60.0) -> list[dict[str, Any]]:
@@ -64,6 +70,13 @@ async def _held(tl: ThreadlineClient, model: Any, tag: str, *, agent: str = "app
     sent = await tl.stream("count one", agent_id=agent, resource_id=resource, thread_id=thread, options=options)
     run_id = (await sent.accepted).run_id
     return Held(sub, thread, run_id, call, await _until(sub, "tool-call-approval"))
+
+
+def _cli(cluster: Any, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": cluster.bootstrap,
+           "THREADLINE_PG_DSN": cluster.dsn, "THREADLINE_TOPIC_PREFIX": cluster.prefix}
+    return subprocess.run([sys.executable, "-m", "threadline.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=120)
 
 
 async def _effects(dsn: str, run_id: str) -> int:
@@ -162,9 +175,13 @@ async def test_the_call_option_holds_any_tool_and_a_default_decline_reason(servi
         sub, thread, run_id, call = h.sub, h.thread, h.run_id, h.call
         approval = h.before[-1]
         assert approval["payload"]["toolName"] == "plain_effect"
-        await tl.decline_tool_call(resource_id=RES, thread_id=thread, run_id=run_id, tool_call_id=call)
+        done = await asyncio.to_thread(_cli, cluster, "decline-tool-call", "-r", RES, "-t", thread, "--run-id", run_id,
+                                       "--tool-call-id", call)  # the CLI's answer, the default reason
         after = await collect_run(sub, timeout_s=90)
         await sub.unsubscribe()
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "type": "resolved", "resolved": True, "status": "declined", "run_id": run_id, "tool_call_id": call}
     denied = next(c for c in after if c["type"] == "tool-output-denied")
     assert denied["payload"]["approval"]["reason"] == DEFAULT_DECLINE_REASON
     asked = model.requests(model=f"threadline-appr-{thread}-s1")[0]["body"]["messages"]
