@@ -282,3 +282,22 @@ async def test_many_waiting_runs_hold_no_worker_and_no_transaction(services, set
                                    "AND status = 'finished'", ids)
     effects = await rows(cluster.dsn, "SELECT count(*) AS n FROM chaos_effects WHERE run_id = ANY($1::text[])", ids)
     assert (done[0]["n"], effects[0]["n"]) == (WAITING, WAITING)
+
+
+async def test_a_message_sent_while_the_run_waits_is_delivered_into_it(services, settings, model, cluster,
+                                                                       effects_table):
+    async with ThreadlineClient(settings) as tl:
+        h = await _held(tl, model, "msg")
+        await _waits_on_no_worker(cluster.dsn, h.run_id, h.thread)
+        sent = await tl.send_message("also count two", agent_id="approver", resource_id=RES, thread_id=h.thread)
+        accepted = await sent.accepted
+        assert (accepted.action, accepted.run_id) == ("deliver", h.run_id)  # no second run: the thread is the run's
+        await _waits_on_no_worker(cluster.dsn, h.run_id, h.thread)  # a delivery does not wake the waiting run
+        await tl.approve_tool_call(resource_id=RES, thread_id=h.thread, run_id=h.run_id, tool_call_id=h.call)
+        await collect_run(h.sub, timeout_s=90)
+        await h.sub.unsubscribe()
+    asked = model.requests(model=f"threadline-appr-{h.thread}-s1")[0]["body"]["messages"]
+    said = [m for m in asked if m["role"] == "user"]
+    assert "also count two" in str(said[-1]["content"])  # the step after the answer reads it
+    assert asked.index(said[-1]) > next(i for i, m in enumerate(asked) if m["role"] == "tool")
+    assert await _effects(cluster.dsn, h.run_id) == 1
