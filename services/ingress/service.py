@@ -11,7 +11,7 @@ import orjson
 
 from threadline._internal.faults import pause_point
 from threadline.errors import InvalidEventError
-from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal
+from threadline.events import AbortRequest, ErrorReply, SendNotificationSignal, ToolApprovalRequest
 from threadline.events.codec import validate
 from threadline.events.ingress import INGRESS_ADAPTER
 from threadline.flows.agents import publish_agents
@@ -112,7 +112,7 @@ class Ingress(Service):
             await self._notify(req)
             return
         async with self.db.connection() as conn:
-            if isinstance(req, AbortRequest):
+            if isinstance(req, AbortRequest | ToolApprovalRequest):
                 routed = await route_abort(conn, req, topics=self.topics)
             else:
                 routed = await route(conn, req, topics=self.topics, lease_ttl_s=self.settings.lease_ttl_s,

@@ -5,9 +5,10 @@ drives on runs that nothing drives any more (``threadline.flows.sweeper``)."""
 from __future__ import annotations
 
 from threadline._internal.faults import pause_point, should_fail
-from threadline.events import AbortRun, StartRun, StepResult
+from threadline.events import AbortRun, ResolveToolCall, StartRun, StepResult
 from threadline.events.codec import decode
 from threadline.events.commands import INTERNAL_ADAPTER
+from threadline.flows.approvals import resolve_tool_call
 from threadline.flows.orchestration import abort_run, on_step_result, start_run
 from threadline.flows.sweeper import Sweeper
 from threadline.kafka.consumer import Record
@@ -42,6 +43,8 @@ class RunOrchestrator(Service):
                 ids = await on_step_result(conn, event, self.topics, self.settings.lease_ttl_s)
             elif isinstance(event, AbortRun):
                 ids = await abort_run(conn, event, self.topics, self.settings.lease_ttl_s)
+            elif isinstance(event, ResolveToolCall):
+                ids = await resolve_tool_call(conn, event, self.topics, self.settings.lease_ttl_s)
             else:
                 log.warning("event not handled by the orchestrator", type=event.type)
                 return

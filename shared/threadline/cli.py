@@ -230,6 +230,34 @@ def abort(resource: Resource, thread: Thread,
     _run(main())
 
 
+RunIdOpt = Annotated[str, typer.Option("--run-id", help="the run holding the call")]
+CallOpt = Annotated[str, typer.Option("--tool-call-id", help="the held call (its tool-call-approval chunk's toolCallId)")]
+
+
+@app.command("approve-tool-call")
+def approve_tool_call(resource: Resource, thread: Thread, run_id: RunIdOpt, tool_call_id: CallOpt) -> None:
+    """Approve a tool call the run holds for approval: the tool runs once, the run goes on
+    (Mastra's ``approveToolCall``). Prints ``{"type": "resolved", "resolved", "status"}``."""
+    _run(_answer_call(resource, thread, run_id, tool_call_id, approved=True, reason=None))
+
+
+@app.command("decline-tool-call")
+def decline_tool_call(resource: Resource, thread: Thread, run_id: RunIdOpt, tool_call_id: CallOpt,
+                      reason: Annotated[str | None, typer.Option(help="what the model reads")] = None) -> None:
+    """Decline a held tool call: it never runs, the model reads the reason (Mastra's ``declineToolCall``)."""
+    _run(_answer_call(resource, thread, run_id, tool_call_id, approved=False, reason=reason))
+
+
+async def _answer_call(resource: str, thread: str, run_id: str, tool_call_id: str, *, approved: bool,
+                       reason: str | None) -> None:
+    from threadline.client.client import ThreadlineClient
+
+    async with ThreadlineClient() as tl:
+        where = {"resource_id": resource, "thread_id": thread, "run_id": run_id, "tool_call_id": tool_call_id}
+        answer = (await tl.approve_tool_call(**where) if approved else await tl.decline_tool_call(**where, reason=reason))
+    _print(answer.model_dump(include={"type", "resolved", "status", "run_id", "tool_call_id"}))
+
+
 @app.command()
 def subscribe(resource: Resource, thread: Thread,
               from_beginning: Annotated[bool, typer.Option("--from-beginning")] = False,

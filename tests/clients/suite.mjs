@@ -169,6 +169,37 @@ const scenarios = {
     assert.equal((await handle.listMessages()).total, 2);
   },
 
+  async approval() {
+    // a tool with requireApproval: the stream ends at tool-call-approval; approve → the rest of the run;
+    // a second answer is refused (the tool ran once); decline → the model reads the reason
+    const agent = mastra.getAgent("approver-add");
+    const model = "threadline-approver-add";
+    const read = async (response) => {
+      const chunks = [];
+      await response.processDataStream({ onChunk: async (chunk) => { chunks.push(chunk); } });
+      return chunks;
+    };
+    for (const verb of ["approve", "decline"]) {
+      await script([{ tool_calls: [{ id: `ap-${verb}`, name: "add", arguments: '{"a":2,"b":3}' }] }, { text: "done" }], model);
+      const first = await read(await agent.stream("2+3?", { memory: memory(thread()) }));
+      const held = first.find((c) => c.type === "tool-call-approval");
+      assert.ok(held, first.map((c) => c.type).join(","));
+      assert.deepEqual(held.payload.args, { a: 2, b: 3 });
+      assert.equal(JSON.parse(held.payload.resumeSchema).required[0], "approved");
+      assert.ok(!first.some((c) => c.type === "finish"));
+      const params = { runId: held.runId, toolCallId: held.payload.toolCallId };
+      const rest = await read(verb === "approve" ? await agent.approveToolCall(params)
+                                                 : await agent.declineToolCall({ ...params, reason: "no" }));
+      const types = rest.map((c) => c.type);
+      assert.equal(types.at(-1), "finish", types.join(","));
+      if (verb === "approve") assert.equal(rest.find((c) => c.type === "tool-result").payload.result, 5);
+      else assert.equal(rest.find((c) => c.type === "tool-output-denied").payload.approval.reason, "no");
+      assert.equal(rest.filter((c) => c.type === "text-delta").map((c) => c.payload.text).join(""), "done");
+      await rejects(agent.approveToolCallGenerate(params), 409);
+      await rejects(client(KEY_B).getAgent("approver-add").approveToolCallGenerate(params), 403);
+    }
+  },
+
   async tools() {
     const listed = await mastra.listTools();
     assert.equal(listed.add.description, "add two numbers");

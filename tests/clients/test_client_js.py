@@ -3,7 +3,8 @@ each scenario of ``suite.mjs`` runs in Node with the client's own calls — ``li
 ``getAgent(id).details()``, ``generate``, ``stream`` + ``processDataStream``, ``sendMessage`` /
 ``queueMessage`` / ``sendSignal`` / ``subscribeToThread`` / ``abortThread``, the memory
 threads and messages (``uiMessages``, ``thread.delete()``), and the tools (``listTools``,
-``getTool(id).execute``, ``agent.executeTool``) — and fails on the first result that is not what Mastra's client expects."""
+``getTool(id).execute``, ``agent.executeTool``), tool approval (``approveToolCall``,
+``declineToolCall``, ``approveToolCallGenerate``) — and fails on the first result that is not what Mastra's client expects."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from threadline.testing.model_script import ModelScript
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.mark.parametrize("scenario", ["agents", "generate", "stream", "signals", "memory", "tools"])
+@pytest.mark.parametrize("scenario", ["agents", "generate", "stream", "signals", "memory", "tools", "approval"])
 def test_client_js(scenario: str, node_project: Path, gateway: Any, model_server: Any) -> None:
     node = shutil.which("node")
     assert node, "the client suite needs Node 20+"

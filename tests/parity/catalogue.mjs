@@ -215,6 +215,13 @@ export const tools = {
     inputSchema: z.object({ a: z.number(), b: z.number() }),
     execute: async (input) => ({ sum: input.a + input.b }),
   }),
+  add_approved: () => createTool({
+    id: 'add_approved',
+    description: 'Add two numbers, once a person approves.',
+    inputSchema: z.object({ a: z.number(), b: z.number() }),
+    requireApproval: true,
+    execute: async (input) => ({ sum: input.a + input.b }),
+  }),
   fail_tool: () => createTool({
     id: 'fail_tool',
     description: 'Always fails.',

@@ -330,6 +330,8 @@ TOOLS = {
         id="lookup_customer", description="Look up a customer's plan and open tickets by customer id.",
         input_schema=LookupInput, execute=_lookup),
     "add": lambda: create_tool(id="add", description="Add two numbers.", input_schema=AddInput, execute=_add),
+    "add_approved": lambda: create_tool(id="add_approved", description="Add two numbers, once a person approves.",
+                                        input_schema=AddInput, execute=_add, require_approval=True),
     "fail_tool": lambda: create_tool(id="fail_tool", description="Always fails.", input_schema=NoInput, execute=_fail),
     "progress": lambda: create_tool(id="progress", description="Reports progress, then returns.",
                                     input_schema=NoInput, execute=_progress),

@@ -105,6 +105,16 @@ async function call(agent, c, thread, rec, sub) {
         ...(x.accepted ? { accepted: await accepted(await x.accepted) } : {}) });
       return { verb: c.verb, result: Array.isArray(r) ? await Promise.all(r.map(one)) : await one(r) };
     }
+    case 'approveToolCall':
+    case 'declineToolCall': {  // the run's held call, as its tool-call-approval chunk names it
+      const held = rec.chunks.filter((x) => x.type === 'tool-call-approval').at(-1);
+      const params = { runId: held?.runId, toolCallId: held?.payload?.toolCallId, ...memory, ...(c.reason ? { reason: c.reason } : {}) };
+      const out = await agent[c.verb](params);
+      const own = [];
+      rec.streams.push(own);
+      await drain(out.fullStream, own);
+      return { verb: c.verb, result: pick({ text: await out.text, finishReason: await out.finishReason }, RESULT_KEYS) };
+    }
     case 'abort':
       return { verb: 'abort', aborted: sub.abort() };
     case 'activeRunId':

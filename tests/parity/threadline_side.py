@@ -108,8 +108,11 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
                   "finishReason": await accepted.output.finish_reason(timeout_s=5),
                   "tripwire": await accepted.output.tripwire(timeout_s=5),
                   "error": await accepted.output.error(timeout_s=5)}
-        await _idle(tl, thread)
+        if result["finishReason"] != "suspended":  # a run waiting for approval keeps its thread
+            await _idle(tl, thread)
         return {"verb": verb, "result": {k: v for k, v in result.items() if v is not None}}
+    if verb in ("approveToolCall", "declineToolCall"):
+        return {"verb": verb, "result": await _answer(tl, call, thread)}
     if verb == "generate":
         reply = await tl.generate(call["message"], options=_options(call), timeout_s=30, **where)
         await _idle(tl, thread)
@@ -138,6 +141,24 @@ async def _call(tl: ThreadlineClient, agent: str, call: dict[str, Any], thread: 
     if verb == "activeRunId":
         return {"verb": verb, "running": await tl.active_run_id(resource_id=RESOURCE, thread_id=thread) is not None}
     raise ValueError(f"unknown verb {verb}")
+
+
+async def _answer(tl: ThreadlineClient, call: dict[str, Any], thread: str) -> dict[str, Any]:
+    """Approve or decline the call the thread's run holds (its ``tool-call-approval`` chunk, as
+    recorded by the scenario's subscription, ``call["held"]``); the run's output from the answer on
+    (after the last chunk of the run the subscription saw, ``call["seen"]``)."""
+    held = call["held"]
+    run_id, call_id = held["runId"], held["payload"]["toolCallId"]
+    output = tl.run_output(run_id, resource_id=RESOURCE, thread_id=thread, sent_at_ms=int(time.time() * 1000),
+                           after_seq=max(c["seq"] for c in call["seen"] if c.get("runId") == run_id))
+    where = {"resource_id": RESOURCE, "thread_id": thread, "run_id": run_id, "tool_call_id": call_id}
+    if call["verb"] == "approveToolCall":
+        await tl.approve_tool_call(**where)
+    else:
+        await tl.decline_tool_call(**where, reason=call.get("reason"))
+    result = {"text": await output.text(timeout_s=30), "finishReason": await output.finish_reason(timeout_s=5)}
+    await _idle(tl, thread)
+    return result
 
 
 async def run_scenario(tl: ThreadlineClient, model: ModelScript, dsn: str, s: dict[str, Any]) -> dict[str, Any]:
@@ -170,6 +191,9 @@ async def run_scenario(tl: ThreadlineClient, model: ModelScript, dsn: str, s: di
             rec.setdefault("missed", []).append(call["wait"])
         if call.get("sleep_s"):
             await asyncio.sleep(call["sleep_s"])
+        if call["verb"] in ("approveToolCall", "declineToolCall"):  # the held call, as the stream showed it
+            held = [c for c in rec["chunks"] if c["type"] == "tool-call-approval"]
+            call = {**call, "held": held[-1] if held else {"runId": None, "payload": {}}, "seen": list(rec["chunks"])}
         try:
             rec["returns"].append(await _call(tl, name, call, thread))
         except Exception as exc:  # noqa: BLE001 - a refused call is a result to compare, not a crash

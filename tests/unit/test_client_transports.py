@@ -21,7 +21,7 @@ from threadline.client.gateway_http import GatewayHttp
 from threadline.client.http_transport import ROUTES, body_of
 from threadline.client.results import RequestFailed
 from threadline.config import Settings
-from threadline.events import AbortRequest, Generate, RunResult, SendSignal, SendStateSignal
+from threadline.events import AbortRequest, Generate, RunResult, SendSignal, SendStateSignal, ToolApprovalRequest
 from threadline.events.replies import ErrorReply
 
 NOWHERE = Settings(kafka_bootstrap="127.0.0.1:9", pg_dsn="postgresql://nobody@127.0.0.1:9/none")
@@ -99,7 +99,7 @@ async def test_a_reply_that_never_comes_times_out_after_reply_timeout_s():
 
 def test_each_request_maps_to_its_gateway_endpoint_with_the_fields_the_caller_gave():
     assert set(ROUTES) == {"send_message", "queue_message", "send_signal", "send_state_signal",
-                           "send_notification_signal", "stream", "generate", "abort"}
+                           "send_notification_signal", "stream", "generate", "abort", "tool_approval"}
     path, body = body_of(SendSignal(agent_id="a", resource_id="u/1", thread_id="t", run_id=None,
                                     signal={"type": "notification", "contents": "c", "tag_name": "gh"}))
     assert path == "/v1/resources/u%2F1/threads/t/signals"
@@ -111,6 +111,13 @@ def test_each_request_maps_to_its_gateway_endpoint_with_the_fields_the_caller_ga
     assert body_of(AbortRequest(agent_id="-", resource_id="u", thread_id="t"))[1] == {}  # no agent named
     assert body_of(Generate(agent_id="a", resource_id="u", thread_id="t", message="m", options={}))[1] == {
         "message": "m", "agent_id": "a", "options": {}}
+    approve = ToolApprovalRequest(agent_id="-", resource_id="u", thread_id="t", run_id="r", tool_call_id="c",
+                                  approved=True)
+    assert body_of(approve) == ("/v1/resources/u/threads/t/approve-tool-call", {"run_id": "r", "tool_call_id": "c"})
+    decline = ToolApprovalRequest(agent_id="a", resource_id="u", thread_id="t", run_id="r", tool_call_id="c",
+                                  approved=False, reason="no")
+    assert body_of(decline) == ("/v1/resources/u/threads/t/decline-tool-call",
+                                {"run_id": "r", "tool_call_id": "c", "agent_id": "a", "reason": "no"})
 
 
 async def test_generate_over_http_waits_for_the_result_with_its_own_timeout():

@@ -42,6 +42,8 @@ from threadline.events import (
     SendStateSignal,
     Skipped,
     Stream,
+    ToolApprovalRequest,
+    ToolCallResolved,
 )
 from threadline.events.base import Event
 from threadline.events.options import HideSignals, split_caller_options
@@ -199,12 +201,14 @@ class ThreadlineClient:
         return {**if_idle, key: self._objects(options)} if isinstance(options, Mapping) and options else if_idle
 
     def run_output(self, run_id: str, *, resource_id: str, thread_id: str, sent_at_ms: int,
-                   hide_signals: HideSignals = False) -> RunOutput:
+                   hide_signals: HideSignals = False, after_seq: int | None = None) -> RunOutput:
         """A :class:`RunOutput` on run ``run_id`` of the thread, whose request was sent at
         ``sent_at_ms`` (its chunks are read from the thread's stream written since, without the
-        signal echoes ``hide_signals`` names: ``True`` all, or a list of signal types)."""
+        signal echoes ``hide_signals`` names: ``True`` all, or a list of signal types; and
+        without its chunks up to ``after_seq``)."""
         return RunOutput(run_id, lambda from_ms, after: self.subscribe_to_thread(
-            resource_id, thread_id, from_time_ms=from_ms, after=after, hide_signals=hide_signals), sent_at_ms)
+            resource_id, thread_id, from_time_ms=from_ms, after=after, hide_signals=hide_signals), sent_at_ms,
+            after_seq=after_seq)
 
     async def send_message(self, message: object, *, resource_id: str, thread_id: str, agent_id: str | None = None,
                            run_id: str | None = None, if_active: Mapping[str, object] | None = None,
@@ -324,6 +328,34 @@ class ThreadlineClient:
         req = AbortRequest(agent_id=agent_id or self.default_agent or "-", resource_id=resource_id,
                            thread_id=thread_id, run_id=run_id)
         return bool((await self._ask(req, "aborted")).aborted)
+
+    async def approve_tool_call(self, *, resource_id: str, thread_id: str, run_id: str, tool_call_id: str,
+                                agent_id: str | None = None) -> ToolCallResolved:
+        """Approve the call ``tool_call_id`` the run ``run_id`` holds for approval (Mastra's
+        ``approveToolCall``): the tool runs once and the run goes on (its chunks on the thread's
+        stream). Approving twice runs it once: the second reply says ``resolved: false``.
+
+        Raises:
+            RequestFailed: the thread belongs to another resource. TimeoutError: no reply within
+                ``reply_timeout_s``.
+        """
+        return await self._answer(resource_id, thread_id, run_id, tool_call_id, agent_id, approved=True)
+
+    async def decline_tool_call(self, *, resource_id: str, thread_id: str, run_id: str, tool_call_id: str,
+                                agent_id: str | None = None, reason: str | None = None) -> ToolCallResolved:
+        """Decline the held call (Mastra's ``declineToolCall``): the tool never runs; the model
+        reads ``reason`` (default "Tool call was not approved by the user") as its result and
+        the run goes on. Raises as :meth:`approve_tool_call`."""
+        return await self._answer(resource_id, thread_id, run_id, tool_call_id, agent_id, approved=False,
+                                  reason=reason)
+
+    async def _answer(self, resource_id: str, thread_id: str, run_id: str, tool_call_id: str, agent_id: str | None,
+                      *, approved: bool, reason: str | None = None) -> ToolCallResolved:
+        req = ToolApprovalRequest(agent_id=agent_id or self.default_agent or "-", resource_id=resource_id,
+                                  thread_id=thread_id, run_id=run_id, tool_call_id=tool_call_id, approved=approved,
+                                  reason=reason)
+        resolved: ToolCallResolved = await self._ask(req, "resolved")
+        return resolved
 
     def agent(self, agent_id: str) -> AgentHandle:
         """A handle on one agent with Mastra's Agent methods (``send_message``, ``generate``, …),

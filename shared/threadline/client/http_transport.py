@@ -20,7 +20,7 @@ from threadline.client.http_subscription import HttpThreadSubscription, resolved
 from threadline.client.transport import Follow, ReadName, Sent
 from threadline.events import RunResult
 from threadline.events.base import Event
-from threadline.events.replies import REPLY_ADAPTER, Aborted
+from threadline.events.replies import REPLY_ADAPTER, Aborted, ToolCallResolved
 
 ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "send_message": ("messages", ("message", "agent_id", "run_id", "if_active", "if_idle")),
@@ -31,6 +31,7 @@ ROUTES: dict[str, tuple[str, tuple[str, ...]]] = {
     "stream": ("stream", ("message", "agent_id", "options", "thread")),
     "generate": ("generate", ("message", "agent_id", "options", "thread")),
     "abort": ("abort", ("run_id", "agent_id")),
+    "tool_approval": ("{verb}-tool-call", ("run_id", "tool_call_id", "agent_id", "reason")),
 }
 """Request type → the thread's endpoint (``POST …/threads/{thread_id}/<path>``) and the body's fields."""
 
@@ -48,8 +49,10 @@ def body_of(request: Event) -> tuple[str, dict[str, Any]]:
     path, fields = ROUTES[kind]
     given = request.model_dump(mode="json", exclude_unset=True, exclude_none=True)
     body = {k: given[k] for k in fields if k in given}
-    if body.get("agent_id") == "-":  # an abort that names no agent
+    if body.get("agent_id") == "-":  # an abort (or an approval) that names no agent
         del body["agent_id"]
+    if kind == "tool_approval":
+        path = path.format(verb="approve" if given.get("approved") else "decline")
     return f"{thread_path(given['resource_id'], given['thread_id'])}/{path}", body
 
 
@@ -93,7 +96,7 @@ class HttpTransport:
     async def request(self, request: Event, expect: Mapping[str, tuple[str, ...]], *,
                       wait_s: float | None = None) -> Sent:
         """``POST`` the request; the answer fills ``accepted`` (and ``persisted`` when the gateway
-        waited for it), ``notified``, ``aborted`` or ``result``.
+        waited for it), ``notified``, ``aborted``, ``resolved`` or ``result``.
 
         Raises:
             RequestFailed, BrokerUnavailableError, TimeoutError, GatewayError: as
@@ -110,6 +113,9 @@ class HttpTransport:
             reply = Aborted(request_id=request.event_id, aborted=bool(answer and answer.get("aborted")),
                             run_id=(answer or {}).get("run_id"))
             return Sent(request.event_id, {"aborted": resolved(reply)})
+        if kind == "tool_approval":
+            answer = await self.http.call("POST", path, body)
+            return Sent(request.event_id, {"resolved": resolved(ToolCallResolved(request_id=request.event_id, **answer))})
         answer = await self.http.call("POST", path, body)
         persisted = answer.pop("persisted", None)
         accepted = REPLY_ADAPTER.validate_python(answer)

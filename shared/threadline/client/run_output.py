@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from threadline.errors import ThreadlineError
+from threadline.events.approval_chunks import TOOL_CALL_APPROVAL
 from threadline.events.chunk_types import ChunkBody, ChunkKind, known
 from threadline.events.json_types import JSONObject
 
@@ -100,22 +101,30 @@ class RunOutput:
     are skipped. Reading it again replays the chunks read so far, then goes on where it stopped;
     one reader at a time (a second waits for the first).
 
+    A run whose step holds a tool call for approval ends its stream too, as Mastra's does: after
+    that step's ``step-finish`` (its ``tool-call-approval`` chunk read before it); the run goes on
+    once the call is answered, and the answer's own output reads on from there (decision 227).
+
     Args:
         run_id: the woken run.
         open_subscription: ``(from_time_ms, after) -> ChunkSource`` started at that time,
             skipping the chunks ``after`` (``{run_id: seq}``) names as seen.
         sent_at_ms: when the request was published (ms since the epoch, the client's clock).
+        after_seq: the run's chunks up to this ``seq`` are not its output (an approval's output
+            starts after what the run streamed before it).
     """
 
     def __init__(self, run_id: str,
                  open_subscription: Callable[[int, dict[str, int]], Awaitable[ChunkSource]],
-                 sent_at_ms: int, *, margin_ms: int = 60_000) -> None:
+                 sent_at_ms: int, *, margin_ms: int = 60_000, after_seq: int | None = None) -> None:
         self.run_id = run_id
         self._open = open_subscription
         self._from_ms = max(0, sent_at_ms - margin_ms)
         self._chunks: list[ChunkBody] = []
         self._done = False
         self._lock = asyncio.Lock()
+        self._after = {run_id: after_seq} if after_seq is not None else {}
+        self._held_step: object = None  # the step that held a call for approval, when one did
 
     @property
     def stream(self) -> AsyncIterator[ChunkBody]:
@@ -144,7 +153,7 @@ class RunOutput:
                 yield chunk
             if self._done:
                 return
-            seen: dict[str, int] = {}  # the run's own chunks and its sub-agents' nested ones, by runId
+            seen: dict[str, int] = dict(self._after)  # the run's own chunks and its sub-agents' nested ones, by runId
             for c in self._chunks:
                 seen[c.get("runId", "")] = c.get("seq", -1)
             sub = await self._open(self._from_ms, seen)
@@ -154,7 +163,11 @@ class RunOutput:
                         continue
                     self._chunks.append(chunk)
                     yield chunk
-                    if chunk["type"] == ChunkKind.FINISH:
+                    if chunk["type"] == TOOL_CALL_APPROVAL and chunk.get("runId") == self.run_id:
+                        self._held_step = chunk.get("step")
+                    if chunk["type"] == ChunkKind.FINISH or (
+                            chunk["type"] == ChunkKind.STEP_FINISH and self._held_step is not None
+                            and chunk.get("step") == self._held_step and chunk.get("runId") == self.run_id):
                         self._done = True
                         return
             finally:
@@ -221,8 +234,9 @@ class RunOutput:
                        if k is not None and k["type"] == ChunkKind.TEXT_DELTA)
 
     async def finish_reason(self, *, timeout_s: float | None = None) -> str | None:
-        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished. A run
-        a processor ended reports it as Mastra's stream result does: ``tripwire`` when its last
+        """The finish chunk's reason (``stop``, ``tool-calls``, ``abort``, …), once finished;
+        ``suspended`` when the output ended where the run waits for approval. A run a processor
+        ended reports it as Mastra's stream result does: ``tripwire`` when its last
         ``step-finish`` says ``tripwire`` (``process_output_step`` rejected the answer), else
         ``other`` (decision 123).
 
@@ -231,8 +245,8 @@ class RunOutput:
         """
         chunks = await self._settled(timeout_s)
         finish = next((k for k in map(known, reversed(chunks)) if k is not None and k["type"] == ChunkKind.FINISH), None)
-        if finish is None:
-            return None
+        if finish is None:  # the output ended where the run waits for approval: Mastra's "suspended"
+            return "suspended" if self._held_step is not None else None
         payload = finish.get("payload") or {}
         if not payload.get("tripwire"):
             return (payload.get("stepResult") or {}).get("reason")

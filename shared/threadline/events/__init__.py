@@ -10,7 +10,15 @@ kind each in ``chunk_types``) and ``dead_letters``.
 from threadline.events.base import SCHEMA_VERSION, SCHEMA_VERSIONS, Event
 from threadline.events.chunk_types import ChunkBody, ChunkKind, parse_chunk
 from threadline.events.chunks import Chunk
-from threadline.events.commands import AbortRun, InternalEvent, RunCommand, StartRun, StepResult, StepTask
+from threadline.events.commands import (
+    AbortRun,
+    InternalEvent,
+    ResolveToolCall,
+    RunCommand,
+    StartRun,
+    StepResult,
+    StepTask,
+)
 from threadline.events.dead_letters import DeadLetter
 from threadline.events.ingress import (
     AbortRequest,
@@ -28,9 +36,20 @@ from threadline.events.ingress import (
     SignalInput,
     StateInput,
     Stream,
+    ToolApprovalRequest,
 )
 from threadline.events.lifecycle import LifecycleEvent
-from threadline.events.replies import Aborted, Accepted, ErrorReply, Notified, Persisted, Reply, RunResult, Skipped
+from threadline.events.replies import (
+    Aborted,
+    Accepted,
+    ErrorReply,
+    Notified,
+    Persisted,
+    Reply,
+    RunResult,
+    Skipped,
+    ToolCallResolved,
+)
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -57,6 +76,7 @@ __all__ = [
     "Persisted",
     "QueueMessage",
     "Reply",
+    "ResolveToolCall",
     "RunCommand",
     "RunResult",
     "SendMessage",
@@ -70,5 +90,7 @@ __all__ = [
     "StepResult",
     "StepTask",
     "Stream",
+    "ToolApprovalRequest",
+    "ToolCallResolved",
     "parse_chunk",
 ]

@@ -41,6 +41,22 @@ class AbortRun(Event):
     reply_to: str | None = None
 
 
+class ResolveToolCall(Event):
+    """Ingress → orchestrator: a person's answer to a call waiting for approval (Mastra's
+    ``approveToolCall`` / ``declineToolCall``); answered with a ``resolved`` reply."""
+
+    type: Literal["resolve_tool_call"] = "resolve_tool_call"
+    resource_id: str
+    thread_id: str
+    run_id: str
+    tool_call_id: str
+    approved: bool
+    reason: str | None = None
+    """A decline's reason (the model reads it; default Mastra's "Tool call was not approved by the user")."""
+    request_id: str | None = None
+    reply_to: str | None = None
+
+
 class StepTask(_RunEvent):
     """Orchestrator → worker: execute step ``step`` (attempt ``attempt``) of the run."""
 
@@ -55,7 +71,8 @@ class StepResult(_RunEvent):
 
     ``continue``: schedule step + 1. ``finished`` / ``failed`` / ``tripwire`` / ``aborted``: the
     run is over (the worker already emitted ``finish``). ``suspended``: the step called
-    sub-agents; start their child runs, schedule step + 1 once they all ended (decision 77).
+    sub-agents or tools waiting for approval; start the child runs, schedule step + 1 once they
+    all ended and every approval was answered (decisions 77, 226).
     """
 
     type: Literal["step_result"] = "step_result"
@@ -70,8 +87,8 @@ class StepResult(_RunEvent):
     tripwire: dict[str, Any] | None = None
 
 
-RunCommand = Annotated[StartRun | AbortRun | StepResult, Field(discriminator="type")]
+RunCommand = Annotated[StartRun | AbortRun | StepResult | ResolveToolCall, Field(discriminator="type")]
 """What the orchestrator consumes (run commands and step results)."""
 
-InternalEvent = Annotated[StartRun | AbortRun | StepTask | StepResult, Field(discriminator="type")]
+InternalEvent = Annotated[StartRun | AbortRun | StepTask | StepResult | ResolveToolCall, Field(discriminator="type")]
 INTERNAL_ADAPTER: TypeAdapter[InternalEvent] = TypeAdapter(InternalEvent)

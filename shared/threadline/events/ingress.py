@@ -224,9 +224,21 @@ class AbortRequest(_ThreadRequest):
     """Abort only this run (default: whatever run is active)."""
 
 
+class ToolApprovalRequest(_ThreadRequest):
+    """Approve or decline a tool call the run ``run_id`` waits on (Mastra's ``approveToolCall`` /
+    ``declineToolCall``). Answered with a ``resolved`` reply."""
+
+    type: Literal["tool_approval"] = "tool_approval"
+    run_id: str = Field(min_length=1, max_length=_ID_MAX)
+    tool_call_id: str = Field(min_length=1, max_length=_ID_MAX)
+    approved: bool
+    reason: str | None = Field(default=None, max_length=10_000)
+    """A decline's reason, what the model reads (blank: Mastra's default)."""
+
+
 IngressRequest = Annotated[
     SendMessage | QueueMessage | SendSignal | SendStateSignal | SendNotificationSignal | Stream | Generate
-    | AbortRequest,
+    | AbortRequest | ToolApprovalRequest,
     Field(discriminator="type"),
 ]
 """Every request the ingress topic accepts, tagged by ``type``."""

@@ -17,7 +17,7 @@ OPTION_ALIASES: dict[str, str] = {
     "requestContext": "request_context", "maxRetries": "max_retries", "structuredOutput": "structured_output",
     "memoryOptions": "memory_options", "prepareStep": "prepare_step", "inputProcessors": "input_processors",
     "outputProcessors": "output_processors", "errorProcessors": "error_processors",
-    "hideSignals": "hide_signals",
+    "hideSignals": "hide_signals", "requireToolApproval": "require_tool_approval",
 }
 """Mastra's camelCase option name → the Python name."""
 

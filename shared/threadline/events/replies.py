@@ -96,6 +96,19 @@ class Aborted(_ReplyBase):
     run_id: str | None = None
 
 
+class ToolCallResolved(_ReplyBase):
+    """Answer to a ``tool_approval`` request. ``resolved``: this answer was recorded (the call's
+    status moved from ``pending``); ``status``: the call's status now (``approved``,
+    ``declined``, or ``unknown`` when the run waits on no such call); a repeated answer reports
+    ``resolved: false`` and the status the first one set."""
+
+    type: Literal["resolved"] = "resolved"
+    resolved: bool
+    status: str
+    run_id: str | None = None
+    tool_call_id: str | None = None
+
+
 class Skipped(_ReplyBase):
     """A state signal whose cache key and mode are already the lane's current value: nothing sent
     (Mastra's ``{skipped: true, reason: "unchanged"}``)."""
@@ -118,6 +131,6 @@ class Notified(_ReplyBase):
         return [{k: v for k, v in r.items() if k != "output"} for r in results]
 
 
-Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped | Notified,
+Reply = Annotated[Accepted | Persisted | ErrorReply | RunResult | Aborted | Skipped | Notified | ToolCallResolved,
                   Field(discriminator="type")]
 REPLY_ADAPTER: TypeAdapter[Reply] = TypeAdapter(Reply)

@@ -25,6 +25,8 @@ from threadline.events import (
     SendStateSignal,
     Skipped,
     Stream,
+    ToolApprovalRequest,
+    ToolCallResolved,
 )
 from threadline.events.ingress import IngressRequest
 from threadline.events.replies import Reply
@@ -35,7 +37,7 @@ PUBLIC: dict[str, Any] = {
     "send_notification_signal": SendNotificationSignal, "notified": Notified, "stream": Stream, "generate": Generate,
     "abort": AbortRequest, "reply": Reply, "accepted": Accepted, "persisted": Persisted, "skipped": Skipped,
     "aborted": Aborted, "result": RunResult, "error": ErrorReply, "chunk": Chunk, "lifecycle": LifecycleEvent,
-    "dead-letter": DeadLetter,
+    "dead-letter": DeadLetter, "tool_approval": ToolApprovalRequest, "resolved": ToolCallResolved,
 }
 
 

@@ -44,8 +44,10 @@ async def reschedule(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topi
 
 def _running_outcome(run: asyncpg.Record) -> str:
     """The stored outcome of a running run's last step: ``suspended`` when its state holds the
-    sub-agent calls the step waits for (decision 77), else ``continue``."""
-    return "suspended" if (run["state"] or {}).get("sub_agent_calls") else "continue"
+    sub-agent calls (decision 77) or the calls held for approval (decision 226) the step waits
+    for, else ``continue``."""
+    state = run["state"] or {}
+    return "suspended" if state.get("sub_agent_calls") or state.get("approval_calls") else "continue"
 
 
 def _stored_result(run: asyncpg.Record) -> StepResult:

@@ -16,7 +16,18 @@ import orjson
 
 from threadline._internal.faults import pause_point
 from threadline.errors import ConfigurationError, InvalidEventError
-from threadline.events import AbortRequest, AbortRun, Accepted, ErrorReply, Persisted, Skipped, StartRun, StepTask
+from threadline.events import (
+    AbortRequest,
+    AbortRun,
+    Accepted,
+    ErrorReply,
+    Persisted,
+    ResolveToolCall,
+    Skipped,
+    StartRun,
+    StepTask,
+    ToolApprovalRequest,
+)
 from threadline.events.base import Event
 from threadline.events.chunks import chunk_headers, synthetic_run_chunks
 from threadline.events.messages import now_iso
@@ -320,8 +331,11 @@ async def _state_lane(conn: asyncpg.Connection, req: Inbound, signal: dict[str, 
     return None
 
 
-async def route_abort(conn: asyncpg.Connection, req: AbortRequest, *, topics: Topics) -> Routed:
-    """Forward an ``abort`` request to the orchestrator (which owns run state and answers)."""
+async def route_abort(conn: asyncpg.Connection, req: AbortRequest | ToolApprovalRequest, *,
+                      topics: Topics) -> Routed:
+    """Forward an ``abort`` request (or a ``tool_approval``: an approve or decline, decision 227)
+    to the orchestrator, which owns run state and answers; a thread of another resource is
+    refused here, as every write."""
     routed = Routed()
     reply_topic = req.reply_to or topics.replies
     async with conn.transaction():
@@ -335,8 +349,14 @@ async def route_abort(conn: asyncpg.Connection, req: AbortRequest, *, topics: To
             routed.outbox_ids.append(await outbox.add(conn, reply_topic, reply, key=req.event_id))
             routed.reply = reply
             return routed
-        cmd = AbortRun(resource_id=req.resource_id, thread_id=req.thread_id, run_id=req.run_id,
-                       request_id=req.event_id, reply_to=reply_topic)
+        cmd: Event
+        if isinstance(req, ToolApprovalRequest):
+            cmd = ResolveToolCall(resource_id=req.resource_id, thread_id=req.thread_id, run_id=req.run_id,
+                                  tool_call_id=req.tool_call_id, approved=req.approved, reason=req.reason,
+                                  request_id=req.event_id, reply_to=reply_topic)
+        else:
+            cmd = AbortRun(resource_id=req.resource_id, thread_id=req.thread_id, run_id=req.run_id,
+                           request_id=req.event_id, reply_to=reply_topic)
         routed.outbox_ids.append(await outbox.add(conn, topics.run_commands, cmd,
                                                   key=thread_key(req.resource_id, req.thread_id)))
     return routed

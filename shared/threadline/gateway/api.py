@@ -96,6 +96,16 @@ class AbortBody(_Body):
     agent_id: str | None = None
 
 
+class ToolCallBody(_Body):
+    """Approve or decline the call ``tool_call_id`` the run ``run_id`` holds for approval."""
+
+    run_id: str
+    tool_call_id: str
+    agent_id: str | None = None
+    reason: str | None = None
+    """A decline's reason, what the model reads (an approval ignores it)."""
+
+
 class EditorBody(BaseModel):
     """An agent's editor overrides (they replace the stored ones): fields its ``editor`` option
     locks, tools its code does not define and any other key (``id``, ``name``, ``model``) are
@@ -152,6 +162,12 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{THREAD}/generate", "generate", "agent.generate: start a run and wait for its result",
              GenerateBody),
     Endpoint("POST", f"{THREAD}/abort", "abort", "Abort the active run (queued messages still run)", AbortBody),
+    Endpoint("POST", f"{THREAD}/approve-tool-call", "approve_tool_call",
+             "approveToolCall: run a call the run holds for approval, once; the run goes on ({resolved, status})",
+             ToolCallBody),
+    Endpoint("POST", f"{THREAD}/decline-tool-call", "decline_tool_call",
+             "declineToolCall: the held call never runs, the model reads the reason ({resolved, status})",
+             ToolCallBody),
     Endpoint("GET", f"{THREAD}/runs", "list_runs", "The thread's runs, oldest first"),
     Endpoint("GET", f"{THREAD}/events", "events",
              "Server-Sent Events: the thread's chunks without duplicates or dead attempts; resume with Last-Event-ID",

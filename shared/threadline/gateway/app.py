@@ -242,6 +242,30 @@ async def abort(request: Request) -> Response:
     return _json({"aborted": aborted})
 
 
+@_errors
+async def approve_tool_call(request: Request) -> Response:
+    return await _answer_tool_call(request, approved=True)
+
+
+@_errors
+async def decline_tool_call(request: Request) -> Response:
+    return await _answer_tool_call(request, approved=False)
+
+
+async def _answer_tool_call(request: Request, *, approved: bool) -> Response:
+    """An approve or decline (decision 227): ``{resolved, status, run_id, tool_call_id}``."""
+    gw = _gw(request)
+    resource_id, thread_id = await gw.existing_thread(request)
+    b = await _body(request, api.ToolCallBody)
+    if approved:
+        answer = await gw.client.approve_tool_call(resource_id=resource_id, thread_id=thread_id, run_id=b.run_id,
+                                                   tool_call_id=b.tool_call_id, agent_id=b.agent_id)
+    else:
+        answer = await gw.client.decline_tool_call(resource_id=resource_id, thread_id=thread_id, run_id=b.run_id,
+                                                   tool_call_id=b.tool_call_id, agent_id=b.agent_id, reason=b.reason)
+    return _json(answer.model_dump(include={"resolved", "status", "run_id", "tool_call_id"}))
+
+
 # --- reads (PostgreSQL, by resource) -------------------------------------------------------------
 def _rows(rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
     return [{k: (v.isoformat() if hasattr(v, "isoformat") else v) for k, v in dict(r).items()} for r in rows]
@@ -428,6 +452,7 @@ HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
     list_threads, send_message, list_messages, queue_message, send_signal, send_state_signal, send_notification,
     stream, generate, abort, list_runs, events_, list_inbox, read_notification, mark_notification, get_thread,
     active_run, agent_details, list_agents, get_editor, save_editor)}
+HANDLERS |= {h.__name__: h for h in (approve_tool_call, decline_tool_call)}  # tool approval (decision 227)
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 

@@ -23,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from threadline.events.options import split_caller_options
+from threadline.gateway import mastra_approvals as approvals
 from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
@@ -265,6 +266,7 @@ ROUTES = [
     Route("/api/agents/{agent_id}/threads/subscribe", subscribe, methods=["POST"]),
     Route("/api/agents/{agent_id}/threads/abort", abort, methods=["POST"]),
     *tools.ROUTES,
+    *approvals.ROUTES,
     *memory.ROUTES,
 ]
 """Every ``/api`` route (registered by :func:`threadline.gateway.app.make_app`'s caller)."""

@@ -30,9 +30,9 @@ Role = Literal["user", "assistant", "system", "signal", "tool"]
 """A stored message's role; ``signal`` is a signal delivered into the thread (shown to the model
 as a user message)."""
 
-ToolState = Literal["partial-call", "call", "result", "output-error"]
-"""Where a tool invocation stands: called (``call``), answered (``result``) or failed
-(``output-error``)."""
+ToolState = Literal["partial-call", "call", "result", "output-error", "output-denied"]
+"""Where a tool invocation stands: called (``call``), answered (``result``), failed
+(``output-error``) or declined by a person (``output-denied``, decision 226)."""
 
 
 # --- the stored message (MastraDBMessage, format 2)
@@ -67,6 +67,8 @@ class ToolInvocation(TypedDict):
     """Set in state ``result``."""
     errorText: NotRequired[str]
     """Set in state ``output-error``."""
+    approval: NotRequired[JSONObject]
+    """A call held for approval, once answered: ``{id, approved, reason?}`` (Mastra's)."""
 
 
 class ToolInvocationPart(TypedDict):

@@ -328,13 +328,17 @@ def _assistant_turns(msg: Mapping[str, Any]) -> list[dict[str, Any]]:
             thinking.append(block)
         elif kind == "tool-invocation":
             inv = p["toolInvocation"]
-            if inv.get("state") not in ("result", "output-error"):
+            state = inv.get("state")
+            if state not in ("result", "output-error", "output-denied"):
                 continue  # incomplete calls are never sent back
             calls.append({"id": inv["toolCallId"], "type": "function",
                           "function": {"name": inv["toolName"], "arguments": _json(inv.get("args") or {})}})
-            result = (model_output(inv["toolName"], inv.get("result"), p.get("providerMetadata"))
-                      if inv.get("state") == "result"
-                      else str(inv.get("errorText") or ""))  # an error: its bare text, as Mastra's
+            if state == "result":
+                result = model_output(inv["toolName"], inv.get("result"), p.get("providerMetadata"))
+            elif state == "output-denied":  # a declined call: the decline's reason, as Mastra's
+                result = str((inv.get("approval") or {}).get("reason") or "")
+            else:  # an error: its bare text, as Mastra's
+                result = str(inv.get("errorText") or "")
             results.append({"role": "tool", "tool_call_id": inv["toolCallId"], "content": _json(result)})
     if not parts and isinstance(msg["content"].get("content"), str):
         text.append(msg["content"]["content"])

@@ -88,6 +88,8 @@ class Tool:
         transform: ``{"display" | "transcript": {"input" | "output" | "error" | "input_delta": f}}``:
             how this tool's payloads look on the stream and in the stored transcript
             (:mod:`threadline.runtime.transform`); the model gets them raw.
+        require_approval: Mastra's ``requireApproval``: every call waits for a person's approve
+            or decline before it runs (the run's step suspends, :mod:`threadline.runtime.step.approvals`).
     """
 
     id: str
@@ -95,6 +97,7 @@ class Tool:
     execute: Callable[..., object]
     input_schema: type[BaseModel] | JSONObject | None = None
     transform: Mapping[str, object] | None = None
+    require_approval: bool = False
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
@@ -182,18 +185,20 @@ def to_jsonable(value: object) -> Any:
 
 def create_tool(*, id: str, description: str, execute: Callable[..., object],
                 input_schema: type[BaseModel] | JSONObject | None = None,
-                transform: Mapping[str, object] | None = None) -> Tool:
-    """Mastra's ``createTool``."""
-    return Tool(id=id, description=description, execute=execute, input_schema=input_schema, transform=transform)
+                transform: Mapping[str, object] | None = None, require_approval: bool = False) -> Tool:
+    """Mastra's ``createTool`` (``require_approval``: Mastra's ``requireApproval``)."""
+    return Tool(id=id, description=description, execute=execute, input_schema=input_schema, transform=transform,
+                require_approval=require_approval)
 
 
 def tool(id: str | None = None, *, description: str | None = None, input_schema: type[BaseModel] | None = None,
-         transform: Mapping[str, object] | None = None) -> Callable[[Callable[..., object]], Tool]:
+         transform: Mapping[str, object] | None = None,
+         require_approval: bool = False) -> Callable[[Callable[..., object]], Tool]:
     """Decorator form: ``@tool(description=..., input_schema=Model)`` over ``execute``."""
 
     def wrap(fn: Callable[..., object]) -> Tool:
         return Tool(id=id or fn.__name__, description=description or (fn.__doc__ or "").strip(),
-                    execute=fn, input_schema=input_schema, transform=transform)
+                    execute=fn, input_schema=input_schema, transform=transform, require_approval=require_approval)
 
     return wrap
 

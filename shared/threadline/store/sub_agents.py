@@ -92,7 +92,7 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
     ids.append(await outbox.add(conn, topics.lifecycle, LifecycleEvent(
         type="step_finished", resource_id=parent["resource_id"], thread_id=parent["thread_id"],
         run_id=parent["run_id"], agent_id=parent["agent_id"], step=step), key=key))
-    ids += await _resume(conn, parent["run_id"], step, topics, lease_ttl_s)
+    ids += await resume_when_answered(conn, parent["run_id"], step, topics, lease_ttl_s)
     return ids
 
 
@@ -113,14 +113,20 @@ async def child_ended(conn: asyncpg.Connection, child: asyncpg.Record, status: s
                        call["parent_run_id"], call["tool_call_id"], call["tool_name"], result, tool_error)
     await conn.execute("UPDATE sub_agent_calls SET status = 'done', ended_at = now() WHERE child_run_id = $1",
                        child["run_id"])
-    return await _resume(conn, call["parent_run_id"], call["parent_step"], topics, lease_ttl_s)
+    return await resume_when_answered(conn, call["parent_run_id"], call["parent_step"], topics, lease_ttl_s)
 
 
-async def _resume(conn: asyncpg.Connection, parent_run_id: str, step: int, topics: Topics,
+async def resume_when_answered(conn: asyncpg.Connection, parent_run_id: str, step: int, topics: Topics,
                   lease_ttl_s: float) -> list[int]:
-    """Schedule step + 1 of a waiting parent whose step ``step`` has no outstanding call."""
-    outstanding = await conn.fetchval("SELECT count(*) FROM sub_agent_calls WHERE parent_run_id = $1 "
-                                      "AND parent_step = $2 AND status <> 'done'", parent_run_id, step)
+    """Schedule step + 1 of a waiting parent whose step ``step`` has no outstanding call: no
+    child run still running, no call the suspended step holds (its state's ``approval_calls``;
+    not a call an attempt discarded by a processor retry held) still pending (decision 226)."""
+    outstanding = await conn.fetchval(
+        "SELECT (SELECT count(*) FROM sub_agent_calls WHERE parent_run_id = $1 AND parent_step = $2 "
+        "AND status <> 'done') + (SELECT count(*) FROM tool_approvals WHERE run_id = $1 AND step = $2 "
+        "AND status = 'pending' AND tool_call_id IN (SELECT c->>'toolCallId' FROM runs r, "
+        "jsonb_array_elements(COALESCE(r.state->'approval_calls', '[]'::jsonb)) c WHERE r.run_id = $1))",
+        parent_run_id, step)
     if outstanding:
         return []
     where = await conn.fetchrow("SELECT resource_id, thread_id FROM runs WHERE run_id = $1", parent_run_id)

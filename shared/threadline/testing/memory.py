@@ -107,6 +107,8 @@ class MemoryStepStore:
         self.owner = owner
         self.asked: list[str] = []
         """The reads and checks the loop made (``tool_results``, ``still_owner``, ``more_pending``), in order."""
+        self.held: dict[str, tuple[str, str | None]] = {}
+        """The calls held for approval, ``(status, reason)`` by call id (set a status to answer one)."""
 
     async def begin(self, run_id: str, *, step: int, epoch: int, takeover_from: object = None) -> Any:
         """Not served: the step loop never claims (the worker does); build a :func:`step_run`."""
@@ -142,6 +144,14 @@ class MemoryStepStore:
                                error: str | None) -> None:
         """Keep the result in :attr:`tools`."""
         self.tools[call_id] = (result, error)
+
+    async def hold_call(self, run: StepRun, call: ToolCallPayload) -> None:
+        """Keep the call in :attr:`held` as ``pending`` (once)."""
+        self.held.setdefault(call["toolCallId"], ("pending", None))
+
+    async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+        """The answers in :attr:`held` among ``call_ids``."""
+        return {k: v for k, v in self.held.items() if k in call_ids}
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:
         """:attr:`owner`."""

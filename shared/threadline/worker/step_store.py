@@ -18,6 +18,7 @@ import orjson
 
 from threadline._internal.faults import pause_point, should_fail
 from threadline.events import StepResult
+from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.chunks import chunk_headers, nested_chunk
 from threadline.events.codec import encode
 from threadline.flows.orchestration import lifecycle_event
@@ -41,6 +42,7 @@ from threadline.runtime.step.ports import (
     Suspend,
     Trip,
 )
+from threadline.store.approvals import answers, record_approval_requests
 from threadline.store.db import Database, terminate_backend
 from threadline.store.outbox import Queued, add_raw, queued
 from threadline.store.steps import (
@@ -306,6 +308,8 @@ class PgStepStore:
         run = record.run
         if record.children:
             await record_child_requests(conn, run.run_id, run.step, record.children)
+        if record.approvals:
+            await record_approval_requests(conn, run.run_id, run.step, record.approvals)
         if record.finish is None:
             return []
         key = thread_key(run.resource_id, run.thread_id)
@@ -397,6 +401,16 @@ class PgStepStore:
         """See :meth:`threadline.runtime.step.ports.StepStore.tool_results`."""
         async with self._conn() as conn:
             return await tool_results(conn, run.run_id, call_ids)
+
+    async def hold_call(self, run: StepRun, call: ToolCallPayload) -> None:
+        """See :meth:`threadline.runtime.step.ports.StepStore.hold_call`."""
+        async with self._conn() as conn:
+            await record_approval_requests(conn, run.run_id, run.step, [call])
+
+    async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+        """See :meth:`threadline.runtime.step.ports.StepStore.approvals`."""
+        async with self._conn() as conn:
+            return await answers(conn, run.run_id, call_ids)
 
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: object,
                                error: str | None) -> None:

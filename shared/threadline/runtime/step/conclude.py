@@ -51,7 +51,7 @@ async def conclude(step: StepState, request: ModelRequest, response: ModelRespon
                        "toolResults": results, "finishReason": response.finish_reason, "usage": response.usage,
                        **({"object": response.object} if request.spec is not None and response.object is not None
                           else {})})
-    children = bool(step.children.requests)
+    children = bool(step.children.requests or step.approvals)  # the step suspends
     # pending signals matter only when nothing else continues the run (decision 88)
     pending = not results and not children and await store.more_pending(step.run, consumed)
     continued = continues(results=bool(results), children=children, pending=pending, step_no=step_no,

@@ -43,6 +43,7 @@ from threadline.runtime.processor import ProcessorRunner, TripWire
 from threadline.runtime.processor_args import AbortSignal
 from threadline.runtime.refs import resolve_options
 from threadline.runtime.registry import Catalogue
+from threadline.runtime.step.approvals import resume_approvals
 from threadline.runtime.step.children import resume_children
 from threadline.runtime.step.conclude import Attempted, conclude, finish_seen
 from threadline.runtime.step.ports import (
@@ -134,11 +135,18 @@ class StepLoop:
     async def _run(self, step: StepState, options: dict[str, Any], memory: Memory, inputs: StepInputs,
                    store: StepStore) -> StepOutcome:
         run, sink = step.run, step.writer
+        answered = bool(run.state.approval_calls)
         if run.step == 0:
             await sink.emit(chunks.start_chunk(step.agent.id, step.response_id))
-        elif run.state.sub_agent_calls:  # the children of the suspended step ended: their results first
-            await resume_children(step, store, step_hooks(step, options, self._catalogue.hooks))
-        if run.step > 0 and inputs.signals:  # a drained signal starts a new assistant message after it
+        elif run.state.sub_agent_calls or answered:  # the suspended step's calls first
+            hooks = step_hooks(step, options, self._catalogue.hooks)
+            if run.state.sub_agent_calls:  # the children ended: their results
+                await resume_children(step, store, hooks)
+            if answered:  # every held call answered: approved ones run now (decision 226)
+                await resume_approvals(step, store, hooks)
+        # a drained signal starts a new assistant message after it; so does a run resumed after an
+        # approval, as Mastra's resumed run answers in a new message (decision 226)
+        if run.step > 0 and (inputs.signals or answered):
             mark_boundary(step)
             step.response_id = new_id("msg")
         consumed = []
@@ -181,6 +189,7 @@ class StepLoop:
                                         resource_id=run.resource_id, live=state.live)
             response_id = state.response_message_id or new_id("msg")
         step = StepState(run=run, agent=agent, writer=sink, ml=ml, runner=runner, response_id=response_id,
+                         require_tool_approval=bool(options.get("require_tool_approval")),
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
                          models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
                          agent_metadata=cfg.metadata)
@@ -221,7 +230,7 @@ class StepLoop:
             log.exception("step failed", run_id=step.run.run_id, step=step.run.step)
             failed = Fail({"kind": "internal", "message": f"{type(exc).__name__}: {exc}"})
         else:
-            if step.children.requests:  # waits for child runs
+            if step.children.requests or step.approvals:  # waits for child runs or approvals
                 return Suspend(done.finish_reason)
             return Continue(done.finish_reason) if done.continued else Finish(done.finish_reason)
         await self._fail(step, failed.error)
@@ -242,6 +251,7 @@ class StepLoop:
         suspended = isinstance(outcome, Suspend)
         final = not isinstance(outcome, Continue | Suspend)
         state.sub_agent_calls = step.children.calls if suspended else None
+        state.approval_calls = step.approvals if suspended else None
         await pause_point("before_step_result_write", run.thread_id)
         held = sink.held  # the finish, published once stored (decision 19)
         # read-only memory, or memory off: the run's messages are not written to the thread
@@ -252,7 +262,8 @@ class StepLoop:
         await store.save(StepRecord(run=run, attempt=sink.attempt, outcome=outcome, entries=entries,
                                     consumed=consumed, state=state.dump(), next_seq=sink.seq,
                                     text=final_text(step) if final else None, usage=step.usage_total,
-                                    finish=held, children=step.children.requests if suspended else []))
+                                    finish=held, children=step.children.requests if suspended else [],
+                                    approvals=step.approvals if suspended else []))
         if final:
             self._configs.drop(run.run_id)
         if held is not None:

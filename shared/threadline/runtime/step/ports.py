@@ -35,7 +35,7 @@ STATE_VERSION = 1
 
 STATE_VERSIONS: dict[int, str] = {
     1: "message_list, response_message_id, retry_count, processor_state, steps, usage, and when set "
-       "system_snapshot, editor, sub_agent_calls; a state stored with no version reads as 1",
+       "system_snapshot, editor, sub_agent_calls, approval_calls; a state stored with no version reads as 1",
 }
 """One line per layout of ``runs.state``, oldest first (tests/contract/run_state/ keeps one frozen
 state per version, read by today's code)."""
@@ -81,6 +81,7 @@ class StoredState(TypedDict):
     system_snapshot: NotRequired[list[Mapping[str, object]]]
     editor: NotRequired[EditorOverrides]
     sub_agent_calls: NotRequired[list[ToolCallPayload]]
+    approval_calls: NotRequired[list[ToolCallPayload]]
 
 
 @dataclass(slots=True)
@@ -110,6 +111,10 @@ class RunState:
     sub_agent_calls: list[ToolCallPayload] | None = None
     """``{toolCallId, toolName, args}`` of the sub-agent calls the last (suspended) step waits
     for; the next step begins by putting their stored results into the invocations."""
+    approval_calls: list[ToolCallPayload] | None = None
+    """``{toolCallId, toolName, args}`` of the calls the last (suspended) step holds for a
+    person's approval (decision 226); the next step begins by running the approved ones and
+    reporting the declined ones."""
     live: bool = False
     """The state is the previous step's own objects (:meth:`carried`), not a stored copy: its
     ``message_list`` holds the live messages, used as they are. Not stored."""
@@ -142,7 +147,8 @@ class RunState:
                    retry_count=int(data.get("retry_count") or 0), processor_state=data.get("processor_state") or {},
                    steps=data.get("steps") or [], usage=data.get("usage") or Usage(),
                    system_snapshot=data.get("system_snapshot"), editor=data.get("editor"),
-                   sub_agent_calls=data.get("sub_agent_calls"), live=live)
+                   sub_agent_calls=data.get("sub_agent_calls"), approval_calls=data.get("approval_calls"),
+                   live=live)
 
     def dump(self) -> StoredState:
         """The JSON stored in ``runs.state`` (``version``: :data:`STATE_VERSION`)."""
@@ -155,6 +161,8 @@ class RunState:
             out["editor"] = self.editor
         if self.sub_agent_calls:
             out["sub_agent_calls"] = self.sub_agent_calls
+        if self.approval_calls:
+            out["approval_calls"] = self.approval_calls
         return out
 
 
@@ -313,8 +321,9 @@ class Trip:
 
 @dataclass(frozen=True, slots=True)
 class Suspend:
-    """The step called sub-agents: it waits for their child runs (decision 77); the orchestrator
-    starts them and schedules the next step once they all ended."""
+    """The step called sub-agents or tools that need approval: it waits for their child runs
+    (decision 77) and the approvals (decision 226); the orchestrator starts the children and
+    schedules the next step once they all ended and every approval was answered."""
 
     finish_reason: str | None
     """The model's finish reason of this step (``tool-calls``)."""
@@ -353,6 +362,9 @@ class StepRecord:
     children: list[ChildRequest] = field(default_factory=list)
     """The sub-agent calls the step waits for (:class:`~threadline.orchestration.children.ChildRequest`),
     recorded in the same transaction as the step (a ``suspended`` outcome)."""
+    approvals: list[ToolCallPayload] = field(default_factory=list)
+    """The calls the step holds for approval (``{toolCallId, toolName, args}``), recorded in the
+    same transaction as the step (a ``suspended`` outcome)."""
 
 
 class ChunkSink(Protocol):
@@ -428,6 +440,17 @@ class StepStore(Protocol):
     async def save_tool_result(self, run: StepRun, call_id: str, tool_name: str, result: JSONValue,
                                error: str | None) -> None:
         """Record what a tool call returned (once)."""
+        ...
+
+    async def hold_call(self, run: StepRun, call: ToolCallPayload) -> None:
+        """Record ``call`` as held for approval (pending), before its ``tool-call-approval`` chunk
+        goes out, so an answer sent as soon as the chunk is seen finds it (once: again changes
+        nothing)."""
+        ...
+
+    async def approvals(self, run: StepRun, call_ids: list[str]) -> dict[str, tuple[str, str | None]]:
+        """The answers to the calls held for approval: ``(status, reason)`` by call id, ``status``
+        one of ``pending``, ``approved``, ``declined`` (a call never recorded is absent)."""
         ...
 
     async def still_owner(self, run: StepRun, attempt: int) -> bool:

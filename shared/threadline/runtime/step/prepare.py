@@ -85,6 +85,7 @@ async def prepare(step: StepState, options: dict[str, Any], setup: ModelSetup) -
     :class:`~threadline.errors.ModelCallError` for a bad structured-output schema."""
     runner, ml, step_no = step.runner, step.ml, step.run.step
     step.children = Pending()
+    step.approvals = []
     ml.replace_all_system_messages(step.state.system_snapshot or [])
     chosen = await _chosen(step, setup.default_model)
     step_input: dict[str, Any] = {

@@ -89,6 +89,11 @@ class StepState:
     the processors see the run's ``finish`` goes there, as Mastra adds a step's text after them."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
+    approvals: list[ToolCallPayload] = field(default_factory=list)
+    """The calls of the current attempt held for a person's approval (decision 226)."""
+    require_tool_approval: bool = False
+    """The run's ``require_tool_approval`` option (Mastra's ``requireToolApproval``): every tool
+    call waits for approval, whatever its tool says."""
     last_step_finish: StepFinishPayload | None = None
     """The payload of the step's ``step-finish`` (the run's ``finish`` repeats its fields)."""
     finish: AttrDict | None = None

@@ -14,6 +14,7 @@ from threadline._internal.faults import armed, pause_point
 from threadline._internal.usercode import call_user
 from threadline.errors import StaleWriterError
 from threadline.events import chunks
+from threadline.events.approval_chunks import tool_call_approval_chunk
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.logging import get_logger
@@ -49,7 +50,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
                     store: StepStore) -> list[ToolOutcome]:
     """Run the step's tool calls in order, each at most once per run; returns their results
     ``{toolCallId, toolName, result | error}`` (a sub-agent call has none yet: it is queued in
-    ``step.children``). A fresh model output is recorded first, so a re-execution replays it
+    ``step.children``, nor does a call held for approval: it is queued in ``step.approvals``).
+    A fresh model output is recorded first, so a re-execution replays it
     and reuses the results of the calls that ran (decision 88).
 
     Raises:
@@ -82,21 +84,26 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
                 raise StaleWriterError(run.run_id, run.epoch)
             await store.save_tool_result(run, call["toolCallId"], call["toolName"], skipped[0], None)
             done[call["toolCallId"]] = (skipped[0], None)
+        if call["toolCallId"] not in done and needs_approval(tools.get(call["toolName"]),
+                                                             run_option=step.require_tool_approval):
+            await hold(step, call, store)  # the step suspends; the resumed step runs it (decision 226)
+            continue
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
             log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
         else:  # still this step's owner? (else another worker runs it)
             if not owned and not await store.still_owner(run, step.writer.attempt):
                 raise StaleWriterError(run.run_id, run.epoch)
-            result, error = await _execute(step, call, tools, hooks, store)
+            result, error = await execute_call(step, call, tools, hooks, store)
         owned = False  # a tool ran (or was reused) since: the next one asks again
         results.append(await tool_outcome(step, call, result, error, sub_agent=isinstance(sub, SubAgentTool)))
     return results
 
 
-async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
-                   store: StepStore) -> tuple[JSONValue, str | None]:
-    """Run one call, then ``process_tool_result``; record what ran (the processed view only)."""
+async def execute_call(step: StepState, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHooks,
+                       store: StepStore, *, step_number: int | None = None) -> tuple[JSONValue, str | None]:
+    """Run one call, then ``process_tool_result`` (``step_number``: the step that called it,
+    default the current one); record what ran (the processed view only)."""
     run, agent = step.run, step.agent
     ctx = ToolContext(tool_call_id=call["toolCallId"], run_id=run.run_id, thread_id=run.thread_id,
                       resource_id=run.resource_id, agent_id=agent.id, step=run.step,
@@ -114,9 +121,9 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool
         raise
     final = output
     if error is None:
-        await step.runner.process_tool_result(step.ml, step_number=run.step, steps=step.steps,
-                                              tool_name=call["toolName"], tool_call_id=call["toolCallId"],
-                                              args=call.get("args"), result=output)
+        await step.runner.process_tool_result(step.ml, step_number=run.step if step_number is None else step_number,
+                                              steps=step.steps, tool_name=call["toolName"],
+                                              tool_call_id=call["toolCallId"], args=call.get("args"), result=output)
         found, replaced = read_result(step.ml, call["toolCallId"])
         final = replaced if found else output
     await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
@@ -173,6 +180,24 @@ def hook_context(call: ToolCallPayload, *, run_id: str, thread_id: str, resource
                                       "thread_id": thread_id, "resource_id": resource_id},
                           "metadata": dict(meta)})
     return ctx
+
+
+def needs_approval(tool: object, *, run_option: bool) -> bool:
+    """A call of ``tool`` waits for approval: the run's ``require_tool_approval`` option is set,
+    or the tool says ``require_approval``. A call of an unknown tool never waits (it fails with
+    Mastra's not-found error instead)."""
+    if tool is None:
+        return False
+    return run_option or bool(getattr(tool, "require_approval", False))
+
+
+async def hold(step: StepState, call: ToolCallPayload, store: StepStore) -> None:
+    """Hold ``call`` for approval: record it (before anyone can see it and answer), emit
+    ``tool-call-approval`` and queue it in ``step.approvals``."""
+    await store.hold_call(step.run, call)
+    await step.emit(tool_call_approval_chunk(call["toolCallId"], call["toolName"], call.get("args")))
+    step.approvals.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
+                                          args=call.get("args")))
 
 
 async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks) -> tuple[Any] | None:
