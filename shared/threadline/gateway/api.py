@@ -180,6 +180,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              MarkBody),
 )
 
+IDEMPOTENT = frozenset({"send_message", "queue_message", "send_signal", "send_state_signal", "send_notification",
+                        "stream", "generate"})
+"""The writes that take an ``Idempotency-Key`` header (decision 213)."""
+
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["code", "message"],
     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}}
@@ -187,6 +191,7 @@ _ERRORS = {
     "401": "no valid API key or token",
     "403": "the caller may not act for this resource",
     "404": "no such thread (or record) for this resource; a thread of another resource looks the same",
+    "409": "the Idempotency-Key was used for another request (idempotency_key_reused)",
     "422": "the body is not valid, or ingress refused the request (code, message)",
     "503": "Kafka or PostgreSQL cannot be reached",
     "504": "no reply from ingress in time",
@@ -198,6 +203,10 @@ def _parameters(ep: Endpoint) -> list[dict[str, Any]]:
               for name in ("resource_id", "thread_id", "record_id", "agent_id") if "{" + name + "}" in ep.path]
     params += [{"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
                for name, text in ep.query.items()]
+    if ep.operation_id in IDEMPOTENT:
+        params.append({"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
+                       "description": "1-255 visible ASCII characters: a retry with the same key and request is "
+                                      "answered with the first answer (Idempotency-Replayed: true), kept 24 h"})
     if ep.sse:
         params.append({"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
                        "description": "the id of the last event received: the stream goes on after it"})

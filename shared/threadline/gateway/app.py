@@ -27,6 +27,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import api, editing
+from threadline.gateway import idempotency as idem
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import EventStream, events, parse_event_id
@@ -147,6 +148,8 @@ def _errors(handler: Handler) -> Handler:
             return _json({"error": {"code": "broker_unavailable", "message": "Kafka cannot be reached"}}, 503)
         except TimeoutError:
             return _json({"error": {"code": "timeout", "message": "no reply from ingress in time"}}, 504)
+        except idem.KeyRefused as exc:
+            return _json({"error": {"code": exc.code, "message": str(exc)}}, exc.status)
         except ValueError as exc:
             return _json({"error": {"code": "invalid_argument", "message": str(exc)}}, 422)
 
@@ -155,6 +158,12 @@ def _errors(handler: Handler) -> Handler:
 
 
 # --- writes (through ingress) --------------------------------------------------------------------
+def _idempotent(handler: Handler) -> Handler:
+    """A write that honours an ``Idempotency-Key`` (:func:`threadline.gateway.idempotency.honouring`):
+    the caller is authorised for the path's resource first (401/403), then the key decides."""
+    return idem.honouring(handler, lambda request: (_gw(request).db, _gw(request).resource(request)))
+
+
 async def _accepted(result: SendResult) -> Response:
     """202 with the ``accepted`` reply; for a ``persist`` send, once the message is durable, with
     the ``persisted`` reply under ``persisted`` (what the Python client's ``persisted`` resolves to)."""
@@ -166,6 +175,7 @@ async def _accepted(result: SendResult) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_message(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -176,6 +186,7 @@ async def send_message(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def queue_message(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -185,6 +196,7 @@ async def queue_message(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_signal(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -195,6 +207,7 @@ async def send_signal(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_state_signal(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -205,6 +218,7 @@ async def send_state_signal(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -215,6 +229,7 @@ async def send_notification(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def stream(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -224,6 +239,7 @@ async def stream(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def generate(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
