@@ -230,8 +230,8 @@ def openapi() -> dict[str, Any]:
             op["requestBody"] = {"required": True, "content": {"application/json": {
                 "schema": {"$ref": f"#/components/schemas/{ep.body.__name__}"}}}}
         ok = ({"text/event-stream": {"schema": {"type": "string", "description":
-               "events: `subscribed` (data {offset}) once, then one unnamed event per chunk (data: the chunk "
-               "JSON, id: `<offset>:<seq>:<runId>`)"}}} if ep.sse else
+               "events: `subscribed` (data {offset}; id: the resume point of its start, `<offset - 1>`) once, "
+               "then one unnamed event per chunk (data: the chunk JSON, id: `<offset>:<seq>:<runId>`)"}}} if ep.sse else
               {"application/json": {"schema": {"type": "object"}}})
         op["responses"] = {str(ep.status): {"description": "ok", "content": ok},
                            **{code: {"description": text, "content": {"application/json": {

@@ -405,9 +405,9 @@ async def events_(request: Request) -> Response:
     start = request.query_params.get("from", "end")
     if start not in ("beginning", "end"):
         raise ApiError(422, "invalid_argument", "from must be beginning or end")
-    from_time_ms = request.query_params.get("from_time_ms")
-    if from_time_ms is not None and (not from_time_ms.isdigit() or resume is not None):
-        raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch, without Last-Event-ID")
+    from_time_ms = None if resume is not None else request.query_params.get("from_time_ms")  # a resume wins (D01)
+    if from_time_ms is not None and not from_time_ms.isdigit():
+        raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch")
     sub = await gw.client.subscribe_to_thread(resource_id, thread_id,
                                               from_beginning=resume is not None or start == "beginning",
                                               from_time_ms=int(from_time_ms) if from_time_ms else None)

@@ -53,26 +53,41 @@ def event_id(offset: int, chunk: ChunkBody) -> str:
     return f"{offset}:{chunk.get('seq')}:{chunk.get('runId')}"
 
 
+def start_id(start_offset: int | None, resume: Position | None) -> str | None:
+    """The id of a stream's ``subscribed`` event: a resume from it goes on where this stream
+    starts — after ``resume`` when it resumes one, else at topic offset ``start_offset`` (the id
+    is the offset before it, ``-1`` for the topic's first) — so an ``EventSource`` cut off before
+    the first chunk reconnects with a position and loses nothing (decision 214)."""
+    if resume is not None:
+        return str(resume.offset)
+    return None if start_offset is None else str(start_offset - 1)
+
+
 def parse_event_id(value: str | None) -> Position | None:
     """The :class:`Position` of an event id; ``None`` for none. Raises ``ValueError`` for an
-    id this gateway did not give (a negative or non-numeric offset)."""
+    id this gateway did not give (a non-numeric offset, or a negative one other than a bare ``-1``,
+    the position before a topic's first chunk)."""
     if value is None or not value.strip():
         return None
     offset, _, rest = value.strip().partition(":")
     seq, _, run_id = rest.partition(":")
-    if not offset.isdigit():
+    if not offset.isdigit() and (offset, rest) != ("-1", ""):
         raise ValueError("Last-Event-ID must be an id this stream gave (<offset>:<seq>:<runId>)")
     return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None)
 
 
 async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, str | int]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
-    first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come),
+    first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come; id
+    :func:`start_id`, the resume point of a stream cut off before its first chunk),
     then one event per chunk the filter accepts and that lies after ``resume``. Unsubscribes
     when the consumer stops iterating (the browser went away)."""
     try:
-        yield {"event": "subscribed", "retry": RETRY_MS,
-               "data": orjson.dumps({"offset": sub.start_offset, "topic": sub.topic}).decode()}
+        opening: dict[str, str | int] = {"event": "subscribed", "retry": RETRY_MS, "data": orjson.dumps(
+            {"offset": sub.start_offset, "topic": sub.topic}).decode()}
+        if (first := start_id(sub.start_offset, resume)) is not None:
+            opening["id"] = first
+        yield opening
         async for chunk in sub.stream:
             offset = sub.last_offset
             if offset is None or (resume is not None and offset <= resume.offset):

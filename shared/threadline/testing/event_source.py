@@ -71,13 +71,23 @@ class EventSource:
         return self._task is not None and self._task.done()
 
     async def wait_for(self, predicate: Any, timeout_s: float) -> None:
-        """Wait until ``predicate(self)`` is true (raises ``TimeoutError`` after ``timeout_s``)."""
-        async with asyncio.timeout(timeout_s):
-            while not predicate(self):
-                self._changed.clear()
-                if self.done:
-                    raise AssertionError(f"the EventSource ended (status {self.fatal})")
-                await self._changed.wait()
+        """Wait until ``predicate(self)`` is true.
+
+        Raises:
+            AssertionError: it ended (``fatal``) first, or ``timeout_s`` passed (the message says
+                what it saw: connections, ids sent, the last events).
+        """
+        try:
+            async with asyncio.timeout(timeout_s):
+                while not predicate(self):
+                    self._changed.clear()
+                    if self.done:
+                        raise AssertionError(f"the EventSource ended (status {self.fatal})")
+                    await self._changed.wait()
+        except TimeoutError:
+            tail = [(e.connection, e.type, e.last_event_id) for e in self.events[-5:]]
+            raise AssertionError(f"not seen in {timeout_s:g} s: {self.connections} connections, "
+                                 f"ids sent {self.sent_ids}, last events {tail}") from None
 
     async def _run(self) -> None:
         while True:
