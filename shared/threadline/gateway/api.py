@@ -139,7 +139,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "The resource's threads, most recently updated first", query={"limit": "at most this many (default 100)"}),
     Endpoint("POST", f"{THREAD}/messages", "send_message", "sendMessage: deliver into the active run or wake the thread",
              SendMessageBody, 202),
-    Endpoint("GET", f"{THREAD}/messages", "list_messages", "The thread's stored messages, oldest first"),
+    Endpoint("GET", f"{THREAD}/messages", "list_messages", "The thread's stored messages, oldest first",
+             query={"live_tail": "true: leave out the turn in progress and answer stream.after_run, the newest run "
+                                 "held (GET …/events?after_run= sends the rest; decision 215)"}),
     Endpoint("POST", f"{THREAD}/queue", "queue_message", "queueMessage: the next turn after the active run",
              QueueMessageBody, 202),
     Endpoint("POST", f"{THREAD}/signals", "send_signal", "sendSignal: system context into the thread", SendSignalBody, 202),
@@ -158,6 +160,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              query={"from": "beginning (replay what the topic retains) or end (default: only what comes next)",
                     "last_event_id": "resume after this event id (as the Last-Event-ID header)",
                     "from_time_ms": "start at the first chunk written at or after this time (ms since the epoch)",
+                    "after_run": "only the chunks of the runs after this one, each from its first chunk (the "
+                                 "stream.after_run of GET …/messages)",
                     "access_token": "the API key or JWT, for browsers' EventSource (which cannot set headers)"},
              sse=True),
     Endpoint("GET", THREAD, "get_thread", "The thread: {id, resource_id, title, metadata, created_at, updated_at}"),

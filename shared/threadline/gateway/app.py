@@ -17,18 +17,16 @@ from typing import TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
-from starlette.datastructures import Headers, QueryParams
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.client.kafka_transport import StreamsFullError
-from threadline.gateway import api, editing
+from threadline.gateway import api, editing, seam
 from threadline.gateway import idempotency as idem
-from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, PrepareJwks, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import EventStream, events, parse_event_id
 from threadline.gateway.traced import ServerSpans
@@ -275,8 +273,13 @@ async def list_threads(request: Request) -> Response:
 async def list_messages(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    rows = await queries.list_messages(gw.db, resource_id=resource_id, thread_id=thread_id)
-    return _json({"messages": _rows(rows)})
+    async with gw.db.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        runs = await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)
+        rows = await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)
+    if request.query_params.get("live_tail") != "true":
+        return _json({"messages": _rows(rows)})
+    cut = seam.seam(runs)  # for a view with a live tail: the turn in progress comes whole from the stream (215)
+    return _json({"messages": _rows(seam.stored_part(rows, cut)), "stream": {"after_run": cut.after_run}})
 
 
 @_errors
@@ -408,11 +411,19 @@ async def events_(request: Request) -> Response:
     from_time_ms = None if resume is not None else request.query_params.get("from_time_ms")  # a resume wins (D01)
     if from_time_ms is not None and not from_time_ms.isdigit():
         raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch")
+    after_run = request.query_params.get("after_run") or None
+    if after_run is not None and resume is None and from_time_ms is None:  # the seam of GET …/messages
+        runs = await queries.list_runs(gw.db, resource_id=resource_id, thread_id=thread_id)
+        created = next((r["created_at"] for r in runs if r["run_id"] == after_run), None)
+        if created is None:
+            raise ApiError(422, "invalid_argument", "after_run must be a run of this thread")
+        from_time_ms = str(seam.start_ms(created))
     sub = await gw.client.subscribe_to_thread(resource_id, thread_id,
                                               from_beginning=resume is not None or start == "beginning",
                                               from_time_ms=int(from_time_ms) if from_time_ms else None)
     log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
-    return EventStream(events(sub, resume=resume), on_close=sub.unsubscribe, ping=15, send_timeout=30,
+    return EventStream(events(sub, resume=resume, after_run=after_run), on_close=sub.unsubscribe, ping=15,
+                       send_timeout=30,
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
@@ -447,22 +458,6 @@ HANDLERS: dict[str, Handler] = {h.__name__: h for h in (
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 
-class _PrepareJwks:
-    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
-    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
-
-    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
-        self.app = app
-        self.jwks = gateway.auth.jwks
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.jwks is not None and scope["type"] == "http":
-            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
-            if secret is not None:
-                await self.jwks.prepare(secret)
-        await self.app(scope, receive, send)
-
-
 def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
              start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None,
              extra_routes: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
@@ -484,7 +479,7 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
+    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(PrepareJwks, jwks=gateway.auth.jwks)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = gateway
     app.state.checks = checks or {}

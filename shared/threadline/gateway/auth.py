@@ -21,6 +21,8 @@ from typing import Any, TypeGuard
 
 import jwt
 import orjson
+from starlette.datastructures import Headers, QueryParams
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.gateway.jwks import JwksKeys, token_kid
 
@@ -228,3 +230,19 @@ def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
     if not isinstance(verified, str):
         return Caller(verified[0], "jwt", verified[1])
     return Caller(frozenset({ANY}), "open") if open_only else None
+
+
+class PrepareJwks:
+    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
+    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
+
+    def __init__(self, app: ASGIApp, jwks: JwksKeys | None) -> None:
+        self.app = app
+        self.jwks = jwks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.jwks is not None and scope["type"] == "http":
+            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
+            if secret is not None:
+                await self.jwks.prepare(secret)
+        await self.app(scope, receive, send)

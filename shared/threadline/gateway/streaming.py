@@ -30,6 +30,7 @@ from starlette.types import Receive, Scope, Send
 
 from threadline.client.transport import Subscription
 from threadline.events.chunk_types import ChunkBody
+from threadline.gateway.seam import after
 
 RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
@@ -76,11 +77,13 @@ def parse_event_id(value: str | None) -> Position | None:
     return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None)
 
 
-async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, str | int]]:
+async def events(sub: Subscription, *, resume: Position | None,
+                 after_run: str | None = None) -> AsyncIterator[dict[str, str | int]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
     first ``subscribed`` (data ``{offset}``: every chunk from this topic offset on will come; id
     :func:`start_id`, the resume point of a stream cut off before its first chunk),
-    then one event per chunk the filter accepts and that lies after ``resume``. Unsubscribes
+    then one event per chunk the filter accepts and that lies after ``resume`` (and, with
+    ``after_run``, belongs to a run after that one: :mod:`threadline.gateway.seam`). Unsubscribes
     when the consumer stops iterating (the browser went away)."""
     try:
         opening: dict[str, str | int] = {"event": "subscribed", "retry": RETRY_MS, "data": orjson.dumps(
@@ -92,6 +95,8 @@ async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator
             offset = sub.last_offset
             if offset is None or (resume is not None and offset <= resume.offset):
                 continue  # re-read to rebuild the filter's state: sent before the reconnection
+            if after_run is not None and not after(chunk.get("runId"), after_run):
+                continue  # a run GET …/messages answered with (decision 215)
             yield {"id": event_id(offset, chunk), "data": orjson.dumps(chunk).decode()}
     finally:
         await sub.unsubscribe()
