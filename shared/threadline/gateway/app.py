@@ -28,7 +28,7 @@ from threadline.gateway import api, editing, seam
 from threadline.gateway import idempotency as idem
 from threadline.gateway.auth import EDITOR, AuthConfig, Caller, PrepareJwks, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
-from threadline.gateway.streaming import EventStream, events, parse_event_id
+from threadline.gateway.streaming import EventStream, events, parse_event_id, until_expiry
 from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
@@ -401,6 +401,7 @@ async def mark_notification(request: Request) -> Response:
 async def events_(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request, query_token=True)
+    expires_at = gw.caller(request, query_token=True).expires_at  # the stream ends then (decision 216)
     try:
         resume = parse_event_id(request.headers.get("last-event-id") or request.query_params.get("last_event_id"))
     except ValueError as exc:
@@ -422,8 +423,8 @@ async def events_(request: Request) -> Response:
                                               from_beginning=resume is not None or start == "beginning",
                                               from_time_ms=int(from_time_ms) if from_time_ms else None)
     log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
-    return EventStream(events(sub, resume=resume, after_run=after_run), on_close=sub.unsubscribe, ping=15,
-                       send_timeout=30,
+    return EventStream(until_expiry(events(sub, resume=resume, after_run=after_run), expires_at),
+                       on_close=sub.unsubscribe, ping=15, send_timeout=30,
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 

@@ -46,6 +46,9 @@ class Caller:
     resources: frozenset[str]
     via: str
     scopes: frozenset[str] = frozenset()
+    expires_at: float | None = None
+    """When the credential expires (s since the epoch: a JWT's ``exp``; ``None``: an API key,
+    which does not). A stream it opened ends then (decision 216)."""
 
     def has_scope(self, scope: str) -> bool:
         """True when the caller holds ``scope`` (``open``: always)."""
@@ -181,9 +184,9 @@ def _verification_key(config: AuthConfig, token: str) -> tuple[Any, list[str]] |
     return config.jwt_key, list(config.jwt_algorithms)
 
 
-def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str]] | str:
-    """The resources and scopes of a valid ``token``, else the reason it is refused (never
-    quoting the token)."""
+def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str], float] | str:
+    """The resources, scopes and expiry (``exp``, s since the epoch) of a valid ``token``, else the
+    reason it is refused (never quoting the token)."""
     if not config.verifies_jwts or token.count(".") != 2:
         return "not a known API key"
     key = _verification_key(config, token)
@@ -205,7 +208,7 @@ def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozens
         resources = [resources]
     if not _strings(resources):
         return f"the token's {config.jwt_claim!r} claim is not a list of resource ids"
-    return frozenset(resources), _jwt_scopes(claims)
+    return frozenset(resources), _jwt_scopes(claims), float(claims["exp"])
 
 
 def refusal(config: AuthConfig, secret: str | None) -> str:
@@ -228,7 +231,7 @@ def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
         return Caller(found[0], "api_key", found[1])
     verified = _verify_jwt(config, secret)
     if not isinstance(verified, str):
-        return Caller(verified[0], "jwt", verified[1])
+        return Caller(verified[0], "jwt", verified[1], expires_at=verified[2])
     return Caller(frozenset({ANY}), "open") if open_only else None
 
 

@@ -18,6 +18,8 @@ A stream's subscription is closed when its response is over, however it ended
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -36,6 +38,10 @@ RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
 CLOSE_BOUND_S = 5.0
 """How long (s) closing a served stream's subscription may take, shielded from cancellation."""
+
+EXPIRED = {"code": "token_expired", "message": "the credential that opened this stream has expired: "
+           "reconnect with a valid one (Last-Event-ID resumes without a gap)"}
+"""The ``error`` event's data that ends a stream at its credential's expiry (decision 216)."""
 
 Close = Callable[[], Awaitable[None]]
 
@@ -100,6 +106,26 @@ async def events(sub: Subscription, *, resume: Position | None,
             yield {"id": event_id(offset, chunk), "data": orjson.dumps(chunk).decode()}
     finally:
         await sub.unsubscribe()
+
+
+async def until_expiry(source: AsyncIterator[dict[str, str | int]],
+                       expires_at: float | None) -> AsyncIterator[dict[str, str | int]]:
+    """The events of ``source`` until ``expires_at`` (s since the epoch; ``None``: no end), then
+    one ``event: error`` with :data:`EXPIRED` and the end: no event goes out on a stream after the
+    credential that opened it expired (decision 216). ``source`` is closed however this ends."""
+    it = aiter(source)
+    try:
+        while expires_at is None or (left := expires_at - time.time()) > 0:
+            try:
+                item = await (anext(it) if expires_at is None else asyncio.wait_for(anext(it), left))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                break
+            yield item
+        yield {"event": "error", "data": orjson.dumps(EXPIRED).decode()}
+    finally:
+        await it.aclose()  # type: ignore[attr-defined]  # an async generator
 
 
 async def served(response: Awaitable[None], close: Close) -> None:
