@@ -22,7 +22,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import orjson
@@ -44,6 +44,7 @@ EXPIRED = {"code": "token_expired", "message": "the credential that opened this 
 """The ``error`` event's data that ends a stream at its credential's expiry (decision 216)."""
 
 Close = Callable[[], Awaitable[None]]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -108,11 +109,10 @@ async def events(sub: Subscription, *, resume: Position | None,
         await sub.unsubscribe()
 
 
-async def until_expiry(source: AsyncIterator[dict[str, str | int]],
-                       expires_at: float | None) -> AsyncIterator[dict[str, str | int]]:
-    """The events of ``source`` until ``expires_at`` (s since the epoch; ``None``: no end), then
-    one ``event: error`` with :data:`EXPIRED` and the end: no event goes out on a stream after the
-    credential that opened it expired (decision 216). ``source`` is closed however this ends."""
+async def bounded(source: AsyncIterator[_T], expires_at: float | None, last: _T) -> AsyncIterator[_T]:
+    """The items of ``source`` until ``expires_at`` (s since the epoch; ``None``: no end), then
+    ``last`` and the end, whether an item was coming or not: nothing goes out on a stream after
+    the credential that opened it expired (decision 216). ``source`` is closed however this ends."""
     it = aiter(source)
     try:
         while expires_at is None or (left := expires_at - time.time()) > 0:
@@ -123,9 +123,15 @@ async def until_expiry(source: AsyncIterator[dict[str, str | int]],
             except TimeoutError:
                 break
             yield item
-        yield {"event": "error", "data": orjson.dumps(EXPIRED).decode()}
+        yield last
     finally:
         await it.aclose()  # type: ignore[attr-defined]  # an async generator
+
+
+def until_expiry(source: AsyncIterator[dict[str, str | int]],
+                 expires_at: float | None) -> AsyncIterator[dict[str, str | int]]:
+    """:func:`bounded` for ``GET …/events``: the last event is ``event: error`` with :data:`EXPIRED`."""
+    return bounded(source, expires_at, {"event": "error", "data": orjson.dumps(EXPIRED).decode()})
 
 
 async def served(response: Awaitable[None], close: Close) -> None:

@@ -22,6 +22,13 @@ import orjson
 DEFAULT_RETRY_MS = 3000
 
 
+def field_of(line: str) -> tuple[str, str]:
+    """``(name, value)`` of one SSE line (not blank, not a comment): one space after the colon
+    is dropped, as the standard says."""
+    name, _, value = line.partition(":")
+    return name, value[1:] if value.startswith(" ") else value
+
+
 @dataclass(frozen=True)
 class SseEvent:
     """One dispatched event: ``type`` (``message`` unless named), ``data`` (text), the
@@ -121,8 +128,7 @@ class EventSource:
                 continue
             if line.startswith(":"):
                 continue
-            name, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
+            name, value = field_of(line)
             if name == "event":
                 kind = value
             elif name == "data":
