@@ -55,6 +55,7 @@ async def test_d03_a_write_retried_under_its_key_happens_once(services, model, c
             await _one_key_two_resources(cluster.dsn, model, info)
             await _generate_retried_while_running(cluster.dsn, model, gw)
             await _client_retries_by_itself(cluster.dsn, model, info)
+            await _mastra_api_too(cluster.dsn, model, gw)
             await _key_outlives_a_restart(services, cluster.dsn, model, info, gw)
     finally:
         for name in ("gateway-d03a", "gateway-d03b"):
@@ -156,6 +157,20 @@ async def _client_retries_by_itself(dsn, model, info) -> None:
         accepted = await sent.accepted
         assert px.dropped == 1 and px.connections >= 2
     assert accepted.action == "wake"
+    await _once(dsn, model, thread, f"charge 5 {thread}")
+
+
+async def _mastra_api_too(dsn, model, gw) -> None:
+    """Mastra's /api writes take the key as /v1's do: the retry is replayed, another body is 409."""
+    model.queue({"text": "charged"}, model=MODEL)
+    thread = _thread()
+    body = {"message": f"charge 5 {thread}", "resourceId": TENANT_A, "threadId": thread}
+    first = await _post(gw, "/api/agents/gateway/send-message", body, "k-api")
+    again = await _post(gw, "/api/agents/gateway/send-message", body, "k-api")
+    assert first.status_code == again.status_code == 200, (first.text, again.text)
+    assert again.json() == first.json() and again.headers["Idempotency-Replayed"] == "true"
+    other = await _post(gw, "/api/agents/gateway/send-message", {**body, "message": "charge 6"}, "k-api")
+    assert other.status_code == 409 and other.json()["code"] == "idempotency_key_reused"
     await _once(dsn, model, thread, f"charge 5 {thread}")
 
 

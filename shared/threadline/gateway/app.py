@@ -156,10 +156,14 @@ def _errors(handler: Handler) -> Handler:
 
 
 # --- writes (through ingress) --------------------------------------------------------------------
+async def _key_scope(request: Request) -> tuple[Database, str]:
+    return _gw(request).db, _gw(request).resource(request)
+
+
 def _idempotent(handler: Handler) -> Handler:
     """A write that honours an ``Idempotency-Key`` (:func:`threadline.gateway.idempotency.honouring`):
     the caller is authorised for the path's resource first (401/403), then the key decides."""
-    return idem.honouring(handler, lambda request: (_gw(request).db, _gw(request).resource(request)))
+    return idem.honouring(handler, _key_scope)
 
 
 async def _accepted(result: SendResult) -> Response:

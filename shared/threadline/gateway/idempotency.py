@@ -109,7 +109,7 @@ async def served(db: Database, scope: str, key: str, request: Request,
                         headers={REPLAYED: "true"})
     with request_id(row.request_id):
         response = await handler(request)
-    if keeps(response.status_code):
+    if keeps(response.status_code) and isinstance(getattr(response, "body", None), bytes):  # JSON, not a stream
         async with db.connection() as conn:
             await rows.record(conn, scope=scope, key=key, request_id=row.request_id, status=response.status_code,
                               answer=orjson.loads(bytes(response.body)))
@@ -120,7 +120,7 @@ async def served(db: Database, scope: str, key: str, request: Request,
 
 
 def honouring(handler: Callable[[Request], Awaitable[Response]],
-              scope_of: Callable[[Request], tuple[Database, str]]) -> Callable[[Request], Awaitable[Response]]:
+              scope_of: Callable[[Request], Awaitable[tuple[Database, str]]]) -> Callable[[Request], Awaitable[Response]]:
     """``handler`` answering by :func:`served` when the request carries :data:`HEADER`;
     ``scope_of`` gives the database and the resource the caller acts for (raising to refuse it)."""
 
@@ -128,7 +128,7 @@ def honouring(handler: Callable[[Request], Awaitable[Response]],
         value = request.headers.get(HEADER)
         if value is None:
             return await handler(request)
-        db, scope = scope_of(request)
+        db, scope = await scope_of(request)
         return await served(db, scope, check_key(value), request, handler)
 
     wrapped.__name__ = handler.__name__

@@ -29,7 +29,7 @@ from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
 from threadline.gateway import mastra_tools as tools
 from threadline.gateway.app import ApiError, Gateway
-from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
+from threadline.gateway.mastra_http import body_of, gw, idempotent, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
 from threadline.gateway.streaming import ClosingStreamingResponse, bounded
 from threadline.logging import get_logger
@@ -138,6 +138,7 @@ def _sse(output: Any, *, done: bool, expires_at: float | None) -> StreamingRespo
 
 
 @mastra_errors
+@idempotent
 async def generate(request: Request) -> Response:
     agent_id = await _agent_known(request)
     body = await body_of(request)
@@ -206,6 +207,7 @@ async def _accepted(result: Any) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def send_message(request: Request) -> Response:
     v = await _verb_target(request)
     return await _accepted(await gw(request).client.send_message(
@@ -215,6 +217,7 @@ async def send_message(request: Request) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def queue_message(request: Request) -> Response:
     v = await _verb_target(request)
     return await _accepted(await gw(request).client.queue_message(
@@ -223,6 +226,7 @@ async def queue_message(request: Request) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def send_signal(request: Request) -> Response:
     v = await _verb_target(request)
     signal = v.body.get("signal")
