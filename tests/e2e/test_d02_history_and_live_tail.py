@@ -6,7 +6,9 @@ step 0 is stored, between the steps, during the text, after ``finish``) each end
 message once: the answer is the final transcript less the running turn, or all of it, and the
 stream brings exactly the rest — the echo of the user's message, the tool call and its result,
 the text equal to the run's stored text — never a chunk twice, never one missing, never a chunk
-of a turn the answer holds."""
+of a turn the answer holds. Studio, opened while a turn streams on a thread whose older turns'
+chunks were deleted (Kafka's DeleteRecords, as retention does), shows every turn once: the stored
+ones from PostgreSQL, the running one from the stream."""
 
 from __future__ import annotations
 
@@ -14,7 +16,9 @@ import asyncio
 import time
 import uuid
 
-from tests.e2e.gateway_http import TENANT_A, collect, thread_path
+import pytest
+
+from tests.e2e.gateway_http import TENANT_A, collect, sse, thread_path
 from tests.e2e.helpers import wait_idle
 
 MODEL = "threadline-gateway-tools"
@@ -80,3 +84,56 @@ async def test_d02_stored_history_and_the_live_tail_meet_without_a_gap_or_a_doub
         assert types.count("tool-call") == 1 and types.count("tool-result") == 1 and types[-1] == "finish"
         assert "".join(c["payload"]["text"] for c in live if c["type"] == "text-delta") == text
     assert streamed >= 5, f"only {streamed} of {len(clients)} clients started during the turn"
+
+
+async def _delete_all_records(bootstrap: str, topic: str) -> None:
+    """Kafka's DeleteRecords up to the end of every partition of ``topic``: its chunks are gone, as
+    after retention (the log start offset moves; the messages stay in PostgreSQL)."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+    from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await consumer.start()
+    await admin.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or [0])]
+        ends = await consumer.end_offsets(parts)
+        await admin.delete_records({tp: RecordsToDelete(end) for tp, end in ends.items()})
+    finally:
+        await admin.close()
+        await consumer.stop()
+
+
+async def test_d02_studio_shows_every_turn_when_the_topic_lost_the_old_ones(gateway, model, cluster):
+    from tests.e2e.test_studio import _browser
+
+    executable = _browser()
+    playwright_api = pytest.importorskip("playwright.async_api", reason="the playwright package is not installed")
+    path = thread_path(TENANT_A, thread := f"gwd02s-{uuid.uuid4().hex[:10]}")
+    async with gateway.client(gateway.key_a) as http:
+        for i in (1, 2):
+            model.queue({"text": f"answer {i}"}, model=MODEL)
+            assert (await http.post(f"{path}/generate", json={"message": f"q{i}", "agent_id": AGENT})).status_code == 200
+        opened = sse(http, f"{path}/events")
+        topic = (await anext(opened)).data["topic"]
+        await opened.aclose()
+        await _delete_all_records(cluster.bootstrap, topic)  # the first two turns' chunks are gone
+        model.queue({"chunks": WORDS, "chunk_delay": 0.1}, model=MODEL)
+        assert (await http.post(f"{path}/messages", json={"message": "q3", "agent_id": AGENT})).status_code == 202
+        async with playwright_api.async_playwright() as pw:
+            browser = await pw.chromium.launch(executable_path=executable, headless=True,
+                                               args=["--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"])
+            try:
+                page = await browser.new_page(bypass_csp=True)
+                await page.goto(f"{gateway.url}/studio?resource={TENANT_A}&agent={AGENT}")
+                await page.fill("#key", gateway.key_a)
+                await page.fill("#threadid", thread)
+                await page.press("#threadid", "Enter")  # opened while the third turn streams
+                await page.locator("[data-finished]").first.wait_for(timeout=60_000)
+                users = await page.locator(".user").all_text_contents()
+                texts = await page.locator(".assistant").all_text_contents()
+            finally:
+                await browser.close()
+    assert users == ["q1", "q2", "q3"]
+    assert texts == ["answer 1", "answer 2", "".join(WORDS)]
