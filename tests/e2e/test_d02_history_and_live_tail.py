@@ -130,7 +130,10 @@ async def test_d02_studio_shows_every_turn_when_the_topic_lost_the_old_ones(gate
                 await page.fill("#key", gateway.key_a)
                 await page.fill("#threadid", thread)
                 await page.press("#threadid", "Enter")  # opened while the third turn streams
-                await page.locator("[data-finished]").first.wait_for(timeout=60_000)
+                # the third answer whole, streamed or (on a machine slow to open the page) stored
+                await page.wait_for_function(
+                    "(n) => [...document.querySelectorAll('.assistant')].some((a) => a.textContent.length >= n)",
+                    arg=len("".join(WORDS)), timeout=60_000)
                 users = await page.locator(".user").all_text_contents()
                 texts = await page.locator(".assistant").all_text_contents()
             finally:
