@@ -59,6 +59,7 @@ class FaultProxy:
     dropped: int = 0
     _server: asyncio.Server | None = None
     _open: set[asyncio.StreamWriter] = field(default_factory=set)
+    _upstreams: set[asyncio.StreamWriter] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -74,9 +75,13 @@ class FaultProxy:
         if self._server is not None:
             self._server.close()
         self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for upstream in list(self._upstreams):
+            upstream.close()  # the relays end by themselves (a cancelled one is logged by asyncio)
+        if self._tasks:
+            _, pending = await asyncio.wait(list(self._tasks), timeout=2)
+            for task in pending:  # stall holds on for good
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
 
     def cut(self) -> int:
         """Reset every open client connection now; how many were open."""
@@ -94,6 +99,7 @@ class FaultProxy:
             reset(writer)
             return
         self._open.add(writer)
+        self._upstreams.add(up_writer)
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -106,6 +112,7 @@ class FaultProxy:
             upstream.cancel()
             await asyncio.gather(upstream, return_exceptions=True)
             up_writer.close()
+            self._upstreams.discard(up_writer)
             if writer in self._open:
                 self._open.discard(writer)
                 writer.close()
