@@ -14,6 +14,8 @@ import httpx
 import jwt
 import orjson
 
+from threadline.testing.event_source import field_of
+
 TENANT_A = "tenant-a"
 TENANT_B = "tenant-b"
 
@@ -82,8 +84,7 @@ async def sse(http: httpx.AsyncClient, path: str, *, params: dict[str, str] | No
             elif line.startswith(":"):
                 continue
             else:
-                key, _, value = line.partition(":")
-                value = value[1:] if value.startswith(" ") else value
+                key, value = field_of(line)
                 if key == "event":
                     name = value
                 elif key == "data":

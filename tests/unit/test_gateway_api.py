@@ -12,7 +12,7 @@ from threadline.config import Settings
 from threadline.gateway import api
 from threadline.gateway.app import HANDLERS
 from threadline.gateway.auth import AuthConfig, AuthConfigError, authenticate, config_from_settings, credential, parse_api_keys
-from threadline.gateway.streaming import Position, event_id, parse_event_id
+from threadline.gateway.streaming import Position, event_id, parse_event_id, start_id
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-" + "x" * 32
@@ -92,9 +92,19 @@ def test_event_ids_round_trip():
     eid = event_id(42, chunk)
     assert parse_event_id(eid) == Position(42, 7, "run_1:x")
     assert parse_event_id(None) is None and parse_event_id(" ") is None
-    for bad in ("x:1:r", "-1:2:r", "1.5"):
+    for bad in ("x:1:r", "-1:2:r", "1.5", "-2"):
         with pytest.raises(ValueError):
             parse_event_id(bad)
+
+
+def test_the_subscribed_event_id_resumes_where_its_stream_starts():
+    """D01 (decision 214): a resume from the ``subscribed`` id sends every chunk from the stream's
+    start offset on (the stream sends what lies after the id's offset); a resumed stream's
+    ``subscribed`` id is its own resume point, so a second cut loses nothing and repeats nothing."""
+    assert start_id(42, None) == "41" and parse_event_id("41") == Position(41)
+    assert start_id(0, None) == "-1" and parse_event_id("-1") == Position(-1)  # before a topic's first chunk
+    assert start_id(None, None) is None
+    assert start_id(0, Position(17, 3, "run_1")) == "17"
 
 
 def test_every_endpoint_has_a_handler_and_the_document_is_current():

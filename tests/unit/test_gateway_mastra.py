@@ -79,9 +79,14 @@ def test_cors_answers_the_preflight_of_a_configured_origin_only(monkeypatch: pyt
     assert r.status_code == 200
     assert r.headers["access-control-allow-origin"] == ORIGIN
     assert "authorization" in r.headers["access-control-allow-headers"].lower()
+    keyed = http.options("/v1/resources/user-1/threads/t-mine/messages",
+                         headers={**asked, "Access-Control-Request-Headers": "authorization, idempotency-key"})
+    assert keyed.status_code == 200 and "idempotency-key" in keyed.headers["access-control-allow-headers"].lower()
     refused = http.options("/api/agents/helper/stream", headers={**asked, "Origin": "https://evil.example"})
     assert refused.status_code == 400 and "access-control-allow-origin" not in refused.headers
-    assert _send(http, Origin=ORIGIN).headers["access-control-allow-origin"] == ORIGIN  # on the answer too
+    answer = _send(http, Origin=ORIGIN)
+    assert answer.headers["access-control-allow-origin"] == ORIGIN  # on the answer too
+    assert "idempotency-replayed" in answer.headers["access-control-expose-headers"].lower()  # decision 213
     closed = _app(monkeypatch)  # no origins configured: no CORS headers at all
     assert "access-control-allow-origin" not in closed.options("/api/agents/helper/stream", headers=asked).headers
 

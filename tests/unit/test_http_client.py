@@ -8,7 +8,7 @@ import httpx
 import orjson
 import pytest
 
-from threadline.client import GatewayError, HttpThreadSubscription, ThreadlineClient
+from threadline.client import GatewayError, HttpThreadSubscription, ThreadlineClient, gateway_http
 from threadline.client.client import BrokerUnavailableError, RequestFailed
 from threadline.client.http import HttpThreadlineClient
 
@@ -25,7 +25,8 @@ def _error(status: int, code: str) -> httpx.Response:
     (422, "unknown_agent", RequestFailed), (403, "forbidden", GatewayError), (401, "unauthenticated", GatewayError),
     (422, "validation_failed", GatewayError), (503, "broker_unavailable", BrokerUnavailableError),
     (504, "timeout", TimeoutError), (404, "not_found", GatewayError)])
-async def test_refusals_become_the_clients_errors(status, code, raised):
+async def test_refusals_become_the_clients_errors(status, code, raised, monkeypatch):
+    monkeypatch.setattr(gateway_http, "RETRY_DELAYS_S", (0.0, 0.0, 0.0))  # a 503 is retried first (decision 213)
     tl = _client(lambda _req: _error(status, code))
     with pytest.raises(raised):
         await tl.send_message("hi", agent_id="a", resource_id="r", thread_id="t")

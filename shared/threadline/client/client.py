@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from threadline.client.results import BrokerUnavailableError, RequestFailed, SendResult
 from threadline.client.run_output import RunOutput
-from threadline.client.sending import SignalRequest, answer, as_is, checked, given, slots, with_signal
+from threadline.client.sending import SignalRequest, answer, as_is, checked, given, identified, slots, with_signal
 from threadline.client.transport import Follow, Subscription, Transport
 from threadline.events import (
     AbortRequest,
@@ -174,7 +174,7 @@ class ThreadlineClient:
         Raises:
             RequestFailed: an error reply. TimeoutError: none within ``reply_timeout_s``.
         """
-        sent = await self.transport.request(request, {slot: (slot,)})
+        sent = await self.transport.request(identified(request), {slot: (slot,)})
         return answer(await asyncio.wait_for(sent.replies[slot], self.transport.reply_timeout_s))
 
     def _objects(self, options: Mapping[str, object] | None) -> dict[str, object]:

@@ -9,6 +9,7 @@ exist and a thread of another resource look the same (404): reads answer ``None`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
@@ -20,6 +21,12 @@ from threadline.client.transport import ReadName, query_of
 from threadline.errors import ThreadlineError
 from threadline.events.replies import ErrorReply
 from threadline.events.rows import AgentDetails, InboxRecord, MessageRow, RunRow, ScoreRow, ThreadDetails, ThreadSummary
+
+RETRY_DELAYS_S = (0.5, 1.0, 2.0)
+"""The waits (s) before the retries of a write that names an ``Idempotency-Key``: three retries
+after a lost connection, a 502 or a 503 (decision 213)."""
+RETRIED_STATUSES = frozenset({502, 503})
+"""Answers a keyed write is sent again after: the gateway (or a proxy before it) did not take it."""
 
 INGRESS_REFUSALS_ARE_NOT = frozenset({"validation_failed", "invalid_json", "invalid_argument"})
 """422 codes of the gateway itself (a body it refused), not of ingress."""
@@ -77,8 +84,11 @@ class GatewayHttp:
 
     async def call(self, method: str, path: str, body: Mapping[str, object] | None = None, *,
                    params: dict[str, str] | None = None, timeout_s: float | None = None,
-                   missing_ok: bool = False) -> Any:
-        """The JSON answer of one call; ``None`` for a 404 when ``missing_ok``.
+                   missing_ok: bool = False, idempotency_key: str | None = None) -> Any:
+        """The JSON answer of one call; ``None`` for a 404 when ``missing_ok``. A call with an
+        ``idempotency_key`` sends it as ``Idempotency-Key`` and is sent again with it after a lost
+        connection, a 502 or a 503, after each wait of :data:`RETRY_DELAYS_S` (the gateway then
+        answers the first request's answer, decision 213).
 
         Raises:
             RequestFailed: ingress refused the request (422 with an ingress error code).
@@ -86,18 +96,30 @@ class GatewayHttp:
             TimeoutError: no answer in time (504, or the call's own timeout).
             GatewayError: any other refusal.
         """
-        try:
-            resp = await self.http.request(method, path, json=body, params=params,
-                                           timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT)
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(f"{method} {path}: no answer from the gateway in time") from exc
-        except httpx.TransportError as exc:
-            raise BrokerUnavailableError(f"cannot reach the gateway at {self.base_url}: {type(exc).__name__}") from exc
-        if resp.status_code < 400:
-            return resp.json()
-        if resp.status_code == 404 and missing_ok:
-            return None
-        raise _refusal(resp)
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        delays = RETRY_DELAYS_S if idempotency_key else ()
+        for attempt in range(len(delays) + 1):
+            last = attempt == len(delays)
+            try:
+                resp = await self.http.request(method, path, json=body, params=params, headers=headers,
+                                               timeout=timeout_s if timeout_s is not None else httpx.USE_CLIENT_DEFAULT)
+            except httpx.TimeoutException as exc:
+                raise TimeoutError(f"{method} {path}: no answer from the gateway in time") from exc
+            except httpx.TransportError as exc:
+                if last:
+                    raise BrokerUnavailableError(
+                        f"cannot reach the gateway at {self.base_url}: {type(exc).__name__}") from exc
+                await asyncio.sleep(delays[attempt])
+                continue
+            if resp.status_code in RETRIED_STATUSES and not last:
+                await asyncio.sleep(delays[attempt])
+                continue
+            if resp.status_code < 400:
+                return resp.json()
+            if resp.status_code == 404 and missing_ok:
+                return None
+            raise _refusal(resp)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _refusal(resp: httpx.Response) -> Exception:

@@ -95,8 +95,10 @@ class HttpTransport:
 
     async def request(self, request: Event, expect: Mapping[str, tuple[str, ...]], *,
                       wait_s: float | None = None) -> Sent:
-        """``POST`` the request; the answer fills ``accepted`` (and ``persisted`` when the gateway
-        waited for it), ``notified``, ``aborted``, ``resolved`` or ``result``.
+        """``POST`` the request under its ``event_id`` as ``Idempotency-Key`` (retried after a lost
+        connection, a 502 or a 503: one logical call, one request, decision 213); the answer fills
+        ``accepted`` (and ``persisted`` when the gateway waited for it), ``notified``, ``aborted``,
+        ``resolved`` or ``result``.
 
         Raises:
             RequestFailed, BrokerUnavailableError, TimeoutError, GatewayError: as
@@ -106,17 +108,18 @@ class HttpTransport:
         kind = getattr(request, "type", "")
         if kind == "generate":
             wait = 300.0 if wait_s is None else wait_s
-            answer = await self.http.call("POST", path, {**body, "timeout_s": wait}, timeout_s=wait + self.http.timeout_s)
+            answer = await self.http.call("POST", path, {**body, "timeout_s": wait}, timeout_s=wait + self.http.timeout_s,
+                                          idempotency_key=request.event_id)
             return Sent(request.event_id, {"result": resolved(RunResult.model_validate(answer))})
         if kind == "abort":
             answer = await self.http.call("POST", path, body, missing_ok=True)
             reply = Aborted(request_id=request.event_id, aborted=bool(answer and answer.get("aborted")),
                             run_id=(answer or {}).get("run_id"))
             return Sent(request.event_id, {"aborted": resolved(reply)})
-        if kind == "tool_approval":
-            answer = await self.http.call("POST", path, body)
+        if kind == "tool_approval":  # approving twice runs the tool once (decision 227)
+            answer = await self.http.call("POST", path, body, idempotency_key=request.event_id)
             return Sent(request.event_id, {"resolved": resolved(ToolCallResolved(request_id=request.event_id, **answer))})
-        answer = await self.http.call("POST", path, body)
+        answer = await self.http.call("POST", path, body, idempotency_key=request.event_id)
         persisted = answer.pop("persisted", None)
         accepted = REPLY_ADAPTER.validate_python(answer)
         replies = {next(iter(expect)) if expect else "accepted": resolved(accepted)}

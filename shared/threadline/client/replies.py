@@ -29,7 +29,9 @@ class ReplyListener:
         self._topic = topic
         self._consumer: AIOKafkaConsumer | None = None
         self._task: asyncio.Task[None] | None = None
-        self._waiting: dict[tuple[str, str], asyncio.Future[Reply]] = {}
+        self._waiting: dict[tuple[str, str], list[asyncio.Future[Reply]]] = {}
+        """Every waiter of a key: one request id may be awaited twice at once (an HTTP write retried
+        under its ``Idempotency-Key`` while the first is still waiting, decision 213)."""
         self._early: dict[tuple[str, str], Reply] = {}
 
     async def start(self) -> None:
@@ -69,7 +71,7 @@ class ReplyListener:
         elif (request_id, "error") in self._early:
             fut.set_result(self._early[(request_id, "error")])
         else:
-            self._waiting[key] = fut
+            self._waiting.setdefault(key, []).append(fut)
         return fut
 
     def expect_first(self, request_id: str, kinds: tuple[str, ...]) -> asyncio.Future[Reply]:
@@ -80,13 +82,20 @@ class ReplyListener:
         def done(f: asyncio.Future[Reply]) -> None:
             if not out.done() and not f.cancelled():
                 out.set_result(f.result())
-                for other in futures:
+                for kind, other in zip(kinds, futures, strict=True):
                     if other is not f:
-                        self._waiting.pop((request_id, kinds[futures.index(other)]), None)
+                        self._forget((request_id, kind), other)
 
         for f in futures:
             f.add_done_callback(done)
         return out
+
+    def _forget(self, key: tuple[str, str], fut: asyncio.Future[Reply]) -> None:
+        waiting = self._waiting.get(key, [])
+        if fut in waiting:
+            waiting.remove(fut)
+        if not waiting:
+            self._waiting.pop(key, None)
 
     async def _loop(self) -> None:
         assert self._consumer is not None
@@ -99,10 +108,10 @@ class ReplyListener:
             if reply.type == "error":  # an error answers whatever was awaited
                 keys = [k for k in self._waiting if k[0] == reply.request_id] or keys
             for key in keys:
-                fut = self._waiting.pop(key, None)
-                if fut is not None and not fut.done():
+                waiters = [f for f in self._waiting.pop(key, []) if not f.done()]
+                for fut in waiters:
                     fut.set_result(reply)
-                else:
+                if not waiters:
                     self._early[key] = reply
                     if len(self._early) > 10000:
                         self._early.pop(next(iter(self._early)))

@@ -4,12 +4,15 @@ replies it waits for, and how a reply becomes a result or an error."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, TypeAlias, TypeVar, overload
 
 from threadline.client.results import RequestFailed
 from threadline.client.run_output import CreatedSignal
 from threadline.events import ErrorReply, QueueMessage, SendMessage, SendSignal, SendStateSignal, Stream
+from threadline.events.base import Event
 from threadline.events.messages import now_iso
 from threadline.ids import new_id
 
@@ -18,6 +21,33 @@ SignalRequest: TypeAlias = SendMessage | QueueMessage | SendSignal | SendStateSi
 
 _R = TypeVar("_R")
 _S = TypeVar("_S")
+_E = TypeVar("_E", bound=Event)
+
+_REQUEST_ID: ContextVar[str | None] = ContextVar("threadline_request_id", default=None)
+
+
+@contextmanager
+def request_id(value: str) -> Iterator[None]:
+    """Within it, the requests this task sends carry ``value`` as their ``event_id`` (and
+    ``sig_<value>`` as the ``signal_id`` of a request that creates a signal): a request sent again
+    under the same id is one request to ingress, answered as the first (decision 213; the gateway
+    sends an ``Idempotency-Key``'s request so)."""
+    token = _REQUEST_ID.set(value)
+    try:
+        yield
+    finally:
+        _REQUEST_ID.reset(token)
+
+
+def identified(request: _E) -> _E:
+    """``request`` with the id :func:`request_id` set, if one is set (else unchanged)."""
+    value = _REQUEST_ID.get()
+    if value is None:
+        return request
+    update: dict[str, object] = {"event_id": value}
+    if "signal_id" in type(request).model_fields and getattr(request, "signal_id", None) is None:
+        update["signal_id"] = f"sig_{value}"
+    return request.model_copy(update=update)
 
 
 def given(**kw: object) -> dict[str, Any]:
@@ -72,6 +102,7 @@ def answer(reply: object, then: Callable[..., object] = as_is) -> object:
 def with_signal(request: SignalRequest) -> tuple[SignalRequest, CreatedSignal]:
     """``request`` with a new ``signal_id`` (unless it names one) and the :class:`CreatedSignal` it
     will create, as far as the client knows it before ingress answers."""
+    request = identified(request)
     signal_id = request.signal_id
     if signal_id is None:
         signal_id = new_id("sig")

@@ -30,6 +30,7 @@ from threadline.gateway.ai_sdk_stream import HEADERS, UiOptions, error_text, sse
 from threadline.gateway.app import ApiError
 from threadline.gateway.auth import ANY
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
+from threadline.gateway.streaming import bounded
 from threadline.logging import get_logger
 from threadline.store import queries
 
@@ -109,8 +110,12 @@ async def _ui_stream(output: Any, options: UiOptions) -> AsyncIterator[bytes]:
     yield shapes.DONE
 
 
-def _response(body: AsyncIterator[bytes]) -> StreamingResponse:
-    return StreamingResponse(body, media_type="text/event-stream", headers=HEADERS)
+def _response(request: Request, body: AsyncIterator[bytes]) -> StreamingResponse:
+    """The UI stream ``body``, ended at the caller's credential's expiry by an ``error`` part
+    (``token_expired``) and ``[DONE]`` (decision 216)."""
+    expires_at = gw(request).caller(request).expires_at
+    last = sse({"type": "error", "errorText": shapes.EXPIRED_MESSAGE}) + shapes.DONE
+    return StreamingResponse(bounded(body, expires_at, last), media_type="text/event-stream", headers=HEADERS)
 
 
 async def _agent(request: Request) -> str:
@@ -141,7 +146,7 @@ async def chat(request: Request) -> Response:
     output = reply.output or client.run_output(reply.run_id, resource_id=resource_id, thread_id=thread_id,
                                                sent_at_ms=sent.sent_at_ms)
     log.info("chat stream opened", thread_id=thread_id, run_id=reply.run_id)
-    return _response(_ui_stream(output, _options(request, body)))
+    return _response(request, _ui_stream(output, _options(request, body)))
 
 
 @mastra_errors
@@ -157,7 +162,7 @@ async def resume(request: Request) -> Response:
         return Response(status_code=204)
     output = gateway.client.run_output(active[0], resource_id=resource_id, thread_id=thread_id, sent_at_ms=active[1])
     log.info("chat stream resumed", thread_id=thread_id, run_id=active[0])
-    return _response(_ui_stream(output, UiOptions(send_reasoning=gateway.chat_send_reasoning)))
+    return _response(request, _ui_stream(output, UiOptions(send_reasoning=gateway.chat_send_reasoning)))
 
 
 ROUTES = [

@@ -149,7 +149,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "The resource's threads, most recently updated first", query={"limit": "at most this many (default 100)"}),
     Endpoint("POST", f"{THREAD}/messages", "send_message", "sendMessage: deliver into the active run or wake the thread",
              SendMessageBody, 202),
-    Endpoint("GET", f"{THREAD}/messages", "list_messages", "The thread's stored messages, oldest first"),
+    Endpoint("GET", f"{THREAD}/messages", "list_messages", "The thread's stored messages, oldest first",
+             query={"live_tail": "true: leave out the turn in progress and answer stream.after_run, the newest run "
+                                 "held (GET …/events?after_run= sends the rest; decision 215)"}),
     Endpoint("POST", f"{THREAD}/queue", "queue_message", "queueMessage: the next turn after the active run",
              QueueMessageBody, 202),
     Endpoint("POST", f"{THREAD}/signals", "send_signal", "sendSignal: system context into the thread", SendSignalBody, 202),
@@ -174,6 +176,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              query={"from": "beginning (replay what the topic retains) or end (default: only what comes next)",
                     "last_event_id": "resume after this event id (as the Last-Event-ID header)",
                     "from_time_ms": "start at the first chunk written at or after this time (ms since the epoch)",
+                    "after_run": "only the chunks of the runs after this one, each from its first chunk (the "
+                                 "stream.after_run of GET …/messages)",
                     "access_token": "the API key or JWT, for browsers' EventSource (which cannot set headers)"},
              sse=True),
     Endpoint("GET", THREAD, "get_thread", "The thread: {id, resource_id, title, metadata, created_at, updated_at}"),
@@ -196,6 +200,10 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              MarkBody),
 )
 
+IDEMPOTENT = frozenset({"send_message", "queue_message", "send_signal", "send_state_signal", "send_notification",
+                        "stream", "generate"})
+"""The writes that take an ``Idempotency-Key`` header (decision 213)."""
+
 _ERROR = {"type": "object", "required": ["error"], "properties": {"error": {
     "type": "object", "required": ["code", "message"],
     "properties": {"code": {"type": "string"}, "message": {"type": "string"}}}}}
@@ -203,6 +211,7 @@ _ERRORS = {
     "401": "no valid API key or token",
     "403": "the caller may not act for this resource",
     "404": "no such thread (or record) for this resource; a thread of another resource looks the same",
+    "409": "the Idempotency-Key was used for another request (idempotency_key_reused)",
     "422": "the body is not valid, or ingress refused the request (code, message)",
     "503": "Kafka or PostgreSQL cannot be reached",
     "504": "no reply from ingress in time",
@@ -214,6 +223,10 @@ def _parameters(ep: Endpoint) -> list[dict[str, Any]]:
               for name in ("resource_id", "thread_id", "record_id", "agent_id") if "{" + name + "}" in ep.path]
     params += [{"name": name, "in": "query", "required": False, "description": text, "schema": {"type": "string"}}
                for name, text in ep.query.items()]
+    if ep.operation_id in IDEMPOTENT:
+        params.append({"name": "Idempotency-Key", "in": "header", "required": False, "schema": {"type": "string"},
+                       "description": "1-255 visible ASCII characters: a retry with the same key and request is "
+                                      "answered with the first answer (Idempotency-Replayed: true), kept 24 h"})
     if ep.sse:
         params.append({"name": "Last-Event-ID", "in": "header", "required": False, "schema": {"type": "string"},
                        "description": "the id of the last event received: the stream goes on after it"})
@@ -237,8 +250,9 @@ def openapi() -> dict[str, Any]:
             op["requestBody"] = {"required": True, "content": {"application/json": {
                 "schema": {"$ref": f"#/components/schemas/{ep.body.__name__}"}}}}
         ok = ({"text/event-stream": {"schema": {"type": "string", "description":
-               "events: `subscribed` (data {offset}) once, then one unnamed event per chunk (data: the chunk "
-               "JSON, id: `<offset>:<seq>:<runId>`)"}}} if ep.sse else
+               "events: `subscribed` (data {offset, topic, partition?}; id: the resume point of its start, "
+               "`<offset - 1>`) once, then one unnamed event per chunk (data: the chunk JSON, id: "
+               "`<offset>:<seq>:<runId>`; in the shared chunk layout `<partition>/<offset>:<seq>:<runId>`)"}}} if ep.sse else
               {"application/json": {"schema": {"type": "object"}}})
         op["responses"] = {str(ep.status): {"description": "ok", "content": ok},
                            **{code: {"description": text, "content": {"application/json": {

@@ -17,19 +17,18 @@ from typing import TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
-from starlette.datastructures import Headers, QueryParams
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.client.client import BrokerUnavailableError, RequestFailed, SendResult, ThreadlineClient
 from threadline.client.kafka_transport import StreamsFullError
-from threadline.gateway import api, editing
-from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, credential, refusal
+from threadline.gateway import api, editing, seam
+from threadline.gateway import idempotency as idem
+from threadline.gateway.auth import EDITOR, AuthConfig, Caller, PrepareJwks, authenticate, credential, refusal
 from threadline.gateway.cors import cors_middleware
-from threadline.gateway.streaming import EventStream, events, parse_event_id
+from threadline.gateway.streaming import EventStream, events, parse_event_id, until_expiry
 from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
@@ -147,6 +146,8 @@ def _errors(handler: Handler) -> Handler:
             return _json({"error": {"code": "broker_unavailable", "message": "Kafka cannot be reached"}}, 503)
         except TimeoutError:
             return _json({"error": {"code": "timeout", "message": "no reply from ingress in time"}}, 504)
+        except idem.KeyRefused as exc:
+            return _json({"error": {"code": exc.code, "message": str(exc)}}, exc.status)
         except ValueError as exc:
             return _json({"error": {"code": "invalid_argument", "message": str(exc)}}, 422)
 
@@ -155,6 +156,16 @@ def _errors(handler: Handler) -> Handler:
 
 
 # --- writes (through ingress) --------------------------------------------------------------------
+async def _key_scope(request: Request) -> tuple[Database, str]:
+    return _gw(request).db, _gw(request).resource(request)
+
+
+def _idempotent(handler: Handler) -> Handler:
+    """A write that honours an ``Idempotency-Key`` (:func:`threadline.gateway.idempotency.honouring`):
+    the caller is authorised for the path's resource first (401/403), then the key decides."""
+    return idem.honouring(handler, _key_scope)
+
+
 async def _accepted(result: SendResult) -> Response:
     """202 with the ``accepted`` reply; for a ``persist`` send, once the message is durable, with
     the ``persisted`` reply under ``persisted`` (what the Python client's ``persisted`` resolves to)."""
@@ -166,6 +177,7 @@ async def _accepted(result: SendResult) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_message(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -176,6 +188,7 @@ async def send_message(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def queue_message(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -185,6 +198,7 @@ async def queue_message(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_signal(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -195,6 +209,7 @@ async def send_signal(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_state_signal(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -205,6 +220,7 @@ async def send_state_signal(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def send_notification(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -215,6 +231,7 @@ async def send_notification(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def stream(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -224,6 +241,7 @@ async def stream(request: Request) -> Response:
 
 
 @_errors
+@_idempotent
 async def generate(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.writable_thread(request)
@@ -283,8 +301,13 @@ async def list_threads(request: Request) -> Response:
 async def list_messages(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    rows = await queries.list_messages(gw.db, resource_id=resource_id, thread_id=thread_id)
-    return _json({"messages": _rows(rows)})
+    async with gw.db.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
+        runs = await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)
+        rows = await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)
+    if request.query_params.get("live_tail") != "true":
+        return _json({"messages": _rows(rows)})
+    cut = seam.seam(runs)  # for a view with a live tail: the turn in progress comes whole from the stream (215)
+    return _json({"messages": _rows(seam.stored_part(rows, cut)), "stream": {"after_run": cut.after_run}})
 
 
 @_errors
@@ -406,6 +429,7 @@ async def mark_notification(request: Request) -> Response:
 async def events_(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request, query_token=True)
+    expires_at = gw.caller(request, query_token=True).expires_at  # the stream ends then (decision 216)
     try:
         resume = parse_event_id(request.headers.get("last-event-id") or request.query_params.get("last_event_id"))
     except ValueError as exc:
@@ -413,14 +437,22 @@ async def events_(request: Request) -> Response:
     start = request.query_params.get("from", "end")
     if start not in ("beginning", "end"):
         raise ApiError(422, "invalid_argument", "from must be beginning or end")
-    from_time_ms = request.query_params.get("from_time_ms")
-    if from_time_ms is not None and (not from_time_ms.isdigit() or resume is not None):
-        raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch, without Last-Event-ID")
+    from_time_ms = None if resume is not None else request.query_params.get("from_time_ms")  # a resume wins (D01)
+    if from_time_ms is not None and not from_time_ms.isdigit():
+        raise ApiError(422, "invalid_argument", "from_time_ms must be ms since the epoch")
+    after_run = request.query_params.get("after_run") or None
+    if after_run is not None and resume is None and from_time_ms is None:  # the seam of GET …/messages
+        runs = await queries.list_runs(gw.db, resource_id=resource_id, thread_id=thread_id)
+        created = next((r["created_at"] for r in runs if r["run_id"] == after_run), None)
+        if created is None:
+            raise ApiError(422, "invalid_argument", "after_run must be a run of this thread")
+        from_time_ms = str(seam.start_ms(created))
     sub = await gw.client.subscribe_to_thread(resource_id, thread_id,
                                               from_beginning=resume is not None or start == "beginning",
                                               from_time_ms=int(from_time_ms) if from_time_ms else None)
     log.info("stream opened", thread_id=thread_id, resumed=resume is not None, start=start)
-    return EventStream(events(sub, resume=resume), on_close=sub.unsubscribe, ping=15, send_timeout=30,
+    return EventStream(until_expiry(events(sub, resume=resume, after_run=after_run), expires_at),
+                       on_close=sub.unsubscribe, ping=15, send_timeout=30,
                        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
@@ -456,22 +488,6 @@ HANDLERS |= {h.__name__: h for h in (approve_tool_call, decline_tool_call)}  # t
 """operationId → handler: every endpoint of :data:`threadline.gateway.api.ENDPOINTS` has one."""
 
 
-class _PrepareJwks:
-    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
-    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
-
-    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
-        self.app = app
-        self.jwks = gateway.auth.jwks
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.jwks is not None and scope["type"] == "http":
-            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
-            if secret is not None:
-                await self.jwks.prepare(secret)
-        await self.app(scope, receive, send)
-
-
 def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]]] | None = None,
              start: Callable[[], Awaitable[None]] | None = None, stop: Callable[[], Awaitable[None]] | None = None,
              extra_routes: Sequence[BaseRoute] = (), cors_origins: Sequence[str] = ()) -> Starlette:
@@ -493,7 +509,7 @@ def make_app(gateway: Gateway, *, checks: dict[str, Callable[[], Awaitable[bool]
             if stop is not None:
                 await stop()
 
-    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(_PrepareJwks, gateway=gateway)]
+    middleware = [Middleware(ServerSpans), *cors_middleware(cors_origins), Middleware(PrepareJwks, jwks=gateway.auth.jwks)]
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware)
     app.state.gateway = gateway
     app.state.checks = checks or {}

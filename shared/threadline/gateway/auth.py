@@ -21,6 +21,8 @@ from typing import Any, TypeGuard
 
 import jwt
 import orjson
+from starlette.datastructures import Headers, QueryParams
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from threadline.gateway.jwks import JwksKeys, token_kid
 
@@ -44,6 +46,9 @@ class Caller:
     resources: frozenset[str]
     via: str
     scopes: frozenset[str] = frozenset()
+    expires_at: float | None = None
+    """When the credential expires (s since the epoch: a JWT's ``exp``; ``None``: an API key,
+    which does not). A stream it opened ends then (decision 216)."""
 
     def has_scope(self, scope: str) -> bool:
         """True when the caller holds ``scope`` (``open``: always)."""
@@ -179,9 +184,9 @@ def _verification_key(config: AuthConfig, token: str) -> tuple[Any, list[str]] |
     return config.jwt_key, list(config.jwt_algorithms)
 
 
-def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str]] | str:
-    """The resources and scopes of a valid ``token``, else the reason it is refused (never
-    quoting the token)."""
+def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozenset[str], float] | str:
+    """The resources, scopes and expiry (``exp``, s since the epoch) of a valid ``token``, else the
+    reason it is refused (never quoting the token)."""
     if not config.verifies_jwts or token.count(".") != 2:
         return "not a known API key"
     key = _verification_key(config, token)
@@ -203,7 +208,7 @@ def _verify_jwt(config: AuthConfig, token: str) -> tuple[frozenset[str], frozens
         resources = [resources]
     if not _strings(resources):
         return f"the token's {config.jwt_claim!r} claim is not a list of resource ids"
-    return frozenset(resources), _jwt_scopes(claims)
+    return frozenset(resources), _jwt_scopes(claims), float(claims["exp"])
 
 
 def refusal(config: AuthConfig, secret: str | None) -> str:
@@ -226,5 +231,21 @@ def authenticate(config: AuthConfig, secret: str | None) -> Caller | None:
         return Caller(found[0], "api_key", found[1])
     verified = _verify_jwt(config, secret)
     if not isinstance(verified, str):
-        return Caller(verified[0], "jwt", verified[1])
+        return Caller(verified[0], "jwt", verified[1], expires_at=verified[2])
     return Caller(frozenset({ANY}), "open") if open_only else None
+
+
+class PrepareJwks:
+    """ASGI middleware: before a request is handled, fetch the issuer's key set when its bearer
+    token needs it (:meth:`threadline.gateway.jwks.JwksKeys.prepare`), so authentication reads a cache."""
+
+    def __init__(self, app: ASGIApp, jwks: JwksKeys | None) -> None:
+        self.app = app
+        self.jwks = jwks
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.jwks is not None and scope["type"] == "http":
+            secret = credential(Headers(scope=scope), QueryParams(scope.get("query_string", b"")))
+            if secret is not None:
+                await self.jwks.prepare(secret)
+        await self.app(scope, receive, send)

@@ -15,8 +15,11 @@ from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
 
 ALLOWED_HEADERS = ("authorization", "content-type", "x-api-key", "last-event-id", "x-mastra-client-type",
-                   "x-mastra-dev-playground", "traceparent")
-"""Request headers a page may send: the credentials, JSON, SSE resumption, Mastra's client headers."""
+                   "x-mastra-dev-playground", "traceparent", "idempotency-key")
+"""Request headers a page may send: the credentials, JSON, SSE resumption, Mastra's client headers,
+a write's ``Idempotency-Key`` (decision 213)."""
+EXPOSED_HEADERS = ("content-type", "idempotency-replayed", "retry-after")
+"""Answer headers a page may read: a replayed write's mark, the wait of a 503 at capacity."""
 MAX_AGE_S = 600
 """How long a browser may cache a preflight answer."""
 
@@ -28,4 +31,4 @@ def cors_middleware(origins: Sequence[str]) -> list[Middleware]:
     return [Middleware(CORSMiddleware, allow_origins=list(origins), allow_methods=["GET", "POST", "PUT", "PATCH",
                                                                                     "DELETE", "OPTIONS"],
                        allow_headers=list(ALLOWED_HEADERS), allow_credentials=True, max_age=MAX_AGE_S,
-                       expose_headers=["content-type"])]
+                       expose_headers=list(EXPOSED_HEADERS))]

@@ -29,9 +29,9 @@ from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
 from threadline.gateway import mastra_tools as tools
 from threadline.gateway.app import ApiError, Gateway
-from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
+from threadline.gateway.mastra_http import body_of, gw, idempotent, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
-from threadline.gateway.streaming import ClosingStreamingResponse
+from threadline.gateway.streaming import ClosingStreamingResponse, bounded
 from threadline.logging import get_logger
 from threadline.store import queries
 
@@ -113,15 +113,18 @@ async def _close(output: Any) -> None:
         await close()
 
 
-def _sse(output: Any, *, done: bool) -> StreamingResponse:
-    """``output``'s chunks as SSE; its subscription is closed when the response is over, also
-    when the caller left before the body started (decision 190)."""
-    return ClosingStreamingResponse(_chunks(output, done=done), on_close=lambda: _close(output),
+def _sse(output: Any, *, done: bool, expires_at: float | None) -> StreamingResponse:
+    """``output``'s chunks as SSE until ``expires_at``, the caller's credential's expiry (then an
+    ``error`` chunk ``token_expired`` ends it, decision 216); its subscription is closed when the
+    response is over, also when the caller left before the body started (decision 190)."""
+    body = bounded(_chunks(output, done=done), expires_at, shapes.sse_data(shapes.EXPIRED_CHUNK))
+    return ClosingStreamingResponse(body, on_close=lambda: _close(output),
                                     media_type="text/event-stream",
                                     headers={"Cache-Control": "no-cache, no-store", "X-Accel-Buffering": "no"})
 
 
 @mastra_errors
+@idempotent
 async def generate(request: Request) -> Response:
     agent_id = await _agent_known(request)
     body = await body_of(request)
@@ -150,7 +153,7 @@ async def stream(request: Request) -> Response:
                                                thread_id=target.thread_id, sent_at_ms=sent.sent_at_ms,
                                                hide_signals=split_caller_options(options)[1])
     log.info("mastra stream opened", thread_id=target.thread_id, run_id=reply.run_id)
-    return _sse(output, done=True)
+    return _sse(output, done=True, expires_at=gw(request).caller(request).expires_at)
 
 
 async def _signal_target(request: Request, body: dict[str, Any]) -> tuple[str, str]:
@@ -190,6 +193,7 @@ async def _accepted(result: Any) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def send_message(request: Request) -> Response:
     v = await _verb_target(request)
     return await _accepted(await gw(request).client.send_message(
@@ -199,6 +203,7 @@ async def send_message(request: Request) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def queue_message(request: Request) -> Response:
     v = await _verb_target(request)
     return await _accepted(await gw(request).client.queue_message(
@@ -207,6 +212,7 @@ async def queue_message(request: Request) -> Response:
 
 
 @mastra_errors
+@idempotent
 async def send_signal(request: Request) -> Response:
     v = await _verb_target(request)
     signal = v.body.get("signal")
@@ -241,7 +247,7 @@ async def subscribe(request: Request) -> Response:
     resource, thread = await _named_thread(request, body)
     sub = await gw(request).client.subscribe_to_thread(resource, thread)
     log.info("mastra subscription opened", thread_id=thread)
-    return _sse(sub, done=False)
+    return _sse(sub, done=False, expires_at=gw(request).caller(request).expires_at)
 
 
 @mastra_errors

@@ -62,7 +62,7 @@ async def _streamed(request: Request, *, approved: bool) -> Response:
     from threadline.gateway.mastra_api import _sse  # the /api stream answer; imported here: that module serves ROUTES
 
     output, *_ = await _answered(request, approved=approved)
-    return _sse(output, done=True)
+    return _sse(output, done=True, expires_at=gw(request).caller(request).expires_at)
 
 
 async def _generated(request: Request, *, approved: bool) -> Response:

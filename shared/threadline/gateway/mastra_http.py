@@ -18,7 +18,9 @@ from threadline.client.client import BrokerUnavailableError, RequestFailed
 from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.app import HIDDEN_CODES, ApiError, Gateway
+from threadline.gateway.idempotency import KeyRefused, honouring
 from threadline.store import queries
+from threadline.store.db import Database
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -39,6 +41,8 @@ def mastra_errors(handler: Handler) -> Handler:
             return await handler(request)
         except shapes.ShapeError as exc:
             return json_response(shapes.error_body(str(exc), "bad_request"), 400)
+        except KeyRefused as exc:  # an Idempotency-Key of another request (409) or malformed (422)
+            return json_response(shapes.error_body(str(exc), exc.code), exc.status)
         except ApiError as exc:
             inner = exc.body.get("error")
             code, message = (inner.get("code"), inner.get("message")) if isinstance(inner, dict) else ("error", str(exc))
@@ -73,6 +77,26 @@ async def body_of(request: Request) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise shapes.ShapeError("the body must be a JSON object")
     return data
+
+
+async def _key_scope(request: Request) -> tuple[Database, str]:
+    """The resource an ``/api`` write names (``memory.resource``, ``resourceId``, or its ``runId``'s),
+    which the caller must be allowed to act for: its ``Idempotency-Key``'s scope."""
+    body = await body_of(request)
+    memory = body.get("memory")
+    resource = (memory.get("resource") if isinstance(memory, dict) else None) or body.get("resourceId")
+    if not resource and body.get("runId"):
+        found = await queries.run_thread(gw(request).db, str(body["runId"]))
+        resource = found[0] if found else None
+    if not isinstance(resource, str) or not resource:
+        raise shapes.ShapeError("resourceId (or memory.resource, or runId) is required")
+    allowed(request, resource)
+    return gw(request).db, resource
+
+
+def idempotent(handler: Handler) -> Handler:
+    """An ``/api`` write that honours an ``Idempotency-Key`` as ``/v1``'s do (decision 213)."""
+    return honouring(handler, _key_scope)
 
 
 def allowed(request: Request, resource_id: str) -> None:

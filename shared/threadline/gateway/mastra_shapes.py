@@ -40,6 +40,12 @@ def error_body(message: str, code: str) -> dict[str, str]:
     return {"error": message, "code": code}
 
 
+EXPIRED_MESSAGE = "the credential that opened this stream has expired: open it again with a valid one"
+EXPIRED_CHUNK = {"type": "error", "payload": {"error": {"name": "TokenExpired", "code": "token_expired",
+                                                       "message": EXPIRED_MESSAGE}}}
+"""Mastra's ``error`` chunk that ends a stream at its credential's expiry (decision 216)."""
+
+
 def sse_data(chunk: Mapping[str, Any]) -> bytes:
     """One chunk as Mastra writes it: ``data: <json>`` and a blank line (``\\n``, never ``\\r\\n``:
     ``processMastraStream`` splits on ``\\n\\n``)."""

@@ -20,9 +20,11 @@ A stream's subscription is closed when its response is over, however it ended
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import orjson
@@ -32,13 +34,19 @@ from starlette.types import Receive, Scope, Send
 
 from threadline.client.transport import Subscription
 from threadline.events.chunk_types import ChunkBody
+from threadline.gateway.seam import after
 
 RETRY_MS = 1000
 """The reconnection delay a browser's ``EventSource`` is told to use."""
 CLOSE_BOUND_S = 5.0
 """How long (s) closing a served stream's subscription may take, shielded from cancellation."""
 
+EXPIRED = {"code": "token_expired", "message": "the credential that opened this stream has expired: "
+           "reconnect with a valid one (Last-Event-ID resumes without a gap)"}
+"""The ``error`` event's data that ends a stream at its credential's expiry (decision 216)."""
+
 Close = Callable[[], Awaitable[None]]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -60,17 +68,34 @@ def event_id(offset: int, chunk: ChunkBody, partition: int | None = None) -> str
     return f"{at}:{chunk.get('seq')}:{chunk.get('runId')}"
 
 
+def start_id(start_offset: int | None, resume: Position | None, partition: int | None = None) -> str | None:
+    """The id of a stream's ``subscribed`` event: a resume from it goes on where this stream
+    starts — after ``resume`` when it resumes one, else at offset ``start_offset`` (the id is the
+    offset before it, ``-1`` for the first) — so an ``EventSource`` cut off before the first chunk
+    reconnects with a position and loses nothing (decision 214); ``<partition>/…`` when read from
+    a shared chunk topic's ``partition``."""
+    if resume is not None:
+        offset: int | None = resume.offset
+    else:
+        offset = None if start_offset is None else start_offset - 1
+    if offset is None:
+        return None
+    return str(offset) if partition is None else f"{partition}/{offset}"
+
+
 def parse_event_id(value: str | None) -> Position | None:
     """The :class:`Position` of an event id; ``None`` for none. A bare ``<offset>`` is taken as
     an offset of the thread's stream in the gateway's layout (what a client builds from its
-    offsets). Raises ``ValueError`` for an id this gateway did not give (a negative or
-    non-numeric offset or partition)."""
+    offsets); a bare ``-1`` (or ``<partition>/-1``) is the position before a topic's (partition's)
+    first chunk, a ``subscribed`` event's id (decision 214). Raises ``ValueError`` for an id this
+    gateway did not give (a non-numeric or other negative offset, a non-numeric partition)."""
     if value is None or not value.strip():
         return None
     at, _, rest = value.strip().partition(":")
     seq, _, run_id = rest.partition(":")
     part, slash, offset = at.rpartition("/")
-    if not offset.isdigit() or (slash and not part.isdigit()):
+    before_first = offset == "-1" and not rest
+    if (not offset.isdigit() and not before_first) or (slash and not part.isdigit()):
         raise ValueError("Last-Event-ID must be an id this stream gave (<offset>:<seq>:<runId>, "
                          "or <partition>/<offset>:<seq>:<runId>)")
     return Position(int(offset), int(seq) if seq.lstrip("-").isdigit() else None, run_id or None,
@@ -87,26 +112,60 @@ def resumed_in(resume: Position | None, partition: int | None) -> Position | Non
     return None
 
 
-async def events(sub: Subscription, *, resume: Position | None) -> AsyncIterator[dict[str, str | int]]:
+async def events(sub: Subscription, *, resume: Position | None,
+                 after_run: str | None = None) -> AsyncIterator[dict[str, str | int]]:
     """The SSE events of ``sub`` (started; from the topic's beginning when ``resume`` is set):
     first ``subscribed`` (data ``{offset, topic}``, and ``partition`` in the shared chunk layout:
-    every chunk from this offset on will come), then one event per chunk the filter accepts and
-    that lies after ``resume`` (:func:`resumed_in`). Unsubscribes when the consumer stops
-    iterating (the browser went away)."""
+    every chunk from this offset on will come; id :func:`start_id`, the resume point of a stream
+    cut off before its first chunk), then one event per chunk the filter accepts and that lies
+    after ``resume`` (:func:`resumed_in`; and, with ``after_run``, belongs to a run after that
+    one: :mod:`threadline.gateway.seam`). Unsubscribes when the consumer stops iterating (the
+    browser went away)."""
     try:
         partition = sub.partition
         resume = resumed_in(resume, partition)
         opened: dict[str, object] = {"offset": sub.start_offset, "topic": sub.topic}
         if partition is not None:
             opened["partition"] = partition
-        yield {"event": "subscribed", "retry": RETRY_MS, "data": orjson.dumps(opened).decode()}
+        opening: dict[str, str | int] = {"event": "subscribed", "retry": RETRY_MS,
+                                         "data": orjson.dumps(opened).decode()}
+        if (first := start_id(sub.start_offset, resume, partition)) is not None:
+            opening["id"] = first
+        yield opening
         async for chunk in sub.stream:
             offset = sub.last_offset
             if offset is None or (resume is not None and offset <= resume.offset):
                 continue  # re-read to rebuild the filter's state: sent before the reconnection
+            if after_run is not None and not after(chunk.get("runId"), after_run):
+                continue  # a run GET …/messages answered with (decision 215)
             yield {"id": event_id(offset, chunk, partition), "data": orjson.dumps(chunk).decode()}
     finally:
         await sub.unsubscribe()
+
+
+async def bounded(source: AsyncIterator[_T], expires_at: float | None, last: _T) -> AsyncIterator[_T]:
+    """The items of ``source`` until ``expires_at`` (s since the epoch; ``None``: no end), then
+    ``last`` and the end, whether an item was coming or not: nothing goes out on a stream after
+    the credential that opened it expired (decision 216). ``source`` is closed however this ends."""
+    it = aiter(source)
+    try:
+        while expires_at is None or (left := expires_at - time.time()) > 0:
+            try:
+                item = await (anext(it) if expires_at is None else asyncio.wait_for(anext(it), left))
+            except StopAsyncIteration:
+                return
+            except TimeoutError:
+                break
+            yield item
+        yield last
+    finally:
+        await it.aclose()  # type: ignore[attr-defined]  # an async generator
+
+
+def until_expiry(source: AsyncIterator[dict[str, str | int]],
+                 expires_at: float | None) -> AsyncIterator[dict[str, str | int]]:
+    """:func:`bounded` for ``GET …/events``: the last event is ``event: error`` with :data:`EXPIRED`."""
+    return bounded(source, expires_at, {"event": "error", "data": orjson.dumps(EXPIRED).decode()})
 
 
 async def served(response: Awaitable[None], close: Close) -> None:
