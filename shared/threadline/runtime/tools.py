@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError
 from threadline.events.json_types import JSONObject
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import ToolSpec
 
 if TYPE_CHECKING:
@@ -83,8 +84,9 @@ class Tool:
         id: the name the model sees.
         description: what the tool does, for the model.
         input_schema: a pydantic model class (or a JSON Schema dict) for the arguments.
-        execute: ``(input, context) -> result``; the result must be JSON-serialisable (pydantic
-            models are dumped).
+        execute: ``(input, context) -> result``; the result is brought to JSON by one rule
+            (:mod:`threadline.runtime.json_form`: pydantic models dumped, ``Decimal`` as a string,
+            …); a result with no JSON form ends the call as a ``tool-error`` naming its type and path.
         transform: ``{"display" | "transcript": {"input" | "output" | "error" | "input_delta": f}}``:
             how this tool's payloads look on the stream and in the stored transcript
             (:mod:`threadline.runtime.transform`); the model gets them raw.
@@ -170,14 +172,11 @@ def _zod_like(node: object) -> Any:
 
 
 def to_jsonable(value: object) -> Any:
-    """Pydantic models and dataclass-likes to plain JSON values (Mastra's ``ensureSerializable``)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    return value
+    """``value`` as plain JSON values by the one rule of :func:`threadline.runtime.json_form.json_form`
+    (Mastra's ``ensureSerializable``): pydantic models dumped, ``Decimal`` as a string, a set as a
+    sorted list, … Raises :class:`~threadline.errors.NotSerialisableError` for a value with no JSON
+    form (the call then ends as a ``tool-error`` naming its type and path)."""
+    return json_form(value)
 
 
 def create_tool(*, id: str, description: str, execute: Callable[..., object],

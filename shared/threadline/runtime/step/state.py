@@ -13,6 +13,7 @@ from threadline.events.chunk_types import Emitted, StepFinishPayload, ToolCallPa
 from threadline.events.json_types import JSONObject
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import RecordedOutput, StepSummary
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model.model_calls import ModelChoice
@@ -141,6 +142,8 @@ class StepState:
     async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
         if not str(chunk.get("type", "")).startswith("data-"):
             raise ValueError("writer.custom chunks must have a type starting with 'data-'")
+        if "data" in chunk:  # one JSON for the stream and the stored part (decision 217); raises here, in the tool
+            chunk = {**chunk, "data": json_form(chunk["data"], what="data")}
         transient = bool(chunk.get("transient"))
         part = await self.emit(chunk, processed=through_processors)
         if part is None or transient or not str(part.get("type", "")).startswith("data-"):

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING, Any
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
 from threadline._internal.usercode import call_user
-from threadline.errors import StaleWriterError
+from threadline.errors import NotSerialisableError, StaleWriterError
 from threadline.events import chunks
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
 from threadline.runtime.step.ports import StepStore
@@ -80,8 +81,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
                 continue
             if not owned and not await store.still_owner(run, step.writer.attempt):
                 raise StaleWriterError(run.run_id, run.epoch)
-            await store.save_tool_result(run, call["toolCallId"], call["toolName"], skipped[0], None)
-            done[call["toolCallId"]] = (skipped[0], None)
+            await store.save_tool_result(run, call["toolCallId"], call["toolName"], *skipped)
+            done[call["toolCallId"]] = skipped
         if call["toolCallId"] in done:  # ran before a crash: never run a side effect twice
             result, error = done[call["toolCallId"]]
             log.info("tool result reused", tool=call["toolName"], tool_call_id=call["toolCallId"])
@@ -118,7 +119,7 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool
                                               tool_name=call["toolName"], tool_call_id=call["toolCallId"],
                                               args=call.get("args"), result=output)
         found, replaced = read_result(step.ml, call["toolCallId"])
-        final = replaced if found else output
+        final, error = encoded(replaced, None) if found else (output, None)
     await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
     await pause_point("after_tool_result_stored", run.thread_id)
     return final, error
@@ -152,9 +153,25 @@ async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks:
                         context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
-    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
+    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18). The
+    result is brought to JSON by the one rule of :mod:`threadline.runtime.json_form` (decision
+    217): a result with no JSON form is the call's error, naming its type and path."""
     output, error = await _run(call=call, tools=tools, hooks=hooks, context=context, agent_meta=agent_meta)
+    output, error = encoded(output, error)
     return clean_json(output), (clean_text(error) if error is not None else None)
+
+
+def encoded(output: object, error: str | None) -> tuple[JSONValue, str | None]:
+    """``(output, error)`` with ``output`` as plain JSON (:func:`json_form`); ``(None, why)`` when
+    it has no JSON form. An error stays as it is. Never raises for the value: a result that
+    cannot be encoded is deterministic, never a fault to retry (the tool would run again)."""
+    if error is not None:
+        return None, error
+    try:
+        return json_form(output), None
+    except NotSerialisableError as exc:
+        log.info("tool result not JSON-serialisable", error=str(exc))
+        return None, str(exc)
 
 
 def agent_meta(step: StepState) -> dict[str, Any]:
@@ -175,10 +192,12 @@ def hook_context(call: ToolCallPayload, *, run_id: str, thread_id: str, resource
     return ctx
 
 
-async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks) -> tuple[Any] | None:
+async def _before_sub_agent(step: StepState, call: ToolCallPayload,
+                            hooks: ToolHooks) -> tuple[JSONValue, str | None] | None:
     """``before_tool_call`` around a sub-agent call (Mastra wraps every tool, sub-agents too):
-    ``(output,)`` when it answered ``{proceed: False, output}`` (no child run, and no
-    ``after_tool_call``, as for any skipped tool), else ``None``."""
+    ``(output, error)`` when it answered ``{proceed: False, output}`` (no child run, and no
+    ``after_tool_call``, as for any skipped tool; ``error`` when the output has no JSON form),
+    else ``None``."""
     if hooks.before_tool_call is None:
         return None
     run = step.run
@@ -187,7 +206,8 @@ async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolH
     decision = await call_user(hooks.before_tool_call, ctx)
     if not (isinstance(decision, dict) and decision.get("proceed") is False):
         return None
-    return (clean_json(decision.get("output")),)
+    output, error = encoded(decision.get("output"), None)
+    return clean_json(output), error
 
 
 async def after_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks, output: Any,

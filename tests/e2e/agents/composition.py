@@ -1,0 +1,81 @@
+"""Agents of the durable-composition cases (D09–D11, tests/e2e/test_d09_*, test_d10_*, test_d11_*).
+
+``d11`` has seven tools, each of which writes one ``side_effects`` row (its side effect, counted by
+the test) and then returns a Python value with no JSON form of its own, and the workflow ``wf``
+(the tool ``workflow-wf``) whose first step returns a ``Decimal`` and whose second step writes a
+side effect; and the tool ``dchunk``, which writes a ``data-d11`` chunk holding a ``Decimal`` and
+a set. Each step of a run asks its own fake model queue (``PerStepModel("d11")``).
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import asyncpg
+
+from threadline.config import get_settings
+from threadline.runtime import Agent, create_tool
+from threadline.runtime.workflows import Step, create_workflow
+
+from .crashes import PerStepModel
+
+SIDE_EFFECTS_DDL = "CREATE TABLE IF NOT EXISTS side_effects (k text, at timestamptz DEFAULT now())"
+"""The side-effect table of the cases: one row per execution of a counted tool (``k`` names it)."""
+
+
+async def side_effect(k: str) -> None:
+    """One ``side_effects`` row ``k``."""
+    conn = await asyncpg.connect(get_settings().pg_dsn, timeout=10)
+    try:
+        await conn.execute("INSERT INTO side_effects (k) VALUES ($1)", k)
+    finally:
+        await conn.close()
+
+
+D11_VALUES: dict[str, Any] = {
+    "dec": {"amount": Decimal("12.50")},
+    "aset": {"ids": {3, 1, 2}},
+    "raw": b"\x00\xff",
+    "big": {"n": 2**70},
+    "nan": {"x": float("nan")},
+    "obj": object(),
+    "tkey": {(1, 2): "x"},
+}
+"""What each ``d11`` tool returns, by tool id."""
+
+
+def _returning(name: str) -> Any:
+    async def execute(_input: Any, context: Any) -> Any:
+        await side_effect(f"{name}:{context.run_id}")
+        return D11_VALUES[name]
+
+    return execute
+
+
+async def _s1(_value: Any, context: Any) -> Any:
+    await side_effect(f"wf.s1:{context.run_id}")
+    return {"when": Decimal("1.5")}
+
+
+async def _s2(value: Any, context: Any) -> Any:
+    await side_effect(f"wf.s2:{context.run_id}")
+    return {"after": value}
+
+
+async def _data_chunk(_input: Any, context: Any) -> str:
+    await side_effect(f"dchunk:{context.run_id}")
+    await context.writer.custom({"type": "data-d11", "data": {"v": Decimal("2.5"), "s": {2, 1}}})
+    return "written"
+
+
+wf = (create_workflow(id="d11-wf", description="Two steps; the first returns a Decimal.")
+      .then(Step(id="s1", execute=_s1)).then(Step(id="s2", execute=_s2)).commit())
+
+d11 = Agent(id="d11", model="openai/threadline-d11", input_processors=[PerStepModel("d11")],
+            tools=[create_tool(id=name, description=f"returns {name}", execute=_returning(name))
+                   for name in D11_VALUES]
+            + [create_tool(id="dchunk", description="writes a data chunk", execute=_data_chunk)],
+            workflows={"wf": wf})
+
+agents = [d11]
