@@ -8,7 +8,7 @@
     ├── StaleWriterError        a write fenced off by a newer lease epoch
     ├── ToolCallError           a tool call ended for a reason of Threadline's: the call's tool-error
     │   ├── NotSerialisableError  its result has no JSON form; carries ``type_name`` and ``path``
-    │   └── ToolTimeoutError      it ran past its deadline; carries ``tool_name`` and ``timeout_s``
+    │   └── ToolTimeoutError      it ran past its deadline; carries ``what`` and ``timeout_s``
     └── RunError                a run failed; carries ``run_id`` and ``thread_key``
         └── ModelCallError      the model call failed; carries the mapped ``kind``
 
@@ -75,13 +75,13 @@ class NotSerialisableError(ToolCallError, TypeError):
 
 
 class ToolTimeoutError(ToolCallError):
-    """A tool call (a tool, a workflow, a sub-agent's child run) ran past its deadline of
-    ``timeout_s`` seconds; ``tool_name`` names the tool. Not a ``TimeoutError``: that is a
-    transient fault (:mod:`threadline.transient`), and this one must never be retried."""
+    """A tool call (or a workflow step) ran past its deadline of ``timeout_s`` seconds; ``what``
+    names it (``"tool hang"``, ``"step s2"``). Not a ``TimeoutError``: that is a transient fault
+    (:mod:`threadline.transient`), and this one must never be retried."""
 
-    def __init__(self, *, tool_name: str, timeout_s: float) -> None:
-        super().__init__(f"ToolTimeoutError: tool {tool_name} did not finish within its timeout of {timeout_s:g} s")
-        self.tool_name = tool_name
+    def __init__(self, *, what: str, timeout_s: float) -> None:
+        super().__init__(f"{what} timed out after {timeout_s:g} s")
+        self.what = what
         self.timeout_s = timeout_s
 
 

@@ -104,7 +104,7 @@ class StepExecutor:
         self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
         self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
                               model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
-                              max_retries=settings.model_max_retries,
+                              max_retries=settings.model_max_retries, tool_timeout_s=settings.tool_timeout_s,
                               retry_policy=RetryPolicy(initial_s=settings.model_retry_initial_s,
                                                        max_wait_s=settings.model_retry_max_wait_s),
                               limiter=PgModelLimiter(db, parse_limits(settings.model_limits),

@@ -1,5 +1,12 @@
 """Agents of the durable-composition cases (D09–D11, tests/e2e/test_d09_*, test_d10_*, test_d11_*).
 
+``d10`` has tools that never return — ``hang`` (``async``, waits on an event no one sets),
+``hang_sync`` (a plain ``def`` that sleeps an hour), ``quick`` (sleeps 10 s, its own ``timeout_s``
+2 s) — and the workflow ``wf`` (the tool ``workflow-wf``) whose second step hangs (its third
+writes a side effect); the worker of the test runs with ``THREADLINE_TOOL_TIMEOUT_S=5``.
+``d10-lead`` has the sub-agent ``slow`` (``d10-slow``), whose only tool hangs with no deadline
+(``timeout_s=None``); the orchestrator of that test runs with ``THREADLINE_SUB_AGENT_TIMEOUT_S=20``.
+
 ``d11`` has seven tools, each of which writes one ``side_effects`` row (its side effect, counted by
 the test) and then returns a Python value with no JSON form of its own, and the workflow ``wf``
 (the tool ``workflow-wf``) whose first step returns a ``Decimal`` and whose second step writes a
@@ -9,6 +16,8 @@ a set. Each step of a run asks its own fake model queue (``PerStepModel("d11")``
 
 from __future__ import annotations
 
+import asyncio
+import time
 from decimal import Decimal
 from typing import Any
 
@@ -78,4 +87,45 @@ d11 = Agent(id="d11", model="openai/threadline-d11", input_processors=[PerStepMo
             + [create_tool(id="dchunk", description="writes a data chunk", execute=_data_chunk)],
             workflows={"wf": wf})
 
-agents = [d11]
+async def _hang(_input: Any) -> str:
+    await asyncio.Event().wait()
+    return "never"
+
+
+def _hang_sync(_input: Any) -> str:
+    time.sleep(3600)
+    return "never"
+
+
+async def _quick(_input: Any) -> str:
+    await asyncio.sleep(10)
+    return "slept"
+
+
+async def _d10_s1(_value: Any, context: Any) -> Any:
+    await side_effect(f"wf10.s1:{context.run_id}")
+    return {"one": 1}
+
+
+async def _d10_s3(_value: Any, context: Any) -> Any:
+    await side_effect(f"wf10.s3:{context.run_id}")
+    return {"three": 3}
+
+
+wf10 = (create_workflow(id="d10-wf", description="Three steps; the second hangs.")
+        .then(Step(id="s1", execute=_d10_s1)).then(Step(id="s2", execute=_hang))
+        .then(Step(id="s3", execute=_d10_s3)).commit())
+
+d10 = Agent(id="d10", model="openai/threadline-d10", input_processors=[PerStepModel("d10")],
+            tools=[create_tool(id="hang", description="waits for ever", execute=_hang),
+                   create_tool(id="hang_sync", description="sleeps an hour", execute=_hang_sync),
+                   create_tool(id="quick", description="sleeps 10 s", execute=_quick, timeout_s=2)],
+            workflows={"wf": wf10})
+
+slow = Agent(id="d10-slow", description="Works on it for ever.", model="openai/threadline-d10-slow",
+             input_processors=[PerStepModel("d10s")],
+             tools=[create_tool(id="hang_forever", description="no deadline", execute=_hang, timeout_s=None)])
+d10_lead = Agent(id="d10-lead", model="openai/threadline-d10-lead", agents={"slow": slow},
+                 input_processors=[PerStepModel("d10l")])
+
+agents = [d11, d10, slow, d10_lead]

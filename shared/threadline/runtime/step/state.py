@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
+from threadline.config import DEFAULT_TOOL_TIMEOUT_S
 from threadline.errors import ModelCallError
 from threadline.events.chunk_types import Emitted, StepFinishPayload, ToolCallPayload
 from threadline.events.json_types import JSONObject
@@ -88,6 +89,9 @@ class StepState:
     """Where the current step's own parts (reasoning, text, tool invocations) begin among the
     response message's parts; ``None`` before the model answered. A ``data-*`` part written as
     the processors see the run's ``finish`` goes there, as Mastra adds a step's text after them."""
+    tool_timeout_s: float | None = DEFAULT_TOOL_TIMEOUT_S
+    """The run's default tool timeout (seconds; ``None``: none): a tool call or workflow step
+    that sets no ``timeout_s`` ends as a ``ToolTimeoutError`` tool error after it (decision 218)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     last_step_finish: StepFinishPayload | None = None

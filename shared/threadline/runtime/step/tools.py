@@ -6,6 +6,7 @@ becomes a child run (decision 77)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,7 @@ from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.state import StepState, StepWriter
 from threadline.runtime.sub_agent_names import sub_agent_model_output
 from threadline.runtime.sub_agents import SubAgentTool, request_for
-from threadline.runtime.tools import Tool, ToolContext, ToolHooks
+from threadline.runtime.tools import Tool, ToolContext, ToolHooks, bounded, deadline_s
 from threadline.runtime.workflows import journal_factory
 from threadline.text import clean_json, clean_text
 
@@ -103,7 +104,7 @@ async def _execute(step: StepState, call: ToolCallPayload, tools: dict[str, Tool
                       resource_id=run.resource_id, agent_id=agent.id, step=run.step,
                       idempotency_key=f"{run.run_id}:{call['toolCallId']}",
                       writer=StepWriter(step, through_processors=True), request_context=step.runner.request_context,
-                      journal=journal_factory(store, run, step.writer.attempt))
+                      journal=journal_factory(store, run, step.writer.attempt), default_timeout_s=step.tool_timeout_s)
     try:
         with tracing.span(f"execute_tool {call['toolName']}", **{
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
@@ -135,7 +136,7 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
         tools = step.tools if step.tools is not None else step.agent.tools
-        name = "ToolNotFoundError" if error == unknown_tool_error(call["toolName"], tools) else "Error"
+        name = tool_error_name(error, call["toolName"], tools)
         await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error,
                                                 name=name))
         return {**base, "error": error}
@@ -237,7 +238,8 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
         error = unknown_tool_error(name, tools)
     else:
         try:
-            output = await tool.run(args, context)
+            output = await bounded(tool.run(args, context), deadline_s(tool.timeout_s, context.default_timeout_s),
+                                   f"tool {name}", context.abort_signal)
         except Exception as exc:
             if getattr(exc, "interrupts_step", False):  # a workflow lost its step or journal (decision 81)
                 raise
@@ -245,6 +247,17 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
             log.info("tool raised", tool=name, error=error, exc_type=type(exc).__name__)
     await _after(hooks, hook_ctx, output, error)
     return output, error
+
+
+def tool_error_name(error: str, tool_name: str, tools: dict[str, Tool]) -> str:
+    """A ``tool-error``'s ``error.name``, from the stored text (a resumed step emits the chunk
+    again from it): ``ToolNotFoundError`` for a tool the agent does not have,
+    ``ToolTimeoutError`` for a call past its deadline (decision 218), else ``Error`` (decision 144)."""
+    if error == unknown_tool_error(tool_name, tools):
+        return "ToolNotFoundError"
+    if re.fullmatch(rf"tool {re.escape(tool_name)} timed out after [0-9.e+-]+ s", error):
+        return "ToolTimeoutError"
+    return "Error"
 
 
 def unknown_tool_error(name: str, tools: dict[str, Tool]) -> str:
