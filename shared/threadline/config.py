@@ -13,6 +13,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_TOOL_TIMEOUT_S = 300.0
 """``THREADLINE_TOOL_TIMEOUT_S`` when unset: a tool call's deadline (decision 218)."""
+DEFAULT_SUB_AGENT_MAX_DEPTH = 5
+"""``THREADLINE_SUB_AGENT_MAX_DEPTH`` when unset: how deep a sub-agent tree may grow (decision 219)."""
 
 
 class Settings(BaseSettings):
@@ -180,6 +182,10 @@ class Settings(BaseSettings):
     change of its row, nothing of it in the outbox) before the sweeper drives it on."""
     sweep_max_recoveries: int = 3
     """Recoveries of one step of a run after which a run still stuck is failed instead."""
+    sub_agent_max_depth: int = Field(default=DEFAULT_SUB_AGENT_MAX_DEPTH, ge=0)
+    """How deep a tree of sub-agent runs may grow: a run this many levels below its root (0: the
+    root itself) gets the tool error ``sub-agent depth limit <n> reached`` for a sub-agent call,
+    and no child run is created (decision 219)."""
     sub_agent_timeout_s: float = 3600.0
     """How long a sub-agent call may wait for its child run: past it (checked at each sweep) the
     call ends as a ``ToolTimeoutError`` tool error, the child run is aborted and the parent goes

@@ -20,7 +20,7 @@ from threadline.errors import ToolTimeoutError
 from threadline.events import AbortRun, LifecycleEvent, StartRun, StepTask
 from threadline.events.signals import signal_from_message
 from threadline.logging import get_logger
-from threadline.orchestration.children import PARENT_OPTION, ChildRequest, child_outcome
+from threadline.orchestration.children import PARENT_OPTION, ChildRequest, child_outcome, depth_of
 from threadline.store import leases, outbox
 from threadline.store.runs import create_run, insert_signal
 from threadline.topics import Topics, thread_key
@@ -64,7 +64,7 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
         options: dict[str, Any] = {"request_context": request_context} if request_context else {}
         options[PARENT_OPTION] = {"run_id": parent["run_id"], "resource_id": parent["resource_id"],
                                   "thread_id": parent["thread_id"], "tool_call_id": row["tool_call_id"],
-                                  "tool_name": row["tool_name"]}
+                                  "tool_name": row["tool_name"], "depth": depth_of(parent["options"] or {}) + 1}
         await create_run(conn, run_id=row["child_run_id"], agent_id=row["agent_id"], resource_id=resource,
                          thread_id=thread, epoch=epoch, options=options, kind="stream", request_id=None,
                          reply_to=None, start_announced=False)

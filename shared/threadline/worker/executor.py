@@ -105,6 +105,7 @@ class StepExecutor:
         self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
                               model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
                               max_retries=settings.model_max_retries, tool_timeout_s=settings.tool_timeout_s,
+                              sub_agent_max_depth=settings.sub_agent_max_depth,
                               retry_policy=RetryPolicy(initial_s=settings.model_retry_initial_s,
                                                        max_wait_s=settings.model_retry_max_wait_s),
                               limiter=PgModelLimiter(db, parse_limits(settings.model_limits),

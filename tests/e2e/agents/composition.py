@@ -7,6 +7,10 @@ writes a side effect); the worker of the test runs with ``THREADLINE_TOOL_TIMEOU
 ``d10-lead`` has the sub-agent ``slow`` (``d10-slow``), whose only tool hangs with no deadline
 (``timeout_s=None``); the orchestrator of that test runs with ``THREADLINE_SUB_AGENT_TIMEOUT_S=20``.
 
+``d09-rec`` has itself as its sub-agent ``self``; ``d09-b`` has ``c`` (``d09-c``), which has ``b``
+(``d09-b``): a tree that only the depth limit stops. Every step of every run asks the fake model
+queue ``threadline-d09-<thread>-s<step>``.
+
 ``d11`` has seven tools, each of which writes one ``side_effects`` row (its side effect, counted by
 the test) and then returns a Python value with no JSON form of its own, and the workflow ``wf``
 (the tool ``workflow-wf``) whose first step returns a ``Decimal`` and whose second step writes a
@@ -128,4 +132,13 @@ slow = Agent(id="d10-slow", description="Works on it for ever.", model="openai/t
 d10_lead = Agent(id="d10-lead", model="openai/threadline-d10-lead", agents={"slow": slow},
                  input_processors=[PerStepModel("d10l")])
 
-agents = [d11, d10, slow, d10_lead]
+# --- D09: sub-agent trees -------------------------------------------------------------------------------
+rec: Agent = Agent(id="d09-rec", description="Delegates to itself.", model="openai/threadline-d09-rec",
+                   input_processors=[PerStepModel("d09")], agents=lambda _ctx: {"self": rec})
+d09_c: Agent
+d09_b: Agent = Agent(id="d09-b", description="Asks C.", model="openai/threadline-d09-b",
+                     input_processors=[PerStepModel("d09")], agents=lambda _ctx: {"c": d09_c})
+d09_c = Agent(id="d09-c", description="Asks B.", model="openai/threadline-d09-c",
+              input_processors=[PerStepModel("d09")], agents=lambda _ctx: {"b": d09_b})
+
+agents = [d11, d10, slow, d10_lead, rec, d09_b, d09_c]

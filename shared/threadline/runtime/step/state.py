@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
-from threadline.config import DEFAULT_TOOL_TIMEOUT_S
+from threadline.config import DEFAULT_SUB_AGENT_MAX_DEPTH, DEFAULT_TOOL_TIMEOUT_S
 from threadline.errors import ModelCallError
 from threadline.events.chunk_types import Emitted, StepFinishPayload, ToolCallPayload
 from threadline.events.json_types import JSONObject
@@ -92,6 +92,9 @@ class StepState:
     tool_timeout_s: float | None = DEFAULT_TOOL_TIMEOUT_S
     """The run's default tool timeout (seconds; ``None``: none): a tool call or workflow step
     that sets no ``timeout_s`` ends as a ``ToolTimeoutError`` tool error after it (decision 218)."""
+    sub_agent_max_depth: int = DEFAULT_SUB_AGENT_MAX_DEPTH
+    """How deep a sub-agent tree may grow: a run this deep gets a tool error for a sub-agent call
+    instead of a child run (decision 219)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     last_step_finish: StepFinishPayload | None = None

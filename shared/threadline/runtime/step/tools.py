@@ -19,6 +19,7 @@ from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
+from threadline.orchestration.children import depth_limit_error, depth_of
 from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
@@ -74,7 +75,10 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
     for call in response.calls:
         sub = tools.get(call["toolName"])
         if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
-            skipped = await _before_sub_agent(step, call, hooks)
+            if depth_of(run.options) >= step.sub_agent_max_depth:  # the tree is deep enough (decision 219)
+                skipped: tuple[JSONValue, str | None] | None = (None, depth_limit_error(step.sub_agent_max_depth))
+            else:
+                skipped = await _before_sub_agent(step, call, hooks)
             if skipped is None:
                 step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
                 step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
