@@ -13,6 +13,7 @@ import uuid
 from typing import Any
 
 from tests.e2e.helpers import collect_run, content, rows, swapped_service, wait_idle
+from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
 from threadline.runtime.sub_agents import child_ids
 from threadline.testing import model_script as ms
@@ -49,6 +50,10 @@ async def _script(model: Any, threads: list[str], keys: list[str], *, last: Any 
 async def _runs_of(dsn: str, threads: list[str]) -> list[Any]:
     return await rows(dsn, "SELECT run_id, thread_id, status, parent_run_id FROM runs WHERE thread_id = ANY($1::text[])",
                       threads)
+
+
+def _reason(finish: dict[str, Any]) -> str | None:
+    return (finish.get("payload") or {}).get("stepResult", {}).get("reason")
 
 
 async def _root(tl: ThreadlineClient, agent: str, thread: str) -> tuple[Any, str]:
@@ -115,7 +120,15 @@ async def test_d09_aborting_the_root_aborts_every_level_below_it(services, setti
     assert asked[threads[2]] == 0  # the grandchild never reached its next step
     topics = Topics(settings.topic_prefix)
     assert all(len(topics.chunks("res-1", t)) <= 249 for t in threads)
-    assert root_id in [r["run_id"] for r in await _runs_of(cluster.dsn, threads)]
+    runs = {r["thread_id"]: r["run_id"] for r in await _runs_of(cluster.dsn, threads)}
+    assert runs[threads[0]] == root_id
+    for level in (1, 2):  # each child's finish {abort} on its own topic, and nested in its parent's
+        own = await read_all(settings.kafka_bootstrap, [topics.chunks("res-1", threads[level])])
+        parents = await read_all(settings.kafka_bootstrap, [topics.chunks("res-1", threads[level - 1])])
+        child_id = runs[threads[level]]
+        assert [_reason(c) for c in own if c["type"] == "finish" and c["runId"] == child_id] == ["abort"]
+        nested = [c["payload"]["output"] for c in parents if c["type"] == "tool-output" and c["runId"] == child_id]
+        assert [_reason(c) for c in nested if c["type"] == "finish"] == ["abort"], (level, [c["type"] for c in nested])
 
 
 async def test_d09_aborting_only_the_grandchild_lets_the_tree_go_on(services, settings, model, cluster):

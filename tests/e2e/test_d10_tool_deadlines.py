@@ -14,30 +14,11 @@ import uuid
 from typing import Any
 
 from tests.e2e.agents.composition import SIDE_EFFECTS_DDL
-from tests.e2e.helpers import content, execute, rows, run_row, swapped_service, wait_idle
+from tests.e2e.helpers import collect_timed, content, execute, one_tool_run, rows, run_row, swapped_service, wait_idle
 from threadline.client import ThreadlineClient
 from threadline.testing import model_script as ms
 
 TOOL_TIMEOUT_S = "5"
-
-
-async def _timed(sub: Any, *, runs: int = 1, timeout_s: float = 60) -> list[tuple[float, dict[str, Any]]]:
-    """``(arrival time, chunk)`` until ``runs`` finish chunks."""
-    out: list[tuple[float, dict[str, Any]]] = []
-
-    async def pump() -> None:
-        finished = 0
-        async for chunk in sub.stream:
-            out.append((time.monotonic(), chunk))
-            finished += chunk["type"] == "finish"
-            if finished == runs:
-                return
-
-    try:
-        await asyncio.wait_for(pump(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"no finish in {timeout_s}s; got {[c['type'] for _, c in out]}") from None
-    return out
 
 
 def _at(timed: list[tuple[float, dict[str, Any]]], kind: str) -> tuple[float, dict[str, Any]]:
@@ -46,16 +27,7 @@ def _at(timed: list[tuple[float, dict[str, Any]]], kind: str) -> tuple[float, di
 
 async def _one(tl: ThreadlineClient, model: Any, tool: str, tag: str) -> dict[str, Any]:
     """One ``d10`` run: step 0 calls ``tool``, step 1 answers "ok"."""
-    thread, call = f"th-d10-{tool}-{tag}", f"c-{tool}-{tag}"
-    await model.aqueue([ms.tool_calls(ms.tool_call(tool, {}, id=call))], model=f"threadline-d10-{thread}-s0")
-    await model.aqueue([ms.text("ok")], model=f"threadline-d10-{thread}-s1")
-    sub = await tl.subscribe_to_thread("res-1", thread)
-    run_id = (await (await tl.stream(f"call {tool}", agent_id="d10", resource_id="res-1",
-                                     thread_id=thread)).accepted).run_id
-    timed = await _timed(sub)
-    await sub.unsubscribe()
-    return {"tool": tool, "thread": thread, "call": call, "run_id": run_id, "timed": timed,
-            "chunks": [c for _, c in timed]}
+    return await one_tool_run(tl, model, agent="d10", prefix="d10", tool=tool, tag=tag)
 
 
 def _sent_result(model: Any, thread: str, call: str) -> str:
@@ -120,7 +92,7 @@ async def test_d10_messages_sent_during_a_hang_come_after_it_and_an_abort_ends_i
         async with ThreadlineClient(settings) as tl:
             sub = await tl.subscribe_to_thread("res-1", thread)
             await tl.stream("call hang", agent_id="d10", resource_id="res-1", thread_id=thread)
-            collected = asyncio.create_task(_timed(sub, runs=2, timeout_s=60))
+            collected = asyncio.create_task(collect_timed(sub, runs=2, timeout_s=60))
             while not model.requests(model=f"threadline-d10-{thread}-s0"):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)  # the tool hangs
@@ -134,7 +106,7 @@ async def test_d10_messages_sent_during_a_hang_come_after_it_and_an_abort_ends_i
                                model=f"threadline-d10-{thread2}-s0")
             sub2 = await tl.subscribe_to_thread("res-1", thread2)
             await tl.stream("call hang", agent_id="d10", resource_id="res-1", thread_id=thread2)
-            collected2 = asyncio.create_task(_timed(sub2, timeout_s=30))
+            collected2 = asyncio.create_task(collect_timed(sub2, timeout_s=30))
             while not model.requests(model=f"threadline-d10-{thread2}-s0"):
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)
@@ -175,7 +147,7 @@ async def test_d10_a_child_run_past_the_sub_agent_deadline_is_aborted_and_the_pa
             sub = await tl.subscribe_to_thread("res-1", thread)
             run_id = (await (await tl.stream("delegate", agent_id="d10-lead", resource_id="res-1",
                                              thread_id=thread)).accepted).run_id
-            timed = await _timed(sub, timeout_s=60)
+            timed = await collect_timed(sub, timeout_s=60)
             await sub.unsubscribe()
         [child] = await rows(cluster.dsn, "SELECT * FROM runs WHERE parent_run_id = $1", run_id)
         child = await run_row(cluster.dsn, child["run_id"], settle_s=10)

@@ -13,9 +13,8 @@ import uuid
 from typing import Any
 
 from tests.e2e.agents.composition import SIDE_EFFECTS_DDL
-from tests.e2e.helpers import collect_run, content, execute, rows, run_row, wait_idle
+from tests.e2e.helpers import content, execute, one_tool_run, rows, run_row, wait_idle
 from threadline.client import ThreadlineClient
-from threadline.testing import model_script as ms
 
 COERCED: dict[str, Any] = {
     "dec": {"amount": "12.50"},
@@ -35,15 +34,7 @@ WF_OUTPUT = {"after": {"when": "1.5"}}
 
 async def _one(tl: ThreadlineClient, model: Any, tool: str, tag: str) -> dict[str, Any]:
     """One ``d11`` run: step 0 calls ``tool``, step 1 answers "ok"."""
-    thread, call = f"th-d11-{tool}-{tag}", f"c-{tool}-{tag}"
-    await model.aqueue([ms.tool_calls(ms.tool_call(tool, {}, id=call))], model=f"threadline-d11-{thread}-s0")
-    await model.aqueue([ms.text("ok")], model=f"threadline-d11-{thread}-s1")
-    sub = await tl.subscribe_to_thread("res-1", thread)
-    run_id = (await (await tl.stream(f"call {tool}", agent_id="d11", resource_id="res-1",
-                                     thread_id=thread)).accepted).run_id
-    chunks = await collect_run(sub, timeout_s=60)
-    await sub.unsubscribe()
-    return {"tool": tool, "thread": thread, "call": call, "run_id": run_id, "chunks": chunks}
+    return await one_tool_run(tl, model, agent="d11", prefix="d11", tool=tool, tag=tag)
 
 
 async def _stored_invocation(dsn: str, run_id: str, call: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.unit.test_workflows import Writer
 from threadline.errors import ConfigurationError, ToolTimeoutError
 from threadline.runtime.step.tools import run_tool_call, tool_error_name
 from threadline.runtime.tools import DEFAULT, ToolContext, ToolHooks, bounded, create_tool, deadline_s
@@ -109,13 +110,6 @@ def test_d10_the_chunk_names_a_timeout_tool_timeout_error() -> None:
 
 
 async def test_d10_a_workflow_step_past_its_deadline_is_recorded_failed_and_no_later_step_runs() -> None:
-    class Writer:
-        def __init__(self) -> None:
-            self.chunks: list[dict[str, Any]] = []
-
-        async def custom(self, chunk: dict[str, Any], options: object = None) -> None:
-            self.chunks.append(chunk)
-
     ran: list[str] = []
 
     def record(name: str) -> Any:

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
+from tests.unit.test_workflows import Writer
 from threadline.errors import NotSerialisableError, ToolCallError
 from threadline.runtime.json_form import json_form
 from threadline.runtime.step.tools import encoded, run_tool_call
@@ -123,13 +124,6 @@ def test_d11_encoded_keeps_an_error_and_never_raises_for_the_value() -> None:
 
 
 async def test_d11_a_workflow_step_output_is_coerced_and_a_refused_one_fails_the_step() -> None:
-    class Writer:
-        def __init__(self) -> None:
-            self.chunks: list[dict[str, Any]] = []
-
-        async def custom(self, chunk: dict[str, Any], options: object = None) -> None:
-            self.chunks.append(chunk)
-
     ran: list[str] = []
 
     async def s1(_v: object) -> object:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -274,10 +275,16 @@ class StepExecutor:
                              step=run.step, attempt=inputs.attempt, seq=inputs.seq_base,
                              key=thread_key(run.resource_id, run.thread_id),
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
-        if (parent := nested_target(run.options)) is not None:
-            writer.mirror = (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
-                             thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
+        writer.mirror = self._mirror(run)
         return writer
+
+    def _mirror(self, run: StepRun) -> tuple[str, bytes, Mapping[str, Any]] | None:
+        """A child run's parent ``(topic, key, target)`` its chunks are mirrored to, nested
+        (decision 78); ``None`` for a run no sub-agent call started."""
+        if (parent := nested_target(run.options)) is None:
+            return None
+        return (self._topics.chunks(parent["resource_id"], parent["thread_id"]),
+                thread_key(parent["resource_id"], parent["thread_id"]).encode(), parent)
 
     async def _outcome(self, run: StepRun, writer: ChunkWriter, child: asyncio.Task[str]) -> str:
         """The step task's outcome: its own, ``aborted`` (an abort cancelled it) or ``failed`` (it
@@ -347,6 +354,7 @@ class StepExecutor:
                                  attempt=claimed["attempt"], seq=claimed["next_seq"],
                                  key=thread_key(run.resource_id, run.thread_id),
                                  ack_timeout_s=self._settings.kafka_ack_timeout_s)
+            writer.mirror = self._mirror(run)  # a child's end is nested on its parent's topic too (decision 219)
             if claimed["outstanding"]:
                 dead = claimed["attempt"]
         elif writer.finished:
