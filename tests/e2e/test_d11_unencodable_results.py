@@ -12,9 +12,13 @@ import json
 import uuid
 from typing import Any
 
+import orjson
+
 from tests.e2e.agents.composition import SIDE_EFFECTS_DDL
 from tests.e2e.helpers import content, execute, one_tool_run, rows, run_row, wait_idle
+from tests.e2e.records import read_all
 from threadline.client import ThreadlineClient
+from threadline.topics import Topics
 
 COERCED: dict[str, Any] = {
     "dec": {"amount": "12.50"},
@@ -66,6 +70,13 @@ async def _assert_once(dsn: str, out: dict[str, Any], effects: list[str]) -> Non
     assert await wait_idle(dsn, out["thread"], timeout_s=15)
 
 
+async def _no_fault(services: Any, cluster: Any, threads: list[str]) -> None:
+    """No service died and nothing of the threads was dead-lettered."""
+    assert all(services.alive().values()), services.alive()
+    letters = await read_all(cluster.bootstrap, [Topics(cluster.prefix).dead_letters], partitions=None)
+    assert not [d for d in letters if any(t in orjson.dumps(d).decode() for t in threads)]
+
+
 async def test_d11_results_with_no_json_form_are_coerced_or_refused_once(services, settings, model, cluster):
     await execute(cluster.dsn, SIDE_EFFECTS_DDL)
     tag = uuid.uuid4().hex[:6]
@@ -87,6 +98,7 @@ async def test_d11_results_with_no_json_form_are_coerced_or_refused_once(service
             assert kind == "tool-error" and payload["error"]["message"] == REFUSED[tool], (tool, payload)
             assert stored["state"] == "output-error" and stored["errorText"] == REFUSED[tool], (tool, stored)
             assert REFUSED[tool] in sent, (tool, sent)
+    await _no_fault(services, cluster, [o["thread"] for o in outs])
 
 
 async def test_d11_a_workflow_step_with_a_decimal_is_recorded_once_and_the_next_step_runs_once(
@@ -103,6 +115,7 @@ async def test_d11_a_workflow_step_with_a_decimal_is_recorded_once_and_the_next_
     [(kind, payload)] = [(t, p) for t, p in content(out["chunks"]) if t in ("tool-result", "tool-error")]
     assert kind == "tool-result" and payload["result"] == WF_OUTPUT, payload
     assert json.loads(_tool_message(model, out["thread"], out["call"])) == WF_OUTPUT
+    await _no_fault(services, cluster, [out["thread"]])
 
 
 async def test_d11_a_data_chunk_a_tool_writes_goes_through_the_same_rule(services, settings, model, cluster):
@@ -116,3 +129,4 @@ async def test_d11_a_data_chunk_a_tool_writes_goes_through_the_same_rule(service
     parts = [p for m in await rows(cluster.dsn, "SELECT content FROM messages WHERE run_id = $1", out["run_id"])
              for p in m["content"].get("parts") or () if p.get("type") == "data-d11"]
     assert [p["data"] for p in parts] == [{"v": "2.5", "s": [1, 2]}]
+    await _no_fault(services, cluster, [out["thread"]])
