@@ -25,7 +25,8 @@ class RunOrchestrator(Service):
         self.sweeper = Sweeper(db=self.db, outbox=self.outbox, topics=self.topics, instance=self.settings.instance_id,
                                interval_s=self.settings.sweep_interval_s, stuck_after_s=self.settings.stuck_after_s,
                                max_recoveries=self.settings.sweep_max_recoveries,
-                               lease_ttl_s=self.settings.lease_ttl_s)
+                               lease_ttl_s=self.settings.lease_ttl_s,
+                               sub_agent_timeout_s=self.settings.sub_agent_timeout_s)
         self.on_stop(self.sweeper.stop, before_drain=True)
         await self.sweeper.start()
 

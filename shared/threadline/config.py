@@ -12,6 +12,11 @@ from typing import Literal
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+DEFAULT_TOOL_TIMEOUT_S = 300.0
+"""``THREADLINE_TOOL_TIMEOUT_S`` when unset: a tool call's deadline (decision 218)."""
+DEFAULT_SUB_AGENT_MAX_DEPTH = 5
+"""``THREADLINE_SUB_AGENT_MAX_DEPTH`` when unset: how deep a sub-agent tree may grow (decision 219)."""
+
 
 class Settings(BaseSettings):
     """Threadline configuration. Units are in the field names (``_s`` seconds, ``_ms`` ms)."""
@@ -114,6 +119,9 @@ class Settings(BaseSettings):
     """Base URL of the local model server; used only for ``*/threadline-*`` model names."""
     model_timeout_s: float = 120.0
     """Per-read timeout of a model call."""
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    """How long one tool call (or one workflow step) may run before it ends as a
+    ``ToolTimeoutError`` tool error, for a tool that sets no ``timeout_s`` of its own (decision 218)."""
     litellm_noop_callback: bool = False
     """Tests only: the processor-worker registers a no-op litellm callback, so every model stream
     is read through litellm's ``CustomStreamWrapper`` instead of directly (the parity of the two
@@ -186,6 +194,14 @@ class Settings(BaseSettings):
     change of its row, nothing of it in the outbox) before the sweeper drives it on."""
     sweep_max_recoveries: int = 3
     """Recoveries of one step of a run after which a run still stuck is failed instead."""
+    sub_agent_max_depth: int = Field(default=DEFAULT_SUB_AGENT_MAX_DEPTH, ge=0)
+    """How deep a tree of sub-agent runs may grow: a run this many levels below its root (0: the
+    root itself) gets the tool error ``sub-agent depth limit <n> reached`` for a sub-agent call,
+    and no child run is created (decision 219)."""
+    sub_agent_timeout_s: float = 3600.0
+    """How long a sub-agent call may wait for its child run: past it (checked at each sweep) the
+    call ends as a ``ToolTimeoutError`` tool error, the child run is aborted and the parent goes
+    on (decision 218)."""
     kafka_ack_timeout_s: float = 30.0
     """The longest a service waits for Kafka to take what it publishes from the outbox (topic
     metadata and acknowledgements), in seconds. What is not acknowledged by then stays in the

@@ -6,6 +6,9 @@
     │   └── UnknownEventError   unknown event type or a newer schema version than we speak
     ├── NotConnectedError       a resource used before it was started (null object)
     ├── StaleWriterError        a write fenced off by a newer lease epoch
+    ├── ToolCallError           a tool call ended for a reason of Threadline's: the call's tool-error
+    │   ├── NotSerialisableError  its result has no JSON form; carries ``type_name`` and ``path``
+    │   └── ToolTimeoutError      it ran past its deadline; carries ``what`` and ``timeout_s``
     └── RunError                a run failed; carries ``run_id`` and ``thread_key``
         └── ModelCallError      the model call failed; carries the mapped ``kind``
 
@@ -49,6 +52,37 @@ class StaleWriterError(ThreadlineError):
         super().__init__(f"stale writer: run {run_id} epoch {epoch} no longer holds the thread")
         self.run_id = run_id
         self.epoch = epoch
+
+
+class ToolCallError(ThreadlineError):
+    """A tool call ended for a reason of Threadline's rather than the tool's own: the call ends as
+    a ``tool-error`` with this message (the model reads it; the run goes on). Deterministic: the
+    tool is never run again for it."""
+
+
+class NotSerialisableError(ToolCallError, TypeError):
+    """A value user code handed back (a tool's or a workflow step's result, a data chunk) has no
+    JSON form under the rule of :func:`threadline.runtime.json_form.json_form`.
+
+    ``what`` names the value (``"result"``), ``type_name`` the offending type, ``path`` where it
+    sits (``$`` is the value itself, ``$.a[0]`` inside it)."""
+
+    def __init__(self, *, what: str, type_name: str, path: str) -> None:
+        super().__init__(f"{what} not JSON-serialisable: {type_name} at {path}")
+        self.what = what
+        self.type_name = type_name
+        self.path = path
+
+
+class ToolTimeoutError(ToolCallError):
+    """A tool call (or a workflow step) ran past its deadline of ``timeout_s`` seconds; ``what``
+    names it (``"tool hang"``, ``"step s2"``). Not a ``TimeoutError``: that is a transient fault
+    (:mod:`threadline.transient`), and this one must never be retried."""
+
+    def __init__(self, *, what: str, timeout_s: float) -> None:
+        super().__init__(f"{what} timed out after {timeout_s:g} s")
+        self.what = what
+        self.timeout_s = timeout_s
 
 
 class RunError(ThreadlineError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,22 +18,7 @@ from threadline.client import ThreadSubscription
 
 async def collect_run(sub: ThreadSubscription, *, timeout_s: float = 30.0, runs: int = 1) -> list[dict[str, Any]]:
     """Chunks until ``runs`` finish chunks have been seen."""
-    out: list[dict[str, Any]] = []
-
-    async def pump() -> None:
-        finished = 0
-        async for chunk in sub.stream:
-            out.append(chunk)
-            if chunk["type"] == "finish":
-                finished += 1
-                if finished == runs:
-                    return
-
-    try:
-        await asyncio.wait_for(pump(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"run did not finish in {timeout_s}s; got {[c['type'] for c in out]}") from None
-    return out
+    return [chunk for _, chunk in await collect_timed(sub, runs=runs, timeout_s=timeout_s)]
 
 
 USER_AUTHORED = "(role = 'user' OR (role = 'signal' AND content->'metadata'->'signal'->>'type' = 'user'))"
@@ -266,3 +252,42 @@ def switch_chunk_layout(services: Any, settings: Any, layout: str) -> None:
     settings.chunk_layout = layout
     for instance in running:
         services.start_again(instance)
+
+
+async def collect_timed(sub: ThreadSubscription, *, runs: int = 1,
+                        timeout_s: float = 60.0) -> list[tuple[float, dict[str, Any]]]:
+    """``(arrival time.monotonic(), chunk)`` until ``runs`` finish chunks have been seen."""
+    out: list[tuple[float, dict[str, Any]]] = []
+
+    async def pump() -> None:
+        finished = 0
+        async for chunk in sub.stream:
+            out.append((time.monotonic(), chunk))
+            finished += chunk["type"] == "finish"
+            if finished == runs:
+                return
+
+    try:
+        await asyncio.wait_for(pump(), timeout_s)
+    except TimeoutError:
+        raise AssertionError(f"run did not finish in {timeout_s}s; got {[c['type'] for _, c in out]}") from None
+    return out
+
+
+async def one_tool_run(tl: Any, model: Any, *, agent: str, prefix: str, tool: str, tag: str,
+                       args: dict[str, Any] | None = None, timeout_s: float = 60.0) -> dict[str, Any]:
+    """One run of ``agent`` (whose steps ask ``threadline-<prefix>-<thread>-s<step>``, the
+    ``PerStepModel`` of tests/e2e/agents/crashes.py) on a thread of its own: step 0 calls ``tool``,
+    step 1 answers "ok". Returns ``{tool, thread, call, run_id, timed, chunks}``."""
+    from threadline.testing import model_script as ms
+
+    thread, call = f"th-{prefix}-{tool}-{tag}", f"c-{tool}-{tag}"
+    await model.aqueue([ms.tool_calls(ms.tool_call(tool, args or {}, id=call))], model=f"threadline-{prefix}-{thread}-s0")
+    await model.aqueue([ms.text("ok")], model=f"threadline-{prefix}-{thread}-s1")
+    sub = await tl.subscribe_to_thread("res-1", thread)
+    run_id = (await (await tl.stream(f"call {tool}", agent_id=agent, resource_id="res-1",
+                                     thread_id=thread)).accepted).run_id
+    timed = await collect_timed(sub, timeout_s=timeout_s)
+    await sub.unsubscribe()
+    return {"tool": tool, "thread": thread, "call": call, "run_id": run_id, "timed": timed,
+            "chunks": [c for _, c in timed]}

@@ -8,12 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import asyncpg
-import orjson
 
 from threadline.events import Aborted, AbortRun, LifecycleEvent, RunResult, StartRun, StepResult, StepTask
 from threadline.events.base import Event
-from threadline.events.chunks import abort_chunks, chunk_headers, envelope
+from threadline.events.chunks import abort_chunks, envelope
 from threadline.events.codec import encode
+from threadline.flows.terminal import add_terminal
 from threadline.logging import get_logger
 from threadline.orchestration import runs as transitions
 from threadline.orchestration.runs import (
@@ -264,13 +264,10 @@ async def abort_run(conn: asyncpg.Connection, cmd: AbortRun, topics: Topics, lea
                                         resource_id=run["resource_id"], run_id=run["run_id"])
         if move.emit_terminal:  # no step outstanding: nobody else will end the stream
             claimed = await claim_terminal(conn, run["run_id"])
-            if claimed is not None:
-                topic = topics.chunks(run["resource_id"], run["thread_id"])
-                for i, chunk in enumerate(abort_chunks()):
-                    envelope(chunk, run_id=run["run_id"], step=claimed["step"], attempt=claimed["attempt"],
-                             seq=claimed["next_seq"] + i)
-                    ids.append(await outbox.add_raw(conn, topic, orjson.dumps(chunk), key=key,
-                                                    headers=chunk_headers()))
+            if claimed is not None:  # a child's are nested on its parent's topic too (decision 219)
+                stamped = [envelope(chunk, run_id=run["run_id"], step=claimed["step"], attempt=claimed["attempt"],
+                                    seq=claimed["next_seq"] + i) for i, chunk in enumerate(abort_chunks())]
+                ids += await add_terminal(conn, run, stamped, topics)
         ids.append(await outbox.add(conn, topics.lifecycle, lifecycle_event("run_aborted", run, finish_reason="abort"), key=key))
         if move.reply_result:
             result = RunResult(request_id=run["request_id"], run_id=run["run_id"], text=run["text"] or "",

@@ -13,6 +13,7 @@ import orjson
 from threadline.events import LifecycleEvent, RunResult, StepResult, StepTask, chunks
 from threadline.events.chunk_types import ChunkBody
 from threadline.flows.orchestration import TERMINAL, announce_start, hand_over
+from threadline.flows.terminal import add_terminal
 from threadline.orchestration.recovery import RunSnapshot
 from threadline.store import leases, outbox
 from threadline.store import recoveries as rows
@@ -122,10 +123,9 @@ async def fail(conn: asyncpg.Connection, run: asyncpg.Record, topics: Topics, *,
                 terminal.append(chunks.attempt_discarded_chunk(step, attempt, "stuck"))
                 attempt += 1
             terminal += [chunks.error_chunk(error), chunks.finish_chunk("error", finish_reason="error", with_output=False)]
-            topic = topics.chunks(run["resource_id"], run["thread_id"])
-            for i, chunk in enumerate(terminal):
-                body = chunks.envelope(chunk, run_id=run["run_id"], step=step, attempt=attempt, seq=seq + i)
-                ids.append(await outbox.add_raw(conn, topic, orjson.dumps(body), key=key, headers=chunks.chunk_headers()))
+            stamped = [chunks.envelope(chunk, run_id=run["run_id"], step=step, attempt=attempt, seq=seq + i)
+                       for i, chunk in enumerate(terminal)]
+            ids += await add_terminal(conn, run, stamped, topics)  # a child's nested on its parent's too
             await rows.set_next_seq(conn, run["run_id"], seq + len(terminal))
     event = {"failed": "run_failed"}.get(status) or TERMINAL.get(status, "run_failed")
     base = {"resource_id": run["resource_id"], "thread_id": run["thread_id"], "run_id": run["run_id"],

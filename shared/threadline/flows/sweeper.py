@@ -20,7 +20,7 @@ from threadline.flows import recovery
 from threadline.flows.publish import Outbox
 from threadline.logging import get_logger
 from threadline.orchestration.recovery import decide
-from threadline.store import recoveries
+from threadline.store import recoveries, sub_agents
 from threadline.store.db import Database
 from threadline.topics import Topics
 
@@ -37,10 +37,15 @@ class Sweeper:
         stuck_after_s: how long a run may show no progress before it counts as stuck.
         max_recoveries: recoveries of one step after which the run is failed instead.
         lease_ttl_s: the lease TTL (a failed run hands its thread to what waits).
+        sub_agent_timeout_s: how long a sub-agent call may wait for its child run before it ends
+            as a ``ToolTimeoutError`` tool error and the child is aborted (``None``: no bound;
+            decision 218).
     """
 
     def __init__(self, *, db: Database, outbox: Outbox, topics: Topics, instance: str, interval_s: float,
-                 stuck_after_s: float, max_recoveries: int, lease_ttl_s: float) -> None:
+                 stuck_after_s: float, max_recoveries: int, lease_ttl_s: float,
+                 sub_agent_timeout_s: float | None = None) -> None:
+        self._sub_agent_timeout_s = sub_agent_timeout_s
         self._db = db
         self._outbox = outbox
         self._topics = topics
@@ -64,7 +69,8 @@ class Sweeper:
         await self._periodic.stop()
 
     async def sweep_once(self) -> int:
-        """One pass; returns how many runs it recovered."""
+        """One pass; returns how many runs it recovered (after ending the overdue sub-agent calls)."""
+        await self.time_out_children()
         async with self._db.connection() as conn:
             ids = await recoveries.candidates(conn, stuck_after_s=self._stuck_after_s)
         done = 0
@@ -93,4 +99,26 @@ class Sweeper:
                 await self._outbox.flush(out)
             except Exception:  # stored in the outbox: the relay publishes it; the sweep goes on
                 log.warning("recovery not published yet; left to the outbox relay", run_id=run_id, exc_info=True)
+        return done
+
+    async def time_out_children(self) -> int:
+        """End every sub-agent call that waited longer than ``sub_agent_timeout_s`` for its child
+        run (the parent's tool error, the child aborted; decision 218); returns how many."""
+        if self._sub_agent_timeout_s is None:
+            return 0
+        async with self._db.connection() as conn:
+            overdue = await sub_agents.overdue_calls(conn, self._sub_agent_timeout_s)
+        done = 0
+        for parent_run_id, tool_call_id in overdue:
+            async with self._db.transaction() as conn:
+                out = await sub_agents.time_out_call(conn, parent_run_id, tool_call_id, self._sub_agent_timeout_s,
+                                                     self._topics, self._lease_ttl_s)
+            if not out:
+                continue
+            done += 1
+            try:
+                await self._outbox.flush(out)
+            except Exception:  # stored in the outbox: the relay publishes it
+                log.warning("sub-agent timeout not published yet; left to the outbox relay",
+                            run_id=parent_run_id, exc_info=True)
         return done

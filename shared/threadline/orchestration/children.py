@@ -25,7 +25,24 @@ class ChildRequest:
 
 PARENT_OPTION = "sub_agent_of"
 """The child run's option naming its parent ``{run_id, resource_id, thread_id, tool_call_id,
-tool_name}`` (set by the orchestrator): where its chunks are mirrored as nested chunks."""
+tool_name, depth}`` (set by the orchestrator): where its chunks are mirrored as nested chunks,
+and how deep in its tree the child runs (``depth``: 1 for a root's child)."""
+
+
+def depth_of(options: Mapping[str, object]) -> int:
+    """How deep in its sub-agent tree a run is: 0 for a run no sub-agent call started, its
+    parent's depth + 1 for a child run (1 for a child stored before depths were recorded)."""
+    target = nested_target(options)
+    if target is None:
+        return 0
+    depth = target.get("depth")
+    return depth if isinstance(depth, int) and not isinstance(depth, bool) and depth > 0 else 1
+
+
+def depth_limit_error(max_depth: int) -> str:
+    """The tool error of a sub-agent call made by a run already ``max_depth`` deep: no child run
+    is created for it (decision 219)."""
+    return f"sub-agent depth limit {max_depth} reached"
 
 
 def nested_target(options: Mapping[str, object]) -> Mapping[str, Any] | None:

@@ -94,11 +94,22 @@ def static_sub_agents(agents: Any, parent_id: str) -> dict[str, SubAgent]:
     return dict(agents)
 
 
+CHILD_THREAD_MAX = 256
+"""The longest child thread id: what ingress takes as a thread id, so a client can send to (or
+abort) a child's thread by its id at any depth (decision 219)."""
+
+
 def child_ids(parent_run_id: str, parent_thread_id: str, tool_name: str, tool_call_id: str) -> tuple[str, str]:
     """``(child run id, child thread id)``: the same for every re-execution of the parent step (the
-    recorded model output keeps the tool call id), so the child exists once."""
+    recorded model output keeps the tool call id), so the child exists once. The thread id is
+    ``<parent thread>.<tool>.<call id>``; one longer than :data:`CHILD_THREAD_MAX` keeps its first
+    characters and ends with ``~`` and 16 hex of the whole id's SHA-256 (distinct ids stay distinct)."""
     digest = hashlib.sha256(f"{parent_run_id}\x00{tool_call_id}".encode()).hexdigest()[:26]
-    return f"run_{digest}", f"{parent_thread_id}.{tool_name}.{tool_call_id}"
+    thread = f"{parent_thread_id}.{tool_name}.{tool_call_id}"
+    if len(thread) > CHILD_THREAD_MAX:
+        tail = hashlib.sha256(thread.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+        thread = f"{thread[:CHILD_THREAD_MAX - 17]}~{tail}"
+    return f"run_{digest}", thread
 
 
 def prompt_of(args: object) -> str:

@@ -7,21 +7,37 @@ that blocking code never freezes the worker's other runs); ``input`` is an insta
 
 from __future__ import annotations
 
+import asyncio
+import enum
 import inspect
 import threading
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from threadline._internal.usercode import call_user
-from threadline.errors import ConfigurationError
+from threadline.errors import ConfigurationError, ToolTimeoutError
 from threadline.events.json_types import JSONObject
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import ToolSpec
 
 if TYPE_CHECKING:
     from threadline.runtime.workflow_journal import JournalFactory
+
+
+_T = TypeVar("_T")
+
+
+class Unset(enum.Enum):
+    """A tool's ``timeout_s`` not given: the run's default applies (``None`` means none)."""
+
+    DEFAULT = "default"
+
+
+DEFAULT = Unset.DEFAULT
+"""``timeout_s=DEFAULT``: the run's default tool timeout (``THREADLINE_TOOL_TIMEOUT_S``)."""
 
 
 class AbortSignal(threading.Event):
@@ -60,6 +76,8 @@ class ToolContext:
             (its result is dropped), unless it polls ``context.abort_signal.aborted`` and returns.
         journal: ``tool_call_id -> Journal`` where a workflow tool records its steps
             (:mod:`threadline.runtime.workflows`); ``None`` where nothing is recorded.
+        default_timeout_s: the run's default tool timeout (seconds; ``None``: none), the
+            deadline of each step of a workflow that sets none of its own.
     """
 
     tool_call_id: str
@@ -73,6 +91,7 @@ class ToolContext:
     request_context: dict[str, object] = field(default_factory=dict)
     abort_signal: AbortSignal = field(default_factory=AbortSignal)
     journal: JournalFactory | None = None
+    default_timeout_s: float | None = None
 
 
 @dataclass
@@ -83,13 +102,18 @@ class Tool:
         id: the name the model sees.
         description: what the tool does, for the model.
         input_schema: a pydantic model class (or a JSON Schema dict) for the arguments.
-        execute: ``(input, context) -> result``; the result must be JSON-serialisable (pydantic
-            models are dumped).
+        execute: ``(input, context) -> result``; the result is brought to JSON by one rule
+            (:mod:`threadline.runtime.json_form`: pydantic models dumped, ``Decimal`` as a string,
+            …); a result with no JSON form ends the call as a ``tool-error`` naming its type and path.
         transform: ``{"display" | "transcript": {"input" | "output" | "error" | "input_delta": f}}``:
             how this tool's payloads look on the stream and in the stored transcript
             (:mod:`threadline.runtime.transform`); the model gets them raw.
         require_approval: Mastra's ``requireApproval``: every call waits for a person's approve
             or decline before it runs (the run's step suspends, :mod:`threadline.runtime.step.approvals`).
+        timeout_s: seconds one call may run before it ends as a ``ToolTimeoutError`` tool error
+            (the tool is told through ``context.abort_signal``; a plain ``def`` keeps its thread
+            until it returns, its late result dropped); ``DEFAULT``: the run's default
+            (``THREADLINE_TOOL_TIMEOUT_S``); ``None``: no deadline (decision 218).
     """
 
     id: str
@@ -98,10 +122,12 @@ class Tool:
     input_schema: type[BaseModel] | JSONObject | None = None
     transform: Mapping[str, object] | None = None
     require_approval: bool = False
+    timeout_s: float | Unset | None = DEFAULT
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
             raise ConfigurationError(f"tool id {self.id!r} must match [a-zA-Z0-9_-]+")
+        check_timeout(self.timeout_s, f"tool {self.id}")
         self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
         from threadline.runtime.transform import check_tool_transform
 
@@ -173,32 +199,68 @@ def _zod_like(node: object) -> Any:
 
 
 def to_jsonable(value: object) -> Any:
-    """Pydantic models and dataclass-likes to plain JSON values (Mastra's ``ensureSerializable``)."""
-    if isinstance(value, BaseModel):
-        return value.model_dump(mode="json")
-    if isinstance(value, dict):
-        return {str(k): to_jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_jsonable(v) for v in value]
-    return value
+    """``value`` as plain JSON values by the one rule of :func:`threadline.runtime.json_form.json_form`
+    (Mastra's ``ensureSerializable``): pydantic models dumped, ``Decimal`` as a string, a set as a
+    sorted list, … Raises :class:`~threadline.errors.NotSerialisableError` for a value with no JSON
+    form (the call then ends as a ``tool-error`` naming its type and path)."""
+    return json_form(value)
 
 
 def create_tool(*, id: str, description: str, execute: Callable[..., object],
                 input_schema: type[BaseModel] | JSONObject | None = None,
-                transform: Mapping[str, object] | None = None, require_approval: bool = False) -> Tool:
-    """Mastra's ``createTool`` (``require_approval``: Mastra's ``requireApproval``)."""
+                transform: Mapping[str, object] | None = None, require_approval: bool = False,
+                timeout_s: float | Unset | None = DEFAULT) -> Tool:
+    """Mastra's ``createTool`` (``require_approval``: Mastra's ``requireApproval``; ``timeout_s``:
+    Threadline's, see :class:`Tool`)."""
     return Tool(id=id, description=description, execute=execute, input_schema=input_schema, transform=transform,
-                require_approval=require_approval)
+                require_approval=require_approval, timeout_s=timeout_s)
+
+
+def check_timeout(timeout_s: object, where: str) -> None:
+    """Raises :class:`ConfigurationError` unless ``timeout_s`` is ``DEFAULT``, ``None`` or a
+    positive number of seconds."""
+    if timeout_s is DEFAULT or timeout_s is None:
+        return
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise ConfigurationError(f"{where}: timeout_s must be a positive number of seconds or None, "
+                                 f"got {timeout_s!r}")
+
+
+def deadline_s(timeout_s: float | Unset | None, default_s: float | None) -> float | None:
+    """The deadline a call runs under: its own ``timeout_s``, else ``default_s``."""
+    return default_s if isinstance(timeout_s, Unset) else timeout_s
+
+
+async def bounded(call: Awaitable[_T], timeout_s: float | None, what: str, abort: AbortSignal | None) -> _T:
+    """Await ``call`` for at most ``timeout_s`` seconds (``None``: no bound).
+
+    Raises:
+        ToolTimeoutError: the deadline passed (``call`` is cancelled, ``abort`` set so a plain
+            ``def`` polling it stops); a ``TimeoutError`` the call raised itself propagates as it is.
+    """
+    if timeout_s is None:
+        return await call
+    try:
+        async with asyncio.timeout(timeout_s) as scope:
+            return await call
+    except TimeoutError:
+        if not scope.expired():
+            raise
+        if abort is not None:
+            abort.set()
+        raise ToolTimeoutError(what=what, timeout_s=timeout_s) from None
 
 
 def tool(id: str | None = None, *, description: str | None = None, input_schema: type[BaseModel] | None = None,
          transform: Mapping[str, object] | None = None,
-         require_approval: bool = False) -> Callable[[Callable[..., object]], Tool]:
+         require_approval: bool = False,
+         timeout_s: float | Unset | None = DEFAULT) -> Callable[[Callable[..., object]], Tool]:
     """Decorator form: ``@tool(description=..., input_schema=Model)`` over ``execute``."""
 
     def wrap(fn: Callable[..., object]) -> Tool:
         return Tool(id=id or fn.__name__, description=description or (fn.__doc__ or "").strip(),
-                    execute=fn, input_schema=input_schema, transform=transform, require_approval=require_approval)
+                    execute=fn, input_schema=input_schema, transform=transform,
+                    require_approval=require_approval, timeout_s=timeout_s)
 
     return wrap
 

@@ -29,7 +29,18 @@ from threadline._internal.faults import pause_point
 from threadline._internal.usercode import call_user
 from threadline.errors import ConfigurationError, StaleWriterError
 from threadline.events.json_types import JSONValue
-from threadline.runtime.tools import AbortSignal, CustomWriter, Tool, ToolContext, to_jsonable
+from threadline.runtime.tools import (
+    DEFAULT,
+    AbortSignal,
+    CustomWriter,
+    Tool,
+    ToolContext,
+    Unset,
+    bounded,
+    check_timeout,
+    deadline_s,
+    to_jsonable,
+)
 from threadline.runtime.workflow_journal import Entry, Journal, JournalFactory
 
 Schema = type[BaseModel] | dict[str, Any] | None
@@ -98,10 +109,14 @@ class Step:
         id: the step's id (``[a-zA-Z0-9_-]+``), unique in its workflow.
         execute: ``(input, context) -> output`` or ``(input) -> output``, plain or ``async`` (a
             plain one runs in a worker thread); ``input`` is an instance of ``input_schema`` (a
-            dict for a JSON Schema), ``context`` a :class:`StepContext`. The output must be
-            JSON-serialisable (pydantic models are dumped) and match ``output_schema``.
+            dict for a JSON Schema), ``context`` a :class:`StepContext`. The output is brought to
+            JSON by one rule (:mod:`threadline.runtime.json_form`; one with no JSON form fails
+            the step) and must match ``output_schema``.
         input_schema, output_schema: pydantic model classes, JSON Schema dicts, or ``None``.
         description: what the step does.
+        timeout_s: seconds the step may run before it fails with a ``ToolTimeoutError``
+            (recorded ``failed``; no later step runs); ``DEFAULT``: the run's default tool
+            timeout (``THREADLINE_TOOL_TIMEOUT_S``); ``None``: no deadline (decision 218).
     """
 
     id: str
@@ -109,6 +124,7 @@ class Step:
     input_schema: Schema = None
     output_schema: Schema = None
     description: str = ""
+    timeout_s: float | Unset | None = DEFAULT
 
     def __post_init__(self) -> None:
         if not self.id or not all(c.isalnum() or c in "_-" for c in self.id):
@@ -117,14 +133,15 @@ class Step:
             raise ConfigurationError(f"workflow step {self.id}: execute must be callable")
         self.input_schema = _check_schema(self.input_schema, f"step {self.id}: input_schema")
         self.output_schema = _check_schema(self.output_schema, f"step {self.id}: output_schema")
+        check_timeout(self.timeout_s, f"workflow step {self.id}")
         self._takes_context = len(inspect.signature(self.execute).parameters) >= 2
 
 
 def create_step(*, id: str, execute: Callable[..., object], input_schema: Schema = None,
-                output_schema: Schema = None, description: str = "") -> Step:
-    """Mastra's ``createStep``."""
+                output_schema: Schema = None, description: str = "", timeout_s: float | Unset | None = DEFAULT) -> Step:
+    """Mastra's ``createStep`` (``timeout_s``: Threadline's, see :class:`Step`)."""
     return Step(id=id, execute=execute, input_schema=input_schema, output_schema=output_schema,
-                description=description)
+                description=description, timeout_s=timeout_s)
 
 
 Condition = Callable[[Any], Any]
@@ -309,8 +326,10 @@ class _Execution:
                                idempotency_key=f"{self.ctx.idempotency_key}:{path}", init_data=self.init_data,
                                writer=self.ctx.writer, request_context=self.ctx.request_context,
                                abort_signal=self.ctx.abort_signal, results=self.results)
-            out = await (call_user(step.execute, parsed, sctx) if step._takes_context
-                         else call_user(step.execute, parsed))
+            out = await bounded(call_user(step.execute, parsed, sctx) if step._takes_context
+                                else call_user(step.execute, parsed),
+                                deadline_s(step.timeout_s, self.ctx.default_timeout_s), f"step {step.id}",
+                                self.ctx.abort_signal)
             output = to_jsonable(validate(step.output_schema, to_jsonable(out), f"step {step.id}: invalid output"))
         except Exception as exc:
             if getattr(exc, "interrupts_step", False):
@@ -404,7 +423,7 @@ def workflow_tool(key: str, workflow: Workflow) -> Tool:
         return await run_workflow(workflow, input, context, journal)
 
     return Tool(id=f"workflow-{key}", description=workflow.description or f"Run the workflow {workflow.id}.",
-                execute=execute, input_schema=workflow.input_schema)
+                execute=execute, input_schema=workflow.input_schema, timeout_s=None)  # each step has its deadline
 
 
 def workflow_tools(workflows: Mapping[str, Workflow] | None, where: str) -> dict[str, Tool]:

@@ -16,10 +16,11 @@ from typing import Any
 
 import asyncpg
 
+from threadline.errors import ToolTimeoutError
 from threadline.events import AbortRun, LifecycleEvent, StartRun, StepTask
 from threadline.events.signals import signal_from_message
 from threadline.logging import get_logger
-from threadline.orchestration.children import PARENT_OPTION, ChildRequest, child_outcome
+from threadline.orchestration.children import PARENT_OPTION, ChildRequest, child_outcome, depth_of
 from threadline.store import leases, outbox
 from threadline.store.runs import create_run, insert_signal
 from threadline.topics import Topics, thread_key
@@ -63,7 +64,7 @@ async def start_children(conn: asyncpg.Connection, parent: asyncpg.Record, step:
         options: dict[str, Any] = {"request_context": request_context} if request_context else {}
         options[PARENT_OPTION] = {"run_id": parent["run_id"], "resource_id": parent["resource_id"],
                                   "thread_id": parent["thread_id"], "tool_call_id": row["tool_call_id"],
-                                  "tool_name": row["tool_name"]}
+                                  "tool_name": row["tool_name"], "depth": depth_of(parent["options"] or {}) + 1}
         await create_run(conn, run_id=row["child_run_id"], agent_id=row["agent_id"], resource_id=resource,
                          thread_id=thread, epoch=epoch, options=options, kind="stream", request_id=None,
                          reply_to=None, start_announced=False)
@@ -147,6 +148,40 @@ async def resume_when_answered(conn: asyncpg.Connection, parent_run_id: str, ste
     task = StepTask(run_id=parent_run_id, resource_id=run["resource_id"], thread_id=run["thread_id"], step=step + 1,
                     attempt=1, epoch=run["epoch"])
     return [await outbox.add(conn, topics.step_tasks, task, key=thread_key(run["resource_id"], run["thread_id"]))]
+
+
+async def overdue_calls(conn: asyncpg.Connection, timeout_s: float) -> list[tuple[str, str]]:
+    """``(parent_run_id, tool_call_id)`` of the running sub-agent calls made more than
+    ``timeout_s`` seconds ago (decision 218)."""
+    rows = await conn.fetch("SELECT parent_run_id, tool_call_id FROM sub_agent_calls WHERE status = 'running' "
+                            "AND created_at < now() - make_interval(secs => $1) ORDER BY created_at LIMIT 100",
+                            timeout_s)
+    return [(r["parent_run_id"], r["tool_call_id"]) for r in rows]
+
+
+async def time_out_call(conn: asyncpg.Connection, parent_run_id: str, tool_call_id: str, timeout_s: float,
+                        topics: Topics, lease_ttl_s: float) -> list[int]:
+    """End a sub-agent call past its deadline, as its child's end would: the parent's tool result
+    is a ``ToolTimeoutError`` (first record wins), the call is done, the child gets an
+    ``abort_run`` (through the outbox: no child row is locked here, the lock order above), and the
+    parent's next step is scheduled when no call of its step is outstanding. Nothing when the
+    call ended meanwhile (or another instance holds it). Returns the outbox ids."""
+    call = await conn.fetchrow("SELECT c.*, r.resource_id FROM sub_agent_calls c JOIN runs r ON r.run_id = c.child_run_id "
+                               "WHERE c.parent_run_id = $1 AND c.tool_call_id = $2 AND c.status = 'running' "
+                               "FOR UPDATE OF c SKIP LOCKED", parent_run_id, tool_call_id)
+    if call is None:
+        return []
+    error = str(ToolTimeoutError(what=f"tool {call['tool_name']}", timeout_s=timeout_s))
+    await conn.execute("INSERT INTO tool_calls (run_id, tool_call_id, tool_name, result, error) "
+                       "VALUES ($1, $2, $3, NULL, $4) ON CONFLICT DO NOTHING",
+                       parent_run_id, tool_call_id, call["tool_name"], error)
+    await conn.execute("UPDATE sub_agent_calls SET status = 'done', ended_at = now() WHERE child_run_id = $1",
+                       call["child_run_id"])
+    log.warning("sub-agent call timed out; its child run is aborted", parent_run_id=parent_run_id,
+                tool_call_id=tool_call_id, child_run_id=call["child_run_id"], timeout_s=timeout_s)
+    cmd = AbortRun(resource_id=call["resource_id"], thread_id=call["child_thread_id"], run_id=call["child_run_id"])
+    ids = [await outbox.add(conn, topics.run_commands, cmd, key=thread_key(call["resource_id"], call["child_thread_id"]))]
+    return ids + await resume_when_answered(conn, parent_run_id, call["parent_step"], topics, lease_ttl_s)
 
 
 async def abort_children(conn: asyncpg.Connection, parent_run_id: str, topics: Topics) -> list[int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import structlog
@@ -105,7 +106,8 @@ class StepExecutor:
         self._owner = f"{settings.instance_id}:{os.getpid()}:{new_id('x')}"  # this process's step-owner token
         self._loop = StepLoop(default_model=settings.model, model_api_base=settings.model_api_base,
                               model_timeout_s=settings.model_timeout_s, catalogue=catalogue, model=model,
-                              max_retries=settings.model_max_retries,
+                              max_retries=settings.model_max_retries, tool_timeout_s=settings.tool_timeout_s,
+                              sub_agent_max_depth=settings.sub_agent_max_depth,
                               retry_policy=RetryPolicy(initial_s=settings.model_retry_initial_s,
                                                        max_wait_s=settings.model_retry_max_wait_s),
                               limiter=PgModelLimiter(db, parse_limits(settings.model_limits),
@@ -280,10 +282,16 @@ class StepExecutor:
         writer = ChunkWriter(self._producer, own.topic, run_id=run.run_id, step=run.step, attempt=inputs.attempt,
                              seq=inputs.seq_base, key=own.key.decode(), partition=own.partition,
                              ack_timeout_s=self._settings.kafka_ack_timeout_s, hold_finish=True)
-        if (parent := nested_target(run.options)) is not None:
-            up = chunk_place(self._topics, self._settings.chunk_partitions, parent["resource_id"], parent["thread_id"])
-            writer.mirror = (up.topic, up.partition, up.key, parent)
+        writer.mirror = self._mirror(run)
         return writer
+
+    def _mirror(self, run: StepRun) -> tuple[str, int, bytes, Mapping[str, Any]] | None:
+        """A child run's parent ``(topic, partition, key, target)`` its chunks are mirrored to,
+        nested (decision 78); ``None`` for a run no sub-agent call started."""
+        if (parent := nested_target(run.options)) is None:
+            return None
+        up = chunk_place(self._topics, self._settings.chunk_partitions, parent["resource_id"], parent["thread_id"])
+        return (up.topic, up.partition, up.key, parent)
 
     async def _outcome(self, run: StepRun, writer: ChunkWriter, child: asyncio.Task[str]) -> str:
         """The step task's outcome: its own, ``aborted`` (an abort cancelled it) or ``failed`` (it
@@ -352,6 +360,7 @@ class StepExecutor:
             writer = ChunkWriter(self._producer, own.topic, run_id=run.run_id, step=claimed["step"],
                                  attempt=claimed["attempt"], seq=claimed["next_seq"], key=own.key.decode(),
                                  partition=own.partition, ack_timeout_s=self._settings.kafka_ack_timeout_s)
+            writer.mirror = self._mirror(run)  # a child's end is nested on its parent's topic too (decision 219)
             if claimed["outstanding"]:
                 dead = claimed["attempt"]
         elif writer.finished:

@@ -18,6 +18,7 @@
 * :mod:`.workflows` — durable workflows (a counted side effect per workflow step).
 * :mod:`.subagents` — sub-agents as durable child runs.
 * :mod:`.approvals` — tools that wait for a person's approval.
+* :mod:`.composition` — the durable-composition cases D09–D11: results with no JSON form, deadlines, sub-agent trees.
 
 Each agent has its own fake model name (``openai/threadline-<name>``), so one test's scripted
 answers never reach another agent. Processors record what they saw in their ``state`` (stored
@@ -31,6 +32,7 @@ from threadline.runtime import Agent
 from . import (
     approvals,
     basics,
+    composition,
     crashes,
     evals,
     gateway,
@@ -51,7 +53,8 @@ from . import (
 agents: list[Agent] = [*basics.agents, *processing.agents, *retries.agents, *tools.agents,
                        *notifications.agents, *crashes.agents, *providers.agents, *hostile.agents,
                        *streams.agents, *history.agents, *outages.agents, *gateway.agents, *options.agents,
-                       *evals.agents, *workflows.agents, *subagents.agents, *approvals.agents]
+                       *evals.agents, *workflows.agents, *subagents.agents, *approvals.agents,
+                       *composition.agents]
 """Every agent the services serve (ids are unique: the registry refuses duplicates)."""
 
 processors = processing.named

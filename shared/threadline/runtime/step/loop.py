@@ -25,6 +25,7 @@ from typing import Any
 import orjson
 
 from threadline._internal.faults import pause_point
+from threadline.config import DEFAULT_SUB_AGENT_MAX_DEPTH, DEFAULT_TOOL_TIMEOUT_S
 from threadline.errors import ModelCallError
 from threadline.events import chunks
 from threadline.events.json_types import JSONObject
@@ -96,12 +97,18 @@ class StepLoop:
         max_retries: retries of a model when neither its fallback entry, the call nor the agent
             sets any.
         limiter: cluster-wide provider limits (``None``: none).
+        tool_timeout_s: seconds a tool call (or workflow step) that sets no ``timeout_s`` may
+            run (``None``: no bound; decision 218).
+        sub_agent_max_depth: how deep a sub-agent tree may grow (decision 219).
     """
 
     def __init__(self, *, default_model: str, model_api_base: str | None, model_timeout_s: float,
                  catalogue: Catalogue | None = None, model: ModelFn = stream_model,
                  retry_policy: RetryPolicy | None = None, max_retries: int = DEFAULT_MAX_RETRIES,
-                 limiter: ModelLimiter | None = None) -> None:
+                 limiter: ModelLimiter | None = None, tool_timeout_s: float | None = DEFAULT_TOOL_TIMEOUT_S,
+                 sub_agent_max_depth: int = DEFAULT_SUB_AGENT_MAX_DEPTH) -> None:
+        self._tool_timeout_s = tool_timeout_s
+        self._sub_agent_max_depth = sub_agent_max_depth
         self._setup = ModelSetup(fn=model, default_model=default_model, api_base=model_api_base,
                                  timeout_s=model_timeout_s, retry_policy=retry_policy or RetryPolicy(),
                                  max_retries=max_retries, limiter=limiter)
@@ -192,7 +199,8 @@ class StepLoop:
                          require_tool_approval=bool(options.get("require_tool_approval")),
                          steps=state.steps, state=state, usage_total=state.usage, recorded=inputs.recorded,
                          models=list(cfg.models), tools=with_descriptions(cfg.tools, tool_descriptions(state.editor)),
-                         agent_metadata=cfg.metadata)
+                         agent_metadata=cfg.metadata, tool_timeout_s=self._tool_timeout_s,
+                         sub_agent_max_depth=self._sub_agent_max_depth)
         runner.writer = StepWriter(step, through_processors=False)
         # streamParts across steps: the parts this worker's earlier steps of the run saw (decision 167)
         runner.stream_parts = parts_before(cfg.stream_parts, run.step)

@@ -8,11 +8,13 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from threadline._internal.attrdict import AttrDict, wrap
+from threadline.config import DEFAULT_SUB_AGENT_MAX_DEPTH, DEFAULT_TOOL_TIMEOUT_S
 from threadline.errors import ModelCallError
 from threadline.events.chunk_types import Emitted, StepFinishPayload, ToolCallPayload
 from threadline.events.json_types import JSONObject
 from threadline.logging import get_logger
 from threadline.runtime.agent import Agent
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import RecordedOutput, StepSummary
 from threadline.runtime.messages import MessageList, make_message
 from threadline.runtime.model.model_calls import ModelChoice
@@ -87,6 +89,12 @@ class StepState:
     """Where the current step's own parts (reasoning, text, tool invocations) begin among the
     response message's parts; ``None`` before the model answered. A ``data-*`` part written as
     the processors see the run's ``finish`` goes there, as Mastra adds a step's text after them."""
+    tool_timeout_s: float | None = DEFAULT_TOOL_TIMEOUT_S
+    """The run's default tool timeout (seconds; ``None``: none): a tool call or workflow step
+    that sets no ``timeout_s`` ends as a ``ToolTimeoutError`` tool error after it (decision 218)."""
+    sub_agent_max_depth: int = DEFAULT_SUB_AGENT_MAX_DEPTH
+    """How deep a sub-agent tree may grow: a run this deep gets a tool error for a sub-agent call
+    instead of a child run (decision 219)."""
     children: Pending = field(default_factory=Pending)
     """The sub-agent calls of the current attempt, waiting for their child runs (decision 77)."""
     approvals: list[ToolCallPayload] = field(default_factory=list)
@@ -146,6 +154,8 @@ class StepState:
     async def custom_chunk(self, chunk: dict[str, Any], *, through_processors: bool) -> None:
         if not str(chunk.get("type", "")).startswith("data-"):
             raise ValueError("writer.custom chunks must have a type starting with 'data-'")
+        if "data" in chunk:  # one JSON for the stream and the stored part (decision 217); raises here, in the tool
+            chunk = {**chunk, "data": json_form(chunk["data"], what="data")}
         transient = bool(chunk.get("transient"))
         part = await self.emit(chunk, processed=through_processors)
         if part is None or transient or not str(part.get("type", "")).startswith("data-"):

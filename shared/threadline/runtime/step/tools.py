@@ -6,26 +6,29 @@ becomes a child run (decision 77)."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from threadline._internal.attrdict import AttrDict, wrap
 from threadline._internal.faults import armed, pause_point
 from threadline._internal.usercode import call_user
-from threadline.errors import StaleWriterError
+from threadline.errors import NotSerialisableError, StaleWriterError
 from threadline.events import chunks
 from threadline.events.approval_chunks import tool_call_approval_chunk
 from threadline.events.chunk_types import ToolCallPayload
 from threadline.events.json_types import JSONObject, JSONValue
 from threadline.logging import get_logger
 from threadline.ops import tracing
+from threadline.orchestration.children import depth_limit_error, depth_of
+from threadline.runtime.json_form import json_form
 from threadline.runtime.message_types import ToolOutcome
 from threadline.runtime.messages import MessageList
 from threadline.runtime.step.ports import StepStore
 from threadline.runtime.step.state import StepState, StepWriter
 from threadline.runtime.sub_agent_names import sub_agent_model_output
 from threadline.runtime.sub_agents import SubAgentTool, request_for
-from threadline.runtime.tools import Tool, ToolContext, ToolHooks
+from threadline.runtime.tools import Tool, ToolContext, ToolHooks, bounded, deadline_s
 from threadline.runtime.workflows import journal_factory
 from threadline.text import clean_json, clean_text
 
@@ -74,7 +77,10 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
     for call in response.calls:
         sub = tools.get(call["toolName"])
         if isinstance(sub, SubAgentTool) and call["toolCallId"] not in done:  # a child run (decision 77)
-            skipped = await _before_sub_agent(step, call, hooks)
+            if depth_of(run.options) >= step.sub_agent_max_depth:  # the tree is deep enough (decision 219)
+                skipped: tuple[JSONValue, str | None] | None = (None, depth_limit_error(step.sub_agent_max_depth))
+            else:
+                skipped = await _before_sub_agent(step, call, hooks)
             if skipped is None:
                 step.children.requests.append(request_for(run.run_id, run.thread_id, sub, call))
                 step.children.calls.append(ToolCallPayload(toolCallId=call["toolCallId"], toolName=call["toolName"],
@@ -82,8 +88,8 @@ async def run_tools(step: StepState, response: ModelResponse, tools: dict[str, T
                 continue
             if not owned and not await store.still_owner(run, step.writer.attempt):
                 raise StaleWriterError(run.run_id, run.epoch)
-            await store.save_tool_result(run, call["toolCallId"], call["toolName"], skipped[0], None)
-            done[call["toolCallId"]] = (skipped[0], None)
+            await store.save_tool_result(run, call["toolCallId"], call["toolName"], *skipped)
+            done[call["toolCallId"]] = skipped
         if call["toolCallId"] not in done and needs_approval(tools.get(call["toolName"]),
                                                              run_option=step.require_tool_approval):
             await hold(step, call, store)  # the step suspends; the resumed step runs it (decision 226)
@@ -109,7 +115,7 @@ async def execute_call(step: StepState, call: ToolCallPayload, tools: dict[str, 
                       resource_id=run.resource_id, agent_id=agent.id, step=run.step,
                       idempotency_key=f"{run.run_id}:{call['toolCallId']}",
                       writer=StepWriter(step, through_processors=True), request_context=step.runner.request_context,
-                      journal=journal_factory(store, run, step.writer.attempt))
+                      journal=journal_factory(store, run, step.writer.attempt), default_timeout_s=step.tool_timeout_s)
     try:
         with tracing.span(f"execute_tool {call['toolName']}", **{
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call["toolName"],
@@ -125,7 +131,7 @@ async def execute_call(step: StepState, call: ToolCallPayload, tools: dict[str, 
                                               steps=step.steps, tool_name=call["toolName"],
                                               tool_call_id=call["toolCallId"], args=call.get("args"), result=output)
         found, replaced = read_result(step.ml, call["toolCallId"])
-        final = replaced if found else output
+        final, error = encoded(replaced, None) if found else (output, None)
     await store.save_tool_result(run, call["toolCallId"], call["toolName"], final, error)
     await pause_point("after_tool_result_stored", run.thread_id)
     return final, error
@@ -141,7 +147,7 @@ async def tool_outcome(step: StepState, call: ToolCallPayload, result: JSONValue
     if error is not None:
         set_invocation(step.ml, step.response_id, call["toolCallId"], state="output-error", errorText=error)
         tools = step.tools if step.tools is not None else step.agent.tools
-        name = "ToolNotFoundError" if error == unknown_tool_error(call["toolName"], tools) else "Error"
+        name = tool_error_name(error, call["toolName"], tools)
         await step.emit(chunks.tool_error_chunk(call["toolCallId"], call["toolName"], call.get("args"), error,
                                                 name=name))
         return {**base, "error": error}
@@ -159,9 +165,25 @@ async def run_tool_call(*, call: ToolCallPayload, tools: dict[str, Tool], hooks:
                         context: ToolContext, agent_meta: Mapping[str, object]) -> tuple[JSONValue, str | None]:
     """Run one call with its hooks. Returns ``(result, error_text)``; ``error_text`` is set when
     the tool is unknown, its input invalid, or it raised (then ``result`` is ``None``). U+0000 and
-    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18)."""
+    lone surrogate halves in the result and the error text are replaced by U+FFFD (decision 18). The
+    result is brought to JSON by the one rule of :mod:`threadline.runtime.json_form` (decision
+    217): a result with no JSON form is the call's error, naming its type and path."""
     output, error = await _run(call=call, tools=tools, hooks=hooks, context=context, agent_meta=agent_meta)
+    output, error = encoded(output, error)
     return clean_json(output), (clean_text(error) if error is not None else None)
+
+
+def encoded(output: object, error: str | None) -> tuple[JSONValue, str | None]:
+    """``(output, error)`` with ``output`` as plain JSON (:func:`json_form`); ``(None, why)`` when
+    it has no JSON form. An error stays as it is. Never raises for the value: a result that
+    cannot be encoded is deterministic, never a fault to retry (the tool would run again)."""
+    if error is not None:
+        return None, error
+    try:
+        return json_form(output), None
+    except NotSerialisableError as exc:
+        log.info("tool result not JSON-serialisable", error=str(exc))
+        return None, str(exc)
 
 
 def agent_meta(step: StepState) -> dict[str, Any]:
@@ -200,10 +222,12 @@ async def hold(step: StepState, call: ToolCallPayload, store: StepStore) -> None
                                           args=call.get("args")))
 
 
-async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks) -> tuple[Any] | None:
+async def _before_sub_agent(step: StepState, call: ToolCallPayload,
+                            hooks: ToolHooks) -> tuple[JSONValue, str | None] | None:
     """``before_tool_call`` around a sub-agent call (Mastra wraps every tool, sub-agents too):
-    ``(output,)`` when it answered ``{proceed: False, output}`` (no child run, and no
-    ``after_tool_call``, as for any skipped tool), else ``None``."""
+    ``(output, error)`` when it answered ``{proceed: False, output}`` (no child run, and no
+    ``after_tool_call``, as for any skipped tool; ``error`` when the output has no JSON form),
+    else ``None``."""
     if hooks.before_tool_call is None:
         return None
     run = step.run
@@ -212,7 +236,8 @@ async def _before_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolH
     decision = await call_user(hooks.before_tool_call, ctx)
     if not (isinstance(decision, dict) and decision.get("proceed") is False):
         return None
-    return (clean_json(decision.get("output")),)
+    output, error = encoded(decision.get("output"), None)
+    return clean_json(output), error
 
 
 async def after_sub_agent(step: StepState, call: ToolCallPayload, hooks: ToolHooks, output: Any,
@@ -242,7 +267,8 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
         error = unknown_tool_error(name, tools)
     else:
         try:
-            output = await tool.run(args, context)
+            output = await bounded(tool.run(args, context), deadline_s(tool.timeout_s, context.default_timeout_s),
+                                   f"tool {name}", context.abort_signal)
         except Exception as exc:
             if getattr(exc, "interrupts_step", False):  # a workflow lost its step or journal (decision 81)
                 raise
@@ -250,6 +276,17 @@ async def _run(*, call: ToolCallPayload, tools: dict[str, Tool], hooks: ToolHook
             log.info("tool raised", tool=name, error=error, exc_type=type(exc).__name__)
     await _after(hooks, hook_ctx, output, error)
     return output, error
+
+
+def tool_error_name(error: str, tool_name: str, tools: dict[str, Tool]) -> str:
+    """A ``tool-error``'s ``error.name``, from the stored text (a resumed step emits the chunk
+    again from it): ``ToolNotFoundError`` for a tool the agent does not have,
+    ``ToolTimeoutError`` for a call past its deadline (decision 218), else ``Error`` (decision 144)."""
+    if error == unknown_tool_error(tool_name, tools):
+        return "ToolNotFoundError"
+    if re.fullmatch(rf"tool {re.escape(tool_name)} timed out after [0-9.e+-]+ s", error):
+        return "ToolTimeoutError"
+    return "Error"
 
 
 def unknown_tool_error(name: str, tools: dict[str, Tool]) -> str:
