@@ -34,7 +34,7 @@ from threadline.gateway.traced import ServerSpans
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
 from threadline.store import inbox_access as access
-from threadline.store import queries
+from threadline.store import paging, queries
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -147,6 +147,8 @@ def _errors(handler: Handler) -> Handler:
             return _json({"error": {"code": "broker_unavailable", "message": "Kafka cannot be reached"}}, 503)
         except TimeoutError:
             return _json({"error": {"code": "timeout", "message": "no reply from ingress in time"}}, 504)
+        except paging.CursorError as exc:
+            return _json({"error": {"code": "invalid_cursor", "message": str(exc)}}, 422)
         except ValueError as exc:
             return _json({"error": {"code": "invalid_argument", "message": str(exc)}}, 422)
 
@@ -255,19 +257,29 @@ async def list_threads(request: Request) -> Response:
     return _json({"threads": _rows(await queries.list_threads(gw.db, resource_id=resource_id, limit=limit))})
 
 
+def _page(request: Request) -> tuple[str | None, int]:
+    """``(cursor, limit)`` of a list read's query (decision 221); 422 ``invalid_argument`` for a bad limit."""
+    return request.query_params.get("cursor"), paging.page_limit(request.query_params.get("limit"))
+
+
 @_errors
 async def list_messages(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    rows = await queries.list_messages(gw.db, resource_id=resource_id, thread_id=thread_id)
-    return _json({"messages": _rows(rows)})
+    cursor, limit = _page(request)
+    rows, after = await queries.message_page(gw.db, resource_id=resource_id, thread_id=thread_id, cursor=cursor,
+                                             limit=limit)
+    return _json({"messages": _rows(rows), "next_cursor": after})
 
 
 @_errors
 async def list_runs(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    return _json({"runs": _rows(await queries.list_runs(gw.db, resource_id=resource_id, thread_id=thread_id))})
+    cursor, limit = _page(request)
+    rows, after = await queries.run_page(gw.db, resource_id=resource_id, thread_id=thread_id, cursor=cursor,
+                                         limit=limit)
+    return _json({"runs": _rows(rows), "next_cursor": after})
 
 
 @_errors
@@ -347,10 +359,12 @@ async def save_editor(request: Request) -> Response:
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
+    cursor, limit = _page(request)
     async with gw.db.connection() as conn:
-        records = await access.list_records(conn, resource_id=resource_id, thread_id=thread_id,
-                                            status=request.query_params.get("status"))
-    return _json({"records": records})
+        records, after = await access.page_records(conn, resource_id=resource_id, thread_id=thread_id,
+                                                   status=request.query_params.get("status"), cursor=cursor,
+                                                   limit=limit)
+    return _json({"records": records, "next_cursor": after})
 
 
 @_errors
