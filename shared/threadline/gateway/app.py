@@ -31,6 +31,7 @@ from threadline.gateway.auth import EDITOR, AuthConfig, Caller, authenticate, cr
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import EventStream, events, parse_event_id
 from threadline.gateway.traced import ServerSpans
+from threadline.kafka.fanout import RETRY_AFTER_S
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
 from threadline.store import inbox_access as access
@@ -96,6 +97,14 @@ class Gateway:
         if await self.owner(thread_id) != resource_id:
             raise ApiError(404, "not_found", "", NOT_FOUND)
         return resource_id, thread_id
+
+    def refuse_when_full(self) -> None:
+        """Raise :class:`StreamsFullError` (503 ``at_capacity``) when the gateway serves its
+        maximum of streams: before any I/O, so a crowd of viewers is refused in microseconds and
+        holds no descriptor or database connection while it waits (decision 223)."""
+        fanout = getattr(self.client.transport, "fanout", None)
+        if fanout is not None and fanout.max_streams is not None and fanout.open_streams >= fanout.max_streams:
+            raise StreamsFullError(f"this process serves its maximum of {fanout.max_streams} streams", RETRY_AFTER_S)
 
     async def writable_thread(self, request: Request) -> tuple[str, str]:
         """``(resource_id, thread_id)`` of a thread that is the resource's or does not exist yet
@@ -395,6 +404,8 @@ async def mark_notification(request: Request) -> Response:
 @_errors
 async def events_(request: Request) -> Response:
     gw = _gw(request)
+    gw.resource(request, query_token=True)  # who first (401 / 403), then capacity, then the store
+    gw.refuse_when_full()
     resource_id, thread_id = await gw.existing_thread(request, query_token=True)
     try:
         resume = parse_event_id(request.headers.get("last-event-id") or request.query_params.get("last_event_id"))
