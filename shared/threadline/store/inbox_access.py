@@ -75,14 +75,8 @@ async def list_records(conn: asyncpg.Connection, *, resource_id: str, thread_id:
                        status: str | None = None) -> list[InboxRecord]:
     """All the thread's records, oldest first, without ``payload`` (``status`` filters), read
     page by page (:func:`page_records`)."""
-    out: list[InboxRecord] = []
-    cursor: str | None = None
-    while True:
-        page, cursor = await page_records(conn, resource_id=resource_id, thread_id=thread_id, status=status,
-                                          cursor=cursor, limit=paging.MAX_LIMIT)
-        out += page
-        if cursor is None:
-            return out
+    return await paging.every_row(lambda cursor: page_records(
+        conn, resource_id=resource_id, thread_id=thread_id, status=status, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 async def read_record(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,

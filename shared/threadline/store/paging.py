@@ -9,16 +9,17 @@ and the cursor is that key of the page's last row, so a walk never repeats or sk
 existed when it began, whatever rows share a ``created_at``, and rows appended during the walk
 appear once or not at all.
 
-A cursor is opaque text (URL-safe base64 of a small JSON array) naming the read it belongs to;
-pure functions here, no I/O.
+A cursor is opaque text (URL-safe base64 of a small JSON array) naming the read it belongs to.
+Pure functions here, and :func:`every_row`, the walk over a page read it is given.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Literal, TypeVar
 
 import orjson
 
@@ -30,6 +31,7 @@ PAGE_BYTES = 4 * 1024 * 1024
 """A page ends early once its rows' big text (UTF-8 bytes) reaches this (4 MiB); it always holds
 at least one row, so one bigger row comes alone."""
 
+Row = TypeVar("Row")
 Read = Literal["messages", "runs", "inbox"]
 """The read a cursor continues."""
 
@@ -122,3 +124,16 @@ def kept(flags: list[bool]) -> tuple[int, bool]:
     ``limit`` and :data:`PAGE_BYTES`; the flags never turn back to true)."""
     count = next((i for i, flag in enumerate(flags) if not flag), len(flags))
     return count, count < len(flags)
+
+
+async def every_row(read_page: Callable[[str | None], Awaitable[tuple[list[Row], str | None]]]) -> list[Row]:
+    """Every row of a paged read: ``read_page(cursor)`` called from ``None`` on, each next page by
+    the cursor the last one gave, until one gives none. Each statement stays bounded; the list is
+    the whole read, for callers that asked for all of it."""
+    out: list[Row] = []
+    cursor: str | None = None
+    while True:
+        page, cursor = await read_page(cursor)
+        out += page
+        if cursor is None:
+            return out

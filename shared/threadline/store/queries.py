@@ -94,14 +94,8 @@ async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list
     """All the thread's stored messages in thread order (rows as :func:`message_page`), read page
     by page (each statement bounded; the list is what the caller asked for: the whole thread).
     Empty for a thread of another resource, or none."""
-    out: list[MessageRow[datetime]] = []
-    cursor: str | None = None
-    while True:
-        page, cursor = await message_page(conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor,
-                                          limit=paging.MAX_LIMIT)
-        out += page
-        if cursor is None:
-            return out
+    return await paging.every_row(lambda cursor: message_page(
+        conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 # --- runs ---------------------------------------------------------------------------------------
@@ -144,14 +138,8 @@ async def run_page(conn: Conn, *, resource_id: str, thread_id: str, cursor: str 
 
 async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[RunRow[datetime]]:
     """All the thread's runs, oldest first (rows as :func:`run_page`), read page by page."""
-    out: list[RunRow[datetime]] = []
-    cursor: str | None = None
-    while True:
-        page, cursor = await run_page(conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor,
-                                      limit=paging.MAX_LIMIT)
-        out += page
-        if cursor is None:
-            return out
+    return await paging.every_row(lambda cursor: run_page(
+        conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | None:
