@@ -97,3 +97,17 @@ async def test_d13_another_resources_thread_pages_as_none_and_a_foreign_cursor_i
     assert await inbox_access.page_records(conn, resource_id="someone-else", thread_id=thread) == ([], None)
     with pytest.raises(paging.CursorError):
         await queries.run_page(db, resource_id="r", thread_id=thread, cursor=paging.position_cursor(1))
+
+
+async def test_d13_the_mastra_pages_count_apart_from_the_page(readers) -> None:
+    db, conn = readers
+    resource, thread = await _thread(conn, [10] * 7, tied=datetime.now(UTC))
+    rows, total = await queries.page_messages(db, resource_id=resource, thread_id=thread, offset=5, limit=3)
+    assert len(rows) == 2 and total == 7
+    rows, total = await queries.page_messages(db, resource_id=resource, thread_id=thread, offset=9, limit=3)
+    assert rows == [] and total == 7
+    newest, _ = await queries.page_messages(db, resource_id=resource, thread_id=thread, offset=0, limit=1, descending=True)
+    assert newest[0]["id"] == (await queries.list_messages(db, resource_id=resource, thread_id=thread))[-1]["id"]
+    threads, count = await queries.page_threads(db, resource_id=resource, offset=0, limit=10)
+    assert [t["id"] for t in threads] == [thread] and count == 1
+    assert await queries.page_threads(db, resource_id=resource, offset=1, limit=10) == ([], 1)
