@@ -46,7 +46,7 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     limit, open_now = capacity.descriptors()  # streams within the descriptors (decision 223)
     max_streams = capacity.stream_limit(settings.gateway_max_streams, descriptor_limit=limit, descriptors_open=open_now)
     if max_streams < settings.gateway_max_streams:
-        log.warning("stream limit lowered to fit the descriptor limit", max_streams=max_streams,
+        log.info("stream limit lowered to fit the descriptor limit", max_streams=max_streams,
                     setting=settings.gateway_max_streams, descriptor_limit=limit, descriptors_open=open_now)
     # one fan-out reader for every stream the gateway serves: a constant number of Kafka consumers
     transport = KafkaTransport(settings, fanout=True, max_streams=max_streams)
