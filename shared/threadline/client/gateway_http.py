@@ -190,20 +190,39 @@ class GatewayReader:
                                        params={"limit": str(limit)})
         return list(answer["threads"])
 
+    async def _walk(self, path: str, key: str, params: dict[str, str] | None = None) -> list[Any]:
+        """Every row of a paged list read (decision 221): pages of 1,000 followed by their
+        ``next_cursor`` (a gateway that answers no cursor answered every row at once). A page
+        whose connection drops before its answer is asked for once more (a read repeats safely:
+        a kept-alive connection the gateway closed at the moment it was reused, say)."""
+        out: list[Any] = []
+        query = {**(params or {}), "limit": "1000"}
+        while True:
+            try:
+                answer = await self._http.call("GET", path, params=query, missing_ok=True)
+            except BrokerUnavailableError:
+                answer = await self._http.call("GET", path, params=query, missing_ok=True)
+            if answer is None:
+                return out
+            out += answer[key]
+            if not answer.get("next_cursor"):
+                return out
+            query["cursor"] = answer["next_cursor"]
+
     async def _messages(self, *, resource_id: str, thread_id: str) -> list[MessageRow[str]]:
-        rows: list[MessageRow[str]] = await self._get(f"{thread_path(resource_id, thread_id)}/messages", "messages")
+        rows: list[MessageRow[str]] = await self._walk(f"{thread_path(resource_id, thread_id)}/messages", "messages")
         return rows
 
     async def _runs(self, *, resource_id: str, thread_id: str) -> list[RunRow[str]]:
-        rows: list[RunRow[str]] = await self._get(f"{thread_path(resource_id, thread_id)}/runs", "runs")
+        rows: list[RunRow[str]] = await self._walk(f"{thread_path(resource_id, thread_id)}/runs", "runs")
         return rows
 
     async def _scores(self, *, run_id: str) -> list[ScoreRow]:
         raise GatewayError(501, "not_served", f"the gateway serves no scores (run {run_id}); read them from PostgreSQL")
 
     async def _inbox(self, *, resource_id: str, thread_id: str, status: str | None = None) -> list[InboxRecord]:
-        rows: list[InboxRecord] = await self._get(f"{thread_path(resource_id, thread_id)}/inbox", "records",
-                                                     {"status": status} if status else None)
+        rows: list[InboxRecord] = await self._walk(f"{thread_path(resource_id, thread_id)}/inbox", "records",
+                                                      {"status": status} if status else None)
         return rows
 
     async def _notification(self, *, resource_id: str, thread_id: str, record_id: str) -> InboxRecord | None:

@@ -18,6 +18,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from threadline.events.options import check_options
+from threadline.store import paging
 
 # ---------------------------------------------------------------- request bodies
 
@@ -144,13 +145,20 @@ class Endpoint:
     sse: bool = False
 
 
+PAGE_QUERY = {"limit": f"at most this many rows (default {paging.DEFAULT_LIMIT}, at most {paging.MAX_LIMIT}); a page "
+                        f"also ends once its big text reaches {paging.PAGE_BYTES // 2**20} MiB",
+              "cursor": "the previous page's next_cursor: the page after it (decision 221)"}
+"""The paging parameters of a thread's list reads (:mod:`threadline.store.paging`)."""
+
 ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("GET", "/v1/resources/{resource_id}/threads", "list_threads",
              "The resource's threads, most recently updated first", query={"limit": "at most this many (default 100)"}),
     Endpoint("POST", f"{THREAD}/messages", "send_message", "sendMessage: deliver into the active run or wake the thread",
              SendMessageBody, 202),
-    Endpoint("GET", f"{THREAD}/messages", "list_messages", "The thread's stored messages, oldest first",
-             query={"live_tail": "true: leave out the turn in progress and answer stream.after_run, the newest run "
+    Endpoint("GET", f"{THREAD}/messages", "list_messages",
+             "A page of the thread's stored messages, oldest first: {messages, next_cursor} (null: the last page)",
+             query={**PAGE_QUERY,
+                    "live_tail": "true: leave out the turn in progress and answer stream.after_run, the newest run "
                                  "held (GET …/events?after_run= sends the rest; decision 215)"}),
     Endpoint("POST", f"{THREAD}/queue", "queue_message", "queueMessage: the next turn after the active run",
              QueueMessageBody, 202),
@@ -170,7 +178,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("POST", f"{THREAD}/decline-tool-call", "decline_tool_call",
              "declineToolCall: the held call never runs, the model reads the reason ({resolved, status})",
              ToolCallBody),
-    Endpoint("GET", f"{THREAD}/runs", "list_runs", "The thread's runs, oldest first"),
+    Endpoint("GET", f"{THREAD}/runs", "list_runs", "A page of the thread's runs, oldest first: {runs, next_cursor}",
+             query=PAGE_QUERY),
     Endpoint("GET", f"{THREAD}/events", "events",
              "Server-Sent Events: the thread's chunks without duplicates or dead attempts; resume with Last-Event-ID",
              query={"from": "beginning (replay what the topic retains) or end (default: only what comes next)",
@@ -193,8 +202,9 @@ ENDPOINTS: tuple[Endpoint, ...] = (
              "Save an agent's editor overrides built on a version (If-Match or version: 428 without, 412 when "
              "stale), locked fields stripped; applied at its next run (the editor scope)",
              EditorBody),
-    Endpoint("GET", f"{THREAD}/inbox", "list_inbox", "The thread's notification records (no payloads)",
-             query={"status": "only records of this status (e.g. pending)"}),
+    Endpoint("GET", f"{THREAD}/inbox", "list_inbox",
+             "A page of the thread's notification records (no payloads), oldest first: {records, next_cursor}",
+             query={"status": "only records of this status (e.g. pending)", **PAGE_QUERY}),
     Endpoint("GET", f"{THREAD}/inbox/{{record_id}}", "read_notification", "One record with its payload and metadata"),
     Endpoint("POST", f"{THREAD}/inbox/{{record_id}}", "mark_notification", "Mark a record seen, dismissed or archived",
              MarkBody),

@@ -30,10 +30,11 @@ from threadline.gateway.auth import EDITOR, AuthConfig, Caller, PrepareJwks, aut
 from threadline.gateway.cors import cors_middleware
 from threadline.gateway.streaming import EventStream, events, parse_event_id, until_expiry
 from threadline.gateway.traced import ServerSpans
+from threadline.kafka.fanout import RETRY_AFTER_S
 from threadline.logging import get_logger
 from threadline.ops.server import readiness
 from threadline.store import inbox_access as access
-from threadline.store import queries
+from threadline.store import paging, queries
 from threadline.store.db import Database
 
 log = get_logger(__name__)
@@ -96,6 +97,14 @@ class Gateway:
             raise ApiError(404, "not_found", "", NOT_FOUND)
         return resource_id, thread_id
 
+    def refuse_when_full(self) -> None:
+        """Raise :class:`StreamsFullError` (503 ``at_capacity``) when the gateway serves its
+        maximum of streams: before any I/O, so a crowd of viewers is refused in microseconds and
+        holds no descriptor or database connection while it waits (decision 223)."""
+        fanout = getattr(self.client.transport, "fanout", None)
+        if fanout is not None and fanout.max_streams is not None and fanout.open_streams >= fanout.max_streams:
+            raise StreamsFullError(f"this process serves its maximum of {fanout.max_streams} streams", RETRY_AFTER_S)
+
     async def writable_thread(self, request: Request) -> tuple[str, str]:
         """``(resource_id, thread_id)`` of a thread that is the resource's or does not exist yet
         (a send creates it); another resource's thread is 404 (the body of a missing one)."""
@@ -148,6 +157,8 @@ def _errors(handler: Handler) -> Handler:
             return _json({"error": {"code": "timeout", "message": "no reply from ingress in time"}}, 504)
         except idem.KeyRefused as exc:
             return _json({"error": {"code": exc.code, "message": str(exc)}}, exc.status)
+        except paging.CursorError as exc:
+            return _json({"error": {"code": "invalid_cursor", "message": str(exc)}}, 422)
         except ValueError as exc:
             return _json({"error": {"code": "invalid_argument", "message": str(exc)}}, 422)
 
@@ -297,24 +308,36 @@ async def list_threads(request: Request) -> Response:
     return _json({"threads": _rows(await queries.list_threads(gw.db, resource_id=resource_id, limit=limit))})
 
 
+def _page(request: Request) -> tuple[str | None, int]:
+    """``(cursor, limit)`` of a list read's query (decision 221); 422 ``invalid_argument`` for a bad limit."""
+    return request.query_params.get("cursor"), paging.page_limit(request.query_params.get("limit"))
+
+
 @_errors
 async def list_messages(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
+    cursor, limit = _page(request)
+    live_tail = request.query_params.get("live_tail") == "true"
     async with gw.db.connection() as conn, conn.transaction(isolation="repeatable_read", readonly=True):
-        runs = await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id)
-        rows = await queries.list_messages(conn, resource_id=resource_id, thread_id=thread_id)
-    if request.query_params.get("live_tail") != "true":
-        return _json({"messages": _rows(rows)})
+        runs = await queries.list_runs(conn, resource_id=resource_id, thread_id=thread_id) if live_tail else []
+        rows, after = await queries.message_page(conn, resource_id=resource_id, thread_id=thread_id,
+                                                 cursor=cursor, limit=limit)
+    if not live_tail:
+        return _json({"messages": _rows(rows), "next_cursor": after})
     cut = seam.seam(runs)  # for a view with a live tail: the turn in progress comes whole from the stream (215)
-    return _json({"messages": _rows(seam.stored_part(rows, cut)), "stream": {"after_run": cut.after_run}})
+    return _json({"messages": _rows(seam.stored_part(rows, cut)), "next_cursor": after,
+                  "stream": {"after_run": cut.after_run}})
 
 
 @_errors
 async def list_runs(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
-    return _json({"runs": _rows(await queries.list_runs(gw.db, resource_id=resource_id, thread_id=thread_id))})
+    cursor, limit = _page(request)
+    rows, after = await queries.run_page(gw.db, resource_id=resource_id, thread_id=thread_id, cursor=cursor,
+                                         limit=limit)
+    return _json({"runs": _rows(rows), "next_cursor": after})
 
 
 @_errors
@@ -394,10 +417,12 @@ async def save_editor(request: Request) -> Response:
 async def list_inbox(request: Request) -> Response:
     gw = _gw(request)
     resource_id, thread_id = await gw.existing_thread(request)
+    cursor, limit = _page(request)
     async with gw.db.connection() as conn:
-        records = await access.list_records(conn, resource_id=resource_id, thread_id=thread_id,
-                                            status=request.query_params.get("status"))
-    return _json({"records": records})
+        records, after = await access.page_records(conn, resource_id=resource_id, thread_id=thread_id,
+                                                   status=request.query_params.get("status"), cursor=cursor,
+                                                   limit=limit)
+    return _json({"records": records, "next_cursor": after})
 
 
 @_errors
@@ -428,6 +453,8 @@ async def mark_notification(request: Request) -> Response:
 @_errors
 async def events_(request: Request) -> Response:
     gw = _gw(request)
+    gw.resource(request, query_token=True)  # who first (401 / 403), then capacity, then the store
+    gw.refuse_when_full()
     resource_id, thread_id = await gw.existing_thread(request, query_token=True)
     expires_at = gw.caller(request, query_token=True).expires_at  # the stream ends then (decision 216)
     try:

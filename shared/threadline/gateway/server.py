@@ -20,7 +20,7 @@ from threadline._internal import gc_tuning
 from threadline.client.client import ThreadlineClient
 from threadline.client.kafka_transport import KafkaTransport
 from threadline.config import Settings, get_settings
-from threadline.gateway import ai_sdk, mastra_api
+from threadline.gateway import ai_sdk, capacity, mastra_api
 from threadline.gateway.app import Gateway, make_app
 from threadline.gateway.auth import config_from_settings
 from threadline.logging import configure, get_logger
@@ -43,10 +43,15 @@ def build(settings: Settings) -> tuple[Any, Gateway]:
     db = Database(settings.pg_dsn, statement_cache=settings.pg_statement_cache,
                   transaction_pooling=settings.pg_transaction_pooling, max_size=settings.pg_pool_max,
                   acquire_timeout_s=settings.pg_pool_timeout_s)
+    limit, open_now = capacity.descriptors()  # streams within the descriptors (decision 223)
+    max_streams = capacity.stream_limit(settings.gateway_max_streams, descriptor_limit=limit, descriptors_open=open_now)
+    if max_streams < settings.gateway_max_streams:
+        log.info("stream limit lowered to fit the descriptor limit", max_streams=max_streams,
+                    setting=settings.gateway_max_streams, descriptor_limit=limit, descriptors_open=open_now)
     # one fan-out reader for every stream the gateway serves: a constant number of Kafka consumers
-    transport = KafkaTransport(settings, fanout=True, max_streams=settings.gateway_max_streams)
+    transport = KafkaTransport(settings, fanout=True, max_streams=max_streams)
     gateway = Gateway(ThreadlineClient(transport=transport), db, auth, chat_send_reasoning=settings.gateway_chat_send_reasoning)
-    _stream_gauges(transport, settings.gateway_max_streams)
+    _stream_gauges(transport, max_streams)
 
     async def start() -> None:
         await db.start()

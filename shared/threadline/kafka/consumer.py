@@ -16,7 +16,10 @@ run hundreds of long steps at once, so consumption is this small mechanism over 
    stops the partition;
 6. on rebalance, finished offsets of revoked partitions are committed; a commit that fails because
    the group moved on is expected and only logged. Records still running for a revoked partition
-   finish (their effects are idempotent and fenced) but no longer move its offset.
+   finish (their effects are idempotent and fenced) but no longer move its offset;
+7. records of a revoked partition fetched or queued in a lane but not started yet are dropped
+   at the revocation, never started here: the partition's new owner receives them again from
+   the committed offset (decision 222). A stopping consumer drops its not-started records alike.
 """
 
 from __future__ import annotations
@@ -72,6 +75,17 @@ class OffsetTracker:
     @property
     def in_flight(self) -> int:
         return len(self._pending)
+
+
+def _ranges(offsets: list[int]) -> str:
+    """``[3, 4, 5, 9]`` → ``"3-5,9"`` (a log line's offsets, however many)."""
+    spans: list[list[int]] = []
+    for off in sorted(offsets):
+        if spans and off == spans[-1][1] + 1:
+            spans[-1][1] = off
+        else:
+            spans.append([off, off])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka ships no types: its base is Any
@@ -154,6 +168,10 @@ class KeyedConsumer:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
+        dropped = self._drop_queued(None)  # started no more: delivered again to the next owner
+        if dropped:
+            log.info("records not started dropped at stop; delivered again to the partitions' next owner",
+                     count=sum(len(offsets) for offsets in dropped.values()))
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._idle.wait(), grace_s)
         lanes = list(self._lane_tasks)
@@ -204,28 +222,56 @@ class KeyedConsumer:
         task.add_done_callback(self._lane_tasks.discard)
 
     async def _run_lane(self, key: bytes | None, lane: deque[tuple[Record, OffsetTracker]]) -> None:
+        """Run the lane's records one after another; a lane holds only records not started yet
+        (each is taken off before its handler runs), so a revocation can drop them."""
         try:
             while lane:
-                record, tracker = lane[0]
+                record, tracker = lane.popleft()
                 try:
                     await self._handler(record)
-                except asyncio.CancelledError:
+                except asyncio.CancelledError:  # unfinished: its offset is not committed past
                     raise
                 except Exception:
                     log.exception("handler raised; record counted as finished",
                                   topic=record.topic, partition=record.partition, offset=record.offset)
-                lane.popleft()
                 self._finish(tracker, record.offset)
         finally:
             if self._lanes.get(key) is lane:
                 del self._lanes[key]
+
+    def _drop_queued(self, partitions: set[TopicPartition] | None) -> dict[str, list[int]]:
+        """Take the not-started records of ``partitions`` (``None``: of every partition) out of
+        their lanes, counted as no longer in flight (their offsets stay uncommitted, so they are
+        delivered again); returns the dropped offsets by ``topic:partition``."""
+        def dropping(record: Record) -> bool:
+            return partitions is None or TopicPartition(record.topic, record.partition) in partitions
+
+        dropped: dict[str, list[int]] = {}
+        for lane in self._lanes.values():
+            gone = [r for r, _ in lane if dropping(r)]
+            if not gone:
+                continue
+            kept = [(r, t) for r, t in lane if not dropping(r)]
+            lane.clear()
+            lane.extend(kept)
+            for r in gone:
+                dropped.setdefault(f"{r.topic}:{r.partition}", []).append(r.offset)
+        count = sum(len(offsets) for offsets in dropped.values())
+        if count:
+            self._in_flight -= count
+            self._released()
+        return dropped
 
     def _finish(self, tracker: OffsetTracker, offset: int) -> None:
         # the tracker captured at fetch time: after a revocation it is an orphan and finishing
         # on it moves no offset of the partition's new owner
         self._in_flight -= 1
         tracker.finish(offset)
-        if self._paused and self._in_flight <= self._max_in_flight // 2:
+        self._released()
+
+    def _released(self) -> None:
+        """After records left the in-flight count: resume fetching below half, mark idle at 0."""
+        if self._paused and not self._stopping and self._in_flight <= self._max_in_flight // 2:
             assigned = self._consumer.assignment()
             if assigned:
                 self._consumer.resume(*assigned)
@@ -260,6 +306,11 @@ class KeyedConsumer:
             log.warning("offset commit failed; retrying later", error=repr(exc))
 
     async def _on_revoked(self, revoked: list[TopicPartition]) -> None:
+        dropped = self._drop_queued(set(revoked))
+        if dropped:
+            log.info("records of revoked partitions dropped before they started; their new owner gets them",
+                     dropped={tp: _ranges(offsets) for tp, offsets in sorted(dropped.items())},
+                     count=sum(len(offsets) for offsets in dropped.values()))
         await self._commit(only=list(revoked))
         for tp in revoked:
             self._trackers.pop(tp, None)

@@ -12,6 +12,7 @@ import asyncpg
 import orjson
 
 from threadline.events.rows import InboxRecord
+from threadline.store import paging
 
 MARKS = {"seen": "seen_at", "dismissed": "dismissed_at", "archived": "archived_at"}
 """Status → the timestamp it stamps."""
@@ -48,14 +49,34 @@ def _view(row: asyncpg.Record, *, with_payload: bool = False) -> InboxRecord:
     return out
 
 
+async def page_records(conn: asyncpg.Connection, *, resource_id: str, thread_id: str, status: str | None = None,
+                       cursor: str | None = None, limit: int = paging.DEFAULT_LIMIT) -> tuple[list[InboxRecord], str | None]:
+    """One page of the thread's records, oldest first (``(created_at, id)``, a total order),
+    without ``payload`` (``status`` filters): at most ``limit``, and the next page's cursor
+    (``None``: none follows; decision 221).
+
+    Raises:
+        threadline.store.paging.CursorError: ``cursor`` is not an inbox cursor.
+    """
+    await _json(conn)
+    after = paging.after_time("inbox", cursor)
+    at, record_id = after if after is not None else (None, "")
+    rows = await conn.fetch(f"SELECT {_LIST_COLUMNS} FROM notifications WHERE thread_id = $1 AND resource_id = $2 "
+                            "AND ($3::text IS NULL OR status = $3) "
+                            "AND ($4::timestamptz IS NULL OR (created_at, id) > ($4::timestamptz, $5::text)) "
+                            "ORDER BY created_at, id LIMIT $6 + 1", thread_id, resource_id, status, at, record_id, limit)
+    count, more = paging.kept([i < limit for i in range(len(rows))])
+    last = rows[count - 1] if more else None
+    return [_view(r) for r in rows[:count]], None if last is None else paging.time_cursor(
+        "inbox", last["created_at"], last["id"])
+
+
 async def list_records(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,
                        status: str | None = None) -> list[InboxRecord]:
-    """The thread's records, oldest first, without ``payload`` (``status`` filters)."""
-    await _json(conn)
-    rows = await conn.fetch(f"SELECT {_LIST_COLUMNS} FROM notifications WHERE thread_id = $1 AND resource_id = $2 "
-                            "AND ($3::text IS NULL OR status = $3) ORDER BY created_at, id", thread_id, resource_id,
-                            status)
-    return [_view(r) for r in rows]
+    """All the thread's records, oldest first, without ``payload`` (``status`` filters), read
+    page by page (:func:`page_records`)."""
+    return await paging.every_row(lambda cursor: page_records(
+        conn, resource_id=resource_id, thread_id=thread_id, status=status, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 async def read_record(conn: asyncpg.Connection, *, resource_id: str, thread_id: str,

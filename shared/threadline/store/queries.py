@@ -19,6 +19,7 @@ import orjson
 
 from threadline.events.json_types import JSONObject
 from threadline.events.rows import AgentDetails, AgentSummary, MessageRow, RunRow, ThreadDetails, ThreadSummary
+from threadline.store import paging
 from threadline.store.db import Database
 
 Conn: TypeAlias = Database | asyncpg.Connection
@@ -60,30 +61,85 @@ async def read_thread(conn: Conn, resource_id: str, thread_id: str) -> ThreadDet
 
 
 # --- messages -----------------------------------------------------------------------------------
+_MESSAGE_PAGE = (
+    "SELECT id, position, run_id, role, type, created_at, CASE WHEN keep THEN content END AS content, keep FROM ("
+    " SELECT p.*, (row_number() OVER w <= $4 AND sum(octet_length(content)) OVER w - octet_length(content) < $5)"
+    " AS keep FROM (SELECT id, position, run_id, role, type, content::text AS content, created_at FROM messages"
+    " WHERE thread_id = $1 AND resource_id = $2 AND position > $3 ORDER BY position LIMIT $4 + 1) p"
+    " WINDOW w AS (ORDER BY position ROWS UNBOUNDED PRECEDING)) k ORDER BY position")
+
+
+async def message_page(conn: Conn, *, resource_id: str, thread_id: str, cursor: str | None = None,
+                       limit: int = paging.DEFAULT_LIMIT, max_bytes: int = paging.PAGE_BYTES
+                       ) -> tuple[list[MessageRow[datetime]], str | None]:
+    """One page of the thread's stored messages in thread order (``position``, a total order):
+    rows ``[{id, run_id, role, type, content, created_at}]`` (``content`` Mastra's stored message
+    content, ``{format: 2, parts, …}``), at most ``limit`` of them and about ``max_bytes`` of
+    content (at least one), and the cursor of the next page (``None``: none follows). Empty for
+    a thread of another resource, or none. One statement, bounded by the page (decision 221).
+
+    Raises:
+        threadline.store.paging.CursorError: ``cursor`` is not a messages cursor.
+    """
+    after = paging.after_position(cursor)
+    rows = await conn.fetch(_MESSAGE_PAGE, thread_id, resource_id, after, limit, max_bytes)
+    count, more = paging.kept([r["keep"] for r in rows])
+    page: list[MessageRow[datetime]] = [
+        {"id": r["id"], "run_id": r["run_id"], "role": r["role"], "type": r["type"],
+         "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows[:count]]
+    return page, paging.position_cursor(rows[count - 1]["position"]) if more else None
+
+
 async def list_messages(conn: Conn, *, resource_id: str, thread_id: str) -> list[MessageRow[datetime]]:
-    """The thread's stored messages in thread order: ``[{id, run_id, role, type, content,
-    created_at}]``, ``content`` Mastra's stored message content (``{format: 2, parts, …}``).
+    """All the thread's stored messages in thread order (rows as :func:`message_page`), read page
+    by page (each statement bounded; the list is what the caller asked for: the whole thread).
     Empty for a thread of another resource, or none."""
-    rows = await conn.fetch(
-        "SELECT id, run_id, role, type, content::text AS content, created_at FROM messages "
-        "WHERE thread_id = $1 AND resource_id = $2 ORDER BY position", thread_id, resource_id)
-    return [{"id": r["id"], "run_id": r["run_id"], "role": r["role"], "type": r["type"],
-             "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows]
+    return await paging.every_row(lambda cursor: message_page(
+        conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 # --- runs ---------------------------------------------------------------------------------------
+_RUN_PAGE = (
+    "SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, CASE WHEN keep THEN text END AS text,"
+    " usage, error, tripwire, created_at, finished_at, keep FROM ("
+    " SELECT p.*, (row_number() OVER w <= $5 AND sum(size) OVER w - size < $6) AS keep FROM ("
+    "  SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, octet_length(coalesce(text, ''))"
+    "  AS size, usage::text AS usage, error::text AS error, tripwire::text AS tripwire, created_at, finished_at"
+    "  FROM runs WHERE thread_id = $1 AND resource_id = $2"
+    "  AND ($3::timestamptz IS NULL OR (created_at, run_id) > ($3::timestamptz, $4::text))"
+    "  ORDER BY created_at, run_id LIMIT $5 + 1) p"
+    " WINDOW w AS (ORDER BY created_at, run_id ROWS UNBOUNDED PRECEDING)) k ORDER BY created_at, run_id")
+
+
+async def run_page(conn: Conn, *, resource_id: str, thread_id: str, cursor: str | None = None,
+                   limit: int = paging.DEFAULT_LIMIT, max_bytes: int = paging.PAGE_BYTES
+                   ) -> tuple[list[RunRow[datetime]], str | None]:
+    """One page of the thread's runs, oldest first (``(created_at, run_id)``, a total order):
+    rows ``[{run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage,
+    error, tripwire, created_at, finished_at}]`` (``usage``, ``error`` and ``tripwire`` decoded
+    JSON or ``None``; ``finished_at`` ``None`` while running), at most ``limit`` and about
+    ``max_bytes`` of ``text`` (at least one), and the next page's cursor (``None``: none follows).
+
+    Raises:
+        threadline.store.paging.CursorError: ``cursor`` is not a runs cursor.
+    """
+    after = paging.after_time("runs", cursor)
+    at, run_id = after if after is not None else (None, "")
+    rows = await conn.fetch(_RUN_PAGE, thread_id, resource_id, at, run_id, limit, max_bytes)
+    count, more = paging.kept([r["keep"] for r in rows])
+    page: list[RunRow[datetime]] = [
+        {"run_id": r["run_id"], "agent_id": r["agent_id"], "kind": r["kind"], "status": r["status"],
+         "step": r["step"], "steps_done": r["steps_done"], "finish_reason": r["finish_reason"], "text": r["text"],
+         "usage": _json(r["usage"]), "error": _json(r["error"]), "tripwire": _json(r["tripwire"]),
+         "created_at": r["created_at"], "finished_at": r["finished_at"]} for r in rows[:count]]
+    last = rows[count - 1] if more else None
+    return page, None if last is None else paging.time_cursor("runs", last["created_at"], last["run_id"])
+
+
 async def list_runs(conn: Conn, *, resource_id: str, thread_id: str) -> list[RunRow[datetime]]:
-    """The thread's runs, oldest first: ``[{run_id, agent_id, kind, status, step, steps_done,
-    finish_reason, text, usage, error, tripwire, created_at, finished_at}]`` (``usage``,
-    ``error`` and ``tripwire`` decoded JSON or ``None``; ``finished_at`` ``None`` while running)."""
-    rows = await conn.fetch(
-        "SELECT run_id, agent_id, kind, status, step, steps_done, finish_reason, text, usage::text AS usage, "
-        "error::text AS error, tripwire::text AS tripwire, created_at, finished_at FROM runs "
-        "WHERE thread_id = $1 AND resource_id = $2 ORDER BY created_at, run_id", thread_id, resource_id)
-    return [{"run_id": r["run_id"], "agent_id": r["agent_id"], "kind": r["kind"], "status": r["status"],
-             "step": r["step"], "steps_done": r["steps_done"], "finish_reason": r["finish_reason"], "text": r["text"],
-             "usage": _json(r["usage"]), "error": _json(r["error"]), "tripwire": _json(r["tripwire"]),
-             "created_at": r["created_at"], "finished_at": r["finished_at"]} for r in rows]
+    """All the thread's runs, oldest first (rows as :func:`run_page`), read page by page."""
+    return await paging.every_row(lambda cursor: run_page(
+        conn, resource_id=resource_id, thread_id=thread_id, cursor=cursor, limit=paging.MAX_LIMIT))
 
 
 async def active_run(conn: Conn, *, resource_id: str, thread_id: str) -> str | None:
@@ -147,14 +203,14 @@ async def page_threads(conn: Conn, *, resource_id: str, offset: int, limit: int,
     """
     order = _THREAD_ORDER[(field, descending)]
     wanted = orjson.dumps(metadata or {}).decode()
-    rows = await conn.fetch(
-        "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at, count(*) OVER () AS total "
+    rows = await conn.fetch(  # the page alone: the count is its own statement, never a window over every row
+        "SELECT thread_id, title, metadata::text AS metadata, created_at, updated_at "
         f"FROM threads WHERE resource_id = $1 AND metadata @> $4::text::jsonb ORDER BY {order}, thread_id "
         "OFFSET $2 LIMIT $3", resource_id, offset, limit, wanted)
-    total = rows[0]["total"] if rows else await _count(
+    total = await _count(
         conn, "SELECT count(*) FROM threads WHERE resource_id = $1 AND metadata @> $2::text::jsonb", resource_id, wanted)
     return [{"id": r["thread_id"], "title": r["title"], "metadata": orjson.loads(r["metadata"]),
-             "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows], int(total)
+             "created_at": r["created_at"], "updated_at": r["updated_at"]} for r in rows], total
 
 
 async def page_messages(conn: Conn, *, resource_id: str, thread_id: str, offset: int, limit: int,
@@ -163,14 +219,14 @@ async def page_messages(conn: Conn, *, resource_id: str, thread_id: str, offset:
     (``descending``: newest first), and the thread's message count; ``([], 0)`` for a thread of
     another resource."""
     order = "DESC" if descending else "ASC"
-    rows = await conn.fetch(
-        "SELECT id, run_id, role, type, content::text AS content, created_at, count(*) OVER () AS total "
+    rows = await conn.fetch(  # the page alone: a count(*) OVER () would decode every message of the thread
+        "SELECT id, run_id, role, type, content::text AS content, created_at "
         f"FROM messages WHERE thread_id = $1 AND resource_id = $2 ORDER BY position {order} OFFSET $3 LIMIT $4",
         thread_id, resource_id, offset, limit)
-    total = rows[0]["total"] if rows else await _count(
+    total = await _count(
         conn, "SELECT count(*) FROM messages WHERE thread_id = $1 AND resource_id = $2", thread_id, resource_id)
     return [{"id": r["id"], "run_id": r["run_id"], "role": r["role"], "type": r["type"],
-             "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows], int(total)
+             "content": orjson.loads(r["content"]), "created_at": r["created_at"]} for r in rows], total
 
 
 async def run_thread(conn: Conn, run_id: str) -> tuple[str, str] | None:
