@@ -3,6 +3,7 @@ the call (a replay: duplicates, dead attempts and foreign records included)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -40,6 +41,34 @@ async def read_records(bootstrap: str, topics: list[str], *, partitions: int | N
         return out
     finally:
         await consumer.stop()
+
+
+async def thread_records(bootstrap: str, tp: TopicPartition, key: bytes, *, start: int = 0,
+                         at_least: int = 0, timeout_s: float = 60) -> list[ConsumerRecord[bytes, bytes]]:
+    """The records of one thread (``key``) on ``tp`` from offset ``start`` up to the partition's
+    end offset at the time of the call — in either chunk layout (a thread's own topic, or its
+    partition of the shared chunk topic with other threads' records left out). With ``at_least``,
+    asks again until that many are there. Raises ``AssertionError`` after ``timeout_s`` seconds."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None,
+                                    fetch_max_wait_ms=100)
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            end = (await consumer.end_offsets([tp]))[tp]
+            consumer.seek(tp, start)
+            out: list[ConsumerRecord[bytes, bytes]] = []
+            while await consumer.position(tp) < end:
+                assert time.monotonic() < deadline, "replay did not reach the end offset"
+                for records in (await consumer.getmany(tp, timeout_ms=200, max_records=5000)).values():
+                    out.extend(r for r in records if r.key == key and r.offset < end)
+        finally:
+            await consumer.stop()
+        if len(out) >= at_least:
+            return out
+        assert time.monotonic() < deadline, f"{len(out)} records of the thread, not {at_least}, within {timeout_s} s"
+        await asyncio.sleep(0.1)
 
 
 async def _partitions(bootstrap: str, topics: list[str]) -> dict[str, list[int]]:

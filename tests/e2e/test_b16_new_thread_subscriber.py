@@ -19,9 +19,11 @@ from typing import Any
 
 import orjson
 import pytest
+from aiokafka import TopicPartition
 
-from tests.e2e.records import read_all
+from tests.e2e.records import thread_records
 from threadline.client import ThreadlineClient
+from threadline.topics import thread_key
 
 ITERATIONS = 50
 BOUND_S = 5.0 + 3.0
@@ -74,12 +76,16 @@ async def _reread(again: Any, until_offset: int) -> list[dict[str, Any]]:
     return seen
 
 
-async def _lowest_seqs(cluster: Any, topics: list[str]) -> dict[str, int]:
-    """Each topic's lowest ``seq`` of its (only) run, from a raw replay."""
+async def _lowest_seqs(cluster: Any, places: list[tuple[str, int, str]]) -> dict[str, int]:
+    """Each thread's lowest ``seq`` of its (only) run, from a raw replay of its records only
+    (``(topic, partition, thread)``: its own topic, or its partition of the shared chunk topic)."""
     lowest: dict[str, int] = {}
-    for topic in topics:  # one replay per topic: read_all has no topic in its output
-        chunks = await read_all(cluster.bootstrap, [topic])
-        lowest[topic] = min(c["seq"] for c in chunks if isinstance(c.get("seq"), int))
+    for topic, partition, thread in places:
+        records = await thread_records(cluster.bootstrap, TopicPartition(topic, partition),
+                                       thread_key(RES, thread).encode())
+        seqs = [c["seq"] for c in (orjson.loads(r.value) for r in records) if isinstance(c.get("seq"), int)]
+        assert seqs, f"no chunk of thread {thread} on {topic}[{partition}]"
+        lowest[thread] = min(seqs)
     return lowest
 
 
@@ -96,7 +102,7 @@ async def test_b16a_client_subscriber_sees_the_first_chunk_of_a_new_thread(servi
             await sub.unsubscribe()
             assert chunks[0]["seq"] == 0, f"iteration {i}: first chunk {chunks[0]}"
             _gapless(chunks, 0)
-            topics.append(sub.topic)
+            topics.append((sub.topic, sub.partition or 0, thread))
             if took > BOUND_S:
                 slow.append((i, round(took, 2)))
     assert not slow, f"iterations over {BOUND_S}s from subscribe to finish: {slow}"

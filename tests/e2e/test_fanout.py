@@ -7,28 +7,11 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer, TopicPartition
 
+from tests.e2e.records import thread_records
 from threadline.client import ThreadlineClient
 from threadline.topics import thread_key
-
-
-async def _raw(bootstrap: str, tp: TopicPartition, key: bytes, *, start: int = 0) -> list:
-    """The thread's records (``key``) on ``tp`` from ``start`` to the partition's end now."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, group_id=None)
-    await consumer.start()
-    try:
-        consumer.assign([tp])
-        end = (await consumer.end_offsets([tp]))[tp]
-        consumer.seek(tp, start)
-        out = []
-        while start < end:
-            for records in (await consumer.getmany(tp, timeout_ms=2000, max_records=10000)).values():
-                out.extend(r for r in records if r.key == key)
-                start = records[-1].offset + 1 if records else start
-        return out
-    finally:
-        await consumer.stop()
 
 
 async def _read(sub, *, until_finish: bool = True, limit: int | None = None, out: list | None = None,
@@ -70,7 +53,7 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
         # fault: one record published twice (same runId and seq)
         topic, key = s1.topic, thread_key("res-1", thread).encode()
         tp = TopicPartition(topic, s1.partition or 0)
-        dup = (await _raw(cluster.bootstrap, tp, key, start=s1.start_offset))[20]  # the thread's 21st record
+        dup = (await thread_records(cluster.bootstrap, tp, key, start=s1.start_offset, at_least=21))[20]  # the 21st
         producer = AIOKafkaProducer(bootstrap_servers=cluster.bootstrap)
         await producer.start()
         await producer.send_and_wait(topic, dup.value, key=dup.key, headers=list(dup.headers), partition=tp.partition)
@@ -92,7 +75,7 @@ async def test_c20_attach_late_join_reconnect_and_replay(services, settings, mod
     assert [c["seq"] for c in first_part] == list(range(13))
     assert [c["seq"] for c in second_part] == list(range(13, len(full)))  # resumed once each (9 < 10 < 100)
     # on the topic: strictly increasing per run, apart from the injected duplicate
-    raw = await _raw(cluster.bootstrap, tp, key, start=s1.start_offset)
+    raw = await thread_records(cluster.bootstrap, tp, key, start=s1.start_offset)
     import orjson
 
     seqs = [orjson.loads(r.value)["seq"] for r in raw]
