@@ -66,7 +66,9 @@ class Partitioned:
     services: ServiceSet
     settings: Settings
     dsn: str
-    pause_file: Path
+    logs: Path
+    cut_env: dict[str, str]
+    """The cut worker's addresses of PostgreSQL and the model server (their forwarders)."""
 
 
 @pytest.fixture(scope="module")
@@ -114,15 +116,11 @@ def partitioned(network: Network, broker: KafkaCluster, cluster: Any, model_serv
     logs = tmp_path_factory.mktemp("netns-logs")
     ns = network.namespace("tlwork")
     services = ServiceSet(env=env, log_dir=logs, cwd=ROOT, netns={CUT_WORKER: ns.command([])})
-    pause_file = logs / "paused"
     try:
         services.start_all()
-        services.start("processor_worker", CUT_WORKER, THREADLINE_PG_DSN=ns_dsn,
-                       THREADLINE_MODEL_API_BASE=f"http://{network.address('model')}:{model_port}/v1",
-                       THREADLINE_PAUSE_POINTS="after_tool_result_stored", THREADLINE_PAUSE_FILE=str(pause_file),
-                       THREADLINE_PAUSE_SECONDS="3")
-        yield Partitioned(network=network, ns=ns, services=services, settings=settings, dsn=dsn,
-                          pause_file=pause_file)
+        yield Partitioned(network=network, ns=ns, services=services, settings=settings, dsn=dsn, logs=logs,
+                          cut_env={"THREADLINE_PG_DSN": ns_dsn, "THREADLINE_MODEL_API_BASE":
+                                   f"http://{network.address('model')}:{model_port}/v1"})
     finally:
         services.stop_all()
         asyncio.run(drop_database(cluster.admin_dsn, dbname))
@@ -158,21 +156,12 @@ WHERE r.run_id = ANY($1::text[]) AND (r.status = 'running' OR l.run_id = r.run_i
 """
 
 
-LATE_ENDS = ("stale writer: step result discarded", "stale or duplicate step task skipped")
-"""How the cut worker's step ends once it is back: its step-result write fenced by the lease epoch,
-or — when Kafka's acknowledgement timeout (30 s) ended its attempt during the cut — its retried
-step task found taken over and skipped."""
-
-
-def _wait_any(path: Path, needles: tuple[str, ...], timeout_s: float) -> str:
-    """The first of ``needles`` to appear in the file at ``path``. Raises ``TimeoutError``."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        text = path.read_text(errors="replace") if path.exists() else ""
-        if found := [n for n in needles if n in text]:
-            return found[0]
-        time.sleep(0.2)
-    raise TimeoutError(f"none of {needles} in {path.name} within {timeout_s}s")
+LATE_ENDS = {30: "stale or duplicate step task skipped", 60: "stale writer: step result discarded"}
+"""How the cut worker's step ends once it is back, by its Kafka acknowledgement timeout
+(``kafka_ack_timeout_s``): 30 s (the default, shorter than the cut) ends its attempt during the
+cut, and the retried step task is found taken over and skipped; 60 s keeps the attempt waiting
+through the cut, so its chunks are acknowledged late and its step-result write is fenced by the
+lease epoch."""
 
 
 async def _wait_done(dsn: str, run_ids: list[str]) -> float:
@@ -186,10 +175,18 @@ async def _wait_done(dsn: str, run_ids: list[str]) -> float:
 
 
 @pytest.mark.timeout(900)
-async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitioned: Partitioned,
-                                                                        model: ModelScript) -> None:
+@pytest.mark.parametrize("ack_timeout_s", sorted(LATE_ENDS))
+async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitioned: Partitioned, model: ModelScript,
+                                                                        ack_timeout_s: int) -> None:
     logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
     p = partitioned
+    pause_file = p.logs / f"paused-{ack_timeout_s}"
+    if CUT_WORKER in p.services.procs:  # left by a failed case before
+        await asyncio.to_thread(p.services.stop, CUT_WORKER)
+    await asyncio.to_thread(p.services.start, "processor_worker", CUT_WORKER, None, **p.cut_env,
+                            THREADLINE_KAFKA_ACK_TIMEOUT_S=str(ack_timeout_s),
+                            THREADLINE_PAUSE_POINTS="after_tool_result_stored", THREADLINE_PAUSE_FILE=str(pause_file),
+                            THREADLINE_PAUSE_SECONDS="3")
     await execute(p.dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
                          "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
     await asyncio.sleep(5)  # both workers' consumers have joined the group and own partitions
@@ -197,9 +194,9 @@ async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitio
     threads = [f"th-ns-{uuid.uuid4().hex[:6]}-{i}" for i in range(RUNS)]
     run_ids, observer = await _send(p, model, threads, topics)
     try:
-        await asyncio.to_thread(wait_file, p.pause_file, "after_tool_result_stored", 90)
+        await asyncio.to_thread(wait_file, pause_file, "after_tool_result_stored", 90)
         await asyncio.sleep(0.5)  # the cut worker's other runs reach the hold too
-        held = len((await asyncio.to_thread(p.pause_file.read_text)).split())
+        held = len((await asyncio.to_thread(pause_file.read_text)).split())
         p.ns.cut("kafka", "postgres")
         done = asyncio.create_task(_wait_done(p.dsn, run_ids))  # seconds from the cut until all are done
         await asyncio.sleep(CUT_S)
@@ -207,7 +204,7 @@ async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitio
         took = await done
         print(f"  {held} runs held in the cut worker; cut {max(cut.values()):.1f} s; all runs done {took:.1f} s "
               "after the cut")
-        gave_up = await asyncio.to_thread(_wait_any, p.services.log_path(CUT_WORKER), LATE_ENDS, 120)
+        await asyncio.to_thread(p.services.wait_log, CUT_WORKER, LATE_ENDS[ack_timeout_s], 120)
         await asyncio.sleep(1.0)
         chunk_topics = [topics.chunks(RESOURCE, th) for th in threads]
         replay = await read_all(p.settings.kafka_bootstrap, chunk_topics)
@@ -224,10 +221,11 @@ async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitio
     fig = check_runs(observed=[observer.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
                      lifecycle=lifecycle, effects=effects, killed_pids=set())
     cut_pid = p.services.pid(CUT_WORKER)
+    await asyncio.to_thread(p.services.stop, CUT_WORKER)
     in_cut = {r["run_id"] for r in effects if r["pid"] == cut_pid}
     recoveries = await rows(p.dsn, "SELECT run_id, step, reason FROM run_recoveries WHERE run_id = ANY($1::text[])",
                             run_ids)
-    print(f"  tool run in the cut worker for {len(in_cut)} runs; it ended with {gave_up!r}; "
+    print(f"  tool run in the cut worker for {len(in_cut)} runs; it ended with {LATE_ENDS[ack_timeout_s]!r}; "
           f"figures {fig.as_dict()}; sweeper recoveries {len(recoveries)}")
     assert fig.ok, fig.problems[:20]
     assert in_cut and held >= 1  # the cut struck runs mid-step, after their tool ran
