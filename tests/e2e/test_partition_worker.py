@@ -32,6 +32,7 @@ import pytest
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all
 from tests.e2e.helpers import execute, rows
+from tests.e2e.partitions import OPT_IN, ROOT, own_broker
 from threadline.client import ThreadlineClient
 from threadline.config import Settings
 from threadline.kafka.admin import TopicAdmin
@@ -43,13 +44,8 @@ from threadline.testing.model_server import RunningServer
 from threadline.testing.netns import Namespace, Network
 from threadline.topics import Topics
 
-pytestmark = [
-    pytest.mark.serial,
-    pytest.mark.skipif(os.environ.get("THREADLINE_TEST_PARTITIONS") != "1",
-                       reason="needs root and starts its own broker: opt in with THREADLINE_TEST_PARTITIONS=1"),
-]
+pytestmark = OPT_IN
 
-ROOT = Path(__file__).resolve().parents[2]
 RUNS = int(os.environ.get("THREADLINE_TEST_PARTITIONS_RUNS", "6"))
 CUT_S = 40.0
 """How long the worker is cut off: past the thread lease (30 s)."""
@@ -79,14 +75,8 @@ def network() -> Iterator[Network]:
 
 @pytest.fixture(scope="module")
 def broker(network: Network, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaCluster]:
-    port = int(os.environ.get("THREADLINE_TEST_PARTITIONS_PORT", "29192")) + 100
-    kafka = KafkaCluster(root=ROOT, run_dir=tmp_path_factory.mktemp("netns-kafka"), brokers=1, port=port,
-                         host=network.address("kafka"))
-    try:
-        kafka.start()
+    with own_broker(network, tmp_path_factory.mktemp("netns-kafka"), port_offset=100) as kafka:
         yield kafka
-    finally:
-        kafka.stop()
 
 
 def _port(url: str) -> int:
