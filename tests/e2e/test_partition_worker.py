@@ -1,7 +1,8 @@
-"""A processor-worker cut off mid-step from Kafka and PostgreSQL past its lease, then rejoined
-(issue 42, partitions): another worker takes the step over from the stored tool result, the cut
+"""A processor-worker cut off mid-step from Kafka and PostgreSQL past its lease, then rejoined:
+another worker takes the step over from the stored tool result, the cut
 worker's late step-result write is fenced, the tool's side effect ran once, and the chaos
-checker finds nothing lost, doubled or stuck.
+checker finds nothing lost, doubled or stuck. Then the same for a run-orchestrator cut under
+runs (a second one on the host).
 
 One worker runs in a network namespace (``threadline.testing.netns``), the other services and a
 second worker on the host. The broker is the test's own (one node on the peer address ``kafka``,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import re
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all
@@ -42,7 +45,7 @@ from threadline.testing.kafka_cluster import KafkaCluster
 from threadline.testing.model_script import ModelScript
 from threadline.testing.model_server import RunningServer
 from threadline.testing.netns import Namespace, Network
-from threadline.topics import Topics
+from threadline.topics import Topics, thread_key
 
 pytestmark = OPT_IN
 
@@ -222,3 +225,63 @@ async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitio
     assert fig.tool_executions == fig.tool_calls == len(run_ids)  # each tool ran once: none re-run at takeover
     assert took < CUT_S  # taken over while the worker was still cut off: nothing waited for it
     assert not recoveries  # the takeover was the workers' own, not the sweeper's
+
+
+CUT_ORCHESTRATOR = "run_orchestrator-ns"
+
+
+def _assigned(log: str, topic: str) -> set[int]:
+    """The partitions of ``topic`` in the last ``partitions assigned`` line of a service's ``log``."""
+    lines = [line for line in log.splitlines() if "partitions assigned" in line]
+    return {int(m) for m in re.findall(re.escape(topic) + r":(\d+)", lines[-1])} if lines else set()
+
+
+@pytest.mark.timeout(900)
+async def test_an_orchestrator_cut_off_past_its_lease_is_taken_over(partitioned: Partitioned,
+                                                                    model: ModelScript) -> None:
+    """A run-orchestrator in the namespace, cut from Kafka and PostgreSQL 1.5 s after the runs are
+    sent, for :data:`CUT_S`: the host's orchestrator gets its partitions; nothing lost, doubled or stuck."""
+    logging.getLogger("aiokafka").setLevel(logging.CRITICAL)
+    p = partitioned
+    await execute(p.dsn, "CREATE TABLE IF NOT EXISTS chaos_effects (run_id text, tool_call_id text, "
+                         "idempotency_key text, pid integer, at timestamptz DEFAULT now())")
+    p.services.netns[CUT_ORCHESTRATOR] = p.ns.command([])
+    await asyncio.to_thread(p.services.start, "run_orchestrator", CUT_ORCHESTRATOR, None,
+                            THREADLINE_PG_DSN=p.cut_env["THREADLINE_PG_DSN"])
+    await asyncio.sleep(5)  # both orchestrators own partitions
+    topics = Topics(p.settings.topic_prefix)
+    threads = [f"th-nso-{uuid.uuid4().hex[:6]}-{i}" for i in range(RUNS)]
+    run_ids, observer = await _send(p, model, threads, topics)
+    try:
+        await asyncio.sleep(1.5)
+        owned = _assigned(p.services.log_path(CUT_ORCHESTRATOR).read_text(errors="replace"), topics.step_results)
+        p.ns.cut("kafka", "postgres")
+        done = asyncio.create_task(_wait_done(p.dsn, run_ids))
+        await asyncio.sleep(CUT_S)
+        p.ns.rejoin()
+        took = await done
+        await asyncio.sleep(1.0)
+        chunk_topics = [topics.chunks(RESOURCE, th) for th in threads]
+        replay = await read_all(p.settings.kafka_bootstrap, chunk_topics)
+        lifecycle = await read_all(p.settings.kafka_bootstrap, [topics.lifecycle], partitions=p.settings.partitions)
+    finally:
+        await observer.stop()
+    runs = {r["run_id"]: r for r in await rows(p.dsn, "SELECT * FROM runs WHERE run_id = ANY($1::text[])", run_ids)}
+    stored: dict[str, list[Any]] = {}
+    for m in await rows(p.dsn, "SELECT run_id, role FROM messages WHERE run_id = ANY($1::text[]) ORDER BY position",
+                        run_ids):
+        stored.setdefault(m["run_id"], []).append(m)
+    effects = await rows(p.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
+                         run_ids)
+    fig = check_runs(observed=[observer.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
+                     lifecycle=lifecycle, effects=effects, killed_pids=set())
+    parts = list(range(p.settings.partitions))
+    touched = [th for th in threads
+               if DefaultPartitioner()(thread_key(RESOURCE, th).encode(), parts, parts) in owned]
+    await asyncio.to_thread(p.services.stop, CUT_ORCHESTRATOR)
+    recoveries = await rows(p.dsn, "SELECT run_id, step, reason FROM run_recoveries WHERE run_id = ANY($1::text[])",
+                            run_ids)
+    print(f"  runs done {took:.1f} s after the cut; {len(touched)} on the cut orchestrator's partitions {owned}; "
+          f"figures {fig.as_dict()}; sweeper recoveries {len(recoveries)}")
+    assert fig.ok, fig.problems[:20]
+    assert touched  # the cut struck runs whose step results the cut orchestrator was to apply
