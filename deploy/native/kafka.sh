@@ -30,6 +30,8 @@
 #
 # Env: KAFKA_BROKERS (1), THREADLINE_KAFKA_VERSION (4.4.0), THREADLINE_KAFKA_PORT (19092),
 #      THREADLINE_KAFKA_CONTROLLER_PORT (port + 1), THREADLINE_KAFKA_SASL_PORT (port + 2),
+#      THREADLINE_KAFKA_HOST (127.0.0.1: the address every listener binds and advertises; the
+#      partition tests give an address a network namespace reaches, threadline.testing.netns),
 #      THREADLINE_KAFKA_QUORUM_LINGER_MS (1: controller.quorum.append.linger.ms),
 #      KAFKA_HEAP_OPTS (-Xmx768m -Xms256m; a cluster's nodes: -Xmx512m -Xms128m),
 #      KAFKA_START_TIMEOUT (90), KAFKA_STOP_TIMEOUT (30)
@@ -39,7 +41,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 KAFKA_VERSION="${THREADLINE_KAFKA_VERSION:-4.4.0}"
 KAFKA_MAIN=kafka.Kafka                 # the KRaft server (core module, Scala)
 KAFKA_STORAGE_TOOL=kafka.tools.StorageTool
-HOST=127.0.0.1
+HOST="${THREADLINE_KAFKA_HOST:-127.0.0.1}"
 BROKERS="${KAFKA_BROKERS:-1}"
 [[ "$BROKERS" =~ ^[1-9][0-9]?$ ]] || { echo "[kafka] ERROR: KAFKA_BROKERS must be 1..99, got '$BROKERS'" >&2; exit 2; }
 BASE_PORT="${THREADLINE_KAFKA_PORT:-19092}"

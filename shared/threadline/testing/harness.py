@@ -206,6 +206,9 @@ class ServiceSet:
     fork: bool = field(default_factory=forkserver.enabled)
     started: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     """Each instance's service name and ``extra_env`` of its latest :meth:`start` (:meth:`start_again`)."""
+    netns: dict[str, list[str]] = field(default_factory=dict)
+    """Instance -> the command prefix that runs it in a network namespace
+    (``threadline.testing.netns.Namespace.command([])``); such an instance is never forked."""
 
     def start(self, name: str, instance: str, timeout_s: float | None = None, **extra_env: str) -> None:
         """Start one instance and wait for its ``service started`` log line (``timeout_s``, default
@@ -224,11 +227,12 @@ class ServiceSet:
             path.rename(self.log_dir / f"{instance}.{n}.log")
         module = f"threadline.services.{name}"
         proc: ProcessLike
-        if self.fork:
+        prefix = self.netns.get(instance)
+        if self.fork and prefix is None:
             proc = forkserver.spawn(module, env=env, cwd=self.cwd, log_path=path)
         else:
             with open(path, "ab") as log:  # the child keeps its own descriptor
-                proc = subprocess.Popen([sys.executable, "-m", module], cwd=self.cwd, env=env,
+                proc = subprocess.Popen([*(prefix or []), sys.executable, "-m", module], cwd=self.cwd, env=env,
                                         stdout=log, stderr=subprocess.STDOUT)
         self.procs[instance] = proc
         deadline = time.monotonic() + timeout_s

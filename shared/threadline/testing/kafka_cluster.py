@@ -68,6 +68,8 @@ class KafkaCluster:
         port: node 1's client port; pick one no other cluster uses (the shared one is 19092,
             ``make test``'s serial one 19392).
         start_timeout_s: seconds ``start`` may take before it raises.
+        host: the address every node listens on and advertises (``THREADLINE_KAFKA_HOST``);
+            another than ``127.0.0.1`` for clients in a network namespace (``threadline.testing.netns``).
     """
 
     root: Path
@@ -75,11 +77,12 @@ class KafkaCluster:
     brokers: int = 3
     port: int = 29092
     start_timeout_s: float = 300
+    host: str = "127.0.0.1"
 
     @property
     def bootstrap(self) -> str:
         """Every node's ``host:port``, comma-separated."""
-        return ",".join(f"127.0.0.1:{self.node_port(i)}" for i in self.nodes)
+        return ",".join(f"{self.host}:{self.node_port(i)}" for i in self.nodes)
 
     @property
     def nodes(self) -> list[int]:
@@ -93,7 +96,8 @@ class KafkaCluster:
         (whatever the caller's environment says about the shared cluster)."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("THREADLINE_KAFKA_", "KAFKA_BROKERS"))}
         return {**env, "THREADLINE_RUN_DIR": str(self.run_dir), "KAFKA_BROKERS": str(self.brokers),
-                "THREADLINE_KAFKA_PORT": str(self.port), "KAFKA_START_TIMEOUT": str(int(self.start_timeout_s))}
+                "THREADLINE_KAFKA_PORT": str(self.port), "KAFKA_START_TIMEOUT": str(int(self.start_timeout_s)),
+                "THREADLINE_KAFKA_HOST": self.host}
 
     def _script(self, *args: str) -> None:
         done = subprocess.run(["bash", str(self.root / "deploy" / "native" / "kafka.sh"), *args], cwd=self.root,
