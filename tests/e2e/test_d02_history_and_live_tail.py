@@ -63,7 +63,7 @@ async def test_d02_stored_history_and_the_live_tail_meet_without_a_gap_or_a_doub
         plain = (await http.get(f"{path}/messages")).json()
         runs = (await http.get(f"{path}/runs")).json()["runs"]
     assert final["stream"]["after_run"] == run_id  # idle: the answer holds every turn
-    assert plain == {"messages": final["messages"]}  # without live_tail: as before
+    assert plain == {"messages": final["messages"], "next_cursor": None}  # without live_tail: as before (one page)
     text = next(r["text"] for r in runs if r["run_id"] == run_id)
     assert text == "".join(WORDS)
     earlier = [m for m in final["messages"] if m["run_id"] != run_id]
