@@ -157,6 +157,25 @@ through the cut, so its chunks are acknowledged late and its step-result write i
 lease epoch."""
 
 
+async def _checked(p: Partitioned, observer: Observer, threads: list[str], run_ids: list[str],
+                   topics: Topics) -> tuple[Any, list[Any]]:
+    """The chaos checker's figures over the live reader's chunks and a replay of the threads'
+    topics, with the tool side effects recorded (``(figures, effects)``)."""
+    chunk_topics = [topics.chunks(RESOURCE, th) for th in threads]
+    replay = await read_all(p.settings.kafka_bootstrap, chunk_topics)
+    lifecycle = await read_all(p.settings.kafka_bootstrap, [topics.lifecycle], partitions=p.settings.partitions)
+    runs = {r["run_id"]: r for r in await rows(p.dsn, "SELECT * FROM runs WHERE run_id = ANY($1::text[])", run_ids)}
+    stored: dict[str, list[Any]] = {}
+    for m in await rows(p.dsn, "SELECT run_id, role FROM messages WHERE run_id = ANY($1::text[]) ORDER BY position",
+                        run_ids):
+        stored.setdefault(m["run_id"], []).append(m)
+    effects = await rows(p.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
+                         run_ids)
+    fig = check_runs(observed=[observer.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
+                     lifecycle=lifecycle, effects=effects, killed_pids=set())
+    return fig, effects
+
+
 async def _wait_done(dsn: str, run_ids: list[str]) -> float:
     t0 = time.monotonic()
     while stuck := await rows(dsn, _NOT_DONE, run_ids):
@@ -199,20 +218,9 @@ async def test_a_worker_cut_off_past_its_lease_is_taken_over_and_fenced(partitio
               "after the cut")
         await asyncio.to_thread(p.services.wait_log, CUT_WORKER, LATE_ENDS[ack_timeout_s], 120)
         await asyncio.sleep(1.0)
-        chunk_topics = [topics.chunks(RESOURCE, th) for th in threads]
-        replay = await read_all(p.settings.kafka_bootstrap, chunk_topics)
-        lifecycle = await read_all(p.settings.kafka_bootstrap, [topics.lifecycle], partitions=p.settings.partitions)
     finally:
         await observer.stop()
-    runs = {r["run_id"]: r for r in await rows(p.dsn, "SELECT * FROM runs WHERE run_id = ANY($1::text[])", run_ids)}
-    stored: dict[str, list[Any]] = {}
-    for m in await rows(p.dsn, "SELECT run_id, role FROM messages WHERE run_id = ANY($1::text[]) ORDER BY position",
-                        run_ids):
-        stored.setdefault(m["run_id"], []).append(m)
-    effects = await rows(p.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
-                         run_ids)
-    fig = check_runs(observed=[observer.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
-                     lifecycle=lifecycle, effects=effects, killed_pids=set())
+    fig, effects = await _checked(p, observer, threads, run_ids, topics)
     cut_pid = p.services.pid(CUT_WORKER)
     await asyncio.to_thread(p.services.stop, CUT_WORKER)
     in_cut = {r["run_id"] for r in effects if r["pid"] == cut_pid}
@@ -261,20 +269,9 @@ async def test_an_orchestrator_cut_off_past_its_lease_is_taken_over(partitioned:
         p.ns.rejoin()
         took = await done
         await asyncio.sleep(1.0)
-        chunk_topics = [topics.chunks(RESOURCE, th) for th in threads]
-        replay = await read_all(p.settings.kafka_bootstrap, chunk_topics)
-        lifecycle = await read_all(p.settings.kafka_bootstrap, [topics.lifecycle], partitions=p.settings.partitions)
     finally:
         await observer.stop()
-    runs = {r["run_id"]: r for r in await rows(p.dsn, "SELECT * FROM runs WHERE run_id = ANY($1::text[])", run_ids)}
-    stored: dict[str, list[Any]] = {}
-    for m in await rows(p.dsn, "SELECT run_id, role FROM messages WHERE run_id = ANY($1::text[]) ORDER BY position",
-                        run_ids):
-        stored.setdefault(m["run_id"], []).append(m)
-    effects = await rows(p.dsn, "SELECT run_id, tool_call_id, pid FROM chaos_effects WHERE run_id = ANY($1::text[])",
-                         run_ids)
-    fig = check_runs(observed=[observer.chunks, replay], run_ids=run_ids, runs=runs, messages=stored,
-                     lifecycle=lifecycle, effects=effects, killed_pids=set())
+    fig, _ = await _checked(p, observer, threads, run_ids, topics)
     parts = list(range(p.settings.partitions))
     touched = [th for th in threads
                if DefaultPartitioner()(thread_key(RESOURCE, th).encode(), parts, parts) in owned]
