@@ -291,3 +291,16 @@ async def one_tool_run(tl: Any, model: Any, *, agent: str, prefix: str, tool: st
     await sub.unsubscribe()
     return {"tool": tool, "thread": thread, "call": call, "run_id": run_id, "timed": timed,
             "chunks": [c for _, c in timed]}
+
+
+def own_cluster_env(*, bootstrap: str, dsn: str, prefix: str, replication_factor: int,
+                    api_base: str) -> dict[str, str]:
+    """The environment of services a test runs on a Kafka cluster of its own (``bootstrap``), with
+    its own database (``dsn``) and topic ``prefix``: the e2e agents, the session's fake model server
+    (``api_base``), 4 partitions of ``replication_factor`` replicas, quick model retries."""
+    return {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+            "THREADLINE_KAFKA_BOOTSTRAP": bootstrap, "THREADLINE_PG_DSN": dsn, "THREADLINE_TOPIC_PREFIX": prefix,
+            "THREADLINE_REPLICATION_FACTOR": str(replication_factor), "THREADLINE_PARTITIONS": "4",
+            "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": api_base,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05",
+            "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}

@@ -39,7 +39,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all
-from tests.e2e.helpers import execute, rows
+from tests.e2e.helpers import execute, own_cluster_env, rows
 from threadline.client import ThreadlineClient
 from threadline.config import Settings
 from threadline.kafka.admin import TopicAdmin
@@ -109,12 +109,8 @@ def replicated(brokers: KafkaCluster, cluster: Any, model_server: RunningServer,
     migrate(dsn, contract=True)
     settings = Settings(kafka_bootstrap=brokers.bootstrap, pg_dsn=dsn, topic_prefix=f"tlrep-{tag}", partitions=4,
                         replication_factor=3)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": brokers.bootstrap,
-           "THREADLINE_PG_DSN": dsn, "THREADLINE_TOPIC_PREFIX": settings.topic_prefix,
-           "THREADLINE_REPLICATION_FACTOR": "3", "THREADLINE_PARTITIONS": "4",
-           "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05",
-           "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
+    env = own_cluster_env(bootstrap=brokers.bootstrap, dsn=dsn, prefix=settings.topic_prefix, replication_factor=3,
+                          api_base=model_server.api_base)
     services = ServiceSet(env=env, log_dir=tmp_path_factory.mktemp("brokers3-logs"), cwd=ROOT)
     try:
         services.start_all()

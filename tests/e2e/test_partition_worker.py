@@ -34,7 +34,7 @@ from aiokafka.partitioner import DefaultPartitioner
 
 from tests.e2e.checker import check_runs
 from tests.e2e.faults import Observer, read_all
-from tests.e2e.helpers import execute, rows
+from tests.e2e.helpers import execute, own_cluster_env, rows
 from tests.e2e.partitions import OPT_IN, ROOT, own_broker
 from threadline.client import ThreadlineClient
 from threadline.config import Settings
@@ -100,12 +100,8 @@ def partitioned(network: Network, broker: KafkaCluster, cluster: Any, model_serv
     model_port = network.forward("model", model_server.port)
     settings = Settings(kafka_bootstrap=broker.bootstrap, pg_dsn=dsn, topic_prefix=f"tlns-{tag}", partitions=4,
                         replication_factor=1)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "THREADLINE_KAFKA_BOOTSTRAP": broker.bootstrap,
-           "THREADLINE_PG_DSN": dsn, "THREADLINE_TOPIC_PREFIX": settings.topic_prefix,
-           "THREADLINE_REPLICATION_FACTOR": "1", "THREADLINE_PARTITIONS": "4",
-           "THREADLINE_AGENTS_MODULE": "tests.e2e.agents", "THREADLINE_MODEL_API_BASE": model_server.api_base,
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "THREADLINE_MODEL_RETRY_INITIAL_S": "0.05",
-           "THREADLINE_MODEL_RETRY_MAX_WAIT_S": "5"}
+    env = own_cluster_env(bootstrap=broker.bootstrap, dsn=dsn, prefix=settings.topic_prefix, replication_factor=1,
+                          api_base=model_server.api_base)
     logs = tmp_path_factory.mktemp("netns-logs")
     ns = network.namespace("tlwork")
     services = ServiceSet(env=env, log_dir=logs, cwd=ROOT, netns={CUT_WORKER: ns.command([])})
