@@ -27,9 +27,9 @@ from starlette.routing import Route
 
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway.ai_sdk_stream import HEADERS, UiOptions, error_text, sse, ui_chunks
-from threadline.gateway.app import ApiError
 from threadline.gateway.auth import ANY
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, paced, writable
+from threadline.gateway.state import ApiError
 from threadline.gateway.streaming import bounded
 from threadline.logging import get_logger
 from threadline.store import queries

@@ -28,9 +28,9 @@ from threadline.gateway import mastra_memory as memory
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_studio as studio
 from threadline.gateway import mastra_tools as tools
-from threadline.gateway.app import ApiError, Gateway
 from threadline.gateway.mastra_http import body_of, gw, idempotent, mastra_errors, paced, writable
 from threadline.gateway.mastra_http import json_response as _json
+from threadline.gateway.state import ApiError, Gateway
 from threadline.gateway.streaming import ClosingStreamingResponse, bounded
 from threadline.logging import get_logger
 from threadline.store import queries

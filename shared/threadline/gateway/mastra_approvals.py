@@ -19,9 +19,9 @@ from starlette.routing import Route
 
 from threadline.client.run_output import RunOutput
 from threadline.gateway import mastra_shapes as shapes
-from threadline.gateway.app import ApiError
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors, writable
 from threadline.gateway.mastra_http import json_response as _json
+from threadline.gateway.state import ApiError
 from threadline.store import approvals, queries
 
 

@@ -17,8 +17,8 @@ from starlette.responses import Response
 from threadline.client.client import BrokerUnavailableError, RequestFailed
 from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway import mastra_shapes as shapes
-from threadline.gateway.app import HIDDEN_CODES, ApiError, Gateway
 from threadline.gateway.idempotency import KeyRefused, honouring
+from threadline.gateway.state import HIDDEN_CODES, ApiError, Gateway
 from threadline.store import queries
 from threadline.store.db import Database
 

@@ -13,9 +13,9 @@ from starlette.routing import Route
 
 from threadline.gateway import mastra_shapes as shapes
 from threadline.gateway import mastra_ui as ui
-from threadline.gateway.app import ApiError
 from threadline.gateway.mastra_http import allowed, body_of, gw, mastra_errors
 from threadline.gateway.mastra_http import json_response as _json
+from threadline.gateway.state import ApiError
 from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.store import queries, thread_rows

@@ -23,9 +23,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from threadline.gateway import mastra_shapes as shapes
-from threadline.gateway.app import ApiError, Gateway
 from threadline.gateway.mastra_http import body_of, gw, mastra_errors
 from threadline.gateway.mastra_http import json_response as _json
+from threadline.gateway.state import ApiError, Gateway
 from threadline.ids import new_id
 from threadline.logging import get_logger
 from threadline.runtime.tools import Tool, ToolContext
