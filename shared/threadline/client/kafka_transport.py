@@ -161,6 +161,13 @@ class KafkaTransport:
         await self.publish(request)
         return Sent(request.event_id, replies)
 
+    def refuse_when_full(self) -> None:
+        """Raises :class:`StreamsFullError` when the fan-out reader serves its ``max_streams``
+        already (nothing without a reader or a bound): a check without I/O, for callers that refuse
+        before any other work (the gateway, decision 223) and for :meth:`subscribe`."""
+        if self.fanout is not None and self.fanout.full:
+            raise StreamsFullError(f"this process serves its maximum of {self.fanout.max_streams} streams", RETRY_AFTER_S)
+
     async def subscribe(self, resource_id: str, thread_id: str, follow: Follow) -> ThreadSubscription:
         """Follow the thread's chunk topic (per-thread layout: created now if it does not exist
         yet; shared layout: its partition of the shared topic, the thread's records only).
@@ -170,9 +177,7 @@ class KafkaTransport:
         """
         place = chunk_place(self.topics, self.settings.chunk_partitions, resource_id, thread_id)
         topic = place.topic
-        if self.fanout is not None and self.fanout.max_streams is not None and \
-                self.fanout.open_streams >= self.fanout.max_streams:  # refused before a topic is made
-            raise StreamsFullError(f"this process serves its maximum of {self.fanout.max_streams} streams", RETRY_AFTER_S)
+        self.refuse_when_full()  # refused before a topic is made
         sub = ThreadSubscription(self.settings.kafka_bootstrap, topic, from_beginning=follow.from_beginning,
                                  from_offset=follow.from_offset, from_time_ms=follow.from_time_ms,
                                  on_abort=follow.on_abort, on_active=follow.on_active,

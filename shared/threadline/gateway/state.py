@@ -10,9 +10,7 @@ from collections.abc import Mapping
 from starlette.requests import Request
 
 from threadline.client.client import ThreadlineClient
-from threadline.client.kafka_transport import StreamsFullError
 from threadline.gateway.auth import AuthConfig, Caller, authenticate, credential, refusal
-from threadline.kafka.fanout import RETRY_AFTER_S
 from threadline.store import queries
 from threadline.store.db import Database
 
@@ -73,9 +71,9 @@ class Gateway:
         """Raise :class:`StreamsFullError` (503 ``at_capacity``) when the gateway serves its
         maximum of streams: before any I/O, so a crowd of viewers is refused in microseconds and
         holds no descriptor or database connection while it waits (decision 223)."""
-        fanout = getattr(self.client.transport, "fanout", None)
-        if fanout is not None and fanout.max_streams is not None and fanout.open_streams >= fanout.max_streams:
-            raise StreamsFullError(f"this process serves its maximum of {fanout.max_streams} streams", RETRY_AFTER_S)
+        refuse = getattr(self.client.transport, "refuse_when_full", None)  # a Kafka transport's
+        if refuse is not None:
+            refuse()
 
     async def writable_thread(self, request: Request) -> tuple[str, str]:
         """``(resource_id, thread_id)`` of a thread that is the resource's or does not exist yet

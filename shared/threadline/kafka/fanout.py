@@ -305,6 +305,11 @@ class FanoutReader:
         return self._open
 
     @property
+    def full(self) -> bool:
+        """The reader serves its ``max_streams`` streams already (never with no bound)."""
+        return self.max_streams is not None and self._open >= self.max_streams
+
+    @property
     def consumers(self) -> int:
         """Kafka consumers this reader holds (started or not): constant, whatever the streams."""
         return self._count
@@ -347,8 +352,8 @@ class FanoutReader:
             ReaderFullError: ``max_streams`` streams are open.
             KafkaError: the start position could not be asked of the broker.
         """
-        if self.max_streams is not None and self._open >= self.max_streams:
-            raise ReaderFullError(self.max_streams)
+        if self.full:
+            raise ReaderFullError(self.max_streams or 0)
         await self.start()
         tp = TopicPartition(topic, partition)
         # by topic and partition: a shared chunk topic's partitions spread over the consumers
